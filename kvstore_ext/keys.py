@@ -1,0 +1,56 @@
+"""Key layout of the parameter server.
+
+MXNet routes a small array with integer key ``k`` to server
+``(k * 9973) % num_servers`` (``kvstore_dist.h``), computed in a C ``int``: keys
+must stay below 2**31 / 9973 (about 215 000) or the product overflows.
+
+* ``[0, CONTROL_KEY_BASE)``: model parameters, in the Trainer's sorted order.
+* ``[CONTROL_KEY_BASE, PROBE_KEY_BASE)``: control values (e.g. the stop vote of
+  synchronous modes). The server stores the plain sum of the pushes.
+* ``[PROBE_KEY_BASE, MAX_KEY)``: the updater probe, one key per server. The
+  server stamps ``sum + PROBE_STAMP`` so that a worker can tell whether the
+  mxhet updater ran (see :mod:`kvstore_ext.probe`).
+"""
+
+CONTROL_KEY_BASE = 90_000
+STOP_VOTE_KEY = CONTROL_KEY_BASE
+PROBE_KEY_BASE = 95_000
+MAX_KEY = 100_000
+PROBE_STAMP = 4096.0
+
+_ROUTING_PRIME = 9973  # MXNet's load-balancing heuristic for small arrays
+
+
+def server_of(key, num_servers):
+    """Index of the server that holds the (small) array with this key."""
+    return (key * _ROUTING_PRIME) % num_servers
+
+
+def probe_keys(num_servers):
+    """One probe key per server, in server order.
+
+    Raises:
+        ValueError: if ``num_servers`` is not a positive integer.
+    """
+    if not isinstance(num_servers, int) or num_servers < 1:
+        raise ValueError("num_servers must be a positive integer, got %r" % (num_servers,))
+    found = {}
+    key = PROBE_KEY_BASE
+    while len(found) < num_servers:
+        if key >= MAX_KEY:
+            raise ValueError("no probe key range left for %d servers" % num_servers)
+        found.setdefault(server_of(key, num_servers), key)
+        key += 1
+    return [found[s] for s in range(num_servers)]
+
+
+def is_param_key(key):
+    return 0 <= key < CONTROL_KEY_BASE
+
+
+def is_control_key(key):
+    return CONTROL_KEY_BASE <= key < PROBE_KEY_BASE
+
+
+def is_probe_key(key):
+    return PROBE_KEY_BASE <= key < MAX_KEY

@@ -1,0 +1,101 @@
+"""Server-side update rules of mxhet.
+
+Each rule is an ``mx.optimizer.Optimizer`` subclass registered with MXNet, so a
+worker ships it with ``kv.set_optimizer(rule)`` and every server unpickles it by
+its module path (``kvstore_ext.updaters.<Class>``): this package must be
+importable on every server process, which :mod:`kvstore_ext.server` ensures.
+
+In ``dist_sync`` a server calls the rule once per key and round with the *sum*
+of all workers' pushes; in ``dist_async`` once per push.
+"""
+import mxnet as mx
+
+from . import keys
+
+
+class ServerUpdater(mx.optimizer.Optimizer):
+    """Base of mxhet's server-side rules.
+
+    Handles the reserved keys (control values and the updater probe) and hands
+    parameter keys to :meth:`apply`.
+
+    Args:
+        num_workers: number of workers pushing to the servers (positive int).
+    """
+
+    def __init__(self, num_workers, **kwargs):
+        super().__init__(**kwargs)
+        if not isinstance(num_workers, int) or num_workers < 1:
+            raise ValueError("num_workers must be a positive integer, got %r" % (num_workers,))
+        self.num_workers = num_workers
+
+    def create_state(self, index, weight):
+        if keys.is_param_key(index):
+            return self.create_param_state(index, weight)
+        return None
+
+    def create_param_state(self, index, weight):  # pylint: disable=unused-argument
+        return None
+
+    def update(self, index, weight, grad, state):
+        if keys.is_probe_key(index):
+            weight[:] = grad + keys.PROBE_STAMP
+        elif keys.is_control_key(index):
+            weight[:] = grad
+        else:
+            self.apply(index, weight, grad, state)
+
+    def update_multi_precision(self, index, weight, grad, state):
+        self.update(index, weight, grad, state)
+
+    def apply(self, index, weight, grad, state):
+        """Update parameter ``weight`` in place from the merged push ``grad``."""
+        raise TypeError("%s does not define apply()" % type(self).__name__)
+
+
+@mx.optimizer.register
+class ESyncAverage(ServerUpdater):
+    """ESync's aggregation (Algorithm 1, lines 19-20).
+
+    Workers push their model deltas ``Δ_i = w_local - w_global``; the server
+    receives their sum and applies ``w_global += epsilon * sum(Δ_i) / p``.
+
+    Args:
+        num_workers: p, the number of workers.
+        epsilon: global learning rate ε (> 0; the paper uses 1).
+    """
+
+    def __init__(self, num_workers, epsilon=1.0, **kwargs):
+        super().__init__(num_workers, **kwargs)
+        if not epsilon > 0:
+            raise ValueError("epsilon (global learning rate) must be > 0, got %r" % (epsilon,))
+        self.epsilon = float(epsilon)
+
+    def apply(self, index, weight, grad, state):
+        weight[:] += grad * (self.epsilon / self.num_workers)
+
+
+@mx.optimizer.register
+class ServerOptimizer(ServerUpdater):
+    """Any MXNet optimizer applied on the servers, for gradient-pushing modes.
+
+    The wrapped optimizer's ``rescale_grad`` turns the received value into the
+    gradient to apply: ``1 / (batch_size * num_workers)`` for ``sync`` (the
+    servers receive the sum over workers), ``1 / batch_size`` for ``async``.
+
+    Args:
+        num_workers: number of workers.
+        optimizer: an ``mx.optimizer.Optimizer`` (pickled with this one).
+    """
+
+    def __init__(self, num_workers, optimizer, **kwargs):
+        super().__init__(num_workers, **kwargs)
+        if not isinstance(optimizer, mx.optimizer.Optimizer):
+            raise ValueError("optimizer must be an mx.optimizer.Optimizer, got %r" % (optimizer,))
+        self.inner = optimizer
+
+    def create_param_state(self, index, weight):
+        return self.inner.create_state_multi_precision(index, weight)
+
+    def apply(self, index, weight, grad, state):
+        self.inner.update_multi_precision(index, weight, grad, state)

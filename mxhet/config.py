@@ -1,0 +1,117 @@
+"""The one place where mxhet reads environment variables.
+
+The launcher (``mxhet.launcher``) tells every worker its slot through these
+variables; the rest of the code receives a :class:`WorkerConfig`.
+
+=====================  ==========================================================
+``MXHET_SYNC``         synchronization mode (``esync``, ``sync``, ``async``, ``local``)
+``MXHET_SLOT``         the launcher's slot of this worker (0-based); *not* the
+                       PS-LITE rank, which PS-LITE assigns in arrival order
+``MXHET_NUM_SLOTS``    number of worker slots in the job
+``MXHET_CONTEXT``      ``cpu`` or ``gpu(i)``
+``MXHET_SLOWDOWN``     heterogeneity emulation factor f >= 1: after each local
+                       iteration the worker sleeps (f - 1) x its compute time
+``MXHET_STATE_SERVER`` ZeroMQ address of the State Server, e.g. ``tcp://127.0.0.1:5555``
+``MXHET_DATA_DIR``     Fashion-MNIST directory (default ``/usr/share/datasets/fashion-mnist``)
+``DMLC_NUM_SERVER``    number of parameter servers (PS-LITE's own variable)
+``DMLC_ROLE``          PS-LITE role of this process
+=====================  ==========================================================
+"""
+import dataclasses
+import os
+import re
+
+from .errors import ConfigError
+
+DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
+_CONTEXT_RE = re.compile(r"^(cpu|gpu\((\d+)\))$")
+
+
+def parse_context(text):
+    """Parse ``cpu`` or ``gpu(i)`` into ``(kind, index)``.
+
+    Raises:
+        ConfigError: for anything else.
+    """
+    m = _CONTEXT_RE.match(str(text).strip())
+    if not m:
+        raise ConfigError("context must be 'cpu' or 'gpu(i)', got %r" % (text,))
+    return ("cpu", 0) if m.group(1) == "cpu" else ("gpu", int(m.group(2)))
+
+
+def parse_slowdown(text):
+    """Parse a slowdown factor (float >= 1).
+
+    Raises:
+        ConfigError: if it is not a number >= 1.
+    """
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ConfigError("slowdown must be a number >= 1, got %r" % (text,)) from None
+    if not value >= 1.0 or value != value or value == float("inf"):
+        raise ConfigError("slowdown must be a finite number >= 1, got %r" % (text,))
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerConfig:
+    """What the launcher told this worker."""
+    sync: str = "local"
+    slot: int = 0
+    num_slots: int = 1
+    context: str = "cpu"
+    slowdown: float = 1.0
+    state_server: str = ""
+    num_servers: int = 0
+    data_dir: str = DEFAULT_DATA_DIR
+
+    @property
+    def launched(self):
+        """True when the process runs under the launcher as a PS-LITE worker."""
+        return self.num_servers > 0
+
+
+def _int(env, name, default, minimum):
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError("%s must be an integer, got %r" % (name, raw)) from None
+    if value < minimum:
+        raise ConfigError("%s must be >= %d, got %d" % (name, minimum, value))
+    return value
+
+
+def worker_config(env=None):
+    """Read the worker's configuration from the environment.
+
+    Raises:
+        ConfigError: when a variable is malformed.
+    """
+    env = os.environ if env is None else env
+    context = env.get("MXHET_CONTEXT", "cpu") or "cpu"
+    parse_context(context)
+    num_slots = _int(env, "MXHET_NUM_SLOTS", 1, 1)
+    slot = _int(env, "MXHET_SLOT", 0, 0)
+    if slot >= num_slots:
+        raise ConfigError("MXHET_SLOT=%d is out of range for MXHET_NUM_SLOTS=%d" % (slot, num_slots))
+    num_servers = _int(env, "DMLC_NUM_SERVER", 0, 0) if env.get("DMLC_ROLE") == "worker" else 0
+    return WorkerConfig(
+        sync=env.get("MXHET_SYNC", "") or "local",
+        slot=slot,
+        num_slots=num_slots,
+        context=context,
+        slowdown=parse_slowdown(env.get("MXHET_SLOWDOWN", "1") or "1"),
+        state_server=env.get("MXHET_STATE_SERVER", ""),
+        num_servers=num_servers,
+        data_dir=env.get("MXHET_DATA_DIR", "") or DEFAULT_DATA_DIR,
+    )
+
+
+def data_dir(env=None):
+    """The Fashion-MNIST directory: ``MXHET_DATA_DIR`` or the Debian default."""
+    env = os.environ if env is None else env
+    return env.get("MXHET_DATA_DIR", "") or DEFAULT_DATA_DIR

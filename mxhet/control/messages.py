@@ -1,0 +1,171 @@
+"""Control-plane messages: small, versioned JSON records, validated on receipt.
+
+Never pickle on the wire. Every request carries the protocol version ``v``, a
+``type``, the sender's ``rank`` and a per-sender sequence number ``seq``; the
+reply echoes ``seq``. Durations are sent instead of instants, so the workers'
+clocks never enter a decision: the State Server converts ``since_finish`` into
+its own clock at receipt.
+"""
+import dataclasses
+import json
+import math
+
+from ..errors import ProtocolError
+
+VERSION = 1
+MAX_MESSAGE_BYTES = 16 * 1024
+"""Cap enforced on the socket (ZMQ_MAXMSGSIZE) and again when decoding."""
+
+
+def _check_int(name, value, minimum=0):
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ProtocolError("field %r must be an integer >= %d, got %r" % (name, minimum, value))
+
+
+def _check_seconds(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ProtocolError("field %r must be a finite number of seconds >= 0, got %r" % (name, value))
+
+
+def _check_bool(name, value):
+    if not isinstance(value, bool):
+        raise ProtocolError("field %r must be true or false, got %r" % (name, value))
+
+
+@dataclasses.dataclass(frozen=True)
+class Register:
+    """A worker joins: its PS-LITE rank and the launcher's slot."""
+    TYPE = "register"
+    rank: int
+    seq: int
+    slot: int
+
+    def validate(self):
+        _check_int("rank", self.rank)
+        _check_int("seq", self.seq)
+        _check_int("slot", self.slot)
+
+
+@dataclasses.dataclass(frozen=True)
+class Query:
+    """QUERY-STATE(r, k, c, t_e); t_e is sent as ``since_finish`` seconds ago."""
+    TYPE = "query"
+    rank: int
+    seq: int
+    round: int
+    k: int
+    c: float
+    since_finish: float
+
+    def validate(self):
+        _check_int("rank", self.rank)
+        _check_int("seq", self.seq)
+        _check_int("round", self.round)
+        _check_int("k", self.k)
+        _check_seconds("c", self.c)
+        _check_seconds("since_finish", self.since_finish)
+
+
+@dataclasses.dataclass(frozen=True)
+class Reset:
+    """RESET-STATE-SERVER(r, t): the worker pulled the model of round ``round``.
+
+    ``want_stop`` asks to end training; the State Server turns the wishes of all
+    workers into one decision per round, so every worker stops after the same
+    round (a worker that stops alone would hang the others' next push).
+    """
+    TYPE = "reset"
+    rank: int
+    seq: int
+    round: int
+    want_stop: bool
+
+    def validate(self):
+        _check_int("rank", self.rank)
+        _check_int("seq", self.seq)
+        _check_int("round", self.round, minimum=1)
+        _check_bool("want_stop", self.want_stop)
+
+
+@dataclasses.dataclass(frozen=True)
+class Bye:
+    """The worker leaves the job."""
+    TYPE = "bye"
+    rank: int
+    seq: int
+
+    def validate(self):
+        _check_int("rank", self.rank)
+        _check_int("seq", self.seq)
+
+
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    """The State Server's answer to any request.
+
+    ``ok`` is False for a refused request, with ``error`` saying why. ``ready``
+    answers a query; ``stop`` answers a reset.
+    """
+    TYPE = "reply"
+    seq: int
+    ok: bool = True
+    ready: bool = False
+    stop: bool = False
+    round: int = 0
+    error: str = ""
+
+    def validate(self):
+        _check_int("seq", self.seq)
+        _check_bool("ok", self.ok)
+        _check_bool("ready", self.ready)
+        _check_bool("stop", self.stop)
+        _check_int("round", self.round)
+        if not isinstance(self.error, str):
+            raise ProtocolError("field 'error' must be a string")
+
+
+REQUEST_TYPES = {cls.TYPE: cls for cls in (Register, Query, Reset, Bye)}
+ALL_TYPES = dict(REQUEST_TYPES, **{Reply.TYPE: Reply})
+
+
+def encode(message):
+    """Serialize a message record to bytes."""
+    body = dataclasses.asdict(message)
+    body["v"] = VERSION
+    body["type"] = message.TYPE
+    return json.dumps(body, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def decode(data, allowed=None):
+    """Parse and validate bytes into a message record.
+
+    Args:
+        data: the raw frame.
+        allowed: mapping of accepted type names to classes (default: all).
+
+    Raises:
+        ProtocolError: for anything that is not a valid message of an allowed
+            type: too large, not UTF-8 JSON, wrong version, unknown type,
+            missing or unknown fields, wrong field types or ranges.
+    """
+    allowed = ALL_TYPES if allowed is None else allowed
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise ProtocolError("message of %d bytes exceeds the %d-byte cap" % (len(data), MAX_MESSAGE_BYTES))
+    try:
+        body = json.loads(bytes(data).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError("not a JSON message: %s" % exc) from None
+    if not isinstance(body, dict):
+        raise ProtocolError("a message must be a JSON object")
+    if body.pop("v", None) != VERSION:
+        raise ProtocolError("unsupported protocol version (expected %d)" % VERSION)
+    cls = allowed.get(body.pop("type", None))
+    if cls is None:
+        raise ProtocolError("unknown or unexpected message type; expected one of %s" % sorted(allowed))
+    names = {f.name for f in dataclasses.fields(cls)}
+    if set(body) != names:
+        missing, unknown = sorted(names - set(body)), sorted(set(body) - names)
+        raise ProtocolError("%s message: missing fields %s, unknown fields %s" % (cls.TYPE, missing, unknown))
+    message = cls(**body)
+    message.validate()
+    return message

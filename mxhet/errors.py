@@ -1,0 +1,25 @@
+"""mxhet's exception family."""
+
+
+class MxhetError(Exception):
+    """Base of every error mxhet raises on purpose."""
+
+
+class ConfigError(MxhetError, ValueError):
+    """A bad option, environment variable or argument."""
+
+
+class ProtocolError(MxhetError):
+    """A control-plane message that does not follow the protocol."""
+
+
+class StateServerTimeout(MxhetError):
+    """The State Server did not answer within the allowed time."""
+
+
+class UnknownModeError(ConfigError):
+    """A synchronization mode name that is not registered."""
+
+
+class DataError(MxhetError):
+    """The data set is missing or malformed."""

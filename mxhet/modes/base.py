@@ -1,0 +1,190 @@
+"""The base class of synchronization modes, and the per-worker statistics.
+
+A mode owns what happens in ``Trainer.step()``: the local update (if any), the
+heterogeneity emulation, and the communication through the parameter server
+(data plane) and the State Server (control plane). The Trainer delegates to it.
+
+Time accounting per worker, in seconds:
+
+* ``compute_s``: from the end of the previous step to the end of this step's
+  local work -- data loading, forward, backward, local update, and the
+  emulated slowdown sleep. This is the device "computing".
+* ``wait_s``: time inside ``step()`` spent communicating or waiting for other
+  workers (pushes, pulls, State Server requests).
+"""
+import copy
+import dataclasses
+import time
+
+import mxnet as mx
+import numpy as np
+
+from ..errors import ConfigError, MxhetError
+
+
+@dataclasses.dataclass
+class WorkerStats:
+    """Counters of one worker; every time in seconds, every size in bytes."""
+    rank: int = 0
+    slot: int = 0
+    context: str = "cpu"
+    slowdown: float = 1.0
+    rounds: int = 0
+    local_iters: list = dataclasses.field(default_factory=list)
+    iterations: int = 0
+    samples: int = 0
+    compute_s: float = 0.0
+    wait_s: float = 0.0
+    bytes_pushed: int = 0
+    bytes_pulled: int = 0
+    state_queries: int = 0
+
+    def as_dict(self):
+        out = dataclasses.asdict(self)
+        total = self.compute_s + self.wait_s
+        out["compute_ratio"] = self.compute_s / total if total > 0 else None
+        return out
+
+
+def nbytes(arrays):
+    """Bytes of a list of NDArrays, as sent over the wire (MXNet counts nothing)."""
+    return sum(int(a.size) * np.dtype(a.dtype).itemsize for a in arrays)
+
+
+class SyncMode:
+    """Base of every synchronization mode.
+
+    Subclasses set the class attributes, are registered with
+    :func:`mxhet.modes.registry.register`, and implement :meth:`local_update`
+    and :meth:`communicate`.
+
+    Args:
+        trainer: the :class:`mxhet.Trainer` that owns the mode.
+        config: the worker's :class:`mxhet.config.WorkerConfig`.
+        options: mode-specific options; unknown ones raise ConfigError.
+    """
+    name = ""
+    kvstore_type = None          # "dist_sync", "dist_async" or None (standalone)
+    needs_state_server = False
+    description = ""
+    options = {}                 # option name -> default
+
+    def __init__(self, trainer, config, clock=time.monotonic, sleep=time.sleep, **options):
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            raise ConfigError("mode %r has no option(s) %s; it takes %s"
+                              % (self.name, unknown, sorted(self.options) or "none"))
+        self.opts = dict(self.options, **options)
+        self.trainer = trainer
+        self.config = config
+        self.clock = clock
+        self.sleep = sleep
+        self.kv = None
+        self.keys = []
+        self.stats = WorkerStats(slot=config.slot, context=config.context, slowdown=config.slowdown)
+        self.stop_requested = False
+        self.stopped = False
+        self.aggregated = True   # False while the replica holds unaggregated local work
+        self._ready = False
+        self._t_last = None
+
+    # -- lifecycle -----------------------------------------------------
+    def setup(self, batch_size):
+        """Connect to the parameter server and share the initial model.
+
+        Called by the first ``step()``, or earlier by ``Trainer.setup()``.
+        """
+        if self._ready:
+            return
+        params = self.trainer._params
+        for p in params:
+            if len(p.list_ctx()) != 1:
+                raise ConfigError("parameter %s lives on %d contexts; an mxhet worker uses one context "
+                                  "(start one worker per device instead)" % (p.name, len(p.list_ctx())))
+        self.keys = list(range(len(params)))
+        if self.kvstore_type:
+            if not self.config.launched:
+                raise ConfigError("sync mode %r needs the parameter server: start the job with "
+                                  "mxhet-launch (tools/launch.py), or use sync='local'" % self.name)
+            self.kv = mx.kv.create(self.kvstore_type)
+            self.stats.rank = self.kv.rank
+            weights = self.weights()
+            self.kv.init(self.keys, weights)
+            self.kv.set_optimizer(self.server_updater(batch_size))
+            from kvstore_ext.probe import verify_server_updater
+            verify_server_updater(self.kv, self.config.num_servers, self.kvstore_type == "dist_sync")
+            self.kv.pull(self.keys, out=weights)
+            self.stats.bytes_pulled += nbytes(weights)
+            mx.nd.waitall()
+        self.on_setup(batch_size)
+        self._ready = True
+        self._t_last = self.clock()
+
+    def on_setup(self, batch_size):
+        """Mode-specific set-up, after the initial model is shared."""
+
+    def server_updater(self, batch_size):
+        """The ``kvstore_ext`` updater to ship to the servers."""
+        raise ConfigError("mode %r defines no server updater" % self.name)
+
+    def close(self):
+        """Release the kvstore and control-plane connections."""
+        self.kv = None
+
+    # -- the step --------------------------------------------------------
+    def step(self, batch_size, ignore_stale_grad=False):
+        if self.stopped:
+            raise MxhetError("step() after training stopped (check trainer.should_stop)")
+        if not self._ready:
+            self.setup(batch_size)
+        self.local_update(batch_size, ignore_stale_grad)
+        mx.nd.waitall()
+        now = self.clock()
+        compute = now - self._t_last
+        if self.config.slowdown > 1.0:
+            self.sleep((self.config.slowdown - 1.0) * compute)
+            now = self.clock()
+        capability = now - self._t_last
+        self.stats.compute_s += capability
+        self.stats.iterations += 1
+        self.stats.samples += batch_size
+        self.communicate(batch_size, capability, now)
+        end = self.clock()
+        self.stats.wait_s += end - now
+        self._t_last = end
+
+    def local_update(self, batch_size, ignore_stale_grad):
+        """Work done before communication (e.g. a local optimizer step)."""
+
+    def communicate(self, batch_size, capability, compute_end):
+        """Synchronize after the local work of one iteration."""
+
+    def pause(self, seconds):
+        """Exclude ``seconds`` spent outside training (e.g. a snapshot) from compute time."""
+        if self._t_last is not None:
+            self._t_last += seconds
+
+    def request_stop(self):
+        """Ask to stop; the mode stops when every worker can stop consistently."""
+        self.stop_requested = True
+
+    # -- helpers -----------------------------------------------------------
+    def weights(self):
+        return [p.list_data()[0] for p in self.trainer._params]
+
+    def global_arrays(self):
+        """The current global model, name -> NDArray (for snapshots)."""
+        return {p.name: p.list_data()[0] for p in self.trainer._params}
+
+    def push_pull(self, keys, values, outs):
+        self.kv.push(keys, values)
+        self.kv.pull(keys, out=outs)
+        mx.nd.waitall()
+        self.stats.bytes_pushed += nbytes(values)
+        self.stats.bytes_pulled += nbytes(outs)
+
+    def server_optimizer_copy(self, rescale_grad):
+        """A copy of the trainer's optimizer for the servers."""
+        opt = copy.copy(self.trainer._optimizer)
+        opt.rescale_grad = rescale_grad
+        return opt

@@ -1,0 +1,98 @@
+"""Gradient-pushing baselines: synchronous SGD (``sync``) and asynchronous SGD (``async``).
+
+Every step each worker pushes its gradients and pulls the weights; the
+servers apply the trainer's own optimizer (:class:`kvstore_ext.updaters.ServerOptimizer`).
+
+* ``sync`` (``dist_sync``): the servers wait for every worker's gradient and
+  apply their mean (effective batch ``batch_size * num_workers``), so every
+  worker waits for the slowest each step -- the "short board".
+* ``async`` (``dist_async``): each push is applied on arrival; nobody waits,
+  but gradients are computed on stale weights -- the "delayed gradient".
+
+BatchNorm running statistics stay local to each worker in these modes, as in
+MXNet's own distributed training.
+"""
+import mxnet as mx
+
+from kvstore_ext import keys as ps_keys
+from .base import SyncMode
+from .registry import register
+
+
+class _GradientMode(SyncMode):
+
+    def on_setup(self, batch_size):
+        self._batch_size = batch_size
+        self._grad_keys = [i for i, p in enumerate(self.trainer._params) if p.grad_req != "null"]
+
+    def server_updater(self, batch_size):
+        from kvstore_ext.updaters import ServerOptimizer
+        workers = self.kv.num_workers if self.kvstore_type == "dist_sync" else 1
+        return ServerOptimizer(self.kv.num_workers, self.server_optimizer_copy(1.0 / (batch_size * workers)))
+
+    def local_update(self, batch_size, ignore_stale_grad):
+        if batch_size != self._batch_size:
+            raise ValueError("mode %r ships the gradient scale to the servers at the first step: "
+                             "batch_size must stay %d, got %d" % (self.name, self._batch_size, batch_size))
+        params = self.trainer._params
+        if not ignore_stale_grad:
+            for i in self._grad_keys:
+                if not params[i].list_data()[0]._fresh_grad:
+                    raise UserWarning("Gradient of Parameter `%s` has not been updated by backward since "
+                                      "last `step`" % params[i].name)
+
+    def communicate(self, batch_size, capability, compute_end):
+        params = self.trainer._params
+        keys = list(self._grad_keys)
+        grads = [params[i].list_grad()[0] for i in keys]
+        weights = [params[i].list_data()[0] for i in keys]
+        extra_keys, extra_values, extra_outs = self.control_values()
+        self.push_pull(keys + extra_keys, grads + extra_values, weights + extra_outs)
+        for w in weights:
+            w._fresh_grad = False
+        self.stats.rounds += 1
+        self.stats.local_iters.append(1)
+        self.after_sync(extra_outs)
+
+    def control_values(self):
+        """Extra (keys, values, outs) to push and pull with the gradients."""
+        return [], [], []
+
+    def after_sync(self, control_outs):
+        """Look at the pulled control values."""
+
+
+@register
+class Sync(_GradientMode):
+    name = "sync"
+    kvstore_type = "dist_sync"
+    description = "synchronous SGD: gradients averaged every step; everyone waits for the slowest"
+
+    def on_setup(self, batch_size):
+        super().on_setup(batch_size)
+        self._vote = [mx.nd.zeros((1,))]
+        self.kv.init([ps_keys.STOP_VOTE_KEY], [mx.nd.zeros((1,))])
+
+    def control_values(self):
+        # Every worker must run the same number of steps, or the others' next
+        # push waits forever: the stop vote rides on each step's own push/pull.
+        vote = mx.nd.full((1,), 1.0 if self.stop_requested else 0.0)
+        return [ps_keys.STOP_VOTE_KEY], [vote], self._vote
+
+    def after_sync(self, control_outs):
+        if control_outs[0].asscalar() > 0:
+            self.stopped = True
+
+
+@register
+class Async(_GradientMode):
+    name = "async"
+    kvstore_type = "dist_async"
+    description = "asynchronous SGD: each gradient applied on arrival; no waiting, stale gradients"
+
+    def request_stop(self):
+        super().request_stop()
+        self.stopped = True
+
+
+__all__ = ["Sync", "Async"]

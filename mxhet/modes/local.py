@@ -1,0 +1,21 @@
+"""Standalone training on one device (the paper's "Standalone" column)."""
+from .base import SyncMode
+from .registry import register
+
+
+@register
+class Local(SyncMode):
+    name = "local"
+    kvstore_type = None
+    description = "standalone: one device, no parameter server"
+
+    def local_update(self, batch_size, ignore_stale_grad):
+        self.trainer.local_step(batch_size, ignore_stale_grad)
+
+    def communicate(self, batch_size, capability, compute_end):
+        self.stats.rounds += 1
+        self.stats.local_iters.append(1)
+
+    def request_stop(self):
+        super().request_stop()
+        self.stopped = True

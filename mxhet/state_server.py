@@ -1,0 +1,46 @@
+"""``python -m mxhet.state_server``: run ESync's State Server standalone.
+
+Example::
+
+    python -m mxhet.state_server --bind tcp://127.0.0.1:5555 --num-workers 3
+
+It exits when every registered worker has said goodbye, or on SIGTERM/SIGINT.
+"""
+import argparse
+import logging
+import signal
+import sys
+
+from .control.server import serve, write_stats
+from .control.state_rule import DEFAULT_EPSILON
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m mxhet.state_server", description=__doc__.splitlines()[0])
+    parser.add_argument("--bind", required=True, help="ZeroMQ address, e.g. tcp://127.0.0.1:5555")
+    parser.add_argument("--num-workers", type=int, required=True, help="number of workers (ranks 0..n-1)")
+    parser.add_argument("--epsilon", type=float, default=DEFAULT_EPSILON,
+                        help="Algorithm 2's boundary constant, seconds (default %(default)s)")
+    parser.add_argument("--stats-out", default="", help="write per-round statistics (JSON) here on exit")
+    args = parser.parse_args(argv)
+    if args.num_workers < 1:
+        parser.error("--num-workers must be >= 1, got %d" % args.num_workers)
+    if not args.epsilon >= 0:
+        parser.error("--epsilon must be >= 0 seconds, got %r" % args.epsilon)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s state-server %(levelname)s %(message)s")
+    stopping = []
+
+    def _stop(signum, _frame):
+        stopping.append(signum)
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    service = serve(args.bind, args.num_workers, epsilon=args.epsilon, should_stop=lambda: bool(stopping))
+    if args.stats_out:
+        write_stats(service, args.stats_out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

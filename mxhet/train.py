@@ -1,0 +1,270 @@
+"""``python -m mxhet.train``: train a model on Fashion-MNIST under a sync mode.
+
+Run by the launcher on every worker::
+
+    mxhet-launch -n 3 -s 1 --sync esync --slowdown 1,1,10 -- \\
+        python -m mxhet.train --model smallcnn --time-budget 60 --metrics-out runs/esync
+
+Each worker writes ``DIR/worker-<slot>.json``; the worker of PS-LITE rank 0 also
+saves snapshots of the global model during training, evaluates them on the
+test set *after* training (so evaluation never slows training down), and writes
+``DIR/summary.json``.
+"""
+import argparse
+import glob
+import json
+import logging
+import os
+import sys
+import time
+
+import numpy as np
+
+from .config import parse_context, worker_config
+from .errors import ConfigError
+
+LOG = logging.getLogger("mxhet.train")
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="python -m mxhet.train", description=__doc__.splitlines()[0])
+    g = p.add_argument_group("model and data")
+    g.add_argument("--model", default="smallcnn", help="model name (mxhet.models.MODEL_NAMES)")
+    g.add_argument("--input-size", type=int, default=None, help="input image side in pixels (default: per model)")
+    g.add_argument("--dist", choices=["iid", "non-iid"], default="iid", help="how the training set is split")
+    g.add_argument("--data-dir", default=None, help="Fashion-MNIST directory (default: MXHET_DATA_DIR or Debian's)")
+    g.add_argument("--seed", type=int, default=0, help="seed of initialization, split and shuffling")
+    g = p.add_argument_group("optimization")
+    g.add_argument("--sync", default=None, help="sync mode (default: the launcher's --sync, else local)")
+    g.add_argument("--batch-size", type=int, default=64, help="samples per local iteration")
+    g.add_argument("--optimizer", default="sgd", help="MXNet optimizer name (sgd, adam, ...)")
+    g.add_argument("--lr", type=float, default=0.05, help="(local) learning rate")
+    g.add_argument("--momentum", type=float, default=0.0, help="momentum, for sgd")
+    g.add_argument("--wd", type=float, default=0.0, help="weight decay")
+    g.add_argument("--global-lr", type=float, default=1.0, help="esync: ε of Algorithm 1, w += ε·mean(Δ)")
+    g.add_argument("--reset-optimizer-state", action="store_true",
+                   help="esync: clear the local optimizer state at every round boundary")
+    g = p.add_argument_group("stopping and metrics")
+    g.add_argument("--time-budget", type=float, default=60.0, help="seconds of training (default %(default)s)")
+    g.add_argument("--max-rounds", type=int, default=0,
+                   help="stop after this many aggregations (rounds; a step in sync/async/local); 0 = no limit")
+    g.add_argument("--target-accuracy", type=float, default=0.8, help="test accuracy for time_to_target_s")
+    g.add_argument("--eval-interval", type=float, default=2.0, help="seconds between snapshots of the global model")
+    g.add_argument("--eval-samples", type=int, default=2000, help="test images per curve point (final: all)")
+    g.add_argument("--metrics-out", required=True, help="directory for summary.json and worker files")
+    g.add_argument("--dump-rounds", type=int, default=0,
+                   help="save weights (and esync deltas) of the first N rounds, for checking")
+    return p
+
+
+def _validate(args):
+    for name in ("batch_size", "eval_samples"):
+        if getattr(args, name) < 1:
+            raise ConfigError("--%s must be >= 1, got %r" % (name.replace("_", "-"), getattr(args, name)))
+    for name in ("time_budget", "eval_interval", "lr", "global_lr"):
+        if not getattr(args, name) > 0:
+            raise ConfigError("--%s must be > 0, got %r" % (name.replace("_", "-"), getattr(args, name)))
+    if args.max_rounds < 0:
+        raise ConfigError("--max-rounds must be >= 0, got %r" % args.max_rounds)
+    if not 0 < args.target_accuracy <= 1:
+        raise ConfigError("--target-accuracy must be in (0, 1], got %r" % args.target_accuracy)
+
+
+def _context(text):
+    import mxnet as mx
+    kind, index = parse_context(text)
+    return mx.cpu() if kind == "cpu" else mx.gpu(index)
+
+
+def _atomic_json(path, obj):
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+
+
+class RoundDumper:
+    """Saves the first N rounds' weights of this worker as .npz (for checks)."""
+
+    def __init__(self, directory, slot, limit):
+        self.directory, self.slot, self.limit = directory, slot, limit
+        os.makedirs(directory, exist_ok=True)
+
+    def esync_hook(self, round_, before, deltas, after):
+        if round_ < self.limit:
+            arrays = {}
+            for i, (b, d, a) in enumerate(zip(before, deltas, after)):
+                arrays["before_%d" % i], arrays["delta_%d" % i], arrays["after_%d" % i] = b, d, a
+            np.savez(os.path.join(self.directory, "slot%d_round%d.npz" % (self.slot, round_)), **arrays)
+
+    def weights(self, round_, trainer):
+        if round_ < self.limit:
+            arrays = {"after_%d" % i: p.list_data()[0].asnumpy() for i, p in enumerate(trainer._params)}
+            np.savez(os.path.join(self.directory, "slot%d_round%d.npz" % (self.slot, round_)), **arrays)
+
+
+def run(args, config=None):
+    """Train under the configuration; returns this worker's stats dict."""
+    import mxnet as mx
+    from mxnet import autograd, gluon
+
+    from . import data, models
+    from .trainer import Trainer
+
+    _validate(args)
+    config = config or worker_config()
+    if args.sync and config.launched and args.sync != config.sync:
+        raise ConfigError("--sync %s contradicts the launcher's --sync %s" % (args.sync, config.sync))
+    mode = args.sync or config.sync
+    ctx = _context(config.context)
+    os.makedirs(args.metrics_out, exist_ok=True)
+
+    mx.random.seed(args.seed)
+    np.random.seed(args.seed)
+    input_size = args.input_size or models.default_input_size(args.model)
+    net = models.get_model(args.model, classes=10, input_size=input_size)
+    net.initialize(mx.init.Xavier(), ctx=ctx)
+    net.hybridize()
+
+    images, labels = data.load_fashion_mnist("train", args.data_dir or config.data_dir)
+    shard = data.partition(labels, config.num_slots, config.slot, dist=args.dist, seed=args.seed)
+    batches = data.ShardIterator(images, labels, shard, args.batch_size, seed=args.seed + 1000 * config.slot,
+                                 input_size=input_size, ctx=ctx)
+    x, _ = next(batches)
+    net(x)  # resolve deferred shapes before the initial model is shared
+
+    opt_params = {"learning_rate": args.lr, "wd": args.wd}
+    if args.optimizer == "sgd":
+        opt_params["momentum"] = args.momentum
+    mode_opts = {}
+    if mode == "esync":
+        mode_opts = {"global_lr": args.global_lr, "reset_optimizer_state": args.reset_optimizer_state}
+    trainer = Trainer(net.collect_params(), args.optimizer, opt_params, sync=mode, config=config, **mode_opts)
+    trainer.setup(args.batch_size)
+    rank = trainer.rank
+    is_chief = rank == 0
+    LOG.info("slot %d is PS-LITE rank %d, mode %s, context %s, slowdown %g",
+             config.slot, rank, mode, config.context, config.slowdown)
+
+    dumper = RoundDumper(os.path.join(args.metrics_out, "dump"), config.slot, args.dump_rounds) \
+        if args.dump_rounds else None
+    if dumper is not None and mode == "esync":
+        trainer.mode.round_hook = dumper.esync_hook
+
+    snap_dir = os.path.join(args.metrics_out, "snapshots")
+    snapshots = []
+    start = time.monotonic()
+    if is_chief:
+        os.makedirs(snap_dir, exist_ok=True)
+        for old in glob.glob(os.path.join(snap_dir, "*.params")):
+            os.remove(old)
+
+    def snapshot():
+        t = time.monotonic() - start
+        path = os.path.join(snap_dir, "%06d.params" % len(snapshots))
+        trainer.save_global(path)
+        snapshots.append((t, path))
+
+    if is_chief:
+        snapshot()
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    losses = []
+    last_snap = last_log = time.monotonic()
+    while not trainer.should_stop:
+        now = time.monotonic()
+        if now - start >= args.time_budget or (args.max_rounds and trainer.stats.rounds >= args.max_rounds):
+            trainer.request_stop()
+            if trainer.should_stop:
+                break
+        x, y = next(batches)
+        with autograd.record():
+            loss = loss_fn(net(x), y)
+        loss.backward()
+        trainer.step(args.batch_size)
+        if dumper is not None and mode != "esync":
+            dumper.weights(trainer.stats.rounds - 1, trainer)
+        now = time.monotonic()
+        if is_chief and trainer.mode.aggregated and now - last_snap >= args.eval_interval:
+            snapshot()
+            losses.append([round(now - start, 3), float(loss.mean().asscalar())])
+            last_snap = now
+        if is_chief and now - last_log >= 10.0:
+            LOG.info("%.0f s: %d rounds, %d local iterations", now - start,
+                     trainer.stats.rounds, trainer.stats.iterations)
+            last_log = now
+    train_time = time.monotonic() - start
+    if is_chief:
+        snapshot()
+
+    stats = trainer.stats.as_dict()
+    stats["train_time_s"] = train_time
+    _atomic_json(os.path.join(args.metrics_out, "worker-%d.json" % config.slot), stats)
+    if trainer.mode.kv is not None:
+        trainer.mode.kv._barrier()  # every worker file is written
+    trainer.close()
+    if is_chief:
+        summary = evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time, losses)
+        _atomic_json(os.path.join(args.metrics_out, "summary.json"), summary)
+        LOG.info("summary: final accuracy %.4f, time to %.2f: %s", summary["final_accuracy"],
+                 args.target_accuracy, summary["time_to_target_s"])
+    return stats
+
+
+def evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time, losses):
+    """Evaluate the snapshots of the global model and merge the worker files."""
+    import mxnet as mx
+
+    from . import data
+
+    test_x, test_y = data.load_fashion_mnist("test", args.data_dir or config.data_dir)
+    params = net.collect_params()
+    curve = []
+    final_accuracy = None
+    for i, (t, path) in enumerate(snapshots):
+        for name, arr in mx.nd.load(path).items():
+            params[name].set_data(arr)
+        last = i == len(snapshots) - 1
+        acc = data.evaluate(net, test_x, test_y, input_size=input_size, ctx=ctx,
+                            limit=None if last else args.eval_samples)
+        curve.append([round(t, 3), round(float(acc), 4)])
+        if last:
+            final_accuracy = float(acc)
+    reached = [t for t, acc in curve if acc >= args.target_accuracy]
+    workers = []
+    for slot in range(config.num_slots):
+        with open(os.path.join(args.metrics_out, "worker-%d.json" % slot)) as f:
+            workers.append(json.load(f))
+    return {
+        "mode": mode,
+        "model": args.model,
+        "input_size": input_size,
+        "dist": args.dist,
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "seed": args.seed,
+        "num_workers": config.num_slots,
+        "target_accuracy": args.target_accuracy,
+        "time_to_target_s": reached[0] if reached else None,
+        "final_accuracy": final_accuracy,
+        "train_time_s": train_time,
+        "curve": curve,
+        "train_loss": losses,
+        "eval_samples": args.eval_samples,
+        "workers": workers,
+    }
+
+
+def main(argv=None):
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        run(args)
+    except ConfigError as exc:
+        print("mxhet.train: error: %s" % exc, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""``mxhet.Trainer``: a drop-in replacement for ``gluon.Trainer``.
+
+It keeps ``gluon.Trainer``'s signature and adds ``sync=``, the name of a
+synchronization mode (see :mod:`mxhet.modes`). Under the launcher the mode and
+the worker's slot come from the environment::
+
+    net = get_model("smallcnn"); net.initialize(mx.init.Xavier())
+    trainer = mxhet.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.05})
+    while not trainer.should_stop:
+        data, label = next(batches)
+        with autograd.record():
+            loss = loss_fn(net(data), label)
+        loss.backward()
+        trainer.step(batch_size)
+"""
+import time
+import warnings
+
+import mxnet as mx
+from mxnet import gluon
+
+from .config import worker_config
+from .errors import ConfigError
+from .modes import get_mode
+
+
+class Trainer(gluon.Trainer):
+    """Applies an optimizer to a set of Parameters under a synchronization mode.
+
+    Args:
+        params, optimizer, optimizer_params: as for ``gluon.Trainer``. For
+            ``esync`` and ``local`` the optimizer runs on the worker; for
+            ``sync`` and ``async`` a copy of it runs on the parameter servers.
+        kvstore, update_on_kvstore: accepted for compatibility; the mode
+            chooses the kvstore, so any other value than the default is ignored
+            with a warning.
+        compression_params: not supported (raises ConfigError if set).
+        sync: mode name (default: ``MXHET_SYNC`` from the launcher, else
+            ``local``).
+        config: a :class:`mxhet.config.WorkerConfig` (default: read from the
+            environment).
+        mode_options: options of the mode, e.g. ``global_lr=1.0`` for esync.
+
+    Raises:
+        UnknownModeError: for an unregistered mode name.
+        ConfigError: for options the mode does not take.
+    """
+
+    def __init__(self, params, optimizer, optimizer_params=None, kvstore="device",
+                 compression_params=None, update_on_kvstore=None, *, sync=None, config=None,
+                 **mode_options):
+        config = config if config is not None else worker_config()
+        mode_cls = get_mode(sync or config.sync)
+        if compression_params:
+            raise ConfigError("gradient compression is not supported by mxhet.Trainer")
+        if kvstore not in ("device", None) or update_on_kvstore is not None:
+            warnings.warn("mxhet.Trainer: mode %r chooses the kvstore (%s); kvstore=%r and "
+                          "update_on_kvstore=%r are ignored"
+                          % (mode_cls.name, mode_cls.kvstore_type, kvstore, update_on_kvstore), stacklevel=2)
+        # The local optimizer runs without a kvstore; the mode does all communication.
+        super().__init__(params, optimizer, optimizer_params, kvstore=None, update_on_kvstore=False)
+        self.config = config
+        self.mode = mode_cls(self, config, **mode_options)
+
+    # -- gluon.Trainer API -------------------------------------------------
+    def step(self, batch_size, ignore_stale_grad=False):
+        """One training step: local update and/or synchronization, by mode."""
+        self.mode.step(batch_size, ignore_stale_grad)
+
+    def allreduce_grads(self):
+        raise ConfigError("mxhet.Trainer synchronizes inside step(); allreduce_grads() is not available")
+
+    def update(self, batch_size, ignore_stale_grad=False):
+        raise ConfigError("mxhet.Trainer synchronizes inside step(); update() is not available")
+
+    # -- mxhet additions -----------------------------------------------------
+    def local_step(self, batch_size, ignore_stale_grad=False):
+        """Apply the optimizer to the local parameters only (no communication)."""
+        super().step(batch_size, ignore_stale_grad)
+
+    def setup(self, batch_size):
+        """Join the job now (connect, share the initial model) instead of at the first step.
+
+        The parameters must be initialized (run one forward pass first if
+        their shapes are deferred).
+        """
+        self.mode.setup(batch_size)
+
+    @property
+    def sync(self):
+        return self.mode.name
+
+    @property
+    def rank(self):
+        """PS-LITE rank of this worker (0 in standalone mode)."""
+        return self.mode.stats.rank
+
+    @property
+    def should_stop(self):
+        """True once the job agreed to stop; the training loop should end."""
+        return self.mode.stopped
+
+    def request_stop(self):
+        """Ask to end training. Synchronous modes stop after a step or round that
+        every worker completes, so no worker is left waiting."""
+        self.mode.request_stop()
+
+    @property
+    def stats(self):
+        """This worker's counters (:class:`mxhet.modes.WorkerStats`)."""
+        return self.mode.stats
+
+    def save_global(self, path):
+        """Save the current global model (name -> array) to ``path``.
+
+        Its time does not count as compute time.
+        """
+        t0 = time.monotonic()
+        mx.nd.save(path, {name: arr for name, arr in self.mode.global_arrays().items()})
+        self.mode.pause(time.monotonic() - t0)
+
+    def close(self):
+        """Leave the job: release the kvstore and the State Server connection."""
+        self.mode.close()

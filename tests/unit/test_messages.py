@@ -1,0 +1,95 @@
+"""Wire format of the control plane and the State Server's request handling."""
+import json
+
+import pytest
+
+from mxhet.control import messages as m
+from mxhet.control.server import StateService
+from mxhet.errors import ProtocolError
+
+
+def test_round_trip():
+    q = m.Query(rank=1, seq=3, round=2, k=4, c=0.5, since_finish=0.001)
+    assert m.decode(m.encode(q)) == q
+
+
+@pytest.mark.parametrize("raw", [
+    b"\xff\xfe", b"[1,2]", b"{}", b'{"v":2,"type":"bye","rank":0,"seq":1}',
+    b'{"v":1,"type":"nope","rank":0,"seq":1}',
+    b'{"v":1,"type":"bye","rank":0}',
+    b'{"v":1,"type":"bye","rank":0,"seq":1,"extra":1}',
+    b'{"v":1,"type":"bye","rank":-1,"seq":1}',
+    b'{"v":1,"type":"bye","rank":true,"seq":1}',
+    b'{"v":1,"type":"query","rank":0,"seq":1,"round":0,"k":1,"c":"fast","since_finish":0}',
+    b'{"v":1,"type":"query","rank":0,"seq":1,"round":0,"k":1,"c":-1,"since_finish":0}',
+    b'{"v":1,"type":"reset","rank":0,"seq":1,"round":1,"want_stop":1}',
+])
+def test_malformed_messages_are_refused(raw):
+    with pytest.raises(ProtocolError):
+        m.decode(raw, m.REQUEST_TYPES)
+
+
+def test_oversized_message_refused():
+    body = {"v": 1, "type": "bye", "rank": 0, "seq": 1, "pad": "x" * m.MAX_MESSAGE_BYTES}
+    with pytest.raises(ProtocolError, match="cap"):
+        m.decode(json.dumps(body).encode())
+
+
+def test_reply_not_accepted_as_request():
+    with pytest.raises(ProtocolError):
+        m.decode(m.encode(m.Reply(seq=1)), m.REQUEST_TYPES)
+
+
+def register_all(svc, n):
+    for r in range(n):
+        assert svc.handle(m.Register(rank=r, seq=1, slot=n - 1 - r), 0.0).ok
+
+
+def test_service_refuses_unregistered_and_out_of_range():
+    svc = StateService(2)
+    reply = svc.handle(m.Query(rank=0, seq=1, round=0, k=1, c=0.1, since_finish=0.0), 0.0)
+    assert not reply.ok and "registered" in reply.error
+    reply = svc.handle(m.Register(rank=5, seq=1, slot=0), 0.0)
+    assert not reply.ok
+    register_all(svc, 2)
+    reply = svc.handle(m.Register(rank=0, seq=2, slot=0), 0.0)  # rank 0 is slot 1
+    assert not reply.ok and "already registered" in reply.error
+
+
+def test_service_one_stop_decision_per_round():
+    svc = StateService(2)
+    register_all(svc, 2)
+    for r in range(2):
+        svc.handle(m.Query(rank=r, seq=2, round=0, k=1, c=0.1 * (r + 1), since_finish=0.0), 1.0)
+    first = svc.handle(m.Reset(rank=0, seq=3, round=1, want_stop=False), 1.0)
+    second = svc.handle(m.Reset(rank=1, seq=3, round=1, want_stop=True), 1.0)
+    assert first.stop is False and second.stop is False  # decided by the first reset of the round
+    for r in range(2):
+        svc.handle(m.Query(rank=r, seq=4, round=1, k=1, c=0.1 * (r + 1), since_finish=0.0), 2.0)
+    assert svc.handle(m.Reset(rank=1, seq=5, round=2, want_stop=True), 2.0).stop
+    assert svc.handle(m.Reset(rank=0, seq=5, round=2, want_stop=False), 2.0).stop
+
+
+def test_service_converts_durations_to_server_clock():
+    svc = StateService(2, epsilon=0.0)
+    register_all(svc, 2)
+    svc.handle(m.Query(rank=1, seq=2, round=0, k=1, c=1.0, since_finish=0.0), 10.0)  # slowest ready
+    svc.handle(m.Reset(rank=1, seq=3, round=1, want_stop=False), 10.0)
+    svc.handle(m.Reset(rank=0, seq=3, round=1, want_stop=False), 10.0)
+    # worker 0 finished 0.3 s before the query reached the server
+    svc.handle(m.Query(rank=0, seq=4, round=1, k=1, c=0.1, since_finish=0.3), 10.5)
+    assert svc.table.record(0).last_finish == pytest.approx(10.2)
+
+
+def test_service_records_rounds_and_finishes():
+    svc = StateService(2)
+    register_all(svc, 2)
+    svc.handle(m.Query(rank=0, seq=2, round=0, k=1, c=0.1, since_finish=0.0), 0.0)
+    assert svc.handle(m.Query(rank=1, seq=2, round=0, k=1, c=1.0, since_finish=0.0), 1.0).ready
+    assert svc.handle(m.Query(rank=0, seq=3, round=0, k=9, c=0.1, since_finish=0.0), 1.0).ready
+    stats = svc.stats()
+    assert stats["rounds"][0] == {"round": 0, "slowest": 1, "local_iters": {"0": 9, "1": 1}}
+    assert not svc.finished
+    svc.handle(m.Bye(rank=0, seq=4), 2.0)
+    svc.handle(m.Bye(rank=1, seq=4), 2.0)
+    assert svc.finished

@@ -1,0 +1,128 @@
+"""Algorithm 2 (QUERY-STATE / RESET) with an injected clock."""
+import math
+
+import pytest
+
+from mxhet.control.state_rule import StateTable, find_slowest
+
+
+def table(n=3, eps=0.05):
+    return StateTable(range(n), epsilon=eps, now=0.0)
+
+
+def test_k_zero_is_never_ready():
+    t = table()
+    # even the slowest device must do one local iteration per round
+    for r in range(3):
+        t.query(r, 1, 1.0 + r, last_finish=0.0, now=0.0)
+    assert t.query(2, 0, 3.0, last_finish=0.0, now=0.0) is False
+
+
+def test_unreported_device_counts_as_slowest():
+    t = table(2)
+    # device 1 has not reported a capability yet: device 0 keeps training
+    assert t.query(0, 5, 0.01, last_finish=1.0, now=1.0) is False
+    assert t.slowest_rank() == 1
+    assert math.isinf(t.record(1).capability)
+
+
+def test_slowest_device_is_ready_after_one_iteration():
+    t = table()
+    t.query(0, 3, 0.1, 0.0, 0.0)
+    t.query(1, 3, 0.1, 0.0, 0.0)
+    assert t.query(2, 1, 2.0, last_finish=2.0, now=2.0) is True
+    assert t.record(2).ready
+
+
+def test_fast_device_ready_once_slowest_ready():
+    t = table()
+    t.query(0, 1, 0.1, 0.0, 0.0)
+    t.query(1, 0, 0.1, 0.0, 0.0)  # k == 0 records the capability only
+    t.query(2, 1, 2.0, 2.0, 2.0)  # slowest, ready
+    assert t.query(0, 7, 0.1, last_finish=2.01, now=2.01) is True
+
+
+def test_fast_device_continues_while_it_can_finish_an_iteration():
+    t = table(2)
+    t.query(1, 1, 2.0, last_finish=0.0, now=0.0)  # slow: ready (it is the slowest)
+    t.reset(1, 1, finish_time=0.5)
+    t.reset(0, 1, finish_time=0.5)
+    # slow device expected to finish at 0.5 + 2.0 = 2.5
+    assert t.query(0, 1, 0.1, last_finish=0.6, now=0.6) is False   # rest 1.9 s
+    assert t.query(0, 10, 0.1, last_finish=2.3, now=2.3) is False  # rest 0.2 > 0.15
+    assert t.query(0, 12, 0.1, last_finish=2.4, now=2.4) is True   # rest 0.1 < 0.15
+
+
+def test_rest_time_uses_server_clock_only():
+    # The same server-clock readings give the same decision whatever a
+    # worker's own clock says: the rule never sees worker instants.
+    a, b = table(2), table(2)
+    for t in (a, b):
+        t.query(1, 1, 1.0, 0.0, 0.0)
+        t.reset(1, 1, 1.0)
+        t.reset(0, 1, 1.0)
+    assert a.query(0, 3, 0.2, last_finish=1.5, now=1.5) == b.query(0, 3, 0.2, last_finish=1.5, now=1.5)
+
+
+def test_not_ready_while_slowest_has_not_pulled():
+    t = table(2)
+    t.query(0, 1, 0.1, 0.0, 0.0)
+    t.query(1, 1, 2.0, 2.0, 2.0)  # slowest ready in round 0
+    t.query(0, 4, 0.1, 2.0, 2.0)
+    t.reset(0, 1, finish_time=2.1)  # fast device pulled first
+    # the slowest is still in round 0 (its pull has not finished)
+    assert t.query(0, 1, 0.1, last_finish=2.2, now=2.2) is False
+    assert t.query(0, 1, 0.1, last_finish=5.0, now=5.0) is False
+
+
+def test_two_equally_slow_devices_do_not_stall_the_round():
+    # Section 4.1: A and B equally slow; the one that reports first must not
+    # continue while the later one aggregates.
+    t = table(3)
+    t.query(0, 5, 0.05, 0.0, 0.0)
+    t.query(2, 0, 2.0, 0.0, 0.0)  # B's capability is known from an earlier round
+    a_ready = t.query(1, 1, 2.0, last_finish=2.0, now=2.0)
+    b_ready = t.query(2, 1, 2.0, last_finish=2.001, now=2.001)
+    assert a_ready and b_ready
+
+
+def test_two_almost_equally_slow_devices_epsilon_breaks_tie():
+    t = table(3, eps=0.05)
+    t.query(0, 5, 0.05, 0.0, 0.0)
+    t.query(2, 1, 2.02, last_finish=0.0, now=0.0)  # B reported earlier and is a bit slower
+    t.reset(2, 0, 0.0)
+    # A finishes at the same time B is expected to (2.02 s): A must aggregate
+    assert t.query(1, 1, 2.0, last_finish=2.0, now=2.0) is True
+
+
+def test_reset_clears_ready_and_iterations():
+    t = table(2)
+    t.query(1, 1, 1.0, 0.0, 0.0)
+    t.reset(1, 1, finish_time=1.0)
+    rec = t.record(1)
+    assert (rec.ready, rec.local_iters, rec.round, rec.last_finish) == (False, 0, 1, 1.0)
+    with pytest.raises(ValueError):
+        t.reset(1, 0, 2.0)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        StateTable([])
+    with pytest.raises(ValueError):
+        StateTable([0, 0])
+    with pytest.raises(ValueError):
+        StateTable([0], epsilon=-1)
+    t = table(2)
+    with pytest.raises(KeyError):
+        t.query(7, 1, 1.0, 0.0, 0.0)
+    with pytest.raises(ValueError):
+        t.query(0, -1, 1.0, 0.0, 0.0)
+    with pytest.raises(ValueError):
+        t.query(0, 1, float("nan"), 0.0, 0.0)
+
+
+def test_find_slowest_tie_goes_to_lowest_rank():
+    t = table(3)
+    for r in range(3):
+        t.query(r, 1, 1.0, 0.0, 0.0)
+    assert find_slowest(t.records.values()).rank == 0
