@@ -51,6 +51,12 @@ def nbytes(arrays):
     return sum(int(a.size) * np.dtype(a.dtype).itemsize for a in arrays)
 
 
+def copy_all(sources, targets):
+    """Copy arrays pairwise (converting memory layouts as needed)."""
+    for src, dst in zip(sources, targets):
+        src.copyto(dst)
+
+
 class SyncMode:
     """Base of every synchronization mode.
 
@@ -81,6 +87,7 @@ class SyncMode:
         self.sleep = sleep
         self.kv = None
         self.keys = []
+        self.wbufs = []  # the global model as last pulled, in default layout
         self.stats = WorkerStats(slot=config.slot, context=config.context, slowdown=config.slowdown)
         self.stop_requested = False
         self.stopped = False
@@ -108,13 +115,18 @@ class SyncMode:
                                   "mxhet-launch (tools/launch.py), or use sync='local'" % self.name)
             self.kv = mx.kv.create(self.kvstore_type)
             self.stats.rank = self.kv.rank
-            weights = self.weights()
-            self.kv.init(self.keys, weights)
+            # Communication goes through buffers in MXNet's default layout:
+            # the kvstore cannot read MKL-DNN (oneDNN) arrays, which is what
+            # convolution weights become after a forward pass on the CPU.
+            self.wbufs = [mx.nd.zeros(w.shape, ctx=w.context, dtype=w.dtype) for w in self.weights()]
+            copy_all(self.weights(), self.wbufs)
+            self.kv.init(self.keys, self.wbufs)
             self.kv.set_optimizer(self.server_updater(batch_size))
             from kvstore_ext.probe import verify_server_updater
             verify_server_updater(self.kv, self.config.num_servers, self.kvstore_type == "dist_sync")
-            self.kv.pull(self.keys, out=weights)
-            self.stats.bytes_pulled += nbytes(weights)
+            self.kv.pull(self.keys, out=self.wbufs)
+            self.stats.bytes_pulled += nbytes(self.wbufs)
+            copy_all(self.wbufs, self.weights())
             mx.nd.waitall()
         self.on_setup(batch_size)
         self._ready = True

@@ -15,7 +15,7 @@ import mxnet as mx
 
 from ..control.client import DEFAULT_TIMEOUT, StateClient
 from ..errors import ConfigError
-from .base import SyncMode
+from .base import SyncMode, copy_all
 from .registry import register
 
 
@@ -43,7 +43,8 @@ class ESync(SyncMode):
         return ESyncAverage(self.kv.num_workers, epsilon=self.opts["global_lr"])
 
     def on_setup(self, batch_size):
-        self.w_global = [w.copy() for w in self.weights()]
+        self.w_global = self.wbufs
+        self._deltas = [mx.nd.zeros(w.shape, ctx=w.context, dtype=w.dtype) for w in self.w_global]
         self.client = StateClient(self.config.state_server, self.kv.rank, self.config.slot,
                                   timeout=self.opts["state_timeout"])
         self.client.register()
@@ -61,12 +62,12 @@ class ESync(SyncMode):
 
     def aggregate(self):
         """Push Δ for every key in one batch, pull w_t+1, reset the replica, RESET."""
-        replicas = self.weights()
-        deltas = [w - g for w, g in zip(replicas, self.w_global)]
+        replicas, deltas = self.weights(), self._deltas
+        for w, g, d in zip(replicas, self.w_global, deltas):
+            mx.nd.elemwise_sub(w, g, out=d)
         before = [g.asnumpy() for g in self.w_global] if self.round_hook else None
         self.push_pull(self.keys, deltas, self.w_global)
-        for w, g in zip(replicas, self.w_global):
-            g.copyto(w)
+        copy_all(self.w_global, replicas)
         if self.opts["reset_optimizer_state"]:
             for updater in self.trainer._updaters:
                 updater.states.clear()

@@ -15,7 +15,7 @@ MXNet's own distributed training.
 import mxnet as mx
 
 from kvstore_ext import keys as ps_keys
-from .base import SyncMode
+from .base import SyncMode, copy_all
 from .registry import register
 
 
@@ -24,6 +24,8 @@ class _GradientMode(SyncMode):
     def on_setup(self, batch_size):
         self._batch_size = batch_size
         self._grad_keys = [i for i, p in enumerate(self.trainer._params) if p.grad_req != "null"]
+        self._gbufs = [mx.nd.zeros(self.wbufs[i].shape, ctx=self.wbufs[i].context, dtype=self.wbufs[i].dtype)
+                       for i in self._grad_keys]
 
     def server_updater(self, batch_size):
         from kvstore_ext.updaters import ServerOptimizer
@@ -44,10 +46,12 @@ class _GradientMode(SyncMode):
     def communicate(self, batch_size, capability, compute_end):
         params = self.trainer._params
         keys = list(self._grad_keys)
-        grads = [params[i].list_grad()[0] for i in keys]
-        weights = [params[i].list_data()[0] for i in keys]
+        copy_all([params[i].list_grad()[0] for i in keys], self._gbufs)
+        wbufs = [self.wbufs[i] for i in keys]
         extra_keys, extra_values, extra_outs = self.control_values()
-        self.push_pull(keys + extra_keys, grads + extra_values, weights + extra_outs)
+        self.push_pull(keys + extra_keys, self._gbufs + extra_values, wbufs + extra_outs)
+        weights = [params[i].list_data()[0] for i in keys]
+        copy_all(wbufs, weights)
         for w in weights:
             w._fresh_grad = False
         self.stats.rounds += 1
