@@ -1,0 +1,120 @@
+"""Models for 1-channel Fashion-MNIST input.
+
+``smallcnn`` is a small, fast CNN for tests and smoke runs. The other names are
+GluonCV model-zoo networks built with ``pretrained=False``. Every zoo network
+here leaves its first layer's input channels to deferred shape inference, so it
+takes (b, 1, S, S) batches unchanged (checked for each name). One adaptation:
+``inceptionv3`` ends with a fixed 8 x 8 average pool that only fits 299-pixel
+inputs; it is replaced by a global average pool (identical at 299 pixels, no
+parameters), which lets the network run from 75 pixels up.
+
+Input sizes (pixels per side) were measured with MXNet 1.9.1 / GluonCV 0.11.0:
+``min_input_size`` is the smallest size whose forward pass infers shapes (the
+ResNets and MobileNet pad every stride-2 layer and accept even 1 pixel), and
+``default_input_size`` a size that is cheap on a CPU.
+"""
+import collections
+
+from mxnet.gluon import nn
+
+from .errors import ConfigError
+
+MODEL_NAMES = ("smallcnn", "alexnet", "resnet18_v1", "resnet50_v1", "resnet50_v2",
+               "mobilenet1.0", "inceptionv3")
+
+_Spec = collections.namedtuple("_Spec", "build default_size min_size")
+
+
+def _smallcnn(classes):
+    net = nn.HybridSequential(prefix="smallcnn_")
+    with net.name_scope():
+        net.add(nn.Conv2D(16, kernel_size=5, activation="relu"),
+                nn.MaxPool2D(pool_size=2),
+                nn.Conv2D(32, kernel_size=5, activation="relu"),
+                nn.MaxPool2D(pool_size=2),
+                nn.Dense(128, activation="relu"),
+                nn.Dense(classes))
+    return net
+
+
+def _zoo(name, classes):
+    import gluoncv  # slow to import (about 2 s): only when a zoo model is asked for
+    return gluoncv.model_zoo.get_model(name, classes=classes, pretrained=False)
+
+
+def _zoo_builder(name):
+    return lambda classes: _zoo(name, classes)
+
+
+def _inceptionv3(classes):
+    net = _zoo("inceptionv3", classes)
+    keys = list(net.features._children)
+    pool_key = keys[-2]  # features end with AvgPool2D(8), Dropout(0.5)
+    if not isinstance(net.features._children[pool_key], nn.AvgPool2D):
+        raise RuntimeError("unexpected GluonCV inceptionv3 layout: %r" % (net.features,))
+    net.features.register_child(nn.GlobalAvgPool2D(), pool_key)
+    return net
+
+
+# name -> (builder(classes), default input size, smallest accepted input size)
+_SPECS = {
+    # 28 -> conv5 24 -> pool 12 -> conv5 8 -> pool 4; below 16 a pool gets 1 x 1.
+    "smallcnn": _Spec(_smallcnn, 28, 16),
+    # conv11/4 + three 3x3/2 max pools without padding need 63 pixels.
+    "alexnet": _Spec(_zoo_builder("alexnet"), 64, 63),
+    "resnet18_v1": _Spec(_zoo_builder("resnet18_v1"), 32, 1),
+    "resnet50_v1": _Spec(_zoo_builder("resnet50_v1"), 32, 1),
+    "resnet50_v2": _Spec(_zoo_builder("resnet50_v2"), 32, 1),
+    "mobilenet1.0": _Spec(_zoo_builder("mobilenet1.0"), 32, 1),
+    # With the global pool; the original fixed 8x8 pool needs 299.
+    "inceptionv3": _Spec(_inceptionv3, 75, 75),
+}
+
+
+def _spec(name):
+    try:
+        return _SPECS[name]
+    except (KeyError, TypeError):
+        raise ConfigError("unknown model %r; known models: %s"
+                          % (name, ", ".join(MODEL_NAMES))) from None
+
+
+def default_input_size(name):
+    """Side in pixels of the square input ``name`` uses by default.
+
+    Raises:
+        ConfigError: for an unknown model name.
+    """
+    return _spec(name).default_size
+
+
+def min_input_size(name):
+    """Smallest input side in pixels that ``name`` accepts.
+
+    Raises:
+        ConfigError: for an unknown model name.
+    """
+    return _spec(name).min_size
+
+
+def get_model(name, classes=10, input_size=None):
+    """An uninitialized HybridBlock mapping (b, 1, S, S) to (b, classes) logits.
+
+    ``input_size`` (S) is only checked here; the network infers its shapes on
+    the first forward pass. BatchNorm layers are kept: their running
+    statistics are parameters with ``grad_req='null'``.
+
+    Raises:
+        ConfigError: for an unknown name, a bad ``classes``, or an
+            ``input_size`` below :func:`min_input_size`.
+    """
+    spec = _spec(name)
+    if isinstance(classes, bool) or not isinstance(classes, int) or classes < 1:
+        raise ConfigError("classes must be a positive integer, got %r" % (classes,))
+    if input_size is not None:
+        if isinstance(input_size, bool) or not isinstance(input_size, int):
+            raise ConfigError("input_size must be an integer, got %r" % (input_size,))
+        if input_size < spec.min_size:
+            raise ConfigError("%s needs input_size >= %d, got %d"
+                              % (name, spec.min_size, input_size))
+    return spec.build(classes)

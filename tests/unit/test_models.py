@@ -1,0 +1,97 @@
+"""Model builders: every name runs on 1-channel input; smallcnn learns."""
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import autograd, gluon
+
+from mxhet import data, models
+from mxhet.errors import ConfigError
+
+
+def _forward(net, size, batch=2):
+    return net(mx.nd.random.uniform(shape=(batch, 1, size, size)))
+
+
+def test_model_names():
+    assert models.MODEL_NAMES == ("smallcnn", "alexnet", "resnet18_v1", "resnet50_v1",
+                                  "resnet50_v2", "mobilenet1.0", "inceptionv3")
+
+
+@pytest.mark.parametrize("name", models.MODEL_NAMES)
+def test_every_model_runs_on_one_channel(name):
+    size = models.default_input_size(name)
+    assert size >= models.min_input_size(name)
+    net = models.get_model(name, input_size=size)
+    assert isinstance(net, gluon.HybridBlock)
+    net.initialize(mx.init.Xavier())
+    out = _forward(net, size)
+    assert out.shape == (2, 10)
+    assert np.isfinite(out.asnumpy()).all()
+
+
+@pytest.mark.parametrize("name", ["smallcnn", "alexnet", "inceptionv3"])
+def test_min_input_size_is_tight(name):
+    """The smallest size runs; one pixel less fails (the ResNets/MobileNet accept any size)."""
+    size = models.min_input_size(name)
+    net = models.get_model(name, input_size=size)
+    net.initialize(mx.init.Xavier())
+    assert _forward(net, size).shape == (2, 10)
+    smaller = models.get_model(name)
+    smaller.initialize(mx.init.Xavier())
+    # MXNetError from the operator, or ValueError from deferred initialization
+    with pytest.raises((mx.base.MXNetError, ValueError)):
+        _forward(smaller, size - 1).wait_to_read()
+
+
+def test_get_model_refuses_small_input():
+    with pytest.raises(ConfigError, match="alexnet needs input_size >= 63, got 32"):
+        models.get_model("alexnet", input_size=32)
+
+
+def test_unknown_model_lists_names():
+    with pytest.raises(ConfigError, match="resnet18_v1") as info:
+        models.get_model("vgg16")
+    assert "vgg16" in str(info.value)
+    with pytest.raises(ConfigError):
+        models.default_input_size("vgg16")
+    with pytest.raises(ConfigError):
+        models.min_input_size("vgg16")
+
+
+def test_classes_argument():
+    net = models.get_model("smallcnn", classes=3)
+    net.initialize(mx.init.Xavier())
+    assert _forward(net, 28).shape == (2, 3)
+    with pytest.raises(ConfigError, match="classes"):
+        models.get_model("smallcnn", classes=0)
+
+
+def test_batchnorm_statistics_are_kept():
+    net = models.get_model("resnet18_v1")
+    net.initialize(mx.init.Xavier())
+    _forward(net, 32)
+    params = net.collect_params()
+    stats = [n for n in params.keys() if n.endswith(("running_mean", "running_var"))]
+    assert stats
+    assert all(params[n].grad_req == "null" for n in stats)
+
+
+def test_smallcnn_learns_fashion_mnist():
+    images, labels = data.load_fashion_mnist("train")
+    t_images, t_labels = data.load_fashion_mnist("test")
+    mx.random.seed(0)
+    net = models.get_model("smallcnn")
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    stream = data.ShardIterator(images, labels, data.partition(labels, 1, 0), 64, seed=0)
+    before = data.evaluate(net, t_images, t_labels, limit=2000)
+    for _ in range(300):
+        x, y = next(stream)
+        with autograd.record():
+            loss = loss_fn(net(x), y)
+        loss.backward()
+        trainer.step(x.shape[0])
+    after = data.evaluate(net, t_images, t_labels, limit=2000)
+    assert after > 0.6, "accuracy %.3f after 300 steps (%.3f before)" % (after, before)
