@@ -170,12 +170,13 @@ def run(args, config=None):
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     losses = []
     last_snap = last_log = time.monotonic()
+
+    def done(stats):
+        return (time.monotonic() - start >= args.time_budget
+                or bool(args.max_rounds and stats.rounds >= args.max_rounds))
+
+    trainer.set_stop_condition(done)
     while not trainer.should_stop:
-        now = time.monotonic()
-        if now - start >= args.time_budget or (args.max_rounds and trainer.stats.rounds >= args.max_rounds):
-            trainer.request_stop()
-            if trainer.should_stop:
-                break
         x, y = next(batches)
         with autograd.record():
             loss = loss_fn(net(x), y)

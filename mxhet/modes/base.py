@@ -90,6 +90,7 @@ class SyncMode:
         self.wbufs = []  # the global model as last pulled, in default layout
         self.stats = WorkerStats(slot=config.slot, context=config.context, slowdown=config.slowdown)
         self.stop_requested = False
+        self.stop_condition = None  # callable(stats) -> bool, checked where the mode can stop
         self.stopped = False
         self.aggregated = True   # False while the replica holds unaggregated local work
         self._ready = False
@@ -179,6 +180,10 @@ class SyncMode:
     def request_stop(self):
         """Ask to stop; the mode stops when every worker can stop consistently."""
         self.stop_requested = True
+
+    def wants_stop(self):
+        """True if this worker asked to stop, or its stop condition holds now."""
+        return self.stop_requested or (self.stop_condition is not None and bool(self.stop_condition(self.stats)))
 
     # -- helpers -----------------------------------------------------------
     def weights(self):

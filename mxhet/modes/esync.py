@@ -65,7 +65,11 @@ class ESync(SyncMode):
         replicas, deltas = self.weights(), self._deltas
         for w, g, d in zip(replicas, self.w_global, deltas):
             mx.nd.elemwise_sub(w, g, out=d)
-        before = [g.asnumpy() for g in self.w_global] if self.round_hook else None
+        if self.round_hook:
+            # Copied now: MXNet reuses a pushed CPU array as the key's receive
+            # buffer, so after the pull ``deltas`` hold w_t+1.
+            before = [g.asnumpy() for g in self.w_global]
+            pushed = [d.asnumpy() for d in deltas]
         self.push_pull(self.keys, deltas, self.w_global)
         copy_all(self.w_global, replicas)
         if self.opts["reset_optimizer_state"]:
@@ -74,13 +78,13 @@ class ESync(SyncMode):
                 updater.states_synced.clear()
         mx.nd.waitall()
         if self.round_hook:
-            self.round_hook(self.round, before, [d.asnumpy() for d in deltas], [g.asnumpy() for g in self.w_global])
+            self.round_hook(self.round, before, pushed, [g.asnumpy() for g in self.w_global])
         self.stats.local_iters.append(self.k)
         self.round += 1
         self.stats.rounds = self.round
         self.k = 0
         self.aggregated = True
-        if self.client.reset(self.round, want_stop=self.stop_requested):
+        if self.client.reset(self.round, want_stop=self.wants_stop()):
             self.stopped = True
 
     def global_arrays(self):

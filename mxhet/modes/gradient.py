@@ -48,14 +48,14 @@ class _GradientMode(SyncMode):
         keys = list(self._grad_keys)
         copy_all([params[i].list_grad()[0] for i in keys], self._gbufs)
         wbufs = [self.wbufs[i] for i in keys]
+        self.stats.rounds += 1
+        self.stats.local_iters.append(1)
         extra_keys, extra_values, extra_outs = self.control_values()
         self.push_pull(keys + extra_keys, self._gbufs + extra_values, wbufs + extra_outs)
         weights = [params[i].list_data()[0] for i in keys]
         copy_all(wbufs, weights)
         for w in weights:
             w._fresh_grad = False
-        self.stats.rounds += 1
-        self.stats.local_iters.append(1)
         self.after_sync(extra_outs)
 
     def control_values(self):
@@ -80,7 +80,7 @@ class Sync(_GradientMode):
     def control_values(self):
         # Every worker must run the same number of steps, or the others' next
         # push waits forever: the stop vote rides on each step's own push/pull.
-        vote = mx.nd.full((1,), 1.0 if self.stop_requested else 0.0)
+        vote = mx.nd.full((1,), 1.0 if self.wants_stop() else 0.0)
         return [ps_keys.STOP_VOTE_KEY], [vote], self._vote
 
     def after_sync(self, control_outs):
@@ -93,6 +93,9 @@ class Async(_GradientMode):
     name = "async"
     kvstore_type = "dist_async"
     description = "asynchronous SGD: each gradient applied on arrival; no waiting, stale gradients"
+
+    def after_sync(self, control_outs):
+        self.stopped = self.wants_stop()
 
     def request_stop(self):
         super().request_stop()

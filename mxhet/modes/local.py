@@ -15,6 +15,7 @@ class Local(SyncMode):
     def communicate(self, batch_size, capability, compute_end):
         self.stats.rounds += 1
         self.stats.local_iters.append(1)
+        self.stopped = self.wants_stop()
 
     def request_stop(self):
         super().request_stop()

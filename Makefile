@@ -1,0 +1,33 @@
+# The README's quick start: `make demo` and `make test`, each from a fresh clone.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.mxhet-installed
+FMNIST := /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: demo test install data clean
+
+demo: install data
+	$(VENV)/bin/mxhet-bench demo --out runs/demo
+
+test: install data
+	$(PY) -m pytest -q
+
+install: $(STAMP)
+
+$(STAMP): setup.py
+	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade "pip<25"
+	$(PY) -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+# Fashion-MNIST from Debian's package, unless MXHET_DATA_DIR points elsewhere.
+data:
+	@if [ -z "$$MXHET_DATA_DIR" ] && [ ! -f $(FMNIST) ]; then \
+		echo "installing Debian's dataset-fashion-mnist"; \
+		$(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q dataset-fashion-mnist; \
+	fi
+
+clean:
+	rm -rf $(VENV) runs *.egg-info

@@ -1,0 +1,1 @@
+"""mxhet-bench: runs real jobs through the launcher and reports measured numbers."""

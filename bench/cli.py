@@ -1,0 +1,139 @@
+"""``mxhet-bench``: measured comparisons of sync modes on an emulated heterogeneous cluster.
+
+``mxhet-bench demo`` runs ESync and Sync on the same emulated cluster (by
+default 3 workers, the third 10x slower) training the small CNN on
+Fashion-MNIST, and prints time to target accuracy, final accuracy,
+throughput, per-device local iterations per round (n_i) and compute ratio.
+Results go to ``--out`` as JSON, with each job's log.
+"""
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+from tqdm import tqdm
+
+from .metrics import run_record
+from .runner import JobFailed, JobSpec, run_job
+
+
+def _floats(text):
+    try:
+        values = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected comma-separated numbers, got %r" % text) from None
+    if not values or any(not v >= 1 for v in values):
+        raise argparse.ArgumentTypeError("slowdown factors must be >= 1, got %r" % text)
+    return values
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="mxhet-bench", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="experiment", required=True)
+    demo = sub.add_parser("demo", help="ESync vs Sync on one emulated heterogeneous cluster")
+    demo.add_argument("--out", default="runs/demo", help="output directory (default %(default)s)")
+    demo.add_argument("--modes", default="esync,sync", help="comma-separated modes (default %(default)s)")
+    demo.add_argument("--slowdown", type=_floats, default=(1.0, 1.0, 10.0),
+                      help="one slowdown factor per worker (default 1,1,10)")
+    demo.add_argument("--model", default="smallcnn")
+    demo.add_argument("--time-budget", type=float, default=60.0, help="training seconds per mode")
+    demo.add_argument("--lr", type=float, default=0.05)
+    demo.add_argument("--target-accuracy", type=float, default=0.8)
+    demo.add_argument("--dist", choices=["iid", "non-iid"], default="iid")
+    demo.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def machine_info():
+    import mxnet as mx
+    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "python": platform.python_version(), "mxnet": mx.__version__}
+
+
+def _fmt_time(t):
+    return "%.1f s" % t if t is not None else "not reached"
+
+
+def format_table(records, target):
+    """A plain-text table of the runs."""
+    head = ["mode", "time to %.2f" % target, "final acc", "samples/s", "MB/s",
+            "n_i per device", "compute ratio per device"]
+    rows = [head]
+    for r in records:
+        rows.append([r["mode"], _fmt_time(r["time_to_target_s"]), "%.4f" % r["final_accuracy"],
+                     "%.0f" % r["samples_per_s"], "%.2f" % (r["bytes_per_s"] / 1e6),
+                     " ".join("%.1f" % x for x in r["local_iters_mean"]),
+                     " ".join("%.2f" % x for x in r["compute_ratio"])])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def speedup_line(records, target):
+    by_mode = {r["mode"]: r for r in records}
+    es, sy = by_mode.get("esync"), by_mode.get("sync")
+    if not es or not sy:
+        return ""
+    if es["time_to_target_s"] is None:
+        return "ESync did not reach %.2f within the budget." % target
+    if sy["time_to_target_s"] is None:
+        return ("ESync reached %.2f in %.1f s; Sync did not reach it within %.0f s of training "
+                "(speedup > %.1fx)." % (target, es["time_to_target_s"], sy["train_time_s"],
+                                         sy["train_time_s"] / es["time_to_target_s"]))
+    return "ESync reached %.2f %.1fx faster than Sync (%.1f s vs %.1f s)." % (
+        target, sy["time_to_target_s"] / es["time_to_target_s"], es["time_to_target_s"], sy["time_to_target_s"])
+
+
+def run_demo(args):
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    from mxhet.modes import get_mode
+    for m in modes:
+        get_mode(m)  # fail early on an unknown name
+    specs = [JobSpec(mode=m, slowdowns=args.slowdown, model=args.model, time_budget=args.time_budget,
+                     lr=args.lr, dist=args.dist, target_accuracy=args.target_accuracy, seed=args.seed)
+             for m in modes]
+    os.makedirs(args.out, exist_ok=True)
+    print("mxhet-bench demo: %d workers, slowdown %s, model %s, %g s of training per mode"
+          % (len(args.slowdown), ",".join("%g" % f for f in args.slowdown), args.model, args.time_budget))
+    records, failures = [], []
+    started = time.time()
+    for spec in specs:
+        out_dir = os.path.join(args.out, spec.mode)
+        with tqdm(total=int(spec.time_budget), desc="%-6s" % spec.mode, unit="s",
+                  bar_format="{desc} {bar} {n_fmt}/{total_fmt} s of training [{elapsed}]") as bar:
+            def progress(elapsed, bar=bar):
+                done = min(int(spec.time_budget), int(max(0.0, elapsed - 15.0)))  # ~15 s start-up
+                bar.update(done - bar.n)
+            try:
+                summary = run_job(spec, out_dir, progress)
+            except JobFailed as exc:
+                failures.append({"mode": spec.mode, "error": str(exc)})
+                tqdm.write("FAILED: %s" % exc, file=sys.stderr)
+                continue
+            bar.update(bar.total - bar.n)
+        records.append(run_record(summary))
+    result = {"experiment": "demo", "command": sys.argv, "machine": machine_info(),
+              "profile": {"slowdown": list(args.slowdown), "contexts": ["cpu"] * len(args.slowdown)},
+              "target_accuracy": args.target_accuracy, "seed": args.seed, "runs": records,
+              "failures": failures, "started_unix": started}
+    with open(os.path.join(args.out, "demo.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    print()
+    print(format_table(records, args.target_accuracy))
+    line = speedup_line(records, args.target_accuracy)
+    if line:
+        print(line)
+    print("results: %s" % os.path.join(args.out, "demo.json"))
+    return 1 if failures else 0
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    return {"demo": run_demo}[args.experiment](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

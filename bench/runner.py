@@ -1,0 +1,101 @@
+"""Run one training job through the launcher and collect its summary."""
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+
+
+@dataclasses.dataclass
+class JobSpec:
+    """One job: a mode on an emulated cluster.
+
+    ``slowdowns`` has one factor per worker (its length is the worker count);
+    ``contexts`` one context per worker or a single one for all.
+    """
+    mode: str
+    slowdowns: tuple
+    model: str = "smallcnn"
+    time_budget: float = 60.0
+    batch_size: int = 64
+    lr: float = 0.05
+    dist: str = "iid"
+    target_accuracy: float = 0.8
+    seed: int = 0
+    servers: int = 1
+    contexts: tuple = ("cpu",)
+    input_size: int = 0
+    eval_interval: float = 2.0
+    extra_train_args: tuple = ()
+    launcher_args: tuple = ()
+    startup_allowance: float = 240.0  # seconds for start-up and evaluation beyond the budget
+
+    @property
+    def label(self):
+        return "%s-%s-%s" % (self.model, self.mode, self.dist)
+
+    def launch_argv(self, out_dir):
+        n = 1 if self.mode == "local" else len(self.slowdowns)
+        slowdowns = self.slowdowns[:n]
+        argv = [sys.executable, "-m", "mxhet.launcher", "-n", str(n), "--sync", self.mode,
+                "--slowdown", ",".join("%g" % f for f in slowdowns),
+                "--contexts", ",".join(self.contexts[:n] if len(self.contexts) > 1 else self.contexts),
+                "--timeout", "%d" % (self.time_budget + self.startup_allowance),
+                "--job-file", os.path.join(out_dir, "job.json")]
+        if self.mode != "local":
+            argv += ["-s", str(self.servers)]
+        argv += list(self.launcher_args)
+        argv += ["--", sys.executable, "-m", "mxhet.train", "--model", self.model,
+                 "--batch-size", str(self.batch_size), "--lr", "%g" % self.lr, "--dist", self.dist,
+                 "--time-budget", "%g" % self.time_budget, "--target-accuracy", "%g" % self.target_accuracy,
+                 "--seed", str(self.seed), "--eval-interval", "%g" % self.eval_interval,
+                 "--metrics-out", out_dir]
+        if self.input_size:
+            argv += ["--input-size", str(self.input_size)]
+        return argv + list(self.extra_train_args)
+
+
+class JobFailed(RuntimeError):
+    """A job exited non-zero or wrote no summary."""
+
+
+def run_job(spec, out_dir, progress=None):
+    """Run ``spec`` with its output in ``out_dir/job.log``; return its summary dict.
+
+    Args:
+        progress: optional callable(elapsed_seconds), called about twice a second.
+
+    Raises:
+        JobFailed: with the tail of the job's log.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    summary_path = os.path.join(out_dir, "summary.json")
+    if os.path.exists(summary_path):
+        os.remove(summary_path)
+    log_path = os.path.join(out_dir, "job.log")
+    argv = spec.launch_argv(out_dir)
+    start = time.monotonic()
+    with open(log_path, "w") as log:
+        log.write("$ %s\n" % " ".join(argv))
+        log.flush()
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            while proc.poll() is None:
+                time.sleep(0.5)
+                if progress is not None:
+                    progress(time.monotonic() - start)
+        except BaseException:
+            proc.terminate()  # the launcher ends its own children
+            proc.wait()
+            raise
+    if proc.returncode != 0 or not os.path.exists(summary_path):
+        with open(log_path) as f:
+            tail = "".join(f.readlines()[-25:])
+        raise JobFailed("%s exited with code %s; last lines of %s:\n%s"
+                        % (spec.label, proc.returncode, log_path, tail))
+    with open(summary_path) as f:
+        summary = json.load(f)
+    summary["command"] = argv
+    summary["wall_s"] = time.monotonic() - start
+    return summary

@@ -1,0 +1,50 @@
+"""mxhet: heterogeneity-aware distributed training for Apache MXNet / Gluon.
+
+The MXNet build is chosen at install time: the CPU wheel by default, or a
+CUDA build with ``MXHET_MXNET_VARIANT=cu117 pip install .`` (cu117 is the
+newest CUDA build of MXNet 1.9.1 on PyPI; cu112, cu110, ... work too).
+"""
+import os
+import re
+
+from setuptools import find_packages, setup
+
+_variant = os.environ.get("MXHET_MXNET_VARIANT", "cpu").strip().lower() or "cpu"
+if _variant == "cpu":
+    _mxnet = "mxnet==1.9.1"
+elif re.fullmatch(r"cu\d{3}", _variant):
+    _mxnet = "mxnet-%s==1.9.1" % _variant
+else:
+    raise SystemExit("MXHET_MXNET_VARIANT must be 'cpu' or a CUDA tag like 'cu117', got %r" % _variant)
+
+setup(
+    name="mxhet",
+    version="0.1.0",
+    description="Heterogeneity-aware distributed training (ESync and friends) for Apache MXNet / Gluon",
+    long_description=open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "README.md")).read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.8,<3.12",
+    packages=find_packages(include=["mxhet", "mxhet.*", "kvstore_ext", "kvstore_ext.*", "bench", "bench.*"]),
+    install_requires=[
+        _mxnet,
+        "numpy<1.24",            # mxnet 1.9.1 uses numpy aliases removed in 1.24
+        "gluoncv==0.10.5.post0",
+        # gluoncv's dependencies, held at releases that still work with numpy<1.24
+        "opencv-python<4.9",
+        "pandas<2.1",
+        "scipy<1.12",
+        "Pillow<11",
+        "matplotlib<3.9",
+        "pyzmq>=22",
+        "tqdm>=4.60",
+    ],
+    extras_require={
+        "test": ["pytest>=7", "pytest-timeout>=2"],
+    },
+    entry_points={
+        "console_scripts": [
+            "mxhet-launch=mxhet.launcher:main",
+            "mxhet-bench=bench.cli:main",
+        ],
+    },
+)
