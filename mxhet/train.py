@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import time
+import traceback
 
 import numpy as np
 
@@ -255,6 +256,15 @@ def evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time
     }
 
 
+def _die(code):
+    # A worker that leaves with a live dist kvstore hangs in MXNet's exit
+    # barrier, which the other workers never reach: end the process at once so
+    # that the launcher sees the failure and ends the job.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main(argv=None):
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -263,7 +273,10 @@ def main(argv=None):
         run(args)
     except ConfigError as exc:
         print("mxhet.train: error: %s" % exc, file=sys.stderr)
-        return 2
+        _die(2)
+    except BaseException:  # noqa: BLE001  (any failure must end the process)
+        traceback.print_exc()
+        _die(1)
     return 0
 
 

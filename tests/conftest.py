@@ -1,0 +1,91 @@
+"""Shared test setup: make the repository root importable; end leftover children."""
+import json
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+
+# --- child processes ---------------------------------------------------------
+
+
+def pid_alive(pid):
+    """True if ``pid`` runs (a zombie does not count: it has exited)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open("/proc/%d/stat" % pid, encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+class ChildPids:
+    """PIDs a test started, directly or through the launcher.
+
+    At teardown every one still running is ended by PID: SIGTERM to it (to its
+    process group when it leads one), SIGKILL after a grace period. Never by name.
+    """
+
+    def __init__(self):
+        self.pids = []
+
+    def add(self, *pids):
+        for pid in pids:
+            if pid and pid not in self.pids:
+                self.pids.append(int(pid))
+
+    def add_job_file(self, path):
+        """Record every pid of a launcher ``--job-file``; returns the parsed file."""
+        with open(path, encoding="utf-8") as handle:
+            record = json.load(handle)
+        self.add(*(p["pid"] for p in record["processes"]))
+        return record
+
+    def alive(self):
+        """The recorded pids that still run."""
+        return [pid for pid in self.pids if pid_alive(pid)]
+
+    def _signal(self, pid, signum):
+        try:
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, signum)
+            else:
+                os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def end_all(self, grace=3.0):
+        """End every recorded pid still running; returns the ones that were."""
+        leftovers = self.alive()
+        for pid in leftovers:
+            self._signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and self.alive():
+            time.sleep(0.05)
+        for pid in self.alive():
+            self._signal(pid, signal.SIGKILL)
+        for pid in self.pids:
+            try:
+                os.waitpid(pid, os.WNOHANG)  # reap the ones that are our own children
+            except ChildProcessError:
+                pass
+        return leftovers
+
+
+@pytest.fixture
+def child_pids():
+    """A :class:`ChildPids`; the processes still running at teardown are ended."""
+    pids = ChildPids()
+    yield pids
+    pids.end_all()
