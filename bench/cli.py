@@ -43,6 +43,13 @@ def build_parser():
     demo.add_argument("--target-accuracy", type=float, default=0.8)
     demo.add_argument("--dist", choices=["iid", "non-iid"], default="iid")
     demo.add_argument("--seed", type=int, default=0)
+    eps = sub.add_parser("epsilon", help="ESync: sweep the State Server's ε (Algorithm 2)")
+    eps.add_argument("--out", default="runs/epsilon", help="output directory (default %(default)s)")
+    eps.add_argument("--values", default="0,0.01,0.05,0.2", help="ε values in seconds (default %(default)s)")
+    eps.add_argument("--slowdown", type=_floats, default=(1.0, 1.0, 10.0),
+                     help="one slowdown factor per worker (default 1,1,10)")
+    eps.add_argument("--time-budget", type=float, default=25.0, help="training seconds per value")
+    eps.add_argument("--seed", type=int, default=0)
     return p
 
 
@@ -102,18 +109,12 @@ def run_demo(args):
     started = time.time()
     for spec in specs:
         out_dir = os.path.join(args.out, spec.mode)
-        with tqdm(total=int(spec.time_budget), desc="%-6s" % spec.mode, unit="s",
-                  bar_format="{desc} {bar} {n_fmt}/{total_fmt} s of training [{elapsed}]") as bar:
-            def progress(elapsed, bar=bar):
-                done = min(int(spec.time_budget), int(max(0.0, elapsed - 15.0)))  # ~15 s start-up
-                bar.update(done - bar.n)
-            try:
-                summary = run_job(spec, out_dir, progress)
-            except JobFailed as exc:
-                failures.append({"mode": spec.mode, "error": str(exc)})
-                tqdm.write("FAILED: %s" % exc, file=sys.stderr)
-                continue
-            bar.update(bar.total - bar.n)
+        try:
+            summary = _with_bar(spec, out_dir, "%-6s" % spec.mode)
+        except JobFailed as exc:
+            failures.append({"mode": spec.mode, "error": str(exc)})
+            tqdm.write("FAILED: %s" % exc, file=sys.stderr)
+            continue
         records.append(run_record(summary))
     result = {"experiment": "demo", "command": sys.argv, "machine": machine_info(),
               "profile": {"slowdown": list(args.slowdown), "contexts": ["cpu"] * len(args.slowdown)},
@@ -130,9 +131,64 @@ def run_demo(args):
     return 1 if failures else 0
 
 
+def _with_bar(spec, out_dir, desc):
+    """Run one job under a progress bar that follows its training time."""
+    first_snapshot = os.path.join(out_dir, "snapshots", "000000.params")
+    with tqdm(total=int(spec.time_budget), desc=desc, unit="s",
+              bar_format="{desc} {bar} {n_fmt}/{total_fmt} s of training [{elapsed}]") as bar:
+        state = {}
+
+        def progress(elapsed):
+            if "start" not in state and os.path.exists(first_snapshot):
+                state["start"] = elapsed  # training starts with the first snapshot
+            if "start" in state:
+                done = min(int(spec.time_budget), int(elapsed - state["start"]))
+                bar.update(max(0, done - bar.n))
+        summary = run_job(spec, out_dir, progress)
+        bar.update(bar.total - bar.n)
+    return summary
+
+
+def run_epsilon(args):
+    try:
+        values = [float(v) for v in args.values.split(",")]
+    except ValueError:
+        raise SystemExit("mxhet-bench epsilon: --values must be comma-separated seconds, got %r" % args.values)
+    if any(not v >= 0 for v in values):
+        raise SystemExit("mxhet-bench epsilon: every ε must be >= 0 seconds")
+    os.makedirs(args.out, exist_ok=True)
+    rows, runs, failures = [], [], []
+    for eps in values:
+        spec = JobSpec(mode="esync", slowdowns=args.slowdown, time_budget=args.time_budget, seed=args.seed,
+                       launcher_args=("--epsilon", repr(eps)))
+        try:
+            summary = _with_bar(spec, os.path.join(args.out, "eps-%g" % eps), "eps %-5g" % eps)
+        except JobFailed as exc:
+            failures.append({"epsilon": eps, "error": str(exc)})
+            tqdm.write("FAILED: %s" % exc, file=sys.stderr)
+            continue
+        record = run_record(summary)
+        workers = sorted(summary["workers"], key=lambda w: w["slot"])
+        record["epsilon"] = eps
+        record["sync_wait_per_round_s"] = [w["sync_s"] / max(1, w["rounds"]) for w in workers]
+        runs.append(record)
+        rows.append([eps, record["compute_ratio"], record["sync_wait_per_round_s"], record["rounds"][0],
+                     record["local_iters_mean"], record["final_accuracy"]])
+    with open(os.path.join(args.out, "epsilon.json"), "w") as f:
+        json.dump({"experiment": "epsilon", "command": sys.argv, "machine": machine_info(),
+                   "profile": {"slowdown": list(args.slowdown)}, "runs": runs, "failures": failures}, f, indent=1)
+    print("\neps (s)  compute ratio per device  push/pull wait per round (ms)  rounds  n_i per device  final acc")
+    for eps, ratio, wait, rounds, n_i, acc in rows:
+        print("%-8g %-25s %-30s %-7d %-15s %.4f" % (
+            eps, " ".join("%.2f" % r for r in ratio), " ".join("%.0f" % (1000 * w) for w in wait),
+            rounds, " ".join("%.1f" % n for n in n_i), acc))
+    print("results: %s" % os.path.join(args.out, "epsilon.json"))
+    return 1 if failures else 0
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    return {"demo": run_demo}[args.experiment](args)
+    return {"demo": run_demo, "epsilon": run_epsilon}[args.experiment](args)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,8 @@ class WorkerStats:
     samples: int = 0
     compute_s: float = 0.0
     wait_s: float = 0.0
+    query_s: float = 0.0       # part of wait_s spent in State Server requests
+    sync_s: float = 0.0        # part of wait_s spent in pushes and pulls
     bytes_pushed: int = 0
     bytes_pulled: int = 0
     state_queries: int = 0
@@ -194,9 +196,11 @@ class SyncMode:
         return {p.name: p.list_data()[0] for p in self.trainer._params}
 
     def push_pull(self, keys, values, outs):
+        t0 = self.clock()
         self.kv.push(keys, values)
         self.kv.pull(keys, out=outs)
         mx.nd.waitall()
+        self.stats.sync_s += self.clock() - t0
         self.stats.bytes_pushed += nbytes(values)
         self.stats.bytes_pulled += nbytes(outs)
 

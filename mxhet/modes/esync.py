@@ -55,7 +55,9 @@ class ESync(SyncMode):
 
     def communicate(self, batch_size, capability, compute_end):
         self.k += 1
-        ready = self.client.query(self.round, self.k, capability, since_finish=self.clock() - compute_end)
+        t0 = self.clock()
+        ready = self.client.query(self.round, self.k, capability, since_finish=t0 - compute_end)
+        self.stats.query_s += self.clock() - t0
         self.stats.state_queries = self.client.queries
         if ready:
             self.aggregate()
@@ -84,8 +86,10 @@ class ESync(SyncMode):
         self.stats.rounds = self.round
         self.k = 0
         self.aggregated = True
+        t0 = self.clock()
         if self.client.reset(self.round, want_stop=self.wants_stop()):
             self.stopped = True
+        self.stats.query_s += self.clock() - t0
 
     def global_arrays(self):
         return {p.name: g for p, g in zip(self.trainer._params, self.w_global)} if self.w_global \

@@ -53,17 +53,6 @@ def test_fast_device_continues_while_it_can_finish_an_iteration():
     assert t.query(0, 12, 0.1, last_finish=2.4, now=2.4) is True   # rest 0.1 < 0.15
 
 
-def test_rest_time_uses_server_clock_only():
-    # The same server-clock readings give the same decision whatever a
-    # worker's own clock says: the rule never sees worker instants.
-    a, b = table(2), table(2)
-    for t in (a, b):
-        t.query(1, 1, 1.0, 0.0, 0.0)
-        t.reset(1, 1, 1.0)
-        t.reset(0, 1, 1.0)
-    assert a.query(0, 3, 0.2, last_finish=1.5, now=1.5) == b.query(0, 3, 0.2, last_finish=1.5, now=1.5)
-
-
 def test_not_ready_while_slowest_has_not_pulled():
     t = table(2)
     t.query(0, 1, 0.1, 0.0, 0.0)

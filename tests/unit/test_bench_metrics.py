@@ -1,0 +1,32 @@
+"""The bench's derived numbers and its table, from a hand-made summary."""
+from bench.cli import format_table, speedup_line
+from bench.metrics import run_record
+
+
+def _summary(mode, ttt, workers):
+    return {"model": "smallcnn", "mode": mode, "dist": "iid", "time_to_target_s": ttt, "final_accuracy": 0.81,
+            "train_time_s": 10.0, "curve": [[0.0, 0.1], [10.0, 0.81]], "workers": workers}
+
+
+def _worker(slot, samples, iters, compute, wait, pushed=100, pulled=100):
+    return {"slot": slot, "samples": samples, "local_iters": iters, "compute_ratio": compute / (compute + wait),
+            "bytes_pushed": pushed, "bytes_pulled": pulled, "slowdown": 1.0, "rounds": len(iters)}
+
+
+def test_run_record_numbers():
+    s = _summary("esync", 4.0, [_worker(1, 640, [1, 1], 9.0, 1.0), _worker(0, 1280, [4, 6], 6.0, 4.0)])
+    r = run_record(s)
+    assert r["samples_per_s"] == 192.0
+    assert r["bytes_per_s"] == 40.0
+    assert r["local_iters_mean"] == [5.0, 1.0]      # slot order
+    assert r["compute_ratio"] == [0.6, 0.9]
+
+
+def test_table_and_speedup():
+    es = run_record(_summary("esync", 4.0, [_worker(0, 64, [3], 1.0, 1.0)]))
+    sy = run_record(_summary("sync", None, [_worker(0, 64, [1], 1.0, 1.0)]))
+    table = format_table([es, sy], 0.8)
+    assert "not reached" in table and "4.0 s" in table
+    assert "speedup > 2.5x" in speedup_line([es, sy], 0.8)
+    sy["time_to_target_s"] = 8.0
+    assert "2.0x faster" in speedup_line([es, sy], 0.8)
