@@ -66,12 +66,13 @@ def test_probe_detects_a_stock_mxnet_server(tmp_path, child_pids):
     env = dict(os.environ, DMLC_PS_ROOT_URI="127.0.0.1", DMLC_PS_ROOT_PORT=str(_free_port()),
                DMLC_NUM_WORKER="1", DMLC_NUM_SERVER="1", DMLC_NODE_HOST="127.0.0.1", OMP_NUM_THREADS="1")
     ours = dict(env, PYTHONPATH=ROOT)
-    # the misconfigured server: stock MXNet, and kvstore_ext is not importable there
-    stock = dict(env, PYTHONPATH="", DMLC_ROLE="server")
+    # the misconfigured server: stock MXNet's server loop, where kvstore_ext cannot be imported
+    stock = dict(env, DMLC_ROLE="server")
+    stock_server = "import sys; sys.modules['kvstore_ext'] = None; import mxnet"
     procs = [
         subprocess.Popen([sys.executable, "-m", "kvstore_ext.server"], env=dict(ours, DMLC_ROLE="scheduler"),
                          cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True),
-        subprocess.Popen([sys.executable, "-c", "import mxnet"], env=stock, cwd=str(tmp_path),
+        subprocess.Popen([sys.executable, "-c", stock_server], env=stock, cwd=str(tmp_path),
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True),
     ]
     child_pids.add(*(p.pid for p in procs))
