@@ -50,6 +50,22 @@ def build_parser():
                      help="one slowdown factor per worker (default 1,1,10)")
     eps.add_argument("--time-budget", type=float, default=25.0, help="training seconds per value")
     eps.add_argument("--seed", type=int, default=0)
+    acks = sub.add_parser("acks", help="ESync: blocking vs delayed-ACK State Server queries, with link delays")
+    acks.add_argument("--out", default="runs/acks", help="output directory (default %(default)s)")
+    acks.add_argument("--delays-ms", default="0,30", help="one-way delays to try, ms (default %(default)s)")
+    acks.add_argument("--slowdown", type=_floats, default=(1.0, 1.0, 10.0),
+                      help="one slowdown factor per worker (default 1,1,10)")
+    acks.add_argument("--time-budget", type=float, default=25.0, help="training seconds per run")
+    acks.add_argument("--seed", type=int, default=0)
+    dyn = sub.add_parser("dynamic", help="ESync: a device slowed down mid-run; n_i per round")
+    dyn.add_argument("--out", default="runs/dynamic", help="output directory (default %(default)s)")
+    dyn.add_argument("--slowdown", type=_floats, default=(1.0, 1.0, 4.0),
+                     help="one slowdown factor per worker (default 1,1,4)")
+    dyn.add_argument("--schedule", default="0:10-=8",
+                     help="launcher --slowdown-schedule, SLOT:SPEC (default %(default)s)")
+    dyn.add_argument("--time-budget", type=float, default=25.0, help="training seconds")
+    dyn.add_argument("--ack", choices=["blocking", "delayed"], default="blocking")
+    dyn.add_argument("--seed", type=int, default=0)
     return p
 
 
@@ -186,9 +202,83 @@ def run_epsilon(args):
     return 1 if failures else 0
 
 
+def _write(out, name, payload):
+    path = os.path.join(out, name)
+    with open(path, "w") as f:
+        json.dump(dict(payload, command=sys.argv, machine=machine_info()), f, indent=1)
+    return path
+
+
+def run_acks(args):
+    try:
+        delays = [float(v) for v in args.delays_ms.split(",")]
+    except ValueError:
+        raise SystemExit("mxhet-bench acks: --delays-ms must be comma-separated milliseconds") from None
+    os.makedirs(args.out, exist_ok=True)
+    runs, failures, rows = [], [], []
+    for delay in delays:
+        for ack in ("blocking", "delayed"):
+            spec = JobSpec(mode="esync", slowdowns=args.slowdown, time_budget=args.time_budget, seed=args.seed,
+                           launcher_args=("--net-delay-ms", "%g" % delay), extra_train_args=("--ack", ack))
+            name = "%s-%gms" % (ack, delay)
+            try:
+                summary = _with_bar(spec, os.path.join(args.out, name), "%-15s" % name)
+            except JobFailed as exc:
+                failures.append({"ack": ack, "delay_ms": delay, "error": str(exc)})
+                tqdm.write("FAILED: %s" % exc, file=sys.stderr)
+                continue
+            record = run_record(summary)
+            workers = sorted(summary["workers"], key=lambda w: w["slot"])
+            record.update(ack=ack, delay_ms=delay,
+                          blocked_per_round_s=[sum(w["round_blocked_s"]) / max(1, w["rounds"]) for w in workers],
+                          aborted=[w["aborted"] for w in workers], rtt_s=[w["rtt_s"] for w in workers],
+                          waited_iterations=[w["waited_iterations"] for w in workers])
+            runs.append(record)
+            rows.append(record)
+    path = _write(args.out, "acks.json", {"experiment": "acks", "profile": {"slowdown": list(args.slowdown)},
+                                          "runs": runs, "failures": failures})
+    print("\nack       delay  compute ratio per device  blocked per round (ms)  aborted   rounds  final acc")
+    for r in rows:
+        print("%-9s %3g ms  %-25s %-23s %-9s %-7d %.4f" % (
+            r["ack"], r["delay_ms"], " ".join("%.2f" % x for x in r["compute_ratio"]),
+            " ".join("%.0f" % (1000 * x) for x in r["blocked_per_round_s"]),
+            " ".join(str(a) for a in r["aborted"]), r["rounds"][0], r["final_accuracy"]))
+    print("results: %s" % path)
+    return 1 if failures else 0
+
+
+def run_dynamic(args):
+    os.makedirs(args.out, exist_ok=True)
+    spec = JobSpec(mode="esync", slowdowns=args.slowdown, time_budget=args.time_budget, seed=args.seed,
+                   launcher_args=("--slowdown-schedule", args.schedule), extra_train_args=("--ack", args.ack))
+    try:
+        summary = _with_bar(spec, args.out, "dynamic")
+    except JobFailed as exc:
+        print("FAILED: %s" % exc, file=sys.stderr)
+        return 1
+    workers = sorted(summary["workers"], key=lambda w: w["slot"])
+    slot_of = {w["rank"]: w["slot"] for w in workers}
+    rounds = []
+    for t in range(min(w["rounds"] for w in workers)):
+        rounds.append({"round": t, "end_s": workers[0]["round_end_s"][t],
+                       "local_iters": [w["local_iters"][t] for w in workers],
+                       "slowest_slot": slot_of.get(workers[0]["round_slowest"][t])})
+    path = _write(args.out, "dynamic.json", {"experiment": "dynamic", "schedule": args.schedule,
+                                             "profile": {"slowdown": list(args.slowdown)}, "rounds": rounds,
+                                             "run": run_record(summary)})
+    print("\nschedule %s, base slowdown %s" % (args.schedule, ",".join("%g" % f for f in args.slowdown)))
+    print("round  end (s)  n_i per slot     slowest slot")
+    for r in rounds:
+        print("%-6d %-8.1f %-16s %s" % (r["round"], r["end_s"], " ".join("%d" % k for k in r["local_iters"]),
+                                        r["slowest_slot"]))
+    print("results: %s" % path)
+    return 0
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    return {"demo": run_demo, "epsilon": run_epsilon}[args.experiment](args)
+    return {"demo": run_demo, "epsilon": run_epsilon, "acks": run_acks,
+            "dynamic": run_dynamic}[args.experiment](args)
 
 
 if __name__ == "__main__":

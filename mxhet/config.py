@@ -11,6 +11,12 @@ variables; the rest of the code receives a :class:`WorkerConfig`.
 ``MXHET_CONTEXT``      ``cpu`` or ``gpu(i)``
 ``MXHET_SLOWDOWN``     heterogeneity emulation factor f >= 1: after each local
                        iteration the worker sleeps (f - 1) x its compute time
+``MXHET_SLOWDOWN_SCHEDULE`` a speed change over time, e.g. ``0-60=1,60-=8``:
+                       factor 1 for the first 60 s of training, 8 afterwards
+                       (seconds since training started; outside every
+                       segment ``MXHET_SLOWDOWN`` applies)
+``MXHET_NET_DELAY_MS`` emulated one-way delay of this worker's control-plane
+                       link, milliseconds (added in each direction)
 ``MXHET_STATE_SERVER`` ZeroMQ address of the State Server, e.g. ``tcp://127.0.0.1:5555``
 ``MXHET_DATA_DIR``     Fashion-MNIST directory (default ``/usr/share/datasets/fashion-mnist``)
 ``DMLC_NUM_SERVER``    number of parameter servers (PS-LITE's own variable)
@@ -54,6 +60,46 @@ def parse_slowdown(text):
     return value
 
 
+def parse_slowdown_schedule(text):
+    """Parse ``START-END=FACTOR,START-=FACTOR,...`` (seconds) into segments.
+
+    Returns:
+        A tuple of ``(start, end, factor)``, ``end`` None for an open segment,
+        sorted by start.
+
+    Raises:
+        ConfigError: for a malformed, overlapping or non-increasing schedule.
+    """
+    segments = []
+    for part in str(text).split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+(?:\.\d*)?)-(\d+(?:\.\d*)?)?=(.+)", part)
+        if not m:
+            raise ConfigError("slowdown schedule segment must look like 'START-END=FACTOR' or "
+                              "'START-=FACTOR' (seconds), got %r in %r" % (part, text))
+        start = float(m.group(1))
+        end = float(m.group(2)) if m.group(2) else None
+        if end is not None and not end > start:
+            raise ConfigError("slowdown schedule segment %r ends before it starts" % part)
+        segments.append((start, end, parse_slowdown(m.group(3))))
+    segments.sort()
+    for (s0, e0, _), (s1, _, _) in zip(segments, segments[1:]):
+        if e0 is None or e0 > s1:
+            raise ConfigError("slowdown schedule %r has overlapping segments" % (text,))
+    return tuple(segments)
+
+
+def parse_delay_ms(text):
+    """Parse a one-way network delay in milliseconds (finite, >= 0)."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ConfigError("network delay must be a number of milliseconds >= 0, got %r" % (text,)) from None
+    if not 0 <= value < float("inf"):
+        raise ConfigError("network delay must be a finite number of milliseconds >= 0, got %r" % (text,))
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class WorkerConfig:
     """What the launcher told this worker."""
@@ -62,9 +108,18 @@ class WorkerConfig:
     num_slots: int = 1
     context: str = "cpu"
     slowdown: float = 1.0
+    slowdown_schedule: tuple = ()
+    net_delay_ms: float = 0.0
     state_server: str = ""
     num_servers: int = 0
     data_dir: str = DEFAULT_DATA_DIR
+
+    def slowdown_at(self, seconds):
+        """The slowdown factor ``seconds`` after training started."""
+        for start, end, factor in self.slowdown_schedule:
+            if start <= seconds and (end is None or seconds < end):
+                return factor
+        return self.slowdown
 
     @property
     def launched(self):
@@ -105,6 +160,9 @@ def worker_config(env=None):
         num_slots=num_slots,
         context=context,
         slowdown=parse_slowdown(env.get("MXHET_SLOWDOWN", "1") or "1"),
+        slowdown_schedule=parse_slowdown_schedule(env["MXHET_SLOWDOWN_SCHEDULE"])
+        if env.get("MXHET_SLOWDOWN_SCHEDULE") else (),
+        net_delay_ms=parse_delay_ms(env.get("MXHET_NET_DELAY_MS", "0") or "0"),
         state_server=env.get("MXHET_STATE_SERVER", ""),
         num_servers=num_servers,
         data_dir=env.get("MXHET_DATA_DIR", "") or DEFAULT_DATA_DIR,

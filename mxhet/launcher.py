@@ -43,7 +43,7 @@ import threading
 import time
 from typing import Optional
 
-from .config import parse_context, parse_slowdown
+from .config import parse_context, parse_delay_ms, parse_slowdown, parse_slowdown_schedule
 from .errors import ConfigError
 
 SCHEDULER = "scheduler"
@@ -278,7 +278,9 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
         env = {**base, "OMP_NUM_THREADS": str(threads),
                "MXHET_SYNC": args.sync, "MXHET_SLOT": str(slot), "MXHET_NUM_SLOTS": str(n),
                "MXHET_CONTEXT": args.contexts[slot], "MXHET_SLOWDOWN": repr(args.slowdowns[slot]),
-               "MXHET_STATE_SERVER": state_server}
+               "MXHET_STATE_SERVER": state_server, "MXHET_NET_DELAY_MS": repr(args.net_delays[slot])}
+        if slot in args.schedules:
+            env["MXHET_SLOWDOWN_SCHEDULE"] = args.schedules[slot]
         if dist:
             env.update(dmlc, DMLC_ROLE=WORKER, DMLC_NODE_HOST=host)
         processes.append(spec(WORKER, slot, host, args.command, env,
@@ -317,6 +319,12 @@ def build_parser():
                      help="comma-separated contexts, e.g. cpu,cpu,gpu(0) (default: %(default)s)")
     het.add_argument("--slowdown", default="1", metavar="LIST",
                      help="comma-separated slowdown factors >= 1, e.g. 1,1,20 (default: %(default)s)")
+    het.add_argument("--slowdown-schedule", action="append", default=None, metavar="SLOT:SPEC",
+                     help="a worker whose speed changes during training, e.g. 2:0-60=1,60-=8 (seconds since "
+                          "training started = factor); repeat for several workers")
+    het.add_argument("--net-delay-ms", default="0", metavar="LIST",
+                     help="emulated one-way delay of each worker's State Server link, milliseconds, "
+                          "e.g. 0,0,30 (default: %(default)s)")
     het.add_argument("--omp-threads", type=int, default=None, metavar="N",
                      help="OMP_NUM_THREADS of each worker (default: CPUs of its host / its workers)")
 
@@ -417,6 +425,23 @@ def parse_args(argv=None):
 
     args.contexts = _split_list(parser, "--contexts", args.contexts, n, _format_context)
     args.slowdowns = _split_list(parser, "--slowdown", args.slowdown, n, parse_slowdown)
+    args.net_delays = _split_list(parser, "--net-delay-ms", args.net_delay_ms, n, parse_delay_ms)
+    args.schedules = {}
+    for item in args.slowdown_schedule or ():
+        slot_text, _, spec = item.partition(":")
+        try:
+            slot = int(slot_text)
+            if not 0 <= slot < n:
+                raise ValueError
+        except ValueError:
+            parser.error("--slowdown-schedule %r: must start with a worker slot 0..%d and ':'" % (item, n - 1))
+        try:
+            parse_slowdown_schedule(spec)
+        except ConfigError as exc:
+            parser.error("--slowdown-schedule: %s" % exc)
+        if slot in args.schedules:
+            parser.error("--slowdown-schedule given twice for slot %d" % slot)
+        args.schedules[slot] = spec
     if args.omp_threads is not None and args.omp_threads < 1:
         parser.error("--omp-threads must be >= 1, got %d" % args.omp_threads)
     _check_port(parser, "--state-server-port", args.state_server_port)

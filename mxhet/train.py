@@ -43,6 +43,8 @@ def build_parser():
     g.add_argument("--momentum", type=float, default=0.0, help="momentum, for sgd")
     g.add_argument("--wd", type=float, default=0.0, help="weight decay")
     g.add_argument("--global-lr", type=float, default=1.0, help="esync: ε of Algorithm 1, w += ε·mean(Δ)")
+    g.add_argument("--ack", choices=["blocking", "delayed"], default="blocking",
+                   help="esync: wait for each State Server answer, or keep training (delayed ACKs, §4.2)")
     g.add_argument("--reset-optimizer-state", action="store_true",
                    help="esync: clear the local optimizer state at every round boundary")
     g = p.add_argument_group("stopping and metrics")
@@ -139,7 +141,8 @@ def run(args, config=None):
         opt_params["momentum"] = args.momentum
     mode_opts = {}
     if mode == "esync":
-        mode_opts = {"global_lr": args.global_lr, "reset_optimizer_state": args.reset_optimizer_state}
+        mode_opts = {"global_lr": args.global_lr, "reset_optimizer_state": args.reset_optimizer_state,
+                     "ack": args.ack}
     trainer = Trainer(net.collect_params(), args.optimizer, opt_params, sync=mode, config=config, **mode_opts)
     trainer.setup(args.batch_size)
     rank = trainer.rank
@@ -238,6 +241,7 @@ def evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time
             workers.append(json.load(f))
     return {
         "mode": mode,
+        "ack": args.ack if mode == "esync" else None,
         "model": args.model,
         "input_size": input_size,
         "dist": args.dist,

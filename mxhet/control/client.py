@@ -1,18 +1,28 @@
 """The worker's side of the State Server protocol.
 
-A DEALER socket with poll-with-timeout, so a lost server never leaves a worker
-stuck in a blocking receive; replies are matched by sequence number and stale
-ones (of an earlier request) are dropped.
+Two ways to ask QUERY-STATE:
+
+* blocking (:meth:`StateClient.query`): send and wait for the answer, as in the
+  paper's Algorithm 1;
+* delayed ACK (:meth:`StateClient.send_query`, then :meth:`StateClient.poll`):
+  send and keep training; answers are picked up later without waiting, and
+  no answer yet means NOT-READY (the paper's §4.2).
+
+Messages go through a :class:`~mxhet.control.transport.Transport` (a
+background I/O thread), so waiting is always bounded by a timeout, and
+replies are matched by sequence number. The client measures the round-trip
+time of every answered query (``rtt``, an exponential moving average).
 """
 import time
 
-import zmq
-
 from ..errors import ProtocolError, StateServerTimeout
 from . import messages as m
+from .transport import Transport
 
 DEFAULT_TIMEOUT = 60.0
 """Seconds to wait for a State Server reply before giving up."""
+RTT_SMOOTHING = 0.2
+"""Weight of the newest sample in the round-trip-time average."""
 
 
 class StateClient:
@@ -22,16 +32,18 @@ class StateClient:
         address: ZeroMQ address of the State Server.
         rank: this worker's PS-LITE rank.
         slot: this worker's launcher slot.
-        timeout: seconds to wait for each reply (> 0).
-        context: a ``zmq.Context`` (default: the process-wide instance).
+        timeout: seconds to wait for a reply to a blocking request (> 0).
+        delay: emulated one-way network delay, seconds.
         clock: monotonic clock in seconds.
+        transport: a transport object (default: a :class:`Transport` to ``address``).
 
     Raises:
         ValueError: for a bad timeout or address.
     """
 
-    def __init__(self, address, rank, slot, timeout=DEFAULT_TIMEOUT, context=None, clock=time.monotonic):
-        if not address:
+    def __init__(self, address, rank, slot, timeout=DEFAULT_TIMEOUT, delay=0.0, clock=time.monotonic,
+                 transport=None):
+        if not address and transport is None:
             raise ValueError("no State Server address (MXHET_STATE_SERVER is empty): "
                              "start the job with mxhet-launch, which starts the State Server")
         if not timeout > 0:
@@ -39,52 +51,92 @@ class StateClient:
         self.address, self.rank, self.slot, self.timeout = address, rank, slot, float(timeout)
         self._clock = clock
         self._seq = 0
-        self._sock = (context or zmq.Context.instance()).socket(zmq.DEALER)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.setsockopt(zmq.MAXMSGSIZE, m.MAX_MESSAGE_BYTES)
-        self._sock.connect(address)
+        self._sent_at = {}
+        self._pending = []   # replies to queries, received while waiting for something else
+        self._transport = transport if transport is not None else Transport(address, delay=delay, clock=clock)
+        self.rtt = 0.0
         self.queries = 0
+        self.replies = 0
         self.bytes_sent = 0
         self.bytes_received = 0
 
-    def _next_seq(self):
-        self._seq += 1
-        return self._seq
+    def _send(self, message):
+        data = m.encode(message)
+        self._sent_at[message.seq] = self._clock()
+        self._transport.send(data)
+        self.bytes_sent += len(data)
+
+    def _decode(self, received):
+        arrived, raw = received
+        self.bytes_received += len(raw)
+        reply = m.decode(raw, {m.Reply.TYPE: m.Reply})
+        sent = self._sent_at.pop(reply.seq, None)
+        if sent is not None:
+            sample = arrived - sent
+            self.rtt = sample if self.replies == 0 else (1 - RTT_SMOOTHING) * self.rtt + RTT_SMOOTHING * sample
+            self.replies += 1
+        return reply
 
     def request(self, message):
         """Send ``message`` and wait for its reply.
+
+        Replies to earlier delayed-ACK queries that arrive meanwhile are kept
+        for :meth:`poll`.
 
         Raises:
             StateServerTimeout: no reply within ``timeout`` seconds.
             ProtocolError: the server refused the request or sent garbage.
         """
-        data = m.encode(message)
-        self._sock.send(data)
-        self.bytes_sent += len(data)
+        self._send(message)
         deadline = self._clock() + self.timeout
         while True:
             left = deadline - self._clock()
-            if left <= 0 or not self._sock.poll(int(left * 1000) + 1):
+            raw = self._transport.recv(left) if left > 0 else None
+            if raw is None:
                 raise StateServerTimeout("no reply from the State Server at %s within %.1f s to %s #%d"
                                          % (self.address, self.timeout, message.TYPE, message.seq))
-            raw = self._sock.recv()
-            self.bytes_received += len(raw)
-            reply = m.decode(raw, {m.Reply.TYPE: m.Reply})
-            if reply.seq != message.seq:
-                continue  # a late reply to an earlier request
-            if not reply.ok:
-                raise ProtocolError("State Server refused %s: %s" % (message.TYPE, reply.error))
-            return reply
+            reply = self._decode(raw)
+            if reply.seq == message.seq:
+                if not reply.ok:
+                    raise ProtocolError("State Server refused %s: %s" % (message.TYPE, reply.error))
+                return reply
+            self._pending.append(reply)
+
+    def _next_seq(self):
+        self._seq += 1
+        return self._seq
 
     def register(self):
         return self.request(m.Register(rank=self.rank, seq=self._next_seq(), slot=self.slot))
 
-    def query(self, round_, k, c, since_finish=0.0):
-        """QUERY-STATE; True means READY (aggregate now)."""
+    def _query(self, round_, k, c, since_finish):
         self.queries += 1
-        reply = self.request(m.Query(rank=self.rank, seq=self._next_seq(), round=round_, k=k,
-                                     c=float(c), since_finish=float(since_finish)))
-        return reply.ready
+        return m.Query(rank=self.rank, seq=self._next_seq(), round=round_, k=k, c=float(c),
+                       since_finish=float(since_finish))
+
+    def query(self, round_, k, c, since_finish=0.0):
+        """Blocking QUERY-STATE; returns the reply (``reply.ready`` True = aggregate now)."""
+        return self.request(self._query(round_, k, c, since_finish))
+
+    def send_query(self, round_, k, c, since_finish=0.0):
+        """Delayed-ACK QUERY-STATE: send and return at once."""
+        self._send(self._query(round_, k, c, since_finish))
+
+    def poll(self, timeout=0.0):
+        """Replies to delayed-ACK queries received so far (waiting up to ``timeout`` for the first).
+
+        Raises:
+            ProtocolError: the server refused a query.
+        """
+        replies, self._pending = self._pending, []
+        raw = self._transport.recv(timeout) if not replies else self._transport.recv(0.0)
+        while raw is not None:
+            replies.append(self._decode(raw))
+            raw = self._transport.recv(0.0)
+        for reply in replies:
+            if not reply.ok:
+                raise ProtocolError("State Server refused a query: %s" % reply.error)
+        return replies
 
     def reset(self, round_, want_stop=False):
         """RESET after pulling the model of ``round_``; True means stop training now."""
@@ -95,4 +147,4 @@ class StateClient:
         self.request(m.Bye(rank=self.rank, seq=self._next_seq()))
 
     def close(self):
-        self._sock.close(0)
+        self._transport.close()

@@ -104,7 +104,8 @@ class Reply:
     """The State Server's answer to any request.
 
     ``ok`` is False for a refused request, with ``error`` saying why. ``ready``
-    answers a query; ``stop`` answers a reset.
+    answers a query, with ``slowest`` the rank the State Server took for the
+    slowest device (-1 when it does not apply); ``stop`` answers a reset.
     """
     TYPE = "reply"
     seq: int
@@ -112,6 +113,7 @@ class Reply:
     ready: bool = False
     stop: bool = False
     round: int = 0
+    slowest: int = -1
     error: str = ""
 
     def validate(self):
@@ -120,6 +122,7 @@ class Reply:
         _check_bool("ready", self.ready)
         _check_bool("stop", self.stop)
         _check_int("round", self.round)
+        _check_int("slowest", self.slowest, minimum=-1)
         if not isinstance(self.error, str):
             raise ProtocolError("field 'error' must be a string")
 

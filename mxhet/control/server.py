@@ -71,10 +71,11 @@ class StateService:
         if req.round != record.round:
             raise ProtocolError("query for round %d, rank %d is in round %d" % (req.round, req.rank, record.round))
         ready = self.table.query(req.rank, req.k, req.c, now - req.since_finish, now)
+        slowest = self.table.slowest_rank()
         if ready:
-            info = self.rounds.setdefault(req.round, {"slowest": self.table.slowest_rank(), "local_iters": {}})
-            info["local_iters"][req.rank] = req.k
-        return m.Reply(seq=req.seq, ready=ready, round=req.round)
+            info = self.rounds.setdefault(req.round, {"slowest": slowest, "local_iters": {}})
+            info["local_iters"].setdefault(req.rank, req.k)
+        return m.Reply(seq=req.seq, ready=ready, round=req.round, slowest=slowest)
 
     def _on_reset(self, req, now):
         self._registered(req.rank)

@@ -30,12 +30,14 @@ DEFAULT_EPSILON = 0.01
 """Algorithm 2's boundary constant ε, in seconds (see :class:`StateTable`).
 
 Measured with ``mxhet-bench epsilon`` (3 workers, slowdown 1,1,10, small CNN,
-2 cores; fast devices at about 23 ms per iteration, slowest at about 0.35 s):
-ε = 0, 0.01, 0.05, 0.2 s gave fast-device compute ratios 0.76, 0.72, 0.63,
-0.35 and 62, 69, 70, 71 rounds in 25 s. A larger ε idles the fast devices up
-to ε per round; ε = 0 lets them start iterations they cannot finish in time,
-which delays the round (11% fewer rounds). 10 ms keeps nearly all rounds and
-most of the compute. The original ESync code used 0.5 s for 3.5 s iterations.
+2 cores; fast devices at about 23 ms per iteration, the slowest at about
+0.35 s), two runs of each value: ε = 0, 0.01, 0.05, 0.2 s gave fast-device
+compute ratios 0.76/0.72, 0.72/0.69, 0.63/0.67, 0.35/0.36. A larger ε idles
+the fast devices up to ε per round; at ε = 0 they may start iterations they
+cannot finish before the slowest is ready, holding up the round (one run had
+11% fewer rounds, the other none: within noise). 10 ms, under half a fast
+iteration, keeps most of the compute without betting on the estimate being
+exact. The original ESync code used 0.5 s for 3.5 s iterations.
 """
 
 

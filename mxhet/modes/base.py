@@ -40,6 +40,20 @@ class WorkerStats:
     bytes_pushed: int = 0
     bytes_pulled: int = 0
     state_queries: int = 0
+    state_replies: int = 0
+    aborted: int = 0           # local iterations abandoned on a delayed READY (ESync §4.2)
+    waited_iterations: int = 0  # local iterations after which the worker waited for a State Server reply
+    late_replies: int = 0      # State Server replies for an earlier round, ignored
+    rtt_s: float = 0.0         # smoothed round-trip time of State Server queries
+    # per round (ESync): blocked time (State Server waits + push/pull), queries
+    # sent, replies received, aborted iterations, the rank the State Server
+    # took for the slowest device, and when the round ended
+    round_blocked_s: list = dataclasses.field(default_factory=list)
+    round_queries: list = dataclasses.field(default_factory=list)
+    round_replies: list = dataclasses.field(default_factory=list)
+    round_aborted: list = dataclasses.field(default_factory=list)
+    round_slowest: list = dataclasses.field(default_factory=list)
+    round_end_s: list = dataclasses.field(default_factory=list)  # seconds since training started
 
     def as_dict(self):
         out = dataclasses.asdict(self)
@@ -96,7 +110,7 @@ class SyncMode:
         self.stopped = False
         self.aggregated = True   # False while the replica holds unaggregated local work
         self._ready = False
-        self._t_last = None
+        self._t_last = self._t_start = None
 
     # -- lifecycle -----------------------------------------------------
     def setup(self, batch_size):
@@ -133,7 +147,7 @@ class SyncMode:
             mx.nd.waitall()
         self.on_setup(batch_size)
         self._ready = True
-        self._t_last = self.clock()
+        self._t_last = self._t_start = self.clock()
 
     def on_setup(self, batch_size):
         """Mode-specific set-up, after the initial model is shared."""
@@ -152,13 +166,27 @@ class SyncMode:
             raise MxhetError("step() after training stopped (check trainer.should_stop)")
         if not self._ready:
             self.setup(batch_size)
+        mx.nd.waitall()  # forward and backward are done
+        now = self.clock()
+        factor = self.config.slowdown_at(now - self._t_start)
+        if factor > 1.0:
+            self.emulate_slowdown((factor - 1.0) * (now - self._t_last))
+        if self.should_abort():
+            # The iteration is abandoned before any part of it is applied.
+            self.stats.aborted += 1
+            self.stats.compute_s += self.clock() - self._t_last
+            for p in self.trainer._params:
+                for data in p.list_data():
+                    data._fresh_grad = False
+            t0 = self.clock()
+            self.on_abort()
+            end = self.clock()
+            self.stats.wait_s += end - t0
+            self._t_last = end
+            return
         self.local_update(batch_size, ignore_stale_grad)
         mx.nd.waitall()
         now = self.clock()
-        compute = now - self._t_last
-        if self.config.slowdown > 1.0:
-            self.sleep((self.config.slowdown - 1.0) * compute)
-            now = self.clock()
         capability = now - self._t_last
         self.stats.compute_s += capability
         self.stats.iterations += 1
@@ -167,6 +195,17 @@ class SyncMode:
         end = self.clock()
         self.stats.wait_s += end - now
         self._t_last = end
+
+    def emulate_slowdown(self, seconds):
+        """Heterogeneity emulation: the device takes ``seconds`` longer."""
+        self.sleep(seconds)
+
+    def should_abort(self):
+        """True to abandon the current iteration before its update (ESync delayed ACKs)."""
+        return False
+
+    def on_abort(self):
+        """What to do after abandoning an iteration."""
 
     def local_update(self, batch_size, ignore_stale_grad):
         """Work done before communication (e.g. a local optimizer step)."""

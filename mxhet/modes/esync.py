@@ -1,4 +1,4 @@
-"""ESync (Algorithm 1 of the paper).
+"""ESync (Algorithm 1 of the paper), with blocking or delayed-ACK State Server queries.
 
 Every worker trains a replica of the global model w_t. After each local
 iteration it asks the State Server whether to keep training (NOT-READY) or to
@@ -6,6 +6,21 @@ aggregate (READY). On READY it pushes Δ = w_local - w_t for every parameter
 (BatchNorm running statistics included), the servers apply
 ``w_t+1 = w_t + ε·mean(Δ)`` (:class:`kvstore_ext.updaters.ESyncAverage`), the
 worker pulls w_t+1 into its replica and sends RESET.
+
+``ack="blocking"`` waits for every answer (Algorithm 1). ``ack="delayed"`` is
+the non-blocking mode of §4.2: the query is sent and training goes on; no
+answer yet means NOT-READY. Answers are picked up without waiting at two
+points: right after the query is sent, and at the start of the next ``step()``
+-- after that iteration's forward and backward, *before* its optimizer update
+(and during the emulated slowdown, which stands for the rest of a slow
+device's computation). When a READY for the current round is there, the
+iteration in progress is abandoned -- its gradients are dropped, no part of it
+reaches the replica -- and the worker aggregates the iterations it completed.
+Answers for an earlier round (late or duplicated) are ignored.
+
+The capability the worker reports is its compute time per iteration plus the
+measured round-trip time of its State Server queries (§4.2), so a device on a
+slow link counts as a slow device.
 
 Optimizer state at a round boundary: kept by default (momentum or Adam moments
 carry on, as if the local optimizer ran continuously on the replica); with
@@ -18,6 +33,8 @@ from ..errors import ConfigError
 from .base import SyncMode, copy_all
 from .registry import register
 
+ACK_MODES = ("blocking", "delayed")
+
 
 @register
 class ESync(SyncMode):
@@ -26,17 +43,24 @@ class ESync(SyncMode):
     needs_state_server = True
     description = ("local iterations on a replica, State Server decides when to average model deltas; "
                    "fast devices keep training while the slowest finishes one iteration")
-    options = {"global_lr": 1.0, "reset_optimizer_state": False, "state_timeout": DEFAULT_TIMEOUT}
+    options = {"global_lr": 1.0, "reset_optimizer_state": False, "state_timeout": DEFAULT_TIMEOUT,
+               "ack": "blocking"}
 
     def __init__(self, trainer, config, **options):
         super().__init__(trainer, config, **options)
         if not self.opts["global_lr"] > 0:
             raise ConfigError("global_lr (ε of Algorithm 1) must be > 0, got %r" % (self.opts["global_lr"],))
+        if self.opts["ack"] not in ACK_MODES:
+            raise ConfigError("ack must be one of %s, got %r" % (ACK_MODES, self.opts["ack"]))
+        self.delayed = self.opts["ack"] == "delayed"
         self.client = None
         self.round = 0
         self.k = 0
         self.w_global = []
         self.round_hook = None  # called as hook(round, w_before, deltas, w_after) with numpy arrays
+        self._ready_seen = False
+        self._slowest = -1
+        self._round_start = (0.0, 0, 0, 0)
 
     def server_updater(self, batch_size):
         from kvstore_ext.updaters import ESyncAverage
@@ -46,22 +70,63 @@ class ESync(SyncMode):
         self.w_global = self.wbufs
         self._deltas = [mx.nd.zeros(w.shape, ctx=w.context, dtype=w.dtype) for w in self.w_global]
         self.client = StateClient(self.config.state_server, self.kv.rank, self.config.slot,
-                                  timeout=self.opts["state_timeout"])
+                                  timeout=self.opts["state_timeout"], delay=self.config.net_delay_ms / 1000.0,
+                                  clock=self.clock)
         self.client.register()
+        self._mark_round_start()
 
+    # -- the local iteration -------------------------------------------------
     def local_update(self, batch_size, ignore_stale_grad):
         self.trainer.local_step(batch_size, ignore_stale_grad)
         self.aggregated = False
 
     def communicate(self, batch_size, capability, compute_end):
         self.k += 1
+        c = capability + self.client.rtt
         t0 = self.clock()
-        ready = self.client.query(self.round, self.k, capability, since_finish=t0 - compute_end)
+        if self.delayed:
+            self.client.send_query(self.round, self.k, c, since_finish=t0 - compute_end)
+            self.take_replies(self.client.poll())
+        else:
+            self.take_replies([self.client.query(self.round, self.k, c, since_finish=t0 - compute_end)])
+            self.stats.waited_iterations += 1
         self.stats.query_s += self.clock() - t0
-        self.stats.state_queries = self.client.queries
-        if ready:
+        self._count_messages()
+        if self._ready_seen:
             self.aggregate()
 
+    def take_replies(self, replies):
+        """Note READY answers for the current round; ignore answers for earlier rounds."""
+        for reply in replies:
+            if reply.round != self.round:
+                self.stats.late_replies += 1
+            elif reply.ready and not self._ready_seen:
+                self._ready_seen = True
+                self._slowest = reply.slowest
+
+    def should_abort(self):
+        if self.delayed and self.client is not None:
+            self.take_replies(self.client.poll())
+        return self._ready_seen
+
+    def on_abort(self):
+        self._count_messages()
+        self.aggregate()
+
+    def emulate_slowdown(self, seconds):
+        if not self.delayed:
+            self.sleep(seconds)
+            return
+        # The emulated rest of a slow device's computation: a READY that comes
+        # meanwhile ends it at once, as the paper's devices abort immediately.
+        deadline = self.clock() + seconds
+        while not self._ready_seen:
+            left = deadline - self.clock()
+            if left <= 0:
+                break
+            self.take_replies(self.client.poll(timeout=left))
+
+    # -- aggregation -----------------------------------------------------------
     def aggregate(self):
         """Push Δ for every key in one batch, pull w_t+1, reset the replica, RESET."""
         replicas, deltas = self.weights(), self._deltas
@@ -90,6 +155,29 @@ class ESync(SyncMode):
         if self.client.reset(self.round, want_stop=self.wants_stop()):
             self.stopped = True
         self.stats.query_s += self.clock() - t0
+        self._close_round()
+
+    def _count_messages(self):
+        self.stats.state_queries = self.client.queries
+        self.stats.state_replies = self.client.replies
+        self.stats.rtt_s = self.client.rtt
+
+    def _mark_round_start(self):
+        self._round_start = (self.stats.query_s + self.stats.sync_s, self.client.queries,
+                             self.client.replies, self.stats.aborted)
+
+    def _close_round(self):
+        blocked, queries, replies, aborted = self._round_start
+        self._count_messages()
+        self.stats.round_blocked_s.append(self.stats.query_s + self.stats.sync_s - blocked)
+        self.stats.round_queries.append(self.client.queries - queries)
+        self.stats.round_replies.append(self.client.replies - replies)
+        self.stats.round_aborted.append(self.stats.aborted - aborted)
+        self.stats.round_slowest.append(self._slowest)
+        self.stats.round_end_s.append(self.clock() - self._t_start)
+        self._ready_seen = False
+        self._slowest = -1
+        self._mark_round_start()
 
     def global_arrays(self):
         return {p.name: g for p, g in zip(self.trainer._params, self.w_global)} if self.w_global \
@@ -101,5 +189,3 @@ class ESync(SyncMode):
             self.client.close()
             self.client = None
         super().close()
-
-

@@ -1,13 +1,20 @@
-"""ESync's worker side with a fake State Server client and fake clocks."""
+"""ESync's worker side: the State Server client state machine, with a fake
+transport and a fake clock (no sockets, no parameter server)."""
+import mxnet as mx
+import numpy as np
 import pytest
+from mxnet import autograd, gluon
 
 from mxhet.config import WorkerConfig
+from mxhet.control import messages as m
+from mxhet.control.client import StateClient
 from mxhet.errors import ConfigError
 from mxhet.modes import get_mode
+from mxhet.trainer import Trainer
 
 
 class FakeClock:
-    def __init__(self, start):
+    def __init__(self, start=0.0):
         self.now = start
 
     def __call__(self):
@@ -17,23 +24,172 @@ class FakeClock:
         self.now += seconds
 
 
-class FakeClient:
-    def __init__(self, answers):
-        self.answers = list(answers)
+class FakeTransport:
+    """Keeps sent messages; hands over scripted replies at given clock times."""
+
+    def __init__(self, clock):
+        self.clock = clock
         self.sent = []
-        self.queries = 0
+        self.inbox = []  # (deliver_at, bytes)
+        self.auto = None  # callable(message) -> Reply or None, answered at once
 
-    def query(self, round_, k, c, since_finish=0.0):
-        self.queries += 1
-        self.sent.append((round_, k, round(c, 9), round(since_finish, 9)))
-        return self.answers.pop(0)
+    def send(self, data):
+        msg = m.decode(data)
+        self.sent.append(msg)
+        reply = self.auto(msg) if self.auto else None
+        if reply is not None:
+            self.deliver(reply)
+
+    def deliver(self, reply, at=None):
+        self.inbox.append((self.clock() if at is None else at, m.encode(reply)))
+        self.inbox.sort(key=lambda item: item[0])
+
+    def recv(self, timeout=0.0):
+        if self.inbox and self.inbox[0][0] <= self.clock() + timeout:
+            at, data = self.inbox.pop(0)
+            self.clock.now = max(self.clock(), at)
+            return at, data
+        self.clock.advance(timeout)
+        return None
+
+    def queries(self):
+        return [q for q in self.sent if isinstance(q, m.Query)]
+
+    def close(self):
+        pass
 
 
-def _mode(clock, answers):
-    mode = get_mode("esync")(trainer=None, config=WorkerConfig(sync="esync"), clock=clock)
-    mode.client = FakeClient(answers)
-    mode.aggregate = lambda: None  # the data plane is tested with real processes
-    return mode
+def _esync(ack, clock, transport, slowdown=1.0):
+    """A real mxhet.Trainer in esync mode on a 1-parameter net, without the parameter server."""
+    net = gluon.nn.Dense(1, use_bias=False, in_units=1)
+    net.initialize(mx.init.Constant(1.0))
+    config = WorkerConfig(sync="esync", slowdown=slowdown)
+    trainer = Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, config=config, ack=ack)
+    mode = trainer.mode
+    mode.clock = clock
+    mode.sleep = clock.advance
+    mode.client = StateClient("fake", rank=0, slot=0, clock=clock, transport=transport)
+    mode._ready = True
+    mode._t_last = mode._t_start = clock()
+    mode._mark_round_start()
+    aggregations = []
+
+    def aggregate():  # the data plane is tested with real processes
+        aggregations.append((mode.k, float(net.weight.data().asscalar())))
+        mode.stats.local_iters.append(mode.k)
+        mode.round += 1
+        mode.k = 0
+        mode._close_round()
+    mode.aggregate = aggregate
+    return net, trainer, aggregations
+
+
+def _iteration(net, trainer, clock, seconds=0.1):
+    x = mx.nd.ones((1, 1))
+    with autograd.record():
+        loss = net(x).sum()
+    loss.backward()
+    clock.advance(seconds)
+    trainer.step(1)
+
+
+def _reply(query, ready, **kw):
+    return m.Reply(seq=query.seq, ready=ready, round=query.round, **kw)
+
+
+def test_delayed_acks_never_wait_and_late_not_ready_changes_nothing():
+    clock = FakeClock()
+    transport = FakeTransport(clock)
+    net, trainer, aggregations = _esync("delayed", clock, transport)
+    for _ in range(5):
+        _iteration(net, trainer, clock)
+    # five queries went out, none answered yet: implicit NOT-READY, training went on
+    assert [q.k for q in transport.queries()] == [1, 2, 3, 4, 5]
+    assert trainer.stats.waited_iterations == 0 and trainer.stats.iterations == 5
+    # the answers to the first three arrive three iterations late: all NOT-READY
+    for q in transport.queries()[:3]:
+        transport.deliver(_reply(q, False))
+    _iteration(net, trainer, clock)
+    assert aggregations == [] and trainer.stats.iterations == 6
+    assert trainer.stats.state_replies == 3
+
+
+def test_ready_mid_iteration_aborts_without_partial_update():
+    clock = FakeClock()
+    transport = FakeTransport(clock)
+    net, trainer, aggregations = _esync("delayed", clock, transport)
+    _iteration(net, trainer, clock)
+    _iteration(net, trainer, clock)
+    w_after_two = float(net.weight.data().asscalar())
+    assert w_after_two == pytest.approx(1.0 - 2 * 0.1)  # d(loss)/dw = 1
+    # READY for iteration 1 arrives while iteration 3 runs (δ = 2)
+    transport.deliver(_reply(transport.queries()[0], True, slowest=3))
+    _iteration(net, trainer, clock)
+    assert aggregations == [(2, pytest.approx(w_after_two))]  # iterations 1..k+δ-1, nothing of the 3rd
+    assert trainer.stats.aborted == 1 and trainer.stats.iterations == 2
+    assert trainer.stats.round_aborted == [1] and trainer.stats.round_slowest == [3]
+    assert len(transport.queries()) == 2  # the abandoned iteration sent nothing
+
+
+def test_ready_right_after_query_aggregates_without_waste():
+    clock = FakeClock()
+    transport = FakeTransport(clock)
+    transport.auto = lambda msg: _reply(msg, msg.k >= 2) if isinstance(msg, m.Query) else None
+    net, trainer, aggregations = _esync("delayed", clock, transport)
+    _iteration(net, trainer, clock)
+    _iteration(net, trainer, clock)
+    assert [k for k, _ in aggregations] == [2] and trainer.stats.aborted == 0
+
+
+def test_ready_during_emulated_slowdown_ends_it():
+    clock = FakeClock()
+    transport = FakeTransport(clock)
+    net, trainer, aggregations = _esync("delayed", clock, transport, slowdown=10.0)
+    _iteration(net, trainer, clock, seconds=0.1)          # 0.1 s compute + 0.9 s emulated
+    assert clock() == pytest.approx(1.0)
+    transport.deliver(_reply(transport.queries()[0], True), at=1.3)
+    _iteration(net, trainer, clock, seconds=0.1)          # READY at 1.3 s, inside the emulated part
+    assert clock() == pytest.approx(1.3)
+    assert trainer.stats.aborted == 1 and [k for k, _ in aggregations] == [1]
+
+
+def test_late_and_duplicate_replies_for_an_old_round_are_ignored():
+    clock = FakeClock()
+    transport = FakeTransport(clock)
+    net, trainer, aggregations = _esync("delayed", clock, transport)
+    _iteration(net, trainer, clock)
+    first = transport.queries()[0]
+    transport.deliver(_reply(first, True))
+    _iteration(net, trainer, clock)                       # aborted, round 0 aggregated
+    assert len(aggregations) == 1
+    transport.deliver(_reply(first, True))                # duplicate READY of round 0
+    _iteration(net, trainer, clock)
+    _iteration(net, trainer, clock)
+    assert len(aggregations) == 1 and trainer.stats.late_replies == 1
+    assert trainer.stats.iterations == 3
+
+
+def test_blocking_mode_waits_for_every_answer():
+    clock = FakeClock()
+    transport = FakeTransport(clock)
+    transport.auto = lambda msg: _reply(msg, msg.k >= 3) if isinstance(msg, m.Query) else None
+    net, trainer, aggregations = _esync("blocking", clock, transport)
+    for _ in range(4):
+        _iteration(net, trainer, clock)
+    assert trainer.stats.waited_iterations == 4
+    assert [k for k, _ in aggregations] == [3] and trainer.stats.aborted == 0
+
+
+def test_capability_includes_rtt():
+    clock = FakeClock()
+    transport = FakeTransport(clock)
+    net, trainer, _ = _esync("delayed", clock, transport)
+    _iteration(net, trainer, clock, seconds=0.1)
+    transport.deliver(_reply(transport.queries()[0], False), at=clock() + 0.05)  # 50 ms round trip
+    clock.advance(0.05)
+    _iteration(net, trainer, clock, seconds=0.1)
+    assert trainer.stats.rtt_s == pytest.approx(0.05)
+    assert transport.queries()[1].c == pytest.approx(0.15 + 0.05)
 
 
 @pytest.mark.parametrize("offset", [5.0, -5.0, 300.0, -300.0])
@@ -41,28 +197,18 @@ def test_skewed_worker_clock_sends_the_same_queries(offset):
     sent = []
     for start in (1000.0, 1000.0 + offset):
         clock = FakeClock(start)
-        mode = _mode(clock, [False, False, True])
+        transport = FakeTransport(clock)
+        transport.auto = lambda msg: _reply(msg, False) if isinstance(msg, m.Query) else None
+        net, trainer, _ = _esync("blocking", clock, transport)
         for _ in range(3):
-            end = clock()
-            clock.advance(0.004)  # encoding the query takes a moment
-            mode.communicate(64, capability=0.25, compute_end=end)
-            clock.advance(0.25)
-        sent.append(mode.client.sent)
+            _iteration(net, trainer, clock)
+        sent.append([(q.round, q.k, round(q.c, 9), round(q.since_finish, 9)) for q in transport.queries()])
     assert sent[0] == sent[1]
-    assert [q[1] for q in sent[0]] == [1, 2, 3]            # k counts local iterations
-    assert all(q[3] == pytest.approx(0.004) for q in sent[0])  # a duration, not an instant
+    assert all(q[3] < 1e-6 for q in sent[0])  # a duration, not an instant
 
 
-def test_ready_triggers_aggregation_once():
-    clock = FakeClock(0.0)
-    mode = _mode(clock, [False, True])
-    calls = []
-    mode.aggregate = lambda: calls.append(mode.k)
-    mode.communicate(64, 0.1, clock())
-    mode.communicate(64, 0.1, clock())
-    assert calls == [2]
-
-
-def test_bad_global_lr():
+def test_bad_options():
     with pytest.raises(ConfigError):
         get_mode("esync")(trainer=None, config=WorkerConfig(), global_lr=0)
+    with pytest.raises(ConfigError, match="ack"):
+        get_mode("esync")(trainer=None, config=WorkerConfig(), ack="sometimes")

@@ -304,3 +304,25 @@ def test_find_free_port_is_bindable():
     port = launcher.find_free_port()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+
+
+def test_net_delay_and_slowdown_schedule_reach_the_workers():
+    plan = plan_of("-n", "3", "-s", "1", "--sync", "esync", "--net-delay-ms", "0,0,30",
+                   "--slowdown-schedule", "2:0-60=1,60-=8")
+    workers = plan.by_role("worker")
+    configs = [worker_config(w.env) for w in workers]
+    assert [c.net_delay_ms for c in configs] == [0.0, 0.0, 30.0]
+    assert configs[2].slowdown_schedule == ((0.0, 60.0, 1.0), (60.0, None, 8.0))
+    assert configs[0].slowdown_schedule == () and configs[1].slowdown_schedule == ()
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--net-delay-ms", "-5"], "--net-delay-ms"),
+    (["--net-delay-ms", "1,2"], "--net-delay-ms"),
+    (["--slowdown-schedule", "3:0-=2"], "slot"),
+    (["--slowdown-schedule", "0:nonsense"], "--slowdown-schedule"),
+    (["--slowdown-schedule", "0:0-=2", "--slowdown-schedule", "0:5-=3"], "twice"),
+])
+def test_bad_heterogeneity_options(capsys, argv, named):
+    err = usage_error(capsys, "-n", "3", "-s", "1", "--sync", "esync", *argv, "--", "x")
+    assert named in err
