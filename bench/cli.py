@@ -29,43 +29,39 @@ def _floats(text):
     return values
 
 
+def _common(parser, out, slowdown, budget, what):
+    """Options every experiment takes."""
+    parser.add_argument("--out", default=out, help="output directory (default %(default)s)")
+    parser.add_argument("--slowdown", type=_floats, default=slowdown,
+                        help="one slowdown factor per worker (default %s)" % ",".join("%g" % f for f in slowdown))
+    parser.add_argument("--time-budget", type=float, default=budget,
+                        help="training seconds %s (default %%(default)s)" % what)
+    parser.add_argument("--seed", type=int, default=0, help="seed of every run (default 0)")
+    return parser
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="mxhet-bench", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="experiment", required=True)
-    demo = sub.add_parser("demo", help="ESync vs Sync on one emulated heterogeneous cluster")
-    demo.add_argument("--out", default="runs/demo", help="output directory (default %(default)s)")
+    demo = _common(sub.add_parser("demo", help="ESync vs Sync on one emulated heterogeneous cluster"),
+                   "runs/demo", (1.0, 1.0, 10.0), 60.0, "per mode")
     demo.add_argument("--modes", default="esync,sync", help="comma-separated modes (default %(default)s)")
-    demo.add_argument("--slowdown", type=_floats, default=(1.0, 1.0, 10.0),
-                      help="one slowdown factor per worker (default 1,1,10)")
     demo.add_argument("--model", default="smallcnn")
-    demo.add_argument("--time-budget", type=float, default=60.0, help="training seconds per mode")
     demo.add_argument("--lr", type=float, default=0.05)
     demo.add_argument("--target-accuracy", type=float, default=0.8)
     demo.add_argument("--dist", choices=["iid", "non-iid"], default="iid")
-    demo.add_argument("--seed", type=int, default=0)
-    eps = sub.add_parser("epsilon", help="ESync: sweep the State Server's ε (Algorithm 2)")
-    eps.add_argument("--out", default="runs/epsilon", help="output directory (default %(default)s)")
+    eps = _common(sub.add_parser("epsilon", help="ESync: sweep the State Server's ε (Algorithm 2)"),
+                  "runs/epsilon", (1.0, 1.0, 10.0), 25.0, "per value")
     eps.add_argument("--values", default="0,0.01,0.05,0.2", help="ε values in seconds (default %(default)s)")
-    eps.add_argument("--slowdown", type=_floats, default=(1.0, 1.0, 10.0),
-                     help="one slowdown factor per worker (default 1,1,10)")
-    eps.add_argument("--time-budget", type=float, default=25.0, help="training seconds per value")
-    eps.add_argument("--seed", type=int, default=0)
-    acks = sub.add_parser("acks", help="ESync: blocking vs delayed-ACK State Server queries, with link delays")
-    acks.add_argument("--out", default="runs/acks", help="output directory (default %(default)s)")
+    acks = _common(sub.add_parser("acks", help="ESync: blocking vs delayed-ACK queries, with link delays"),
+                   "runs/acks", (1.0, 1.0, 10.0), 25.0, "per run")
     acks.add_argument("--delays-ms", default="0,30", help="one-way delays to try, ms (default %(default)s)")
-    acks.add_argument("--slowdown", type=_floats, default=(1.0, 1.0, 10.0),
-                      help="one slowdown factor per worker (default 1,1,10)")
-    acks.add_argument("--time-budget", type=float, default=25.0, help="training seconds per run")
-    acks.add_argument("--seed", type=int, default=0)
-    dyn = sub.add_parser("dynamic", help="ESync: a device slowed down mid-run; n_i per round")
-    dyn.add_argument("--out", default="runs/dynamic", help="output directory (default %(default)s)")
-    dyn.add_argument("--slowdown", type=_floats, default=(1.0, 1.0, 4.0),
-                     help="one slowdown factor per worker (default 1,1,4)")
-    dyn.add_argument("--schedule", default="0:10-=8",
+    dyn = _common(sub.add_parser("dynamic", help="ESync: a device slowed down mid-run; n_i per round"),
+                  "runs/dynamic", (1.0, 1.0, 3.0), 25.0, "")
+    dyn.add_argument("--schedule", default="0:10-=12",
                      help="launcher --slowdown-schedule, SLOT:SPEC (default %(default)s)")
-    dyn.add_argument("--time-budget", type=float, default=25.0, help="training seconds")
     dyn.add_argument("--ack", choices=["blocking", "delayed"], default="blocking")
-    dyn.add_argument("--seed", type=int, default=0)
+    dyn.add_argument("--window", type=float, default=2.5, help="seconds per line of the printed table")
     return p
 
 
@@ -247,6 +243,22 @@ def run_acks(args):
     return 1 if failures else 0
 
 
+def format_dynamic(rounds, window):
+    """Rounds grouped into ``window``-second spans: mean n_i per slot, slowest slot(s)."""
+    lines = ["training time  rounds  mean n_i per slot  slowest slot"]
+    groups = {}
+    for r in rounds:
+        groups.setdefault(int(r["end_s"] // window), []).append(r)
+    for index in sorted(groups):
+        group = groups[index]
+        means = [sum(r["local_iters"][i] for r in group) / len(group) for i in range(len(group[0]["local_iters"]))]
+        slowest = sorted({r["slowest_slot"] for r in group}, key=str)
+        lines.append("%5.1f-%-5.1f s  %-7d %-18s %s" % (
+            index * window, (index + 1) * window, len(group), " ".join("%.1f" % x for x in means),
+            ",".join(str(x) for x in slowest)))
+    return "\n".join(lines)
+
+
 def run_dynamic(args):
     os.makedirs(args.out, exist_ok=True)
     spec = JobSpec(mode="esync", slowdowns=args.slowdown, time_budget=args.time_budget, seed=args.seed,
@@ -267,10 +279,7 @@ def run_dynamic(args):
                                              "profile": {"slowdown": list(args.slowdown)}, "rounds": rounds,
                                              "run": run_record(summary)})
     print("\nschedule %s, base slowdown %s" % (args.schedule, ",".join("%g" % f for f in args.slowdown)))
-    print("round  end (s)  n_i per slot     slowest slot")
-    for r in rounds:
-        print("%-6d %-8.1f %-16s %s" % (r["round"], r["end_s"], " ".join("%d" % k for k in r["local_iters"]),
-                                        r["slowest_slot"]))
+    print(format_dynamic(rounds, args.window))
     print("results: %s" % path)
     return 0
 

@@ -30,3 +30,14 @@ def test_table_and_speedup():
     assert "speedup > 2.5x" in speedup_line([es, sy], 0.8)
     sy["time_to_target_s"] = 8.0
     assert "2.0x faster" in speedup_line([es, sy], 0.8)
+
+
+def test_dynamic_table_groups_rounds_by_time():
+    from bench.cli import format_dynamic
+    rounds = [{"end_s": 0.5, "local_iters": [4, 1], "slowest_slot": 1},
+              {"end_s": 1.5, "local_iters": [2, 1], "slowest_slot": 1},
+              {"end_s": 2.5, "local_iters": [1, 3], "slowest_slot": 0}]
+    lines = format_dynamic(rounds, 2.0).splitlines()
+    assert len(lines) == 3
+    assert "3.0 1.0" in lines[1] and lines[1].rstrip().endswith("1")
+    assert "1.0 3.0" in lines[2] and lines[2].rstrip().endswith("0")
