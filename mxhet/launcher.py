@@ -270,6 +270,11 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
                 "--bind", _bind_address(first, state_port, args.launcher), "--num-workers", str(n)]
         if args.epsilon is not None:
             argv += ["--epsilon", repr(args.epsilon)]
+        for option in ("staleness", "adsp_period", "adsp_epoch", "adsp_window", "state_stats"):
+            value = getattr(args, option)
+            if value is not None:
+                flag = "--stats-out" if option == "state_stats" else "--" + option.replace("_", "-")
+                argv += [flag, str(value)]
         processes.append(spec(STATE_SERVER, None, first, argv, {**base, "OMP_NUM_THREADS": "1"}))
 
     worker_hosts = [hosts[slot % len(hosts)] for slot in range(n)]
@@ -331,6 +336,16 @@ def build_parser():
     state = parser.add_argument_group("State Server (modes that need one, e.g. esync)")
     state.add_argument("--state-server-port", type=int, default=None, metavar="PORT",
                        help="port of the State Server (default: a free port)")
+    state.add_argument("--staleness", type=int, default=None, metavar="S",
+                       help="ssp: iterations a worker may run ahead of the slowest (State Server default: 2)")
+    state.add_argument("--adsp-period", type=float, default=None, metavar="SECONDS",
+                       help="adsp: check period Γ (State Server default: 2 s)")
+    state.add_argument("--adsp-epoch", type=float, default=None, metavar="SECONDS",
+                       help="adsp: seconds between commit-rate searches (State Server default: 60 s)")
+    state.add_argument("--adsp-window", type=int, default=None, metavar="PERIODS",
+                       help="adsp: check periods per evaluated commit rate (State Server default: 2)")
+    state.add_argument("--state-stats", default=None, metavar="PATH",
+                       help="the State Server writes its per-round / per-checkpoint statistics here (JSON)")
     state.add_argument("--epsilon", type=float, default=None, metavar="SECONDS",
                        help="the State Server's epsilon (default: the server's own)")
 
@@ -450,6 +465,14 @@ def parse_args(argv=None):
         parser.error("--root-port and --state-server-port are both %d; they must differ" % args.root_port)
     _check_seconds(parser, "--timeout", args.timeout)
     _check_seconds(parser, "--epsilon", args.epsilon)
+    for option, value in (("--adsp-period", args.adsp_period), ("--adsp-epoch", args.adsp_epoch)):
+        if value is not None and not (0 < value < float("inf")):
+            parser.error("%s must be a finite number of seconds > 0, got %r" % (option, value))
+    for option, value in (("--staleness", args.staleness), ("--adsp-window", args.adsp_window)):
+        if value is not None and value < (0 if option == "--staleness" else 1):
+            parser.error("%s must be >= %d, got %d" % (option, 0 if option == "--staleness" else 1, value))
+    if args.state_stats is not None:
+        args.state_stats = os.path.abspath(args.state_stats)
 
     if args.job_file is not None:
         directory = os.path.dirname(os.path.abspath(args.job_file))

@@ -11,6 +11,7 @@ import logging
 import signal
 import sys
 
+from .control import adsp
 from .control.server import serve, write_stats
 from .control.state_rule import DEFAULT_EPSILON
 
@@ -21,6 +22,14 @@ def main(argv=None):
     parser.add_argument("--num-workers", type=int, required=True, help="number of workers (ranks 0..n-1)")
     parser.add_argument("--epsilon", type=float, default=DEFAULT_EPSILON,
                         help="Algorithm 2's boundary constant, seconds (default %(default)s)")
+    parser.add_argument("--staleness", type=int, default=2,
+                        help="SSP: iterations a worker may be ahead of the slowest (default %(default)s)")
+    parser.add_argument("--adsp-period", type=float, default=adsp.DEFAULT_PERIOD,
+                        help="ADSP: check period Γ, seconds (default %(default)s)")
+    parser.add_argument("--adsp-epoch", type=float, default=adsp.DEFAULT_EPOCH,
+                        help="ADSP: seconds between commit-rate searches (default %(default)s)")
+    parser.add_argument("--adsp-window", type=int, default=adsp.DEFAULT_WINDOW_PERIODS,
+                        help="ADSP: check periods per evaluated commit rate (default %(default)s)")
     parser.add_argument("--stats-out", default="", help="write per-round statistics (JSON) here on exit")
     args = parser.parse_args(argv)
     if args.num_workers < 1:
@@ -36,7 +45,12 @@ def main(argv=None):
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    service = serve(args.bind, args.num_workers, epsilon=args.epsilon, should_stop=lambda: bool(stopping))
+    try:
+        service = serve(args.bind, args.num_workers, epsilon=args.epsilon, should_stop=lambda: bool(stopping),
+                        staleness=args.staleness, adsp_period=args.adsp_period, adsp_epoch=args.adsp_epoch,
+                        adsp_window=args.adsp_window)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.stats_out:
         write_stats(service, args.stats_out)
     return 0

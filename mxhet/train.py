@@ -42,7 +42,10 @@ def build_parser():
     g.add_argument("--lr", type=float, default=0.05, help="(local) learning rate")
     g.add_argument("--momentum", type=float, default=0.0, help="momentum, for sgd")
     g.add_argument("--wd", type=float, default=0.0, help="weight decay")
-    g.add_argument("--global-lr", type=float, default=1.0, help="esync: ε of Algorithm 1, w += ε·mean(Δ)")
+    g.add_argument("--global-lr", type=float, default=1.0,
+                   help="esync: ε of Algorithm 1, w += ε·mean(Δ); adsp: W += (ε/M)·Δ on each commit")
+    g.add_argument("--local-steps", type=int, default=8, help="localsgd: local steps τ between averages")
+    g.add_argument("--dc-lambda", type=float, default=0.04, help="dcasgd: delay-compensation strength λ")
     g.add_argument("--ack", choices=["blocking", "delayed"], default="blocking",
                    help="esync: wait for each State Server answer, or keep training (delayed ACKs, §4.2)")
     g.add_argument("--reset-optimizer-state", action="store_true",
@@ -67,6 +70,8 @@ def _validate(args):
     for name in ("time_budget", "eval_interval", "lr", "global_lr"):
         if not getattr(args, name) > 0:
             raise ConfigError("--%s must be > 0, got %r" % (name.replace("_", "-"), getattr(args, name)))
+    if args.local_steps < 1:
+        raise ConfigError("--local-steps must be >= 1, got %r" % args.local_steps)
     if args.max_rounds < 0:
         raise ConfigError("--max-rounds must be >= 0, got %r" % args.max_rounds)
     if not 0 < args.target_accuracy <= 1:
@@ -93,7 +98,7 @@ class RoundDumper:
         self.directory, self.slot, self.limit = directory, slot, limit
         os.makedirs(directory, exist_ok=True)
 
-    def esync_hook(self, round_, before, deltas, after):
+    def delta_hook(self, round_, before, deltas, after):
         if round_ < self.limit:
             arrays = {}
             for i, (b, d, a) in enumerate(zip(before, deltas, after)):
@@ -112,6 +117,7 @@ def run(args, config=None):
     from mxnet import autograd, gluon
 
     from . import data, models
+    from .modes import get_mode
     from .trainer import Trainer
 
     _validate(args)
@@ -139,10 +145,10 @@ def run(args, config=None):
     opt_params = {"learning_rate": args.lr, "wd": args.wd}
     if args.optimizer == "sgd":
         opt_params["momentum"] = args.momentum
-    mode_opts = {}
-    if mode == "esync":
-        mode_opts = {"global_lr": args.global_lr, "reset_optimizer_state": args.reset_optimizer_state,
-                     "ack": args.ack}
+    # every option the chosen mode takes, by name (see each mode's ``options``)
+    offered = {"global_lr": args.global_lr, "reset_optimizer_state": args.reset_optimizer_state,
+               "ack": args.ack, "local_steps": args.local_steps, "lamda": args.dc_lambda}
+    mode_opts = {name: value for name, value in offered.items() if name in get_mode(mode).options}
     trainer = Trainer(net.collect_params(), args.optimizer, opt_params, sync=mode, config=config, **mode_opts)
     trainer.setup(args.batch_size)
     rank = trainer.rank
@@ -152,8 +158,9 @@ def run(args, config=None):
 
     dumper = RoundDumper(os.path.join(args.metrics_out, "dump"), config.slot, args.dump_rounds) \
         if args.dump_rounds else None
-    if dumper is not None and mode == "esync":
-        trainer.mode.round_hook = dumper.esync_hook
+    deltas = trainer.mode.exchanges_deltas
+    if dumper is not None and deltas:
+        trainer.mode.round_hook = dumper.delta_hook
 
     snap_dir = os.path.join(args.metrics_out, "snapshots")
     snapshots = []
@@ -186,7 +193,8 @@ def run(args, config=None):
             loss = loss_fn(net(x), y)
         loss.backward()
         trainer.step(args.batch_size)
-        if dumper is not None and mode != "esync":
+        trainer.observe_loss(loss.mean().asscalar())
+        if dumper is not None and not deltas:
             dumper.weights(trainer.stats.rounds - 1, trainer)
         now = time.monotonic()
         if is_chief and trainer.mode.aggregated and now - last_snap >= args.eval_interval:

@@ -114,6 +114,10 @@ class Trainer(gluon.Trainer):
             raise ConfigError("the stop condition must be callable, got %r" % (condition,))
         self.mode.stop_condition = condition
 
+    def observe_loss(self, value):
+        """Tell the mode the latest training loss (ADSP's commit-rate search uses it)."""
+        self.mode.observe_loss(value)
+
     @property
     def stats(self):
         """This worker's counters (:class:`mxhet.modes.WorkerStats`)."""

@@ -143,6 +143,16 @@ class StateClient:
         return self.request(m.Reset(rank=self.rank, seq=self._next_seq(), round=round_,
                                     want_stop=bool(want_stop))).stop
 
+    def clock(self, iterations):
+        """SSP: report ``iterations`` done; returns when the staleness bound allows the next."""
+        self.request(m.Clock(rank=self.rank, seq=self._next_seq(), clock=int(iterations)))
+
+    def commit_report(self, commits, loss, commit_cost):
+        """ADSP: report commits so far; returns ``(target total commits, seconds to the next checkpoint)``."""
+        reply = self.request(m.Commit(rank=self.rank, seq=self._next_seq(), commits=int(commits),
+                                      loss=float(loss), commit_cost=float(commit_cost)))
+        return reply.target, reply.period_left
+
     def bye(self):
         self.request(m.Bye(rank=self.rank, seq=self._next_seq()))
 

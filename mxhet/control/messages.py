@@ -88,6 +88,45 @@ class Reset:
 
 
 @dataclasses.dataclass(frozen=True)
+class Clock:
+    """SSP: the worker finished ``clock`` iterations and asks to start the next.
+
+    The State Server answers when the worker is at most ``staleness``
+    iterations ahead of the slowest worker still in the job.
+    """
+    TYPE = "clock"
+    rank: int
+    seq: int
+    clock: int
+
+    def validate(self):
+        _check_int("rank", self.rank)
+        _check_int("seq", self.seq)
+        _check_int("clock", self.clock)
+
+
+@dataclasses.dataclass(frozen=True)
+class Commit:
+    """ADSP: the worker has made ``commits`` commits; ``loss`` is its recent
+    training loss (-1 when it has none yet), ``commit_cost`` the seconds one
+    commit takes it. The answer carries its commit target."""
+    TYPE = "commit"
+    rank: int
+    seq: int
+    commits: int
+    loss: float
+    commit_cost: float
+
+    def validate(self):
+        _check_int("rank", self.rank)
+        _check_int("seq", self.seq)
+        _check_int("commits", self.commits)
+        if isinstance(self.loss, bool) or not isinstance(self.loss, (int, float)) or not math.isfinite(self.loss):
+            raise ProtocolError("field 'loss' must be a finite number, got %r" % (self.loss,))
+        _check_seconds("commit_cost", self.commit_cost)
+
+
+@dataclasses.dataclass(frozen=True)
 class Bye:
     """The worker leaves the job."""
     TYPE = "bye"
@@ -105,7 +144,9 @@ class Reply:
 
     ``ok`` is False for a refused request, with ``error`` saying why. ``ready``
     answers a query, with ``slowest`` the rank the State Server took for the
-    slowest device (-1 when it does not apply); ``stop`` answers a reset.
+    slowest device (-1 when it does not apply); ``stop`` answers a reset;
+    ``target`` (total commits due by the next checkpoint) and ``period_left``
+    (seconds until it) answer an ADSP commit report.
     """
     TYPE = "reply"
     seq: int
@@ -114,6 +155,8 @@ class Reply:
     stop: bool = False
     round: int = 0
     slowest: int = -1
+    target: int = 0
+    period_left: float = 0.0
     error: str = ""
 
     def validate(self):
@@ -123,11 +166,13 @@ class Reply:
         _check_bool("stop", self.stop)
         _check_int("round", self.round)
         _check_int("slowest", self.slowest, minimum=-1)
+        _check_int("target", self.target)
+        _check_seconds("period_left", self.period_left)
         if not isinstance(self.error, str):
             raise ProtocolError("field 'error' must be a string")
 
 
-REQUEST_TYPES = {cls.TYPE: cls for cls in (Register, Query, Reset, Bye)}
+REQUEST_TYPES = {cls.TYPE: cls for cls in (Register, Query, Reset, Clock, Commit, Bye)}
 ALL_TYPES = dict(REQUEST_TYPES, **{Reply.TYPE: Reply})
 
 

@@ -14,25 +14,43 @@ import zmq
 
 from ..errors import ProtocolError
 from . import messages as m
+from . import adsp
 from .state_rule import DEFAULT_EPSILON, StateTable
 
 LOG = logging.getLogger("mxhet.state_server")
 
 
 class StateService:
-    """The State Server's state and request handling.
+    """The control plane's state and request handling.
+
+    It serves ESync (QUERY-STATE / RESET), SSP (the staleness gate) and ADSP
+    (commit targets and the commit-rate search).
 
     Args:
         num_workers: number of workers; their PS-LITE ranks are 0..n-1.
         epsilon: Algorithm 2's ε in seconds.
+        staleness: SSP's bound s: a worker may be at most s iterations ahead
+            of the slowest worker still in the job.
+        adsp_period, adsp_epoch, adsp_window: ADSP's check period Γ (s),
+            search epoch (s) and check periods per evaluated commit rate.
         now: the clock reading at creation.
     """
 
-    def __init__(self, num_workers, epsilon=DEFAULT_EPSILON, now=0.0):
+    def __init__(self, num_workers, epsilon=DEFAULT_EPSILON, staleness=2, adsp_period=adsp.DEFAULT_PERIOD,
+                 adsp_epoch=adsp.DEFAULT_EPOCH, adsp_window=adsp.DEFAULT_WINDOW_PERIODS, now=0.0):
         if not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError("num_workers must be a positive integer, got %r" % (num_workers,))
+        if not isinstance(staleness, int) or staleness < 0:
+            raise ValueError("staleness must be an integer >= 0, got %r" % (staleness,))
         self.num_workers = num_workers
+        self.staleness = staleness
         self.table = StateTable(range(num_workers), epsilon=epsilon, now=now)
+        self.clocks = {}         # SSP: rank -> iterations done
+        self.waiting = {}        # SSP: rank -> seq of its deferred clock request
+        self.released = []       # (rank, Reply) deferred replies now due
+        self._adsp_args = dict(period=adsp_period, epoch=adsp_epoch, window_periods=adsp_window)
+        adsp.ADSPScheduler(range(num_workers), **self._adsp_args)  # validate now
+        self.adsp = None
         self.slots = {}          # rank -> launcher slot
         self.left = set()        # ranks that said bye
         self.stop_decisions = {}  # round -> stop after this round?
@@ -44,7 +62,11 @@ class StateService:
         return bool(self.slots) and self.left >= set(self.slots)
 
     def handle(self, request, now):
-        """Answer one validated request at server clock ``now``."""
+        """Answer one validated request at server clock ``now``.
+
+        Returns the reply, or None when the answer is deferred (an SSP worker
+        too far ahead); deferred answers appear later in :attr:`released`.
+        """
         try:
             return getattr(self, "_on_" + request.TYPE)(request, now)
         except (KeyError, ValueError, ProtocolError) as exc:
@@ -63,6 +85,7 @@ class StateService:
             raise ProtocolError("rank %d is already registered for slot %d" % (req.rank, known))
         self.slots[req.rank] = req.slot
         self.left.discard(req.rank)
+        self.clocks.setdefault(req.rank, 0)
         LOG.info("rank %d (slot %d) registered", req.rank, req.slot)
         return m.Reply(seq=req.seq, round=self.table.record(req.rank).round)
 
@@ -86,12 +109,52 @@ class StateService:
     def _on_bye(self, req, now):
         self._registered(req.rank)
         self.left.add(req.rank)
+        self._release_clocks()
         return m.Reply(seq=req.seq)
 
+    # -- SSP -------------------------------------------------------------------
+    def _ssp_allows(self, rank):
+        live = [c for r, c in self.clocks.items() if r not in self.left]
+        return not live or self.clocks[rank] - min(live) <= self.staleness
+
+    def _on_clock(self, req, now):
+        self._registered(req.rank)
+        if req.clock < self.clocks.get(req.rank, 0):
+            raise ProtocolError("rank %d clock went back from %d to %d"
+                                % (req.rank, self.clocks[req.rank], req.clock))
+        self.clocks[req.rank] = req.clock
+        self.waiting.pop(req.rank, None)
+        self._release_clocks()
+        if self._ssp_allows(req.rank):
+            return m.Reply(seq=req.seq)
+        self.waiting[req.rank] = req.seq
+        return None
+
+    def _release_clocks(self):
+        for rank, seq in list(self.waiting.items()):
+            if self._ssp_allows(rank):
+                del self.waiting[rank]
+                self.released.append((rank, m.Reply(seq=seq)))
+
+    def take_released(self):
+        """Deferred replies that are now due, as ``(rank, Reply)``."""
+        released, self.released = self.released, []
+        return released
+
+    # -- ADSP ------------------------------------------------------------------
+    def _on_commit(self, req, now):
+        self._registered(req.rank)
+        if self.adsp is None:  # the first check period starts with the first report
+            self.adsp = adsp.ADSPScheduler(range(self.num_workers), now=now, **self._adsp_args)
+        target, left = self.adsp.report(req.rank, req.commits, req.loss, req.commit_cost, now)
+        return m.Reply(seq=req.seq, target=target, period_left=max(0.0, left))
+
     def stats(self):
-        """Per-round record: which rank was slowest, each rank's n_i."""
+        """ESync per round: which rank was slowest, each rank's n_i; SSP clocks; ADSP checkpoints."""
         return {
             "epsilon": self.table.epsilon,
+            "ssp_clocks": {str(r): c for r, c in sorted(self.clocks.items())},
+            "adsp": self.adsp.stats() if self.adsp is not None else None,
             "slots": {str(r): s for r, s in sorted(self.slots.items())},
             "rounds": [{"round": t, "slowest": info["slowest"],
                         "local_iters": {str(r): k for r, k in sorted(info["local_iters"].items())}}
@@ -100,7 +163,7 @@ class StateService:
 
 
 def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
-          clock=time.monotonic, poll_interval=0.2, context=None, on_bound=None):
+          clock=time.monotonic, poll_interval=0.2, context=None, on_bound=None, **options):
     """Run the State Server on ``bind`` until ``should_stop()`` or every worker left.
 
     Args:
@@ -112,11 +175,13 @@ def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
         poll_interval: seconds between checks of ``should_stop``.
         context: a ``zmq.Context`` (default: the process-wide instance).
         on_bound: called with the bound endpoint once the socket listens.
+        options: more :class:`StateService` arguments (SSP, ADSP).
 
     Returns:
         The :class:`StateService`, for its statistics.
     """
-    service = StateService(num_workers, epsilon=epsilon, now=clock())
+    service = StateService(num_workers, epsilon=epsilon, now=clock(), **options)
+    identities = {}  # rank -> ZeroMQ identity of its latest request
     ctx = context or zmq.Context.instance()
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -142,8 +207,12 @@ def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
                 LOG.warning("bad request: %s", exc)
                 reply = m.Reply(seq=0, ok=False, error=str(exc))
             else:
+                identities[request.rank] = identity
                 reply = service.handle(request, now)
-            sock.send_multipart([identity, m.encode(reply)])
+            if reply is not None:
+                sock.send_multipart([identity, m.encode(reply)])
+            for rank, late in service.take_released():
+                sock.send_multipart([identities[rank], m.encode(late)])
     finally:
         sock.close(0)
     return service

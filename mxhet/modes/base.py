@@ -87,6 +87,7 @@ class SyncMode:
     """
     name = ""
     kvstore_type = None          # "dist_sync", "dist_async" or None (standalone)
+    exchanges_deltas = False     # True: workers push model deltas (round_hook applies)
     needs_state_server = False
     description = ""
     options = {}                 # option name -> default
@@ -104,6 +105,8 @@ class SyncMode:
         self.kv = None
         self.keys = []
         self.wbufs = []  # the global model as last pulled, in default layout
+        self.round_hook = None  # hook(round, w_before, deltas, w_after) for modes that exchange deltas
+        self.loss = None
         self.stats = WorkerStats(slot=config.slot, context=config.context, slowdown=config.slowdown)
         self.stop_requested = False
         self.stop_condition = None  # callable(stats) -> bool, checked where the mode can stop
@@ -233,6 +236,38 @@ class SyncMode:
     def global_arrays(self):
         """The current global model, name -> NDArray (for snapshots)."""
         return {p.name: p.list_data()[0] for p in self.trainer._params}
+
+    def exchange_deltas(self, round_index, extra_keys=(), extra_values=(), extra_outs=()):
+        """Push Δ = replica − global model for every key (and control values) in
+        one batch, pull the new global model, and reset the replica to it.
+
+        ``self.wbufs`` holds the global model as last pulled.
+        """
+        if not getattr(self, "_deltas", None):
+            self._deltas = [mx.nd.zeros(w.shape, ctx=w.context, dtype=w.dtype) for w in self.wbufs]
+        replicas, deltas = self.weights(), self._deltas
+        for w, g, d in zip(replicas, self.wbufs, deltas):
+            mx.nd.elemwise_sub(w, g, out=d)
+        if self.round_hook:
+            # Copied now: MXNet reuses a pushed CPU array as the key's receive
+            # buffer, so after the pull ``deltas`` hold the new model.
+            before = [g.asnumpy() for g in self.wbufs]
+            pushed = [d.asnumpy() for d in deltas]
+        self.push_pull(self.keys + list(extra_keys), deltas + list(extra_values), self.wbufs + list(extra_outs))
+        copy_all(self.wbufs, replicas)
+        mx.nd.waitall()
+        if self.round_hook:
+            self.round_hook(round_index, before, pushed, [g.asnumpy() for g in self.wbufs])
+
+    def reset_optimizer_state(self):
+        for updater in self.trainer._updaters:
+            updater.states.clear()
+            updater.states_synced.clear()
+
+    def observe_loss(self, value):
+        """The training loop's latest loss (smoothed); modes that adapt to it read ``self.loss``."""
+        value = float(value)
+        self.loss = value if self.loss is None else 0.8 * self.loss + 0.2 * value
 
     def push_pull(self, keys, values, outs):
         t0 = self.clock()

@@ -26,11 +26,9 @@ Optimizer state at a round boundary: kept by default (momentum or Adam moments
 carry on, as if the local optimizer ran continuously on the replica); with
 ``reset_optimizer_state=True`` it starts afresh every round.
 """
-import mxnet as mx
-
 from ..control.client import DEFAULT_TIMEOUT, StateClient
 from ..errors import ConfigError
-from .base import SyncMode, copy_all
+from .base import SyncMode
 from .registry import register
 
 ACK_MODES = ("blocking", "delayed")
@@ -41,6 +39,7 @@ class ESync(SyncMode):
     name = "esync"
     kvstore_type = "dist_sync"
     needs_state_server = True
+    exchanges_deltas = True
     description = ("local iterations on a replica, State Server decides when to average model deltas; "
                    "fast devices keep training while the slowest finishes one iteration")
     options = {"global_lr": 1.0, "reset_optimizer_state": False, "state_timeout": DEFAULT_TIMEOUT,
@@ -57,7 +56,6 @@ class ESync(SyncMode):
         self.round = 0
         self.k = 0
         self.w_global = []
-        self.round_hook = None  # called as hook(round, w_before, deltas, w_after) with numpy arrays
         self._ready_seen = False
         self._slowest = -1
         self._round_start = (0.0, 0, 0, 0)
@@ -68,7 +66,6 @@ class ESync(SyncMode):
 
     def on_setup(self, batch_size):
         self.w_global = self.wbufs
-        self._deltas = [mx.nd.zeros(w.shape, ctx=w.context, dtype=w.dtype) for w in self.w_global]
         self.client = StateClient(self.config.state_server, self.kv.rank, self.config.slot,
                                   timeout=self.opts["state_timeout"], delay=self.config.net_delay_ms / 1000.0,
                                   clock=self.clock)
@@ -129,23 +126,9 @@ class ESync(SyncMode):
     # -- aggregation -----------------------------------------------------------
     def aggregate(self):
         """Push Δ for every key in one batch, pull w_t+1, reset the replica, RESET."""
-        replicas, deltas = self.weights(), self._deltas
-        for w, g, d in zip(replicas, self.w_global, deltas):
-            mx.nd.elemwise_sub(w, g, out=d)
-        if self.round_hook:
-            # Copied now: MXNet reuses a pushed CPU array as the key's receive
-            # buffer, so after the pull ``deltas`` hold w_t+1.
-            before = [g.asnumpy() for g in self.w_global]
-            pushed = [d.asnumpy() for d in deltas]
-        self.push_pull(self.keys, deltas, self.w_global)
-        copy_all(self.w_global, replicas)
+        self.exchange_deltas(self.round)
         if self.opts["reset_optimizer_state"]:
-            for updater in self.trainer._updaters:
-                updater.states.clear()
-                updater.states_synced.clear()
-        mx.nd.waitall()
-        if self.round_hook:
-            self.round_hook(self.round, before, pushed, [g.asnumpy() for g in self.w_global])
+            self.reset_optimizer_state()
         self.stats.local_iters.append(self.k)
         self.round += 1
         self.stats.rounds = self.round

@@ -102,4 +102,68 @@ class Async(_GradientMode):
         self.stopped = True
 
 
-__all__ = ["Sync", "Async"]
+@register
+class DCASGD(Async):
+    """Asynchronous SGD with delay compensation (Zheng et al. 2017) on the servers:
+    MXNet's ``DCASGD`` optimizer corrects each stale gradient with
+    ``λ·g⊙g⊙(W − W_prev)``. The original ESync code compared with it."""
+    name = "dcasgd"
+    description = "asynchronous SGD with delay-compensated gradients (MXNet's DCASGD on the servers)"
+    options = {"lamda": 0.04}
+
+    def server_updater(self, batch_size):
+        from kvstore_ext.updaters import ServerOptimizer
+        opt = self.trainer._optimizer
+        dc = mx.optimizer.DCASGD(learning_rate=opt.learning_rate, momentum=getattr(opt, "momentum", 0.0),
+                                 lamda=self.opts["lamda"], wd=opt.wd, rescale_grad=1.0 / batch_size,
+                                 clip_gradient=opt.clip_gradient)
+        return ServerOptimizer(self.kv.num_workers, dc)
+
+
+@register
+class SSP(Async):
+    """Stale synchronous parallel: asynchronous SGD, but no worker runs more
+    than ``staleness`` iterations ahead of the slowest worker still training.
+    The gate is the State Server (``mxhet-launch --staleness S``): after each
+    step the worker reports its iteration count and waits for the go-ahead."""
+    name = "ssp"
+    needs_state_server = True
+    description = "stale synchronous parallel: async SGD, the fastest at most s iterations ahead of the slowest"
+    options = {"state_timeout": 60.0}
+
+    def on_setup(self, batch_size):
+        super().on_setup(batch_size)
+        from ..control.client import StateClient
+        self.client = StateClient(self.config.state_server, self.kv.rank, self.config.slot,
+                                  timeout=self.opts["state_timeout"], delay=self.config.net_delay_ms / 1000.0,
+                                  clock=self.clock)
+        self.client.register()
+
+    def after_sync(self, control_outs):
+        super().after_sync(control_outs)
+        if self.stopped:
+            # Leave the gate now, not at close(): the others must not wait for
+            # this worker's clock while it waits for them at the final barrier.
+            self.close_client()
+            return
+        t0 = self.clock()
+        self.client.clock(self.stats.iterations)
+        self.stats.query_s += self.clock() - t0
+        self.stats.waited_iterations += 1
+
+    def request_stop(self):
+        super().request_stop()
+        self.close_client()
+
+    def close(self):
+        self.close_client()
+        super().close()
+
+    def close_client(self):
+        if getattr(self, "client", None) is not None:
+            self.client.bye()
+            self.client.close()
+            self.client = None
+
+
+__all__ = ["Sync", "Async", "DCASGD", "SSP"]

@@ -326,3 +326,20 @@ def test_net_delay_and_slowdown_schedule_reach_the_workers():
 def test_bad_heterogeneity_options(capsys, argv, named):
     err = usage_error(capsys, "-n", "3", "-s", "1", "--sync", "esync", *argv, "--", "x")
     assert named in err
+
+
+def test_ssp_and_adsp_options_reach_the_state_server(tmp_path):
+    stats = str(tmp_path / "state.json")
+    for mode in ("ssp", "adsp"):
+        plan = plan_of("-n", "2", "-s", "1", "--sync", mode, "--staleness", "3", "--adsp-period", "1.5",
+                       "--adsp-window", "2", "--state-stats", stats)
+        argv = plan.by_role("state-server")[0].argv
+        for flag, value in (("--staleness", "3"), ("--adsp-period", "1.5"), ("--adsp-window", "2"),
+                            ("--stats-out", stats)):
+            assert argv[argv.index(flag) + 1] == value
+
+
+@pytest.mark.parametrize("argv", [["--staleness", "-1"], ["--adsp-period", "0"], ["--adsp-window", "0"]])
+def test_bad_ssp_adsp_options(capsys, argv):
+    err = usage_error(capsys, "-n", "2", "-s", "1", "--sync", "adsp", *argv, "--", "x")
+    assert argv[0] in err

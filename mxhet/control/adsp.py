@@ -1,0 +1,201 @@
+"""ADSP's scheduler (the ADSP paper, §4 and its Algorithm 1) as pure code.
+
+Time is cut into check periods of ``period`` seconds on the scheduler's clock.
+At each checkpoint the scheduler sets the target total number of commits
+``C_target = max_i c_i + rate`` for the next checkpoint; worker i is asked for
+``ΔC_target^i = C_target - c_i`` commits in the period, so every worker ends
+the period with about the same number of commits whatever its speed.
+
+The per-period commit ``rate`` is searched online, once per epoch
+(DECIDECOMMITRATE): evaluate ``rate`` for a window, then ``rate + 1``; if the
+second reward is higher, repeat from ``rate + 1``, else keep ``rate`` for the
+rest of the epoch. Training never pauses for the search.
+
+The reward of a window is the loss decrease speed: the (time, loss) samples
+are fitted with ``loss = 1 / (a1² t + a2) + a3`` (scipy's ``curve_fit``, t
+from the window start) and the reward is ``1 / t*``, where t* is when the
+fitted curve has dropped by ``drop`` (5%) from its value at the window start;
+0 when the fit says it never will. A window with too few samples or a failed
+fit has no reward, which ends the climb.
+"""
+import dataclasses
+import math
+import warnings
+
+DEFAULT_PERIOD = 2.0
+"""Check period Γ in seconds (the paper uses 60 s for hour-long runs; short runs need short periods)."""
+DEFAULT_EPOCH = 60.0
+"""Seconds between two commit-rate searches (the paper uses 20 minutes)."""
+DEFAULT_WINDOW_PERIODS = 2
+"""Check periods each evaluated rate runs for (the paper: about a minute)."""
+MIN_SAMPLES = 4
+
+
+def loss_curve(t, a1, a2, a3):
+    return 1.0 / (a1 * a1 * t + a2) + a3
+
+
+def fit_reward(samples, drop=0.05):
+    """Reward of a window from its ``(seconds since window start, loss)`` samples.
+
+    Returns:
+        ``1 / t*`` (a speed, 1/s), 0.0 if the fitted loss never drops by
+        ``drop``, or None when there are too few samples or the fit fails.
+    """
+    points = [(float(t), float(l)) for t, l in samples if math.isfinite(t) and math.isfinite(l)]
+    if len(points) < MIN_SAMPLES or len({t for t, _ in points}) < 3:
+        return None
+    import numpy as np
+    from scipy.optimize import OptimizeWarning, curve_fit
+
+    t = np.array([p[0] for p in points])
+    y = np.array([p[1] for p in points])
+    start = max(float(y[0]), 1e-6)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", OptimizeWarning)
+            (a1, a2, a3), _ = curve_fit(loss_curve, t, y, p0=(1.0, 1.0 / start, 0.0),
+                                        bounds=([-np.inf, 1e-9, -np.inf], [np.inf, np.inf, np.inf]),
+                                        maxfev=5000)
+    except (RuntimeError, ValueError, OptimizeWarning):
+        return None
+    if not all(math.isfinite(v) for v in (a1, a2, a3)):
+        return None
+    level = loss_curve(0.0, a1, a2, a3) * (1.0 - drop)
+    if level <= a3 or a1 == 0:
+        return 0.0
+    t_star = (1.0 / (level - a3) - a2) / (a1 * a1)
+    return 1.0 / max(t_star, 1e-9)
+
+
+class CommitRateSearch:
+    """DECIDECOMMITRATE as a state machine over evaluation windows.
+
+    :attr:`rate` is the per-period commit rate to use now. Call
+    :meth:`window_done` with the reward of each finished window.
+    """
+
+    def __init__(self, start=1):
+        if not isinstance(start, int) or start < 1:
+            raise ValueError("the start rate must be a positive integer, got %r" % (start,))
+        self.restart(start)
+
+    def restart(self, start=1):
+        self.base = start
+        self.phase = "base"      # evaluating base, then "next" (base + 1), then "fixed"
+        self.base_reward = None
+        self.history = []        # (rate, reward)
+
+    @property
+    def rate(self):
+        return self.base + 1 if self.phase == "next" else self.base
+
+    @property
+    def searching(self):
+        return self.phase != "fixed"
+
+    def window_done(self, reward):
+        self.history.append((self.rate, reward))
+        if self.phase == "base":
+            self.base_reward = reward
+            self.phase = "next"
+        elif self.phase == "next":
+            if reward is not None and self.base_reward is not None and reward > self.base_reward:
+                self.base += 1           # DECIDECOMMITRATE(C_target + 1): evaluate it again against +2
+                self.phase = "base"
+            else:
+                self.phase = "fixed"
+
+
+@dataclasses.dataclass
+class _Worker:
+    commits: int = 0
+    loss: float = -1.0
+    commit_cost: float = 0.0
+
+
+class ADSPScheduler:
+    """Commit targets for every worker at every checkpoint, and the rate search.
+
+    Args:
+        ranks: the workers' ranks.
+        period: check period Γ, seconds.
+        epoch: seconds between searches.
+        window_periods: check periods per evaluated rate.
+        now: the scheduler clock at creation (seconds); the first period starts here.
+    """
+
+    def __init__(self, ranks, period=DEFAULT_PERIOD, epoch=DEFAULT_EPOCH,
+                 window_periods=DEFAULT_WINDOW_PERIODS, now=0.0):
+        ranks = list(ranks)
+        if not ranks:
+            raise ValueError("ADSP needs at least one worker")
+        for name, value in (("period", period), ("epoch", epoch)):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError("%s must be a positive number of seconds, got %r" % (name, value))
+        if not isinstance(window_periods, int) or window_periods < 1:
+            raise ValueError("window_periods must be a positive integer, got %r" % (window_periods,))
+        self.period, self.epoch, self.window_periods = float(period), float(epoch), window_periods
+        self.workers = {r: _Worker() for r in ranks}
+        self.search = CommitRateSearch()
+        self.start = float(now)
+        self.checkpoint = 0            # index of the last checkpoint passed
+        self.epoch_start = 0           # checkpoint index where the current epoch began
+        self.window_start = 0          # checkpoint index where the current evaluation window began
+        self.samples = []              # (seconds since window start, loss) of the current window
+        self.c_target = self.search.rate
+        self.log = []                  # one record per checkpoint
+
+    def next_checkpoint_time(self):
+        return self.start + (self.checkpoint + 1) * self.period
+
+    def advance(self, now):
+        """Pass every checkpoint up to ``now``."""
+        while now >= self.next_checkpoint_time():
+            self.checkpoint += 1
+            self._on_checkpoint()
+
+    def _on_checkpoint(self):
+        commits = {r: w.commits for r, w in self.workers.items()}
+        if self.search.searching and self.checkpoint - self.window_start >= self.window_periods:
+            self.search.window_done(fit_reward(self.samples))
+            self.window_start = self.checkpoint
+            self.samples = []
+        if (self.checkpoint - self.epoch_start) * self.period >= self.epoch:
+            self.search.restart()
+            self.epoch_start = self.window_start = self.checkpoint
+            self.samples = []
+        self.c_target = max(commits.values()) + self.search.rate
+        self.log.append({"checkpoint": self.checkpoint, "time": self.checkpoint * self.period,
+                         "commits": {str(r): c for r, c in sorted(commits.items())},
+                         "rate": self.search.rate, "c_target": self.c_target})
+
+    def report(self, rank, commits, loss, commit_cost, now):
+        """A worker's commit report at scheduler time ``now``.
+
+        Returns:
+            ``(c_target, period_left)``: the total commits the worker should
+            have made by the next checkpoint, and the seconds until it.
+
+        Raises:
+            KeyError: for an unknown rank.
+            ValueError: for a negative commit count or cost.
+        """
+        if rank not in self.workers:
+            raise KeyError("rank %r is not part of this job" % (rank,))
+        if commits < 0 or commit_cost < 0:
+            raise ValueError("commits and commit_cost must be >= 0")
+        self.advance(now)
+        worker = self.workers[rank]
+        worker.commits = max(worker.commits, int(commits))
+        worker.commit_cost = float(commit_cost)
+        if loss >= 0:
+            worker.loss = float(loss)
+            window_t0 = self.start + self.window_start * self.period
+            self.samples.append((now - window_t0, float(loss)))
+        return self.c_target, self.next_checkpoint_time() - now
+
+    def stats(self):
+        return {"period": self.period, "epoch": self.epoch, "window_periods": self.window_periods,
+                "search": [{"rate": r, "reward": w} for r, w in self.search.history],
+                "checkpoints": self.log}

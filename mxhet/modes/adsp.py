@@ -1,0 +1,98 @@
+"""ADSP (``adsp``): no waiting, commits at scheduled rates (the ADSP paper).
+
+Every worker trains its replica continuously. Its accumulated update since
+the last commit is ``U_i = Σ η'·g``, i.e. ``w_pulled - w_local``; it commits
+``Δ = -U_i`` to the servers through ``dist_async``, where
+:class:`kvstore_ext.updaters.ESyncAverage` applies ``W ← W + (ε/M)·Δ`` on
+arrival (global learning rate η = ε/M, 1/M by default), pulls W and goes on.
+No worker ever waits for another.
+
+When to commit comes from the scheduler in the State Server
+(:mod:`mxhet.control.adsp`): each commit report returns the total number of
+commits due by the next checkpoint and the time left until it; the worker
+spreads the remaining commits evenly over that time, minus its measured
+commit cost O_i (the paper's timer Γ/ΔC_target^i − O_i, re-aimed after every
+commit so that all workers reach the checkpoint with the same count). Commits
+happen between iterations. The worker's recent training loss goes with each
+report and feeds the commit-rate search.
+"""
+from ..control.client import DEFAULT_TIMEOUT, StateClient
+from ..errors import ConfigError
+from .base import SyncMode
+from .registry import register
+
+
+@register
+class ADSP(SyncMode):
+    name = "adsp"
+    kvstore_type = "dist_async"
+    needs_state_server = True
+    exchanges_deltas = True
+    description = "ADSP: train without waiting, commit accumulated updates at scheduler-set rates"
+    options = {"global_lr": 1.0, "state_timeout": DEFAULT_TIMEOUT}
+
+    def __init__(self, trainer, config, **options):
+        super().__init__(trainer, config, **options)
+        if not self.opts["global_lr"] > 0:
+            raise ConfigError("global_lr must be > 0, got %r" % (self.opts["global_lr"],))
+        self.client = None
+        self.commits = 0
+        self.commit_cost = 0.0
+        self.next_commit = 0.0
+        self.k = 0
+
+    def server_updater(self, batch_size):
+        from kvstore_ext.updaters import ESyncAverage
+        return ESyncAverage(self.kv.num_workers, epsilon=self.opts["global_lr"])
+
+    def on_setup(self, batch_size):
+        self.client = StateClient(self.config.state_server, self.kv.rank, self.config.slot,
+                                  timeout=self.opts["state_timeout"], delay=self.config.net_delay_ms / 1000.0,
+                                  clock=self.clock)
+        self.client.register()
+        self._schedule(self.clock())
+
+    def _schedule(self, now):
+        t0 = self.clock()
+        target, left = self.client.commit_report(self.commits, -1.0 if self.loss is None else self.loss,
+                                                 self.commit_cost)
+        self.stats.query_s += self.clock() - t0
+        due = target - self.commits
+        if due <= 0:
+            self.next_commit = now + left            # target met: next period
+        else:
+            self.next_commit = now + max(0.0, left / due - self.commit_cost)
+
+    def local_update(self, batch_size, ignore_stale_grad):
+        self.trainer.local_step(batch_size, ignore_stale_grad)
+        self.aggregated = False
+
+    def communicate(self, batch_size, capability, compute_end):
+        self.k += 1
+        if not self.wants_stop() and self.clock() < self.next_commit:
+            return
+        t0 = self.clock()
+        self.exchange_deltas(self.stats.rounds)
+        cost = self.clock() - t0
+        self.commit_cost = cost if self.commits == 0 else 0.8 * self.commit_cost + 0.2 * cost
+        self.commits += 1
+        self.stats.rounds += 1
+        self.stats.local_iters.append(self.k)
+        self.k = 0
+        self.aggregated = True
+        if self.wants_stop():
+            self.stopped = True
+            return
+        self._schedule(self.clock())
+
+    def request_stop(self):
+        super().request_stop()
+        if self.k == 0:
+            self.stopped = True
+
+    def close(self):
+        if self.client is not None:
+            self.client.bye()
+            self.client.close()
+            self.client = None
+        super().close()

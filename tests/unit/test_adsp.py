@@ -1,0 +1,106 @@
+"""ADSP's scheduler: reward fitting, the commit-rate search, commit targets (injected clock)."""
+import math
+
+import pytest
+
+from mxhet.control import messages as m
+from mxhet.control.adsp import ADSPScheduler, CommitRateSearch, fit_reward, loss_curve
+from mxhet.control.server import StateService
+
+
+def _samples(a1, a2=1.0, a3=0.2, n=8, span=4.0):
+    return [(span * i / (n - 1), loss_curve(span * i / (n - 1), a1, a2, a3)) for i in range(n)]
+
+
+def test_reward_grows_with_loss_decrease_speed():
+    slow, fast = fit_reward(_samples(0.5)), fit_reward(_samples(1.5))
+    assert slow is not None and fast is not None and fast > slow > 0
+
+
+def test_reward_guards():
+    assert fit_reward([(0, 1.0), (1, 0.9)]) is None               # too few samples
+    assert fit_reward([(0, 1.0)] * 6) is None                      # no time spread
+    assert fit_reward([(t, 1.0) for t in range(6)]) < 1e-6          # a flat loss (practically) never drops
+    assert fit_reward([(0, 1.0), (1, math.nan), (2, 0.8), (3, 0.7), (4, 0.65)]) is not None
+
+
+def _search(rewards_by_rate):
+    search = CommitRateSearch()
+    while search.searching:
+        search.window_done(rewards_by_rate(search.rate))
+    return search
+
+
+def test_search_climbs_while_the_reward_grows_and_stops_when_it_falls():
+    speeds = {1: 0.1, 2: 0.2, 3: 0.3, 4: 0.25, 5: 0.4}
+    search = _search(lambda rate: fit_reward(_samples(speeds[rate])))
+    assert search.rate == 3
+    assert [r for r, _ in search.history] == [1, 2, 2, 3, 3, 4]
+
+
+def test_search_stops_on_a_failed_fit():
+    search = _search(lambda rate: None if rate == 2 else 1.0)
+    assert search.rate == 1
+
+
+def test_targets_equalize_commits_at_checkpoints():
+    sched = ADSPScheduler([0, 1], period=2.0, epoch=100.0, window_periods=2, now=0.0)
+    assert sched.report(0, 0, -1, 0.0, now=0.0) == (1, 2.0)
+    target, left = sched.report(1, 3, 0.5, 0.01, now=1.0)
+    assert (target, left) == (1, 1.0)
+    # checkpoint at 2 s: C_target = max(c) + rate = 3 + 1; worker 0 is told to catch up
+    target, left = sched.report(0, 0, 0.5, 0.01, now=2.5)
+    assert target == 4 and left == pytest.approx(1.5)
+    assert sched.log[0]["commits"] == {"0": 0, "1": 3}
+
+
+def test_search_runs_online_over_checkpoints():
+    sched = ADSPScheduler([0], period=1.0, epoch=100.0, window_periods=1, now=0.0)
+    t = 0.0
+    while t < 4.0:  # loss falls steadily: the search tries 1, then 2, ...
+        sched.report(0, int(t * 3), loss_curve(t, 1.0, 1.0, 0.1), 0.0, now=t)
+        t += 0.1
+    assert [h["rate"] for h in sched.stats()["search"]][:2] == [1, 2]
+    assert all(c["c_target"] >= c["rate"] for c in sched.log)
+
+
+def test_bad_scheduler_arguments():
+    with pytest.raises(ValueError):
+        ADSPScheduler([], now=0.0)
+    with pytest.raises(ValueError):
+        ADSPScheduler([0], period=0)
+    with pytest.raises(ValueError):
+        ADSPScheduler([0], window_periods=0)
+    with pytest.raises(KeyError):
+        ADSPScheduler([0]).report(3, 0, 1.0, 0.0, now=0.0)
+
+
+def _registered(n, staleness):
+    svc = StateService(n, staleness=staleness)
+    for r in range(n):
+        svc.handle(m.Register(rank=r, seq=1, slot=r), 0.0)
+    return svc
+
+
+def test_ssp_gate_defers_the_fast_worker_until_the_slow_one_advances():
+    svc = _registered(2, staleness=2)
+    for clock in (1, 2):
+        assert svc.handle(m.Clock(rank=0, seq=10 + clock, clock=clock), 0.0).ok
+    assert svc.handle(m.Clock(rank=0, seq=13, clock=3), 0.0) is None     # 3 ahead of rank 1
+    assert svc.take_released() == []
+    assert svc.handle(m.Clock(rank=1, seq=2, clock=1), 0.0).ok           # the slow one advances
+    assert svc.take_released() == [(0, m.Reply(seq=13))]
+
+
+def test_ssp_gate_releases_when_the_slow_worker_leaves():
+    svc = _registered(2, staleness=0)
+    assert svc.handle(m.Clock(rank=0, seq=2, clock=1), 0.0) is None
+    svc.handle(m.Bye(rank=1, seq=2), 0.0)
+    assert svc.take_released() == [(0, m.Reply(seq=2))]
+
+
+def test_commit_reports_through_the_service():
+    svc = _registered(2, staleness=0)
+    reply = svc.handle(m.Commit(rank=0, seq=2, commits=0, loss=-1.0, commit_cost=0.0), 5.0)
+    assert reply.ok and reply.target == 1 and reply.period_left > 0
+    assert svc.stats()["adsp"]["period"] > 0
