@@ -23,3 +23,7 @@ class UnknownModeError(ConfigError):
 
 class DataError(MxhetError):
     """The data set is missing or malformed."""
+
+
+class NonFiniteError(MxhetError):
+    """NaN or Inf in a model delta or gradient about to be pushed."""

@@ -48,6 +48,9 @@ def build_parser():
     g.add_argument("--dc-lambda", type=float, default=0.04, help="dcasgd: delay-compensation strength λ")
     g.add_argument("--ack", choices=["blocking", "delayed"], default="blocking",
                    help="esync: wait for each State Server answer, or keep training (delayed ACKs, §4.2)")
+    g.add_argument("--on-nonfinite", choices=["stop", "skip"], default="stop",
+                   help="NaN/Inf in a delta or gradient about to be pushed: stop the job with an error "
+                        "naming the worker and round, or push zeros instead (default %(default)s)")
     g.add_argument("--reset-optimizer-state", action="store_true",
                    help="esync: clear the local optimizer state at every round boundary")
     g = p.add_argument_group("stopping and metrics")
@@ -149,7 +152,8 @@ def run(args, config=None):
     offered = {"global_lr": args.global_lr, "reset_optimizer_state": args.reset_optimizer_state,
                "ack": args.ack, "local_steps": args.local_steps, "lamda": args.dc_lambda}
     mode_opts = {name: value for name, value in offered.items() if name in get_mode(mode).options}
-    trainer = Trainer(net.collect_params(), args.optimizer, opt_params, sync=mode, config=config, **mode_opts)
+    trainer = Trainer(net.collect_params(), args.optimizer, opt_params, sync=mode, config=config,
+                      on_nonfinite=args.on_nonfinite, **mode_opts)
     trainer.setup(args.batch_size)
     rank = trainer.rank
     is_chief = rank == 0

@@ -39,6 +39,9 @@ class Trainer(gluon.Trainer):
             ``local``).
         config: a :class:`mxhet.config.WorkerConfig` (default: read from the
             environment).
+        on_nonfinite: ``"stop"`` (default) raises :class:`mxhet.errors.NonFiniteError`
+            when a delta or gradient about to be pushed holds NaN/Inf;
+            ``"skip"`` pushes zeros instead (see :mod:`mxhet.modes.base`).
         mode_options: options of the mode, e.g. ``global_lr=1.0`` for esync.
 
     Raises:
@@ -48,7 +51,7 @@ class Trainer(gluon.Trainer):
 
     def __init__(self, params, optimizer, optimizer_params=None, kvstore="device",
                  compression_params=None, update_on_kvstore=None, *, sync=None, config=None,
-                 **mode_options):
+                 on_nonfinite="stop", **mode_options):
         config = config if config is not None else worker_config()
         mode_cls = get_mode(sync or config.sync)
         if compression_params:
@@ -60,7 +63,7 @@ class Trainer(gluon.Trainer):
         # The local optimizer runs without a kvstore; the mode does all communication.
         super().__init__(params, optimizer, optimizer_params, kvstore=None, update_on_kvstore=False)
         self.config = config
-        self.mode = mode_cls(self, config, **mode_options)
+        self.mode = mode_cls(self, config, on_nonfinite=on_nonfinite, **mode_options)
 
     # -- gluon.Trainer API -------------------------------------------------
     def step(self, batch_size, ignore_stale_grad=False):

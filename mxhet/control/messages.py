@@ -207,7 +207,8 @@ def decode(data, allowed=None):
         raise ProtocolError("a message must be a JSON object")
     if body.pop("v", None) != VERSION:
         raise ProtocolError("unsupported protocol version (expected %d)" % VERSION)
-    cls = allowed.get(body.pop("type", None))
+    kind = body.pop("type", None)
+    cls = allowed.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ProtocolError("unknown or unexpected message type; expected one of %s" % sorted(allowed))
     names = {f.name for f in dataclasses.fields(cls)}

@@ -52,6 +52,7 @@ class StateService:
         adsp.ADSPScheduler(range(num_workers), **self._adsp_args)  # validate now
         self.adsp = None
         self.slots = {}          # rank -> launcher slot
+        self.owners = {}         # rank -> sender (connection) that registered it
         self.left = set()        # ranks that said bye
         self.stop_decisions = {}  # round -> stop after this round?
         self.rounds = {}         # round -> {"slowest": rank, "local_iters": {rank: k}}
@@ -61,14 +62,28 @@ class StateService:
         """True once every registered worker has left."""
         return bool(self.slots) and self.left >= set(self.slots)
 
-    def handle(self, request, now):
+    def handle(self, request, now, sender=None):
         """Answer one validated request at server clock ``now``.
+
+        ``sender`` identifies the connection (the ZeroMQ identity). A rank
+        belongs to the connection that registered it: requests for that rank
+        from any other connection are refused, so a stray or hostile client
+        cannot act for a live worker.
 
         Returns the reply, or None when the answer is deferred (an SSP worker
         too far ahead); deferred answers appear later in :attr:`released`.
         """
         try:
-            return getattr(self, "_on_" + request.TYPE)(request, now)
+            owner = self.owners.get(request.rank)
+            if request.TYPE == m.Register.TYPE:
+                if owner is not None and owner != sender and request.rank not in self.left:
+                    raise ProtocolError("rank %d is already registered by another connection" % request.rank)
+            elif owner is not None and owner != sender:
+                raise ProtocolError("rank %d belongs to another connection" % request.rank)
+            reply = getattr(self, "_on_" + request.TYPE)(request, now)
+            if request.TYPE == m.Register.TYPE:
+                self.owners[request.rank] = sender
+            return reply
         except (KeyError, ValueError, ProtocolError) as exc:
             LOG.warning("refused %s from rank %s: %s", request.TYPE, request.rank, exc)
             return m.Reply(seq=request.seq, ok=False, error=str(exc).strip('"'))
@@ -206,9 +221,17 @@ def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
             except ProtocolError as exc:
                 LOG.warning("bad request: %s", exc)
                 reply = m.Reply(seq=0, ok=False, error=str(exc))
+            except Exception:  # noqa: BLE001  (a bug must not take the control plane down)
+                LOG.exception("unexpected error decoding a request; dropped")
+                continue
             else:
-                identities[request.rank] = identity
-                reply = service.handle(request, now)
+                try:
+                    reply = service.handle(request, now, sender=identity)
+                except Exception:  # noqa: BLE001
+                    LOG.exception("unexpected error handling %s from rank %d", request.TYPE, request.rank)
+                    reply = m.Reply(seq=request.seq, ok=False, error="internal error")
+                if reply is None or reply.ok:
+                    identities[request.rank] = identity
             if reply is not None:
                 sock.send_multipart([identity, m.encode(reply)])
             for rank, late in service.take_released():

@@ -14,12 +14,15 @@ Time accounting per worker, in seconds:
 """
 import copy
 import dataclasses
+import logging
 import time
 
 import mxnet as mx
 import numpy as np
 
-from ..errors import ConfigError, MxhetError
+from ..errors import ConfigError, MxhetError, NonFiniteError
+
+LOG = logging.getLogger("mxhet.modes")
 
 
 @dataclasses.dataclass
@@ -41,6 +44,7 @@ class WorkerStats:
     bytes_pulled: int = 0
     state_queries: int = 0
     state_replies: int = 0
+    skipped_pushes: int = 0    # pushes replaced by zeros because of NaN/Inf (on_nonfinite=skip)
     aborted: int = 0           # local iterations abandoned on a delayed READY (ESync §4.2)
     waited_iterations: int = 0  # local iterations after which the worker waited for a State Server reply
     late_replies: int = 0      # State Server replies for an earlier round, ignored
@@ -65,6 +69,12 @@ class WorkerStats:
 def nbytes(arrays):
     """Bytes of a list of NDArrays, as sent over the wire (MXNet counts nothing)."""
     return sum(int(a.size) * np.dtype(a.dtype).itemsize for a in arrays)
+
+
+NONFINITE_POLICIES = ("stop", "skip")
+"""What a worker does with NaN/Inf in what it is about to push: ``stop`` raises
+:class:`NonFiniteError` (the launcher then ends the job), ``skip`` pushes zeros
+instead -- no contribution this round -- and resets its replica to the global model."""
 
 
 def copy_all(sources, targets):
@@ -92,7 +102,10 @@ class SyncMode:
     description = ""
     options = {}                 # option name -> default
 
-    def __init__(self, trainer, config, clock=time.monotonic, sleep=time.sleep, **options):
+    def __init__(self, trainer, config, clock=time.monotonic, sleep=time.sleep, on_nonfinite="stop", **options):
+        if on_nonfinite not in NONFINITE_POLICIES:
+            raise ConfigError("on_nonfinite must be one of %s, got %r" % (NONFINITE_POLICIES, on_nonfinite))
+        self.on_nonfinite = on_nonfinite
         unknown = sorted(set(options) - set(self.options))
         if unknown:
             raise ConfigError("mode %r has no option(s) %s; it takes %s"
@@ -237,6 +250,32 @@ class SyncMode:
         """The current global model, name -> NDArray (for snapshots)."""
         return {p.name: p.list_data()[0] for p in self.trainer._params}
 
+    def check_finite(self, arrays, what, round_index):
+        """Apply the NaN/Inf policy to ``arrays`` before they are pushed.
+
+        Returns:
+            True if they were finite, False if they were zeroed (policy ``skip``).
+
+        Raises:
+            NonFiniteError: naming the worker, the round and the parameter (policy ``stop``).
+        """
+        params = self.trainer._params
+        sums = mx.nd.concat(*[mx.nd.sum(a).reshape((1,)).as_in_context(mx.cpu()) for a in arrays], dim=0)
+        bad = [i for i, total in enumerate(sums.asnumpy()) if not np.isfinite(total)]  # one sync for all
+        if not bad:
+            return True
+        names = ", ".join(params[i].name if i < len(params) else "#%d" % i for i in bad[:3])
+        message = ("non-finite values (NaN or Inf) in the %s of worker slot %d (rank %d) in round %d: %s%s"
+                   % (what, self.config.slot, self.stats.rank, round_index, names,
+                      " and %d more" % (len(bad) - 3) if len(bad) > 3 else ""))
+        if self.on_nonfinite == "stop":
+            raise NonFiniteError(message + "; the global model was not touched")
+        LOG.warning("%s: pushing zeros instead (on_nonfinite=skip)", message)
+        self.stats.skipped_pushes += 1
+        for a in arrays:
+            a[:] = 0
+        return False
+
     def exchange_deltas(self, round_index, extra_keys=(), extra_values=(), extra_outs=()):
         """Push Δ = replica − global model for every key (and control values) in
         one batch, pull the new global model, and reset the replica to it.
@@ -248,6 +287,7 @@ class SyncMode:
         replicas, deltas = self.weights(), self._deltas
         for w, g, d in zip(replicas, self.wbufs, deltas):
             mx.nd.elemwise_sub(w, g, out=d)
+        self.check_finite(deltas, "model delta", round_index)
         if self.round_hook:
             # Copied now: MXNet reuses a pushed CPU array as the key's receive
             # buffer, so after the pull ``deltas`` hold the new model.

@@ -47,6 +47,7 @@ class _GradientMode(SyncMode):
         params = self.trainer._params
         keys = list(self._grad_keys)
         copy_all([params[i].list_grad()[0] for i in keys], self._gbufs)
+        self.check_finite(self._gbufs, "gradient", self.stats.rounds)
         wbufs = [self.wbufs[i] for i in keys]
         self.stats.rounds += 1
         self.stats.local_iters.append(1)

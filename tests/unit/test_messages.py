@@ -93,3 +93,21 @@ def test_service_records_rounds_and_finishes():
     svc.handle(m.Bye(rank=0, seq=4), 2.0)
     svc.handle(m.Bye(rank=1, seq=4), 2.0)
     assert svc.finished
+
+
+def test_a_rank_belongs_to_the_connection_that_registered_it():
+    svc = StateService(2)
+    assert svc.handle(m.Register(rank=0, seq=1, slot=0), 0.0, sender=b"a").ok
+    hijack = svc.handle(m.Query(rank=0, seq=2, round=0, k=1, c=0.1, since_finish=0.0), 0.0, sender=b"b")
+    assert not hijack.ok and "another connection" in hijack.error
+    assert not svc.handle(m.Register(rank=0, seq=3, slot=0), 0.0, sender=b"b").ok
+    assert svc.table.record(0).local_iters == 0            # the hijack changed nothing
+    assert svc.handle(m.Bye(rank=0, seq=4), 0.0, sender=b"a").ok
+    assert svc.handle(m.Register(rank=0, seq=1, slot=0), 0.0, sender=b"b").ok  # a new worker after it left
+
+
+@pytest.mark.parametrize("kind", ['["query"]', '{"a": 1}', "7", "null"])
+def test_non_string_type_is_refused(kind):
+    raw = ('{"v":1,"type":%s,"rank":0,"seq":1}' % kind).encode()
+    with pytest.raises(ProtocolError):
+        m.decode(raw, m.REQUEST_TYPES)
