@@ -270,7 +270,8 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
                 "--bind", _bind_address(first, state_port, args.launcher), "--num-workers", str(n)]
         if args.epsilon is not None:
             argv += ["--epsilon", repr(args.epsilon)]
-        for option in ("staleness", "adsp_period", "adsp_epoch", "adsp_window", "state_stats"):
+        for option in ("staleness", "adsp_period", "adsp_epoch", "adsp_window", "heartbeat_timeout",
+                       "state_stats"):
             value = getattr(args, option)
             if value is not None:
                 flag = "--stats-out" if option == "state_stats" else "--" + option.replace("_", "-")
@@ -344,6 +345,9 @@ def build_parser():
                        help="adsp: seconds between commit-rate searches (State Server default: 60 s)")
     state.add_argument("--adsp-window", type=int, default=None, metavar="PERIODS",
                        help="adsp: check periods per evaluated commit rate (State Server default: 2)")
+    state.add_argument("--heartbeat-timeout", type=float, default=None, metavar="SECONDS",
+                       help="seconds of silence after which the State Server declares a worker hung and the "
+                            "job ends (State Server default: 30; 0 = never)")
     state.add_argument("--state-stats", default=None, metavar="PATH",
                        help="the State Server writes its per-round / per-checkpoint statistics here (JSON)")
     state.add_argument("--epsilon", type=float, default=None, metavar="SECONDS",
@@ -465,6 +469,7 @@ def parse_args(argv=None):
         parser.error("--root-port and --state-server-port are both %d; they must differ" % args.root_port)
     _check_seconds(parser, "--timeout", args.timeout)
     _check_seconds(parser, "--epsilon", args.epsilon)
+    _check_seconds(parser, "--heartbeat-timeout", args.heartbeat_timeout)
     for option, value in (("--adsp-period", args.adsp_period), ("--adsp-epoch", args.adsp_epoch)):
         if value is not None and not (0 < value < float("inf")):
             parser.error("%s must be a finite number of seconds > 0, got %r" % (option, value))

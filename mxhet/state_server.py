@@ -4,7 +4,10 @@ Example::
 
     python -m mxhet.state_server --bind tcp://127.0.0.1:5555 --num-workers 3
 
-It exits when every registered worker has said goodbye, or on SIGTERM/SIGINT.
+It exits when every registered worker has said goodbye, or on SIGTERM/SIGINT
+(code 0), or with code 4 when a worker has been silent for longer than
+``--heartbeat-timeout`` (its process hung or stopped): the launcher then ends
+the job.
 """
 import argparse
 import logging
@@ -12,7 +15,9 @@ import signal
 import sys
 
 from .control import adsp
-from .control.server import serve, write_stats
+from .control.server import DEFAULT_HEARTBEAT_TIMEOUT, SilentWorker, serve, write_stats
+
+EXIT_SILENT_WORKER = 4
 from .control.state_rule import DEFAULT_EPSILON
 
 
@@ -30,6 +35,9 @@ def main(argv=None):
                         help="ADSP: seconds between commit-rate searches (default %(default)s)")
     parser.add_argument("--adsp-window", type=int, default=adsp.DEFAULT_WINDOW_PERIODS,
                         help="ADSP: check periods per evaluated commit rate (default %(default)s)")
+    parser.add_argument("--heartbeat-timeout", type=float, default=DEFAULT_HEARTBEAT_TIMEOUT,
+                        help="seconds of silence after which a worker counts as hung; 0 = never "
+                             "(default %(default)s)")
     parser.add_argument("--stats-out", default="", help="write per-round statistics (JSON) here on exit")
     args = parser.parse_args(argv)
     if args.num_workers < 1:
@@ -48,9 +56,12 @@ def main(argv=None):
     try:
         service = serve(args.bind, args.num_workers, epsilon=args.epsilon, should_stop=lambda: bool(stopping),
                         staleness=args.staleness, adsp_period=args.adsp_period, adsp_epoch=args.adsp_epoch,
-                        adsp_window=args.adsp_window)
+                        adsp_window=args.adsp_window, heartbeat_timeout=args.heartbeat_timeout)
     except ValueError as exc:
         parser.error(str(exc))
+    except SilentWorker as exc:
+        logging.critical("%s; ending the job", exc)
+        return EXIT_SILENT_WORKER
     if args.stats_out:
         write_stats(service, args.stats_out)
     return 0

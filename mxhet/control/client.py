@@ -21,6 +21,8 @@ from .transport import Transport
 
 DEFAULT_TIMEOUT = 60.0
 """Seconds to wait for a State Server reply before giving up."""
+HEARTBEAT_INTERVAL = 1.0
+"""Seconds of silence after which the worker's I/O thread sends a heartbeat."""
 RTT_SMOOTHING = 0.2
 """Weight of the newest sample in the round-trip-time average."""
 
@@ -106,8 +108,13 @@ class StateClient:
         self._seq += 1
         return self._seq
 
-    def register(self):
-        return self.request(m.Register(rank=self.rank, seq=self._next_seq(), slot=self.slot))
+    def register(self, heartbeat=HEARTBEAT_INTERVAL):
+        """Join the job; from then on the I/O thread sends a heartbeat every
+        ``heartbeat`` seconds of silence (0 = none)."""
+        reply = self.request(m.Register(rank=self.rank, seq=self._next_seq(), slot=self.slot))
+        if heartbeat and hasattr(self._transport, "set_heartbeat"):
+            self._transport.set_heartbeat(m.encode(m.Heartbeat(rank=self.rank, seq=0)), heartbeat)
+        return reply
 
     def _query(self, round_, k, c, since_finish):
         self.queries += 1

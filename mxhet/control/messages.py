@@ -127,6 +127,18 @@ class Commit:
 
 
 @dataclasses.dataclass(frozen=True)
+class Heartbeat:
+    """The worker's process is alive (sent by its I/O thread; no reply)."""
+    TYPE = "heartbeat"
+    rank: int
+    seq: int
+
+    def validate(self):
+        _check_int("rank", self.rank)
+        _check_int("seq", self.seq)
+
+
+@dataclasses.dataclass(frozen=True)
 class Bye:
     """The worker leaves the job."""
     TYPE = "bye"
@@ -172,7 +184,7 @@ class Reply:
             raise ProtocolError("field 'error' must be a string")
 
 
-REQUEST_TYPES = {cls.TYPE: cls for cls in (Register, Query, Reset, Clock, Commit, Bye)}
+REQUEST_TYPES = {cls.TYPE: cls for cls in (Register, Query, Reset, Clock, Commit, Heartbeat, Bye)}
 ALL_TYPES = dict(REQUEST_TYPES, **{Reply.TYPE: Reply})
 
 

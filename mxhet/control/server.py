@@ -53,6 +53,7 @@ class StateService:
         self.adsp = None
         self.slots = {}          # rank -> launcher slot
         self.owners = {}         # rank -> sender (connection) that registered it
+        self.last_seen = {}      # rank -> server clock of its latest message
         self.left = set()        # ranks that said bye
         self.stop_decisions = {}  # round -> stop after this round?
         self.rounds = {}         # round -> {"slowest": rank, "local_iters": {rank: k}}
@@ -83,6 +84,8 @@ class StateService:
             reply = getattr(self, "_on_" + request.TYPE)(request, now)
             if request.TYPE == m.Register.TYPE:
                 self.owners[request.rank] = sender
+            if request.rank in self.slots:
+                self.last_seen[request.rank] = now
             return reply
         except (KeyError, ValueError, ProtocolError) as exc:
             LOG.warning("refused %s from rank %s: %s", request.TYPE, request.rank, exc)
@@ -126,6 +129,14 @@ class StateService:
         self.left.add(req.rank)
         self._release_clocks()
         return m.Reply(seq=req.seq)
+
+    def _on_heartbeat(self, req, now):
+        self._registered(req.rank)
+        return None  # no answer: the heartbeat only refreshes last_seen
+
+    def silent(self, now, timeout):
+        """Registered ranks still in the job that sent nothing for ``timeout`` seconds."""
+        return sorted(r for r, t in self.last_seen.items() if r not in self.left and now - t > timeout)
 
     # -- SSP -------------------------------------------------------------------
     def _ssp_allows(self, rank):
@@ -177,8 +188,19 @@ class StateService:
         }
 
 
+class SilentWorker(Exception):
+    """A registered worker sent nothing for longer than the heartbeat timeout."""
+
+
+DEFAULT_HEARTBEAT_TIMEOUT = 30.0
+"""Seconds of silence after which the State Server declares a worker hung.
+Workers' I/O threads send a heartbeat every second (also while a slow device
+computes), so this only trips on a stopped or hung process."""
+
+
 def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
-          clock=time.monotonic, poll_interval=0.2, context=None, on_bound=None, **options):
+          clock=time.monotonic, poll_interval=0.2, context=None, on_bound=None,
+          heartbeat_timeout=DEFAULT_HEARTBEAT_TIMEOUT, **options):
     """Run the State Server on ``bind`` until ``should_stop()`` or every worker left.
 
     Args:
@@ -190,10 +212,16 @@ def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
         poll_interval: seconds between checks of ``should_stop``.
         context: a ``zmq.Context`` (default: the process-wide instance).
         on_bound: called with the bound endpoint once the socket listens.
+        heartbeat_timeout: seconds of silence after which a registered worker
+            counts as hung (0 = never).
         options: more :class:`StateService` arguments (SSP, ADSP).
 
     Returns:
         The :class:`StateService`, for its statistics.
+
+    Raises:
+        SilentWorker: naming the rank and slot of a worker silent for longer
+            than ``heartbeat_timeout``.
     """
     service = StateService(num_workers, epsilon=epsilon, now=clock(), **options)
     identities = {}  # rank -> ZeroMQ identity of its latest request
@@ -208,6 +236,12 @@ def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
              sock.getsockopt_string(zmq.LAST_ENDPOINT), num_workers, epsilon)
     try:
         while not should_stop() and not service.finished:
+            if heartbeat_timeout:
+                silent = service.silent(clock(), heartbeat_timeout)
+                if silent:
+                    raise SilentWorker("worker rank %d (slot %s) sent nothing for over %.0f s: its process is "
+                                       "hung or stopped" % (silent[0], service.slots.get(silent[0]),
+                                                             heartbeat_timeout))
             if not sock.poll(int(poll_interval * 1000)):
                 continue
             frames = sock.recv_multipart()

@@ -39,6 +39,8 @@ class Transport:
         self._inbox = collections.deque()    # (deliver_at, bytes)
         self._lock = threading.Condition()
         self._closed = False
+        self._heartbeat = None   # (interval seconds, bytes)
+        self._last_sent = clock()
         self._wake_addr = "inproc://mxhet-transport-%x" % id(self)
         self._waker = self._ctx.socket(zmq.PAIR)
         self._waker.bind(self._wake_addr)
@@ -56,6 +58,15 @@ class Transport:
             if self._closed:
                 raise RuntimeError("transport is closed")
             self._outbox.append((self._clock() + self.delay, bytes(data)))
+        self._waker.send(b"", zmq.NOBLOCK)
+
+    def set_heartbeat(self, data, interval):
+        """Send ``data`` whenever nothing was sent for ``interval`` seconds (from the I/O thread,
+        so a heartbeat goes out also while the training thread computes)."""
+        if not interval > 0:
+            raise ValueError("heartbeat interval must be > 0 seconds, got %r" % (interval,))
+        with self._lock:
+            self._heartbeat = (float(interval), bytes(data))
         self._waker.send(b"", zmq.NOBLOCK)
 
     def recv(self, timeout=0.0):
@@ -107,7 +118,14 @@ class Transport:
                     now = self._clock()
                     while self._outbox and self._outbox[0][0] <= now:
                         sock.send(self._outbox.popleft()[1])
+                        self._last_sent = now
                     timeout = (self._outbox[0][0] - now) if self._outbox else 1.0
+                    if self._heartbeat is not None:
+                        interval, beat = self._heartbeat
+                        if now - self._last_sent >= interval:
+                            sock.send(beat)  # not delayed: it only says the process is alive
+                            self._last_sent = now
+                        timeout = min(timeout, self._last_sent + interval - now)
                 for s, _ in poller.poll(max(1, int(timeout * 1000))):
                     if s is wake:
                         while wake.poll(0):

@@ -1,0 +1,82 @@
+"""A job never hangs: a killed worker or a stopped (hung) worker ends the whole job, loudly."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from .jobs import ROOT, train_command
+
+pytestmark = pytest.mark.timeout(400)
+
+
+def _start(tmp_path, launcher_args, command):
+    job_file = tmp_path / "job.json"
+    err = open(tmp_path / "launcher.err", "w")
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "tools", "launch.py"), "--job-file", str(job_file),
+                             *launcher_args, "--", *command], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
+                            env=dict(os.environ, PYTHONPATH=ROOT), start_new_session=True)
+    return proc, job_file, err
+
+
+def _wait_for(path, proc, timeout=120):
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        assert proc.poll() is None, "the job ended before %s appeared" % path
+        assert time.monotonic() < deadline, "%s did not appear" % path
+        time.sleep(0.2)
+
+
+def _worker_pid(job_file, slot):
+    record = json.loads(job_file.read_text())
+    return next(p["pid"] for p in record["processes"] if p["role"] == "worker" and p["slot"] == slot)
+
+
+@pytest.mark.parametrize("attempt", range(5))
+def test_kill_9_of_one_of_four_workers_ends_the_job(tmp_path, child_pids, attempt):
+    out = tmp_path / "out"
+    proc, job_file, err = _start(tmp_path, ["-n", "4", "-s", "1", "--sync", "esync", "--slowdown", "1,1,1,8"],
+                                 train_command(out, "--time-budget", "120"))
+    child_pids.add(proc.pid)
+    try:
+        _wait_for(out / "snapshots" / "000000.params", proc)   # training has started
+        _wait_for(job_file, proc)
+        child_pids.add_job_file(job_file)
+        time.sleep(0.3 * attempt)                               # different moments of a round
+        victim = attempt % 4
+        os.kill(_worker_pid(job_file, victim), signal.SIGKILL)
+        t0 = time.monotonic()
+        code = proc.wait(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        err.close()
+    stderr = (tmp_path / "launcher.err").read_text()
+    assert code == 1
+    assert took < 10, "the launcher needed %.1f s" % took
+    assert "worker %d" % victim in stderr and "SIGKILL" in stderr, stderr[-2000:]
+    assert not child_pids.alive()
+
+
+def test_a_hung_worker_is_noticed_by_the_state_server(tmp_path, child_pids):
+    out = tmp_path / "out"
+    proc, job_file, err = _start(tmp_path, ["-n", "3", "-s", "1", "--sync", "esync", "--slowdown", "1,1,4",
+                                            "--heartbeat-timeout", "3"],
+                                 train_command(out, "--time-budget", "120"))
+    child_pids.add(proc.pid)
+    try:
+        _wait_for(out / "snapshots" / "000000.params", proc)
+        _wait_for(job_file, proc)
+        child_pids.add_job_file(job_file)
+        hung = _worker_pid(job_file, 1)
+        os.kill(hung, signal.SIGSTOP)                            # alive, but silent
+        code = proc.wait(timeout=60)
+    finally:
+        err.close()
+    stderr = (tmp_path / "launcher.err").read_text()
+    assert code == 1
+    assert "sent nothing for over 3 s" in stderr and "(slot 1)" in stderr, stderr[-2000:]
+    assert "state-server" in stderr
+    assert not child_pids.alive()
