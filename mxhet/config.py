@@ -17,6 +17,8 @@ variables; the rest of the code receives a :class:`WorkerConfig`.
                        segment ``MXHET_SLOWDOWN`` applies)
 ``MXHET_NET_DELAY_MS`` emulated one-way delay of this worker's control-plane
                        link, milliseconds (added in each direction)
+``MXHET_CONTROL_KEYS`` directory of the job's CURVE keys for the State Server
+                       link (see :mod:`mxhet.control.auth`); empty = no CURVE
 ``MXHET_STATE_SERVER`` ZeroMQ address of the State Server, e.g. ``tcp://127.0.0.1:5555``
 ``MXHET_DATA_DIR``     Fashion-MNIST directory (default ``/usr/share/datasets/fashion-mnist``)
 ``DMLC_NUM_SERVER``    number of parameter servers (PS-LITE's own variable)
@@ -111,6 +113,7 @@ class WorkerConfig:
     slowdown_schedule: tuple = ()
     net_delay_ms: float = 0.0
     state_server: str = ""
+    control_keys: str = ""
     num_servers: int = 0
     data_dir: str = DEFAULT_DATA_DIR
 
@@ -164,6 +167,7 @@ def worker_config(env=None):
         if env.get("MXHET_SLOWDOWN_SCHEDULE") else (),
         net_delay_ms=parse_delay_ms(env.get("MXHET_NET_DELAY_MS", "0") or "0"),
         state_server=env.get("MXHET_STATE_SERVER", ""),
+        control_keys=env.get("MXHET_CONTROL_KEYS", ""),
         num_servers=num_servers,
         data_dir=env.get("MXHET_DATA_DIR", "") or DEFAULT_DATA_DIR,
     )

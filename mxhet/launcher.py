@@ -33,6 +33,7 @@ import ipaddress
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -270,6 +271,8 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
                 "--bind", _bind_address(first, state_port, args.launcher), "--num-workers", str(n)]
         if args.epsilon is not None:
             argv += ["--epsilon", repr(args.epsilon)]
+        if getattr(args, "control_keys", ""):
+            argv += ["--keys", args.control_keys]
         for option in ("staleness", "adsp_period", "adsp_epoch", "adsp_window", "heartbeat_timeout",
                        "state_stats"):
             value = getattr(args, option)
@@ -284,7 +287,8 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
         env = {**base, "OMP_NUM_THREADS": str(threads),
                "MXHET_SYNC": args.sync, "MXHET_SLOT": str(slot), "MXHET_NUM_SLOTS": str(n),
                "MXHET_CONTEXT": args.contexts[slot], "MXHET_SLOWDOWN": repr(args.slowdowns[slot]),
-               "MXHET_STATE_SERVER": state_server, "MXHET_NET_DELAY_MS": repr(args.net_delays[slot])}
+               "MXHET_STATE_SERVER": state_server, "MXHET_NET_DELAY_MS": repr(args.net_delays[slot]),
+               "MXHET_CONTROL_KEYS": getattr(args, "control_keys", "") if state_server else ""}
         if slot in args.schedules:
             env["MXHET_SLOWDOWN_SCHEDULE"] = args.schedules[slot]
         if dist:
@@ -348,6 +352,9 @@ def build_parser():
     state.add_argument("--heartbeat-timeout", type=float, default=None, metavar="SECONDS",
                        help="seconds of silence after which the State Server declares a worker hung and the "
                             "job ends (State Server default: 30; 0 = never)")
+    state.add_argument("--no-auth", action="store_true",
+                       help="do not authenticate the State Server link (by default the launcher makes "
+                            "CURVE keys for each job and only the job's workers get answers)")
     state.add_argument("--state-stats", default=None, metavar="PATH",
                        help="the State Server writes its per-round / per-checkpoint statistics here (JSON)")
     state.add_argument("--epsilon", type=float, default=None, metavar="SECONDS",
@@ -512,12 +519,33 @@ def main(argv=None):
         if exc.code is None:
             return EXIT_OK
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    keys = None
     try:
+        if args.needs_state_server and not args.no_auth:
+            keys = make_job_keys(args)
+            args.control_keys = keys
         plan = build_plan(args)
     except OSError as exc:
         print("%s: cannot prepare the job: %s" % (_PROG, exc), file=sys.stderr)
+        if keys:
+            shutil.rmtree(keys, ignore_errors=True)
         return EXIT_USAGE
-    return run_plan(plan, timeout=args.timeout or None, job_file=args.job_file)
+    try:
+        return run_plan(plan, timeout=args.timeout or None, job_file=args.job_file)
+    finally:
+        if keys:
+            shutil.rmtree(keys, ignore_errors=True)
+
+
+def make_job_keys(args):
+    """Create this job's CURVE keys in a new private directory; returns its path.
+
+    Local jobs keep it in the temporary directory; ssh jobs in the working
+    directory, which every host must share (see the module docstring).
+    """
+    from .control.auth import create_job_keys
+    parent = os.getcwd() if args.launcher == "ssh" else None
+    return create_job_keys(tempfile.mkdtemp(prefix=".mxhet-keys-", dir=parent))
 
 
 # ------------------------------------------------------------------------ runner

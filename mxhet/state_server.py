@@ -38,6 +38,8 @@ def main(argv=None):
     parser.add_argument("--heartbeat-timeout", type=float, default=DEFAULT_HEARTBEAT_TIMEOUT,
                         help="seconds of silence after which a worker counts as hung; 0 = never "
                              "(default %(default)s)")
+    parser.add_argument("--keys", default="",
+                        help="the job's CURVE key directory: accept only clients holding its client key")
     parser.add_argument("--stats-out", default="", help="write per-round statistics (JSON) here on exit")
     args = parser.parse_args(argv)
     if args.num_workers < 1:
@@ -56,7 +58,8 @@ def main(argv=None):
     try:
         service = serve(args.bind, args.num_workers, epsilon=args.epsilon, should_stop=lambda: bool(stopping),
                         staleness=args.staleness, adsp_period=args.adsp_period, adsp_epoch=args.adsp_epoch,
-                        adsp_window=args.adsp_window, heartbeat_timeout=args.heartbeat_timeout)
+                        adsp_window=args.adsp_window, heartbeat_timeout=args.heartbeat_timeout,
+                        keys=args.keys)
     except ValueError as exc:
         parser.error(str(exc))
     except SilentWorker as exc:

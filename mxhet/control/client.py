@@ -38,13 +38,14 @@ class StateClient:
         delay: emulated one-way network delay, seconds.
         clock: monotonic clock in seconds.
         transport: a transport object (default: a :class:`Transport` to ``address``).
+        keys: the job's CURVE key directory, or "" for none.
 
     Raises:
         ValueError: for a bad timeout or address.
     """
 
     def __init__(self, address, rank, slot, timeout=DEFAULT_TIMEOUT, delay=0.0, clock=time.monotonic,
-                 transport=None):
+                 transport=None, keys=""):
         if not address and transport is None:
             raise ValueError("no State Server address (MXHET_STATE_SERVER is empty): "
                              "start the job with mxhet-launch, which starts the State Server")
@@ -55,7 +56,8 @@ class StateClient:
         self._seq = 0
         self._sent_at = {}
         self._pending = []   # replies to queries, received while waiting for something else
-        self._transport = transport if transport is not None else Transport(address, delay=delay, clock=clock)
+        self._transport = transport if transport is not None else Transport(address, delay=delay, clock=clock,
+                                                                            keys=keys)
         self.rtt = 0.0
         self.queries = 0
         self.replies = 0

@@ -200,7 +200,7 @@ computes), so this only trips on a stopped or hung process."""
 
 def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
           clock=time.monotonic, poll_interval=0.2, context=None, on_bound=None,
-          heartbeat_timeout=DEFAULT_HEARTBEAT_TIMEOUT, **options):
+          heartbeat_timeout=DEFAULT_HEARTBEAT_TIMEOUT, keys="", **options):
     """Run the State Server on ``bind`` until ``should_stop()`` or every worker left.
 
     Args:
@@ -214,6 +214,8 @@ def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
         on_bound: called with the bound endpoint once the socket listens.
         heartbeat_timeout: seconds of silence after which a registered worker
             counts as hung (0 = never).
+        keys: the job's CURVE key directory (:mod:`mxhet.control.auth`): only
+            clients holding the job's client key get through; "" for none.
         options: more :class:`StateService` arguments (SSP, ADSP).
 
     Returns:
@@ -229,11 +231,16 @@ def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.MAXMSGSIZE, m.MAX_MESSAGE_BYTES)
+    authenticator = None
+    if keys:
+        from .auth import secure_server
+        authenticator = secure_server(sock, keys, ctx)
     sock.bind(bind)
     if on_bound is not None:
         on_bound(sock.getsockopt_string(zmq.LAST_ENDPOINT))
-    LOG.info("State Server listening on %s for %d workers (epsilon %.3f s)",
-             sock.getsockopt_string(zmq.LAST_ENDPOINT), num_workers, epsilon)
+    LOG.info("State Server listening on %s for %d workers (epsilon %.3f s, %s)",
+             sock.getsockopt_string(zmq.LAST_ENDPOINT), num_workers, epsilon,
+             "CURVE-authenticated" if keys else "unauthenticated")
     try:
         while not should_stop() and not service.finished:
             if heartbeat_timeout:
@@ -272,6 +279,8 @@ def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
                 sock.send_multipart([identities[rank], m.encode(late)])
     finally:
         sock.close(0)
+        if authenticator is not None:
+            authenticator.stop()
     return service
 
 

@@ -24,12 +24,13 @@ class Transport:
         delay: one-way delay in seconds (>= 0), added in both directions.
         context: a ``zmq.Context`` (default: the process-wide instance).
         clock: monotonic clock in seconds.
+        keys: the job's CURVE key directory (:mod:`mxhet.control.auth`), or "" for none.
 
     Raises:
-        ValueError: for a negative delay.
+        ValueError: for a negative delay or missing key files.
     """
 
-    def __init__(self, address, delay=0.0, context=None, clock=time.monotonic):
+    def __init__(self, address, delay=0.0, context=None, clock=time.monotonic, keys=""):
         if not delay >= 0:
             raise ValueError("delay must be >= 0 seconds, got %r" % (delay,))
         self.delay = float(delay)
@@ -46,6 +47,7 @@ class Transport:
         self._waker.bind(self._wake_addr)
         self._ready = threading.Event()
         self._error = None
+        self._keys = keys
         self._thread = threading.Thread(target=self._run, args=(address,), name="mxhet-control-io", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -99,10 +101,13 @@ class Transport:
             sock = self._ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.MAXMSGSIZE, m.MAX_MESSAGE_BYTES)
+            if self._keys:
+                from .auth import secure_client
+                secure_client(sock, self._keys)
             sock.connect(address)
             wake = self._ctx.socket(zmq.PAIR)
             wake.connect(self._wake_addr)
-        except zmq.ZMQError as exc:
+        except (zmq.ZMQError, ValueError) as exc:
             self._error = ValueError("cannot connect to the State Server at %r: %s" % (address, exc))
             self._ready.set()
             return

@@ -48,7 +48,7 @@ class ADSP(SyncMode):
     def on_setup(self, batch_size):
         self.client = StateClient(self.config.state_server, self.kv.rank, self.config.slot,
                                   timeout=self.opts["state_timeout"], delay=self.config.net_delay_ms / 1000.0,
-                                  clock=self.clock)
+                                  clock=self.clock, keys=self.config.control_keys)
         self.client.register()
         self._schedule(self.clock())
 

@@ -68,7 +68,7 @@ class ESync(SyncMode):
         self.w_global = self.wbufs
         self.client = StateClient(self.config.state_server, self.kv.rank, self.config.slot,
                                   timeout=self.opts["state_timeout"], delay=self.config.net_delay_ms / 1000.0,
-                                  clock=self.clock)
+                                  clock=self.clock, keys=self.config.control_keys)
         self.client.register()
         self._mark_round_start()
 

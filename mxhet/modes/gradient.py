@@ -137,7 +137,7 @@ class SSP(Async):
         from ..control.client import StateClient
         self.client = StateClient(self.config.state_server, self.kv.rank, self.config.slot,
                                   timeout=self.opts["state_timeout"], delay=self.config.net_delay_ms / 1000.0,
-                                  clock=self.clock)
+                                  clock=self.clock, keys=self.config.control_keys)
         self.client.register()
 
     def after_sync(self, control_outs):
