@@ -23,7 +23,7 @@ setup(
     description="Heterogeneity-aware distributed training (ESync and friends) for Apache MXNet / Gluon",
     long_description=open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "README.md")).read(),
     long_description_content_type="text/markdown",
-    python_requires=">=3.8,<3.12",
+    python_requires=">=3.10,<3.12",
     packages=find_packages(include=["mxhet", "mxhet.*", "kvstore_ext", "kvstore_ext.*", "bench", "bench.*"]),
     install_requires=[
         _mxnet,

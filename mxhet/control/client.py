@@ -13,6 +13,7 @@ background I/O thread), so waiting is always bounded by a timeout, and
 replies are matched by sequence number. The client measures the round-trip
 time of every answered query (``rtt``, an exponential moving average).
 """
+import random
 import time
 
 from ..errors import ProtocolError, StateServerTimeout
@@ -54,6 +55,7 @@ class StateClient:
         self.address, self.rank, self.slot, self.timeout = address, rank, slot, float(timeout)
         self._clock = clock
         self._seq = 0
+        self.incarnation = random.SystemRandom().getrandbits(52)
         self._sent_at = {}
         self._pending = []   # replies to queries, received while waiting for something else
         self._transport = transport if transport is not None else Transport(address, delay=delay, clock=clock,
@@ -106,22 +108,27 @@ class StateClient:
                 return reply
             self._pending.append(reply)
 
-    def _next_seq(self):
+    def _message(self, cls, **fields):
+        """A request of this worker's rank and incarnation with the next sequence number."""
         self._seq += 1
-        return self._seq
+        return cls(rank=self.rank, seq=self._seq, incarnation=self.incarnation, **fields)
 
-    def register(self, heartbeat=HEARTBEAT_INTERVAL):
-        """Join the job; from then on the I/O thread sends a heartbeat every
-        ``heartbeat`` seconds of silence (0 = none)."""
-        reply = self.request(m.Register(rank=self.rank, seq=self._next_seq(), slot=self.slot))
+    def register(self, signature="", heartbeat=HEARTBEAT_INTERVAL):
+        """Join the job with the model's ``signature``; from then on the I/O
+        thread sends a heartbeat every ``heartbeat`` seconds of silence (0 = none).
+
+        Raises:
+            ProtocolError: e.g. when the model differs from the other workers'.
+        """
+        reply = self.request(self._message(m.Register, slot=self.slot, signature=signature))
         if heartbeat and hasattr(self._transport, "set_heartbeat"):
-            self._transport.set_heartbeat(m.encode(m.Heartbeat(rank=self.rank, seq=0)), heartbeat)
+            beat = m.Heartbeat(rank=self.rank, seq=0, incarnation=self.incarnation)
+            self._transport.set_heartbeat(m.encode(beat), heartbeat)
         return reply
 
     def _query(self, round_, k, c, since_finish):
         self.queries += 1
-        return m.Query(rank=self.rank, seq=self._next_seq(), round=round_, k=k, c=float(c),
-                       since_finish=float(since_finish))
+        return self._message(m.Query, round=round_, k=k, c=float(c), since_finish=float(since_finish))
 
     def query(self, round_, k, c, since_finish=0.0):
         """Blocking QUERY-STATE; returns the reply (``reply.ready`` True = aggregate now)."""
@@ -149,21 +156,20 @@ class StateClient:
 
     def reset(self, round_, want_stop=False):
         """RESET after pulling the model of ``round_``; True means stop training now."""
-        return self.request(m.Reset(rank=self.rank, seq=self._next_seq(), round=round_,
-                                    want_stop=bool(want_stop))).stop
+        return self.request(self._message(m.Reset, round=round_, want_stop=bool(want_stop))).stop
 
     def clock(self, iterations):
         """SSP: report ``iterations`` done; returns when the staleness bound allows the next."""
-        self.request(m.Clock(rank=self.rank, seq=self._next_seq(), clock=int(iterations)))
+        self.request(self._message(m.Clock, clock=int(iterations)))
 
     def commit_report(self, commits, loss, commit_cost):
         """ADSP: report commits so far; returns ``(target total commits, seconds to the next checkpoint)``."""
-        reply = self.request(m.Commit(rank=self.rank, seq=self._next_seq(), commits=int(commits),
-                                      loss=float(loss), commit_cost=float(commit_cost)))
+        reply = self.request(self._message(m.Commit, commits=int(commits), loss=float(loss),
+                                           commit_cost=float(commit_cost)))
         return reply.target, reply.period_left
 
     def bye(self):
-        self.request(m.Bye(rank=self.rank, seq=self._next_seq()))
+        self.request(self._message(m.Bye))
 
     def close(self):
         self._transport.close()

@@ -32,42 +32,58 @@ def _check_bool(name, value):
         raise ProtocolError("field %r must be true or false, got %r" % (name, value))
 
 
-@dataclasses.dataclass(frozen=True)
-class Register:
-    """A worker joins: its PS-LITE rank and the launcher's slot."""
-    TYPE = "register"
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Request:
+    """Fields of every request: the sender's rank, the incarnation of its
+    process (a random number drawn at start, so a restarted worker is told
+    apart from a replay) and a per-incarnation sequence number."""
+    TYPE = ""
     rank: int
     seq: int
-    slot: int
+    incarnation: int = 0
 
     def validate(self):
         _check_int("rank", self.rank)
         _check_int("seq", self.seq)
+        _check_int("incarnation", self.incarnation)
+        if self.incarnation >= 2 ** 53:
+            raise ProtocolError("field 'incarnation' must be below 2**53")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Register(Request):
+    """A worker joins: its PS-LITE rank, the launcher's slot, and the signature
+    of its model (a digest of the parameters' shapes and dtypes; "" = unchecked)."""
+    TYPE = "register"
+    slot: int
+    signature: str = ""
+
+    def validate(self):
+        super().validate()
         _check_int("slot", self.slot)
+        if not isinstance(self.signature, str) or len(self.signature) > 128:
+            raise ProtocolError("field 'signature' must be a string of at most 128 characters")
 
 
-@dataclasses.dataclass(frozen=True)
-class Query:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Query(Request):
     """QUERY-STATE(r, k, c, t_e); t_e is sent as ``since_finish`` seconds ago."""
     TYPE = "query"
-    rank: int
-    seq: int
     round: int
     k: int
     c: float
     since_finish: float
 
     def validate(self):
-        _check_int("rank", self.rank)
-        _check_int("seq", self.seq)
+        super().validate()
         _check_int("round", self.round)
         _check_int("k", self.k)
         _check_seconds("c", self.c)
         _check_seconds("since_finish", self.since_finish)
 
 
-@dataclasses.dataclass(frozen=True)
-class Reset:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Reset(Request):
     """RESET-STATE-SERVER(r, t): the worker pulled the model of round ``round``.
 
     ``want_stop`` asks to end training; the State Server turns the wishes of all
@@ -75,79 +91,64 @@ class Reset:
     round (a worker that stops alone would hang the others' next push).
     """
     TYPE = "reset"
-    rank: int
-    seq: int
     round: int
     want_stop: bool
 
     def validate(self):
-        _check_int("rank", self.rank)
-        _check_int("seq", self.seq)
+        super().validate()
         _check_int("round", self.round, minimum=1)
         _check_bool("want_stop", self.want_stop)
 
 
-@dataclasses.dataclass(frozen=True)
-class Clock:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Clock(Request):
     """SSP: the worker finished ``clock`` iterations and asks to start the next.
 
     The State Server answers when the worker is at most ``staleness``
     iterations ahead of the slowest worker still in the job.
     """
     TYPE = "clock"
-    rank: int
-    seq: int
     clock: int
 
     def validate(self):
-        _check_int("rank", self.rank)
-        _check_int("seq", self.seq)
+        super().validate()
         _check_int("clock", self.clock)
 
 
-@dataclasses.dataclass(frozen=True)
-class Commit:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Commit(Request):
     """ADSP: the worker has made ``commits`` commits; ``loss`` is its recent
     training loss (-1 when it has none yet), ``commit_cost`` the seconds one
     commit takes it. The answer carries its commit target."""
     TYPE = "commit"
-    rank: int
-    seq: int
     commits: int
     loss: float
     commit_cost: float
 
     def validate(self):
-        _check_int("rank", self.rank)
-        _check_int("seq", self.seq)
+        super().validate()
         _check_int("commits", self.commits)
         if isinstance(self.loss, bool) or not isinstance(self.loss, (int, float)) or not math.isfinite(self.loss):
             raise ProtocolError("field 'loss' must be a finite number, got %r" % (self.loss,))
         _check_seconds("commit_cost", self.commit_cost)
 
 
-@dataclasses.dataclass(frozen=True)
-class Heartbeat:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Heartbeat(Request):
     """The worker's process is alive (sent by its I/O thread; no reply)."""
     TYPE = "heartbeat"
-    rank: int
-    seq: int
 
     def validate(self):
-        _check_int("rank", self.rank)
-        _check_int("seq", self.seq)
+        super().validate()
 
 
-@dataclasses.dataclass(frozen=True)
-class Bye:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Bye(Request):
     """The worker leaves the job."""
     TYPE = "bye"
-    rank: int
-    seq: int
 
     def validate(self):
-        _check_int("rank", self.rank)
-        _check_int("seq", self.seq)
+        super().validate()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,6 +186,8 @@ class Reply:
 
 
 REQUEST_TYPES = {cls.TYPE: cls for cls in (Register, Query, Reset, Clock, Commit, Heartbeat, Bye)}
+REPLAYABLE = {Register.TYPE, Reset.TYPE, Clock.TYPE, Commit.TYPE, Bye.TYPE, Query.TYPE}
+"""Requests whose repeat (same incarnation and sequence number) gets the first answer again."""
 ALL_TYPES = dict(REQUEST_TYPES, **{Reply.TYPE: Reply})
 
 

@@ -54,6 +54,8 @@ class StateService:
         self.slots = {}          # rank -> launcher slot
         self.owners = {}         # rank -> sender (connection) that registered it
         self.last_seen = {}      # rank -> server clock of its latest message
+        self.sessions = {}       # rank -> (incarnation, last seq, last reply) for replays
+        self.signature = None    # (model signature, rank that set it)
         self.left = set()        # ranks that said bye
         self.stop_decisions = {}  # round -> stop after this round?
         self.rounds = {}         # round -> {"slowest": rank, "local_iters": {rank: k}}
@@ -76,12 +78,26 @@ class StateService:
         """
         try:
             owner = self.owners.get(request.rank)
+            live = request.rank in self.slots and request.rank not in self.left
             if request.TYPE == m.Register.TYPE:
-                if owner is not None and owner != sender and request.rank not in self.left:
+                if owner is not None and owner != sender and live:
                     raise ProtocolError("rank %d is already registered by another connection" % request.rank)
             elif owner is not None and owner != sender:
                 raise ProtocolError("rank %d belongs to another connection" % request.rank)
+            session = self.sessions.get(request.rank)
+            if request.TYPE in m.REPLAYABLE and session is not None:
+                incarnation, last_seq, last_reply = session
+                if incarnation == request.incarnation:
+                    if request.seq == last_seq:
+                        return last_reply        # a replay: the same answer, no second state change
+                    if request.seq < last_seq:
+                        raise ProtocolError("stale request #%d from rank %d (last was #%d)"
+                                            % (request.seq, request.rank, last_seq))
+                elif live:
+                    raise ProtocolError("rank %d is live in another incarnation" % request.rank)
             reply = getattr(self, "_on_" + request.TYPE)(request, now)
+            if request.TYPE in m.REPLAYABLE:
+                self.sessions[request.rank] = (request.incarnation, request.seq, reply)
             if request.TYPE == m.Register.TYPE:
                 self.owners[request.rank] = sender
             if request.rank in self.slots:
@@ -98,6 +114,12 @@ class StateService:
 
     def _on_register(self, req, now):
         self.table.record(req.rank)  # range check
+        if req.signature:
+            if self.signature is None:
+                self.signature = (req.signature, req.rank)
+            elif req.signature != self.signature[0]:
+                raise ProtocolError("the model of rank %d (slot %d) differs from rank %d's in parameter shapes "
+                                    "or dtypes" % (req.rank, req.slot, self.signature[1]))
         known = self.slots.get(req.rank)
         if known is not None and known != req.slot:
             raise ProtocolError("rank %d is already registered for slot %d" % (req.rank, known))

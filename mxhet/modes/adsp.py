@@ -16,7 +16,7 @@ commit so that all workers reach the checkpoint with the same count). Commits
 happen between iterations. The worker's recent training loss goes with each
 report and feeds the commit-rate search.
 """
-from ..control.client import DEFAULT_TIMEOUT, StateClient
+from ..control.client import DEFAULT_TIMEOUT
 from ..errors import ConfigError
 from .base import SyncMode
 from .registry import register
@@ -45,11 +45,10 @@ class ADSP(SyncMode):
         from kvstore_ext.updaters import ESyncAverage
         return ESyncAverage(self.kv.num_workers, epsilon=self.opts["global_lr"])
 
+    def on_connect(self):
+        self.client = self.join_state_server()
+
     def on_setup(self, batch_size):
-        self.client = StateClient(self.config.state_server, self.kv.rank, self.config.slot,
-                                  timeout=self.opts["state_timeout"], delay=self.config.net_delay_ms / 1000.0,
-                                  clock=self.clock, keys=self.config.control_keys)
-        self.client.register()
         self._schedule(self.clock())
 
     def _schedule(self, now):

@@ -14,7 +14,10 @@ Time accounting per worker, in seconds:
 """
 import copy
 import dataclasses
+import hashlib
 import logging
+import os
+import sys
 import time
 
 import mxnet as mx
@@ -75,6 +78,27 @@ NONFINITE_POLICIES = ("stop", "skip")
 """What a worker does with NaN/Inf in what it is about to push: ``stop`` raises
 :class:`NonFiniteError` (the launcher then ends the job), ``skip`` pushes zeros
 instead -- no contribution this round -- and resets its replica to the global model."""
+
+
+def _exit_on_uncaught_error():
+    """Make an uncaught exception end this worker process at once.
+
+    MXNet's dist kvstore waits in a barrier when it is destroyed at exit; a
+    worker that dies of an exception would wait there forever (the others never
+    come), and so would the whole job. After the traceback is printed, the
+    process leaves with ``os._exit(1)`` so that the launcher sees it fail.
+    """
+    previous = sys.excepthook
+    if getattr(previous, "_mxhet", False):
+        return
+
+    def hook(kind, value, tb):
+        previous(kind, value, tb)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+    hook._mxhet = True
+    sys.excepthook = hook
 
 
 def copy_all(sources, targets):
@@ -147,7 +171,9 @@ class SyncMode:
                 raise ConfigError("sync mode %r needs the parameter server: start the job with "
                                   "mxhet-launch (tools/launch.py), or use sync='local'" % self.name)
             self.kv = mx.kv.create(self.kvstore_type)
+            _exit_on_uncaught_error()
             self.stats.rank = self.kv.rank
+            self.on_connect()  # e.g. join the State Server, which checks the model, before any push
             # Communication goes through buffers in MXNet's default layout:
             # the kvstore cannot read MKL-DNN (oneDNN) arrays, which is what
             # convolution weights become after a forward pass on the CPU.
@@ -165,8 +191,20 @@ class SyncMode:
         self._ready = True
         self._t_last = self._t_start = self.clock()
 
+    def on_connect(self):
+        """Mode-specific step right after the kvstore exists (the rank is known)."""
+
     def on_setup(self, batch_size):
         """Mode-specific set-up, after the initial model is shared."""
+
+    def join_state_server(self):
+        """Connect to the State Server and register (with the model's signature)."""
+        from ..control.client import StateClient
+        client = StateClient(self.config.state_server, self.kv.rank, self.config.slot,
+                             timeout=self.opts.get("state_timeout", 60.0), delay=self.config.net_delay_ms / 1000.0,
+                             clock=self.clock, keys=self.config.control_keys)
+        client.register(signature=self.model_signature())
+        return client
 
     def server_updater(self, batch_size):
         """The ``kvstore_ext`` updater to ship to the servers."""
@@ -245,6 +283,11 @@ class SyncMode:
     # -- helpers -----------------------------------------------------------
     def weights(self):
         return [p.list_data()[0] for p in self.trainer._params]
+
+    def model_signature(self):
+        """A digest of the parameters' shapes and dtypes, in key order."""
+        text = ";".join("%s:%s" % (tuple(w.shape), np.dtype(w.dtype).name) for w in self.weights())
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def global_arrays(self):
         """The current global model, name -> NDArray (for snapshots)."""

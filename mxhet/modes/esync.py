@@ -26,7 +26,7 @@ Optimizer state at a round boundary: kept by default (momentum or Adam moments
 carry on, as if the local optimizer ran continuously on the replica); with
 ``reset_optimizer_state=True`` it starts afresh every round.
 """
-from ..control.client import DEFAULT_TIMEOUT, StateClient
+from ..control.client import DEFAULT_TIMEOUT
 from ..errors import ConfigError
 from .base import SyncMode
 from .registry import register
@@ -64,12 +64,11 @@ class ESync(SyncMode):
         from kvstore_ext.updaters import ESyncAverage
         return ESyncAverage(self.kv.num_workers, epsilon=self.opts["global_lr"])
 
+    def on_connect(self):
+        self.client = self.join_state_server()
+
     def on_setup(self, batch_size):
         self.w_global = self.wbufs
-        self.client = StateClient(self.config.state_server, self.kv.rank, self.config.slot,
-                                  timeout=self.opts["state_timeout"], delay=self.config.net_delay_ms / 1000.0,
-                                  clock=self.clock, keys=self.config.control_keys)
-        self.client.register()
         self._mark_round_start()
 
     # -- the local iteration -------------------------------------------------

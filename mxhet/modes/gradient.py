@@ -132,13 +132,8 @@ class SSP(Async):
     description = "stale synchronous parallel: async SGD, the fastest at most s iterations ahead of the slowest"
     options = {"state_timeout": 60.0}
 
-    def on_setup(self, batch_size):
-        super().on_setup(batch_size)
-        from ..control.client import StateClient
-        self.client = StateClient(self.config.state_server, self.kv.rank, self.config.slot,
-                                  timeout=self.opts["state_timeout"], delay=self.config.net_delay_ms / 1000.0,
-                                  clock=self.clock, keys=self.config.control_keys)
-        self.client.register()
+    def on_connect(self):
+        self.client = self.join_state_server()
 
     def after_sync(self, control_outs):
         super().after_sync(control_outs)

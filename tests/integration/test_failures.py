@@ -80,3 +80,28 @@ def test_a_hung_worker_is_noticed_by_the_state_server(tmp_path, child_pids):
     assert "sent nothing for over 3 s" in stderr and "(slot 1)" in stderr, stderr[-2000:]
     assert "state-server" in stderr
     assert not child_pids.alive()
+
+
+MISMATCHED_WORKER = """
+import os
+import mxnet as mx
+from mxnet import gluon
+import mxhet
+
+slot = int(os.environ["MXHET_SLOT"])
+net = gluon.nn.Dense(4 + slot, in_units=3)         # slot 1 has another model
+net.initialize()
+trainer = mxhet.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+trainer.setup(8)
+print("joined", flush=True)
+"""
+
+
+def test_a_worker_with_another_model_is_refused_before_any_push(tmp_path, child_pids):
+    from .jobs import launch
+    script = tmp_path / "worker.py"
+    script.write_text(MISMATCHED_WORKER)
+    proc = launch(["-n", "2", "-s", "1", "--sync", "esync"], [sys.executable, str(script)], tmp_path, child_pids)
+    assert proc.returncode == 1
+    assert "differs from rank" in proc.stderr, proc.stderr[-2000:]
+    assert not child_pids.alive()

@@ -103,7 +103,7 @@ def test_a_rank_belongs_to_the_connection_that_registered_it():
     assert not svc.handle(m.Register(rank=0, seq=3, slot=0), 0.0, sender=b"b").ok
     assert svc.table.record(0).local_iters == 0            # the hijack changed nothing
     assert svc.handle(m.Bye(rank=0, seq=4), 0.0, sender=b"a").ok
-    assert svc.handle(m.Register(rank=0, seq=1, slot=0), 0.0, sender=b"b").ok  # a new worker after it left
+    assert svc.handle(m.Register(rank=0, seq=1, slot=0, incarnation=7), 0.0, sender=b"b").ok  # a new worker
 
 
 @pytest.mark.parametrize("kind", ['["query"]', '{"a": 1}', "7", "null"])
@@ -111,3 +111,41 @@ def test_non_string_type_is_refused(kind):
     raw = ('{"v":1,"type":%s,"rank":0,"seq":1}' % kind).encode()
     with pytest.raises(ProtocolError):
         m.decode(raw, m.REQUEST_TYPES)
+
+
+def test_replayed_requests_change_state_once_and_get_the_same_answer():
+    svc = StateService(2, epsilon=0.0)
+    for r in range(2):
+        svc.handle(m.Register(rank=r, seq=1, slot=r, incarnation=11), 0.0)
+    svc.handle(m.Query(rank=1, seq=2, round=0, k=1, c=1.0, since_finish=0.0, incarnation=11), 1.0)
+    reset = m.Reset(rank=1, seq=3, round=1, want_stop=True, incarnation=11)
+    first = svc.handle(reset, 1.0)
+    again = svc.handle(reset, 5.0)                         # the same bytes, later
+    assert again == first and first.stop
+    assert svc.table.record(1).last_finish == 1.0         # the replay did not move the round start
+    stale = svc.handle(m.Query(rank=1, seq=2, round=1, k=1, c=1.0, since_finish=0.0, incarnation=11), 6.0)
+    assert not stale.ok and "stale" in stale.error
+
+
+def test_a_live_rank_cannot_be_taken_by_another_incarnation():
+    svc = StateService(1)
+    assert svc.handle(m.Register(rank=0, seq=1, slot=0, incarnation=1), 0.0).ok
+    intruder = svc.handle(m.Register(rank=0, seq=1, slot=0, incarnation=2), 0.0)
+    assert not intruder.ok and "another incarnation" in intruder.error
+    late = svc.handle(m.Query(rank=0, seq=5, round=0, k=1, c=0.1, since_finish=0.0, incarnation=2), 0.0)
+    assert not late.ok
+
+
+def test_message_round_trip_keeps_the_incarnation():
+    q = m.Query(rank=1, seq=3, round=2, k=4, c=0.5, since_finish=0.001, incarnation=2 ** 52)
+    assert m.decode(m.encode(q)) == q
+    with pytest.raises(ProtocolError):
+        m.decode(m.encode(m.Bye(rank=0, seq=1, incarnation=2 ** 53)))
+
+
+def test_a_worker_with_another_model_is_refused():
+    svc = StateService(2)
+    assert svc.handle(m.Register(rank=0, seq=1, slot=0, signature="abc", incarnation=1), 0.0).ok
+    other = svc.handle(m.Register(rank=1, seq=1, slot=1, signature="xyz", incarnation=2), 0.0)
+    assert not other.ok and "differs" in other.error
+    assert svc.handle(m.Register(rank=1, seq=2, slot=1, signature="abc", incarnation=2), 0.0).ok
