@@ -13,6 +13,10 @@ class ProtocolError(MxhetError):
     """A control-plane message that does not follow the protocol."""
 
 
+class NotRegistered(ProtocolError):
+    """The State Server does not know the sender (e.g. it was restarted)."""
+
+
 class StateServerTimeout(MxhetError):
     """The State Server did not answer within the allowed time."""
 

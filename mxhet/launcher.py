@@ -58,6 +58,8 @@ EXIT_USAGE = 2
 EXIT_TIMEOUT = 124
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
+EXIT_STATE_SERVER_SILENT_WORKER = 4  # mxhet.state_server: a worker went silent
+DEFAULT_STATE_SERVER_RESTARTS = 3
 
 LOCAL_HOST = "127.0.0.1"
 DEFAULT_SYNC = "esync"
@@ -352,6 +354,9 @@ def build_parser():
     state.add_argument("--heartbeat-timeout", type=float, default=None, metavar="SECONDS",
                        help="seconds of silence after which the State Server declares a worker hung and the "
                             "job ends (State Server default: 30; 0 = never)")
+    state.add_argument("--state-server-restarts", type=int, default=DEFAULT_STATE_SERVER_RESTARTS, metavar="N",
+                       help="start a State Server that died again, on the same address, up to N times; "
+                            "workers retry and register again (default: %(default)s)")
     state.add_argument("--no-auth", action="store_true",
                        help="do not authenticate the State Server link (by default the launcher makes "
                             "CURVE keys for each job and only the job's workers get answers)")
@@ -477,6 +482,8 @@ def parse_args(argv=None):
     _check_seconds(parser, "--timeout", args.timeout)
     _check_seconds(parser, "--epsilon", args.epsilon)
     _check_seconds(parser, "--heartbeat-timeout", args.heartbeat_timeout)
+    if args.state_server_restarts < 0:
+        parser.error("--state-server-restarts must be >= 0, got %d" % args.state_server_restarts)
     for option, value in (("--adsp-period", args.adsp_period), ("--adsp-epoch", args.adsp_epoch)):
         if value is not None and not (0 < value < float("inf")):
             parser.error("%s must be a finite number of seconds > 0, got %r" % (option, value))
@@ -531,7 +538,8 @@ def main(argv=None):
             shutil.rmtree(keys, ignore_errors=True)
         return EXIT_USAGE
     try:
-        return run_plan(plan, timeout=args.timeout or None, job_file=args.job_file)
+        return run_plan(plan, timeout=args.timeout or None, job_file=args.job_file,
+                        state_server_restarts=args.state_server_restarts)
     finally:
         if keys:
             shutil.rmtree(keys, ignore_errors=True)
@@ -697,8 +705,10 @@ def job_record(plan, children, status, exit_code, started):
 class _Job:
     """State of one :func:`run_plan` call."""
 
-    def __init__(self, plan, timeout, job_file, server_grace, worker_grace, kill_grace, poll_interval):
+    def __init__(self, plan, timeout, job_file, server_grace, worker_grace, kill_grace, poll_interval,
+                 state_server_restarts=0):
         self.plan = plan
+        self.state_server_restarts = state_server_restarts
         self.worker_grace = worker_grace
         self.timeout = timeout
         self.job_file = job_file
@@ -747,6 +757,7 @@ class _Job:
         others = [c for c in self.children if c.spec.role != WORKER]
         ps_nodes = [c for c in others if c.spec.role in (SCHEDULER, SERVER)]
         grace_deadline = None
+        restarts_left = self.state_server_restarts
         early = None  # (service that exited 0 before the workers, deadline for the workers)
         while True:
             code = self._interrupted(deadline)
@@ -755,6 +766,8 @@ class _Job:
             for child in self.children:
                 child.popen.poll()
             workers_done = all(c.popen.returncode == 0 for c in workers)
+            if not workers_done:
+                restarts_left = self._restart_state_server(others, restarts_left)
             failed = [(c, describe_exit(c.popen.returncode)) for c in self.children
                       if c.popen.returncode not in (None, 0)
                       # once the workers are done, the State Server's fate no longer matters
@@ -787,13 +800,35 @@ class _Job:
                     return EXIT_OK
             time.sleep(self.poll_interval)
 
+    def _restart_state_server(self, others, restarts_left):
+        """Start a State Server that died unexpectedly again, on the same address.
+
+        Workers retry their requests with back-off and register again. Not
+        restarted: a clean exit (0), a usage error (2) or a hung worker (4).
+        """
+        for index, child in enumerate(self.children):
+            code = child.popen.returncode
+            if child.spec.role != STATE_SERVER or code in (None, 0, EXIT_USAGE, EXIT_STATE_SERVER_SILENT_WORKER):
+                continue
+            if restarts_left <= 0:
+                return restarts_left
+            child.drain(OUTPUT_DRAIN_S)
+            self.console.say("state-server (pid %d) %s; restarting it on the same address (%d restart(s) left)"
+                             % (child.pid, describe_exit(code), restarts_left - 1))
+            fresh = _start(child.spec, self.console)
+            self.children[index] = fresh
+            others[others.index(child)] = fresh
+            self.write_job_file("running", None)
+            return restarts_left - 1
+        return restarts_left
+
     def on_signal(self, signum, _frame):
         self.signal_received = signum
 
 
 def run_plan(plan, timeout=None, job_file=None, *, server_grace=DEFAULT_SERVER_GRACE_S,
              worker_grace=DEFAULT_WORKER_GRACE_S, kill_grace=DEFAULT_KILL_GRACE_S,
-             poll_interval=DEFAULT_POLL_INTERVAL_S):
+             poll_interval=DEFAULT_POLL_INTERVAL_S, state_server_restarts=DEFAULT_STATE_SERVER_RESTARTS):
     """Start ``plan``'s processes, forward their output, wait for the job to end.
 
     Args:
@@ -809,11 +844,15 @@ def run_plan(plan, timeout=None, job_file=None, *, server_grace=DEFAULT_SERVER_G
             has failed.
         kill_grace: seconds between SIGTERM and SIGKILL when ending a process.
         poll_interval: seconds between two checks of the children.
+        state_server_restarts: how often a State Server that died (crashed or
+            was killed) is started again on the same address while workers
+            run; workers retry and register again (0 = the job fails instead).
 
     Returns:
         The exit code: 0, 1, 124, 130 or 143 (see the module docstring).
     """
-    job = _Job(plan, timeout, job_file, server_grace, worker_grace, kill_grace, poll_interval)
+    job = _Job(plan, timeout, job_file, server_grace, worker_grace, kill_grace, poll_interval,
+               state_server_restarts)
     handled = (signal.SIGINT, signal.SIGTERM)
     previous = {}
     if threading.current_thread() is threading.main_thread():

@@ -13,6 +13,7 @@ background I/O thread), so waiting is always bounded by a timeout, and
 replies are matched by sequence number. The client measures the round-trip
 time of every answered query (``rtt``, an exponential moving average).
 """
+import dataclasses
 import random
 import time
 
@@ -21,7 +22,10 @@ from . import messages as m
 from .transport import Transport
 
 DEFAULT_TIMEOUT = 60.0
-"""Seconds to wait for a State Server reply before giving up."""
+"""Seconds to wait for a State Server reply, resends included, before giving up."""
+RETRY_INTERVAL = 0.5
+"""Seconds before a request is sent again; doubled after each silent attempt."""
+MAX_RETRY_INTERVAL = 8.0
 HEARTBEAT_INTERVAL = 1.0
 """Seconds of silence after which the worker's I/O thread sends a heartbeat."""
 RTT_SMOOTHING = 0.2
@@ -56,6 +60,9 @@ class StateClient:
         self._clock = clock
         self._seq = 0
         self.incarnation = random.SystemRandom().getrandbits(52)
+        self._round = 0          # latest round this worker spoke of (to resume after a restart)
+        self._signature = ""
+        self.reregistrations = 0
         self._sent_at = {}
         self._pending = []   # replies to queries, received while waiting for something else
         self._transport = transport if transport is not None else Transport(address, delay=delay, clock=clock,
@@ -84,34 +91,64 @@ class StateClient:
         return reply
 
     def request(self, message):
-        """Send ``message`` and wait for its reply.
+        """Send ``message`` and wait for its reply, resending it with back-off.
 
-        Replies to earlier delayed-ACK queries that arrive meanwhile are kept
-        for :meth:`poll`.
+        A resend is harmless: it carries the same incarnation and sequence
+        number, so the State Server answers a replay with its first answer. A
+        State Server that no longer knows this worker (it was restarted) gets a
+        new registration, then the request again. Replies to earlier
+        delayed-ACK queries that arrive meanwhile are kept for :meth:`poll`.
 
         Raises:
-            StateServerTimeout: no reply within ``timeout`` seconds.
+            StateServerTimeout: no reply within ``timeout`` seconds in all.
             ProtocolError: the server refused the request or sent garbage.
         """
-        self._send(message)
         deadline = self._clock() + self.timeout
+        wait, attempts = RETRY_INTERVAL, 0
         while True:
-            left = deadline - self._clock()
-            raw = self._transport.recv(left) if left > 0 else None
-            if raw is None:
-                raise StateServerTimeout("no reply from the State Server at %s within %.1f s to %s #%d"
-                                         % (self.address, self.timeout, message.TYPE, message.seq))
-            reply = self._decode(raw)
-            if reply.seq == message.seq:
-                if not reply.ok:
-                    raise ProtocolError("State Server refused %s: %s" % (message.TYPE, reply.error))
+            self._send(message)
+            attempts += 1
+            reply = self._await_reply(message.seq, min(deadline, self._clock() + wait))
+            if reply is None:  # silence: send the same request again, a little later each time
+                if self._clock() >= deadline:
+                    raise StateServerTimeout("no reply from the State Server at %s to %s #%d after %d attempts "
+                                             "over %.1f s" % (self.address, message.TYPE, message.seq,
+                                                              attempts, self.timeout))
+                wait = min(2 * wait, MAX_RETRY_INTERVAL)
+                continue
+            if reply.ok:
+                return reply
+            if reply.code == "not_registered" and message.TYPE != m.Register.TYPE and attempts < 100:
+                self._register_again()
+                message = dataclasses.replace(message, seq=self._next_seq())
+                continue
+            raise ProtocolError("State Server refused %s: %s" % (message.TYPE, reply.error))
+
+    def _await_reply(self, seq, until):
+        """The reply to request ``seq`` if it comes before ``until``; others are kept for :meth:`poll`."""
+        while True:
+            left = until - self._clock()
+            received = self._transport.recv(left) if left > 0 else None
+            if received is None:
+                return None
+            reply = self._decode(received)
+            if reply.seq == seq:
                 return reply
             self._pending.append(reply)
 
+    def _register_again(self):
+        self.reregistrations += 1
+        self.request(self._message(m.Register, slot=self.slot, signature=self._signature, round=self._round))
+
+    def _next_seq(self):
+        self._seq += 1
+        return self._seq
+
     def _message(self, cls, **fields):
         """A request of this worker's rank and incarnation with the next sequence number."""
-        self._seq += 1
-        return cls(rank=self.rank, seq=self._seq, incarnation=self.incarnation, **fields)
+        if "round" in fields and cls is not m.Register:
+            self._round = max(self._round, fields["round"])
+        return cls(rank=self.rank, seq=self._next_seq(), incarnation=self.incarnation, **fields)
 
     def register(self, signature="", heartbeat=HEARTBEAT_INTERVAL):
         """Join the job with the model's ``signature``; from then on the I/O
@@ -120,6 +157,7 @@ class StateClient:
         Raises:
             ProtocolError: e.g. when the model differs from the other workers'.
         """
+        self._signature = signature
         reply = self.request(self._message(m.Register, slot=self.slot, signature=signature))
         if heartbeat and hasattr(self._transport, "set_heartbeat"):
             beat = m.Heartbeat(rank=self.rank, seq=0, incarnation=self.incarnation)
@@ -150,9 +188,13 @@ class StateClient:
             replies.append(self._decode(raw))
             raw = self._transport.recv(0.0)
         for reply in replies:
-            if not reply.ok:
+            if reply.ok:
+                continue
+            if reply.code != "not_registered":
                 raise ProtocolError("State Server refused a query: %s" % reply.error)
-        return replies
+        if any(r.code == "not_registered" for r in replies):
+            self._register_again()  # the State Server was restarted; later queries will be answered
+        return [r for r in replies if r.ok]
 
     def reset(self, round_, want_stop=False):
         """RESET after pulling the model of ``round_``; True means stop training now."""

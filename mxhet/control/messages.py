@@ -57,10 +57,12 @@ class Register(Request):
     TYPE = "register"
     slot: int
     signature: str = ""
+    round: int = 0   # > 0 when a worker registers again with a restarted State Server
 
     def validate(self):
         super().validate()
         _check_int("slot", self.slot)
+        _check_int("round", self.round)
         if not isinstance(self.signature, str) or len(self.signature) > 128:
             raise ProtocolError("field 'signature' must be a string of at most 128 characters")
 
@@ -159,7 +161,8 @@ class Reply:
     answers a query, with ``slowest`` the rank the State Server took for the
     slowest device (-1 when it does not apply); ``stop`` answers a reset;
     ``target`` (total commits due by the next checkpoint) and ``period_left``
-    (seconds until it) answer an ADSP commit report.
+    (seconds until it) answer an ADSP commit report. ``code`` is
+    ``not_registered`` when the State Server does not know the sender.
     """
     TYPE = "reply"
     seq: int
@@ -171,6 +174,7 @@ class Reply:
     target: int = 0
     period_left: float = 0.0
     error: str = ""
+    code: str = ""    # machine-readable kind of error: "not_registered", or "" 
 
     def validate(self):
         _check_int("seq", self.seq)
@@ -181,6 +185,8 @@ class Reply:
         _check_int("slowest", self.slowest, minimum=-1)
         _check_int("target", self.target)
         _check_seconds("period_left", self.period_left)
+        if not isinstance(self.code, str) or len(self.code) > 32:
+            raise ProtocolError("field 'code' must be a short string")
         if not isinstance(self.error, str):
             raise ProtocolError("field 'error' must be a string")
 

@@ -12,7 +12,7 @@ import time
 
 import zmq
 
-from ..errors import ProtocolError
+from ..errors import NotRegistered, ProtocolError
 from . import messages as m
 from . import adsp
 from .state_rule import DEFAULT_EPSILON, StateTable
@@ -104,12 +104,15 @@ class StateService:
                 self.last_seen[request.rank] = now
             return reply
         except (KeyError, ValueError, ProtocolError) as exc:
+            if request.TYPE == m.Heartbeat.TYPE:
+                return None  # heartbeats are never answered, not even with an error
             LOG.warning("refused %s from rank %s: %s", request.TYPE, request.rank, exc)
-            return m.Reply(seq=request.seq, ok=False, error=str(exc).strip('"'))
+            return m.Reply(seq=request.seq, ok=False, error=str(exc).strip('"'),
+                           code="not_registered" if isinstance(exc, NotRegistered) else "")
 
     def _registered(self, rank):
         if rank not in self.slots:
-            raise ProtocolError("rank %d has not registered" % rank)
+            raise NotRegistered("rank %d has not registered" % rank)
         return self.table.record(rank)
 
     def _on_register(self, req, now):
@@ -126,6 +129,9 @@ class StateService:
         self.slots[req.rank] = req.slot
         self.left.discard(req.rank)
         self.clocks.setdefault(req.rank, 0)
+        record = self.table.record(req.rank)
+        if req.round > record.round:  # a worker resuming with a restarted State Server
+            self.table.reset(req.rank, req.round, now)
         LOG.info("rank %d (slot %d) registered", req.rank, req.slot)
         return m.Reply(seq=req.seq, round=self.table.record(req.rank).round)
 

@@ -105,3 +105,30 @@ def test_a_worker_with_another_model_is_refused_before_any_push(tmp_path, child_
     assert proc.returncode == 1
     assert "differs from rank" in proc.stderr, proc.stderr[-2000:]
     assert not child_pids.alive()
+
+
+def test_a_killed_state_server_is_restarted_and_training_goes_on(tmp_path, child_pids):
+    from .jobs import load_summary
+    out = tmp_path / "out"
+    proc, job_file, err = _start(tmp_path, ["-n", "3", "-s", "1", "--sync", "esync", "--slowdown", "1,1,4"],
+                                 train_command(out, "--max-rounds", "25", "--time-budget", "120"))
+    child_pids.add(proc.pid)
+    try:
+        _wait_for(out / "snapshots" / "000000.params", proc)
+        _wait_for(job_file, proc)
+        child_pids.add_job_file(job_file)
+        record = json.loads(job_file.read_text())
+        state_server = next(p["pid"] for p in record["processes"] if p["role"] == "state-server")
+        time.sleep(1.0)
+        os.kill(state_server, signal.SIGKILL)
+        code = proc.wait(timeout=150)
+    finally:
+        err.close()
+        child_pids.add_job_file(job_file)
+    stderr = (tmp_path / "launcher.err").read_text()
+    assert code == 0, stderr[-3000:]
+    assert "restarting it on the same address" in stderr
+    assert stderr.count(") registered") >= 6, stderr[-3000:]   # every worker registered again
+    workers = load_summary(out)["workers"]
+    assert all(w["rounds"] == 25 for w in workers)
+    assert not child_pids.alive()

@@ -8,7 +8,7 @@ from mxnet import autograd, gluon
 from mxhet.config import WorkerConfig
 from mxhet.control import messages as m
 from mxhet.control.client import StateClient
-from mxhet.errors import ConfigError
+from mxhet.errors import ConfigError, StateServerTimeout
 from mxhet.modes import get_mode
 from mxhet.trainer import Trainer
 
@@ -212,3 +212,55 @@ def test_bad_options():
         get_mode("esync")(trainer=None, config=WorkerConfig(), global_lr=0)
     with pytest.raises(ConfigError, match="ack"):
         get_mode("esync")(trainer=None, config=WorkerConfig(), ack="sometimes")
+
+
+class Flaky(FakeTransport):
+    """Loses the first ``lose`` messages; then answers like a (possibly restarted) State Server."""
+
+    def __init__(self, clock, lose=0, forget=False):
+        super().__init__(clock)
+        self.lose, self.forget, self.registered = lose, forget, False
+
+    def send(self, data):
+        msg = m.decode(data)
+        self.sent.append(msg)
+        if self.lose > 0:
+            self.lose -= 1
+            return
+        if isinstance(msg, m.Register):
+            self.registered = True
+            self.deliver(m.Reply(seq=msg.seq, round=msg.round))
+        elif self.forget and not self.registered:
+            self.deliver(m.Reply(seq=msg.seq, ok=False, error="rank 0 has not registered", code="not_registered"))
+        else:
+            self.deliver(m.Reply(seq=msg.seq, stop=False, round=getattr(msg, "round", 0)))
+
+
+def test_lost_requests_are_sent_again_with_the_same_sequence_number():
+    clock = FakeClock()
+    transport = Flaky(clock, lose=2)
+    client = StateClient("fake", rank=0, slot=0, clock=clock, transport=transport, timeout=30)
+    assert client.reset(3) is False
+    resets = [msg for msg in transport.sent if isinstance(msg, m.Reset)]
+    assert len(resets) == 3 and len({(r.seq, r.incarnation) for r in resets}) == 1
+    assert clock() == pytest.approx(0.5 + 1.0)  # back-off: 0.5 s, then 1 s
+
+
+def test_a_restarted_state_server_gets_a_new_registration_with_the_round():
+    clock = FakeClock()
+    transport = Flaky(clock, forget=True)
+    client = StateClient("fake", rank=0, slot=2, clock=clock, transport=transport)
+    client.send_query(5, 1, 0.1)                   # the worker is in round 5
+    transport.inbox.clear()
+    assert client.reset(6) is False                # answered "not registered" first
+    register = [msg for msg in transport.sent if isinstance(msg, m.Register)]
+    assert len(register) == 1 and register[0].round == 6 and register[0].slot == 2  # the latest round it spoke of
+    assert client.reregistrations == 1
+
+
+def test_retry_budget_ends_with_a_clear_error():
+    clock = FakeClock()
+    client = StateClient("fake", rank=0, slot=0, clock=clock, transport=Flaky(clock, lose=10 ** 6), timeout=20)
+    with pytest.raises(StateServerTimeout, match="attempts"):
+        client.reset(1)
+    assert clock() == pytest.approx(20.0)
