@@ -61,6 +61,9 @@ def build_parser():
     g.add_argument("--eval-interval", type=float, default=2.0, help="seconds between snapshots of the global model")
     g.add_argument("--eval-samples", type=int, default=2000, help="test images per curve point (final: all)")
     g.add_argument("--metrics-out", required=True, help="directory for summary.json and worker files")
+    g.add_argument("--checkpoint-dir", default="", help="save checkpoints here (see mxhet.checkpoint)")
+    g.add_argument("--checkpoint-every", type=int, default=10, help="rounds between checkpoints (default %(default)s)")
+    g.add_argument("--resume", action="store_true", help="resume from the newest complete checkpoint")
     g.add_argument("--dump-rounds", type=int, default=0,
                    help="save weights (and esync deltas) of the first N rounds, for checking")
     return p
@@ -75,6 +78,10 @@ def _validate(args):
             raise ConfigError("--%s must be > 0, got %r" % (name.replace("_", "-"), getattr(args, name)))
     if args.local_steps < 1:
         raise ConfigError("--local-steps must be >= 1, got %r" % args.local_steps)
+    if args.checkpoint_every < 1:
+        raise ConfigError("--checkpoint-every must be >= 1, got %r" % args.checkpoint_every)
+    if args.resume and not args.checkpoint_dir:
+        raise ConfigError("--resume needs --checkpoint-dir")
     if args.max_rounds < 0:
         raise ConfigError("--max-rounds must be >= 0, got %r" % args.max_rounds)
     if not 0 < args.target_accuracy <= 1:
@@ -108,9 +115,11 @@ class RoundDumper:
                 arrays["before_%d" % i], arrays["delta_%d" % i], arrays["after_%d" % i] = b, d, a
             np.savez(os.path.join(self.directory, "slot%d_round%d.npz" % (self.slot, round_)), **arrays)
 
-    def weights(self, round_, trainer):
+    def weights(self, round_, trainer, loss=None):
         if round_ < self.limit:
             arrays = {"after_%d" % i: p.list_data()[0].asnumpy() for i, p in enumerate(trainer._params)}
+            if loss is not None:
+                arrays["loss"] = np.array(loss)
             np.savez(os.path.join(self.directory, "slot%d_round%d.npz" % (self.slot, round_)), **arrays)
 
 
@@ -119,7 +128,7 @@ def run(args, config=None):
     import mxnet as mx
     from mxnet import autograd, gluon
 
-    from . import data, models
+    from . import checkpoint, data, models
     from .modes import get_mode
     from .trainer import Trainer
 
@@ -154,6 +163,18 @@ def run(args, config=None):
     mode_opts = {name: value for name, value in offered.items() if name in get_mode(mode).options}
     trainer = Trainer(net.collect_params(), args.optimizer, opt_params, sync=mode, config=config,
                       on_nonfinite=args.on_nonfinite, **mode_opts)
+    if args.checkpoint_dir and get_mode(mode).kvstore_type == "dist_async":
+        raise ConfigError("checkpoints need a mode whose workers finish rounds together (esync, sync, localsgd, "
+                          "local); %s workers run rounds of their own" % mode)
+    if args.resume:
+        resumed, directory, record = checkpoint.load(args.checkpoint_dir, config.slot, config.num_slots)
+        params = net.collect_params()
+        for name, arr in mx.nd.load(os.path.join(directory, "global.params")).items():
+            params[name].set_data(arr)  # every worker starts from the saved global model
+        trainer.load_states(os.path.join(directory, "slot%d.states" % config.slot))
+        batches.load_state_dict(record["iterator"])
+        trainer.mode.restore_state(record["mode"])
+        LOG.info("slot %d resumes from round %d (%s)", config.slot, resumed, directory)
     trainer.setup(args.batch_size)
     rank = trainer.rank
     is_chief = rank == 0
@@ -191,6 +212,7 @@ def run(args, config=None):
                 or bool(args.max_rounds and stats.rounds >= args.max_rounds))
 
     trainer.set_stop_condition(done)
+    last_checkpoint = trainer.stats.rounds
     while not trainer.should_stop:
         x, y = next(batches)
         with autograd.record():
@@ -199,7 +221,17 @@ def run(args, config=None):
         trainer.step(args.batch_size)
         trainer.observe_loss(loss.mean().asscalar())
         if dumper is not None and not deltas:
-            dumper.weights(trainer.stats.rounds - 1, trainer)
+            dumper.weights(trainer.stats.rounds - 1, trainer, loss=float(loss.mean().asscalar()))
+        rounds = trainer.stats.rounds
+        if args.checkpoint_dir and trainer.mode.aggregated and rounds % args.checkpoint_every == 0 \
+                and rounds != last_checkpoint:
+            t0 = time.monotonic()
+            checkpoint.save_worker(args.checkpoint_dir, rounds, config.slot, trainer, batches, args.seed)
+            if is_chief:
+                checkpoint.save_global(args.checkpoint_dir, rounds, trainer)
+                checkpoint.prune(args.checkpoint_dir, config.num_slots)
+            trainer.mode.pause(time.monotonic() - t0)
+            last_checkpoint = rounds
         now = time.monotonic()
         if is_chief and trainer.mode.aggregated and now - last_snap >= args.eval_interval:
             snapshot()

@@ -150,15 +150,17 @@ class StateClient:
             self._round = max(self._round, fields["round"])
         return cls(rank=self.rank, seq=self._next_seq(), incarnation=self.incarnation, **fields)
 
-    def register(self, signature="", heartbeat=HEARTBEAT_INTERVAL):
-        """Join the job with the model's ``signature``; from then on the I/O
+    def register(self, signature="", heartbeat=HEARTBEAT_INTERVAL, round_=0):
+        """Join the job with the model's ``signature`` at round ``round_`` (> 0 when
+        resuming from a checkpoint); from then on the I/O
         thread sends a heartbeat every ``heartbeat`` seconds of silence (0 = none).
 
         Raises:
             ProtocolError: e.g. when the model differs from the other workers'.
         """
         self._signature = signature
-        reply = self.request(self._message(m.Register, slot=self.slot, signature=signature))
+        self._round = max(self._round, round_)
+        reply = self.request(self._message(m.Register, slot=self.slot, signature=signature, round=self._round))
         if heartbeat and hasattr(self._transport, "set_heartbeat"):
             beat = m.Heartbeat(rank=self.rank, seq=0, incarnation=self.incarnation)
             self._transport.set_heartbeat(m.encode(beat), heartbeat)

@@ -203,7 +203,7 @@ class SyncMode:
         client = StateClient(self.config.state_server, self.kv.rank, self.config.slot,
                              timeout=self.opts.get("state_timeout", 60.0), delay=self.config.net_delay_ms / 1000.0,
                              clock=self.clock, keys=self.config.control_keys)
-        client.register(signature=self.model_signature())
+        client.register(signature=self.model_signature(), round_=getattr(self, "round", 0))
         return client
 
     def server_updater(self, batch_size):
@@ -271,6 +271,16 @@ class SyncMode:
         """Exclude ``seconds`` spent outside training (e.g. a snapshot) from compute time."""
         if self._t_last is not None:
             self._t_last += seconds
+
+    def checkpoint_state(self):
+        """What this mode needs to resume (plain JSON data)."""
+        return {"rounds": self.stats.rounds, "iterations": self.stats.iterations, "samples": self.stats.samples}
+
+    def restore_state(self, state):
+        """Resume from :meth:`checkpoint_state`'s record (before ``setup``)."""
+        self.stats.rounds = int(state["rounds"])
+        self.stats.iterations = int(state["iterations"])
+        self.stats.samples = int(state["samples"])
 
     def request_stop(self):
         """Ask to stop; the mode stops when every worker can stop consistently."""

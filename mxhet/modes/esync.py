@@ -161,6 +161,13 @@ class ESync(SyncMode):
         self._slowest = -1
         self._mark_round_start()
 
+    def checkpoint_state(self):
+        return dict(super().checkpoint_state(), round=self.round)
+
+    def restore_state(self, state):
+        super().restore_state(state)
+        self.round = int(state["round"])
+
     def global_arrays(self):
         return {p.name: g for p, g in zip(self.trainer._params, self.w_global)} if self.w_global \
             else super().global_arrays()
