@@ -35,7 +35,6 @@ class ADSP(SyncMode):
         super().__init__(trainer, config, **options)
         if not self.opts["global_lr"] > 0:
             raise ConfigError("global_lr must be > 0, got %r" % (self.opts["global_lr"],))
-        self.client = None
         self.commits = 0
         self.commit_cost = 0.0
         self.next_commit = 0.0
@@ -88,10 +87,3 @@ class ADSP(SyncMode):
         super().request_stop()
         if self.k == 0:
             self.stopped = True
-
-    def close(self):
-        if self.client is not None:
-            self.client.bye()
-            self.client.close()
-            self.client = None
-        super().close()

@@ -140,6 +140,7 @@ class SyncMode:
         self.clock = clock
         self.sleep = sleep
         self.kv = None
+        self.client = None  # StateClient, for modes with a State Server
         self.keys = []
         self.wbufs = []  # the global model as last pulled, in default layout
         self.round_hook = None  # hook(round, w_before, deltas, w_after) for modes that exchange deltas
@@ -212,7 +213,15 @@ class SyncMode:
 
     def close(self):
         """Release the kvstore and control-plane connections."""
+        self.leave_state_server()
         self.kv = None
+
+    def leave_state_server(self):
+        """Say goodbye to the State Server (if connected) and close the connection."""
+        if self.client is not None:
+            self.client.bye()
+            self.client.close()
+            self.client = None
 
     # -- the step --------------------------------------------------------
     def step(self, batch_size, ignore_stale_grad=False):

@@ -52,7 +52,6 @@ class ESync(SyncMode):
         if self.opts["ack"] not in ACK_MODES:
             raise ConfigError("ack must be one of %s, got %r" % (ACK_MODES, self.opts["ack"]))
         self.delayed = self.opts["ack"] == "delayed"
-        self.client = None
         self.round = 0
         self.k = 0
         self.w_global = []
@@ -171,10 +170,3 @@ class ESync(SyncMode):
     def global_arrays(self):
         return {p.name: g for p, g in zip(self.trainer._params, self.w_global)} if self.w_global \
             else super().global_arrays()
-
-    def close(self):
-        if self.client is not None:
-            self.client.bye()
-            self.client.close()
-            self.client = None
-        super().close()

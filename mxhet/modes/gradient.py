@@ -140,7 +140,7 @@ class SSP(Async):
         if self.stopped:
             # Leave the gate now, not at close(): the others must not wait for
             # this worker's clock while it waits for them at the final barrier.
-            self.close_client()
+            self.leave_state_server()
             return
         t0 = self.clock()
         self.client.clock(self.stats.iterations)
@@ -149,17 +149,7 @@ class SSP(Async):
 
     def request_stop(self):
         super().request_stop()
-        self.close_client()
-
-    def close(self):
-        self.close_client()
-        super().close()
-
-    def close_client(self):
-        if getattr(self, "client", None) is not None:
-            self.client.bye()
-            self.client.close()
-            self.client = None
+        self.leave_state_server()
 
 
 __all__ = ["Sync", "Async", "DCASGD", "SSP"]
