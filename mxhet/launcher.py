@@ -442,7 +442,10 @@ def parse_args(argv=None):
     except ConfigError as exc:
         parser.error("--sync: %s" % exc)
     args.kvstore_type = mode.kvstore_type
-    args.needs_state_server = bool(mode.needs_state_server)
+    # Every distributed job gets a State Server: the algorithm's control plane
+    # for esync, ssp and adsp, and for every mode the watch on silent workers
+    # (heartbeats) and the check that all workers train the same model.
+    args.needs_state_server = bool(mode.needs_state_server) or mode.kvstore_type is not None
     if args.kvstore_type is None:
         if n > 1:
             parser.error("--sync %s runs one standalone worker without parameter servers; "

@@ -13,13 +13,16 @@ commits due by the next checkpoint and the time left until it; the worker
 spreads the remaining commits evenly over that time, minus its measured
 commit cost O_i (the paper's timer Γ/ΔC_target^i − O_i, re-aimed after every
 commit so that all workers reach the checkpoint with the same count). Commits
-happen between iterations. The worker's recent training loss goes with each
+happen between iterations, at the boundary nearest to the due time. The worker's recent training loss goes with each
 report and feeds the commit-rate search.
 """
 from ..control.client import DEFAULT_TIMEOUT
 from ..errors import ConfigError
 from .base import SyncMode
 from .registry import register
+
+REPORT_MARGIN = 0.05
+"""Seconds after a checkpoint at which a worker that met its target asks for the next one."""
 
 
 @register
@@ -37,7 +40,8 @@ class ADSP(SyncMode):
             raise ConfigError("global_lr must be > 0, got %r" % (self.opts["global_lr"],))
         self.commits = 0
         self.commit_cost = 0.0
-        self.next_commit = 0.0
+        self.next_commit = None   # when to commit next (None: the target of this period is met)
+        self.next_report = 0.0    # when to ask for the next period's target, if it is met
         self.k = 0
 
     def server_updater(self, batch_size):
@@ -57,9 +61,13 @@ class ADSP(SyncMode):
         self.stats.query_s += self.clock() - t0
         due = target - self.commits
         if due <= 0:
-            self.next_commit = now + left            # target met: next period
+            # Target met: no commit until the next period; ask again once it began.
+            self.next_commit = None
+            self.next_report = now + left + REPORT_MARGIN
         else:
-            self.next_commit = now + max(0.0, left / due - self.commit_cost)
+            # Aim at the middle of the next slot of the remaining time, so the
+            # last commit of a period lands well before its checkpoint.
+            self.next_commit = now + max(0.0, 0.5 * left / due - self.commit_cost)
 
     def local_update(self, batch_size, ignore_stale_grad):
         self.trainer.local_step(batch_size, ignore_stale_grad)
@@ -67,8 +75,16 @@ class ADSP(SyncMode):
 
     def communicate(self, batch_size, capability, compute_end):
         self.k += 1
-        if not self.wants_stop() and self.clock() < self.next_commit:
-            return
+        # Commits happen between iterations: commit at the boundary nearest to
+        # the due time, so that a slow device does not fall a commit behind.
+        now = self.clock()
+        if not self.wants_stop():
+            if self.next_commit is None:
+                if now >= self.next_report:
+                    self._schedule(now)
+                return
+            if now < self.next_commit - capability / 2:
+                return
         t0 = self.clock()
         self.exchange_deltas(self.stats.rounds)
         cost = self.clock() - t0

@@ -193,7 +193,12 @@ class SyncMode:
         self._t_last = self._t_start = self.clock()
 
     def on_connect(self):
-        """Mode-specific step right after the kvstore exists (the rank is known)."""
+        """Right after the kvstore exists (the rank is known): join the State
+        Server when the launcher started one -- for modes that do not need it
+        for their algorithm, it still watches for silent workers (heartbeats)
+        and checks that every worker trains the same model."""
+        if self.config.state_server:
+            self.client = self.join_state_server()
 
     def on_setup(self, batch_size):
         """Mode-specific set-up, after the initial model is shared."""

@@ -60,9 +60,10 @@ def test_kill_9_of_one_of_four_workers_ends_the_job(tmp_path, child_pids, attemp
     assert not child_pids.alive()
 
 
-def test_a_hung_worker_is_noticed_by_the_state_server(tmp_path, child_pids):
+@pytest.mark.parametrize("mode", ["esync", "sync"])
+def test_a_hung_worker_is_noticed_by_the_state_server(tmp_path, child_pids, mode):
     out = tmp_path / "out"
-    proc, job_file, err = _start(tmp_path, ["-n", "3", "-s", "1", "--sync", "esync", "--slowdown", "1,1,4",
+    proc, job_file, err = _start(tmp_path, ["-n", "3", "-s", "1", "--sync", mode, "--slowdown", "1,1,4",
                                             "--heartbeat-timeout", "3"],
                                  train_command(out, "--time-budget", "120"))
     child_pids.add(proc.pid)

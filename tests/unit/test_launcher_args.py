@@ -112,7 +112,7 @@ def test_defaults():
     assert args.slowdowns == [1.0] * 3
     assert args.launcher == "local"
     assert args.python == sys.executable
-    assert not args.needs_state_server and args.kvstore_type == "dist_sync"
+    assert args.needs_state_server and args.kvstore_type == "dist_sync"  # every distributed job has one
     assert parse("-n", "2").sync == "esync"
 
 
@@ -138,8 +138,9 @@ def test_hostfile_selects_ssh(hostfile):
 
 def test_dist_plan_roles_and_order():
     plan = plan_of("-n", "2", "-s", "2", "--sync", "sync")
-    assert [p.name for p in plan.processes] == ["scheduler", "server 0", "server 1", "worker 0", "worker 1"]
-    assert plan.kvstore == "dist_sync" and plan.root_port == 9000 and plan.state_server == ""
+    assert [p.name for p in plan.processes] == ["scheduler", "server 0", "server 1", "state-server",
+                                                "worker 0", "worker 1"]
+    assert plan.kvstore == "dist_sync" and plan.root_port == 9000 and plan.state_server == "tcp://127.0.0.1:9001"
     assert all(p.host == "127.0.0.1" and not p.remote for p in plan.processes)
 
 
@@ -172,9 +173,10 @@ def test_worker_environment_round_trips_through_worker_config():
         assert env["DMLC_NODE_HOST"] == "127.0.0.1"
         assert env["OMP_NUM_THREADS"] == "2"          # 8 CPUs / 3 workers
         assert env["PYTHONUNBUFFERED"] == "1"
-        assert env["MXHET_STATE_SERVER"] == ""
+        assert env["MXHET_STATE_SERVER"] == "tcp://127.0.0.1:9001"
     assert worker_config(workers[2].env) == WorkerConfig(
-        sync="sync", slot=2, num_slots=3, context="gpu(0)", slowdown=20.0, state_server="", num_servers=1)
+        sync="sync", slot=2, num_slots=3, context="gpu(0)", slowdown=20.0, state_server="tcp://127.0.0.1:9001",
+        num_servers=1)
     assert [(w.context, w.slowdown) for w in workers] == [("cpu", 1.0), ("cpu", 1.0), ("gpu(0)", 20.0)]
 
 
@@ -192,11 +194,17 @@ def test_children_find_the_source_checkout():
         assert spec.env["PYTHONPATH"].split(":") == [root, "/extra"]
 
 
-@pytest.mark.parametrize("mode", ["sync", "async", "local"])
-def test_no_state_server_without_esync(mode):
-    plan = plan_of("-n", "1", "--sync", mode)
+def test_no_state_server_for_a_standalone_job():
+    plan = plan_of("-n", "1", "--sync", "local")
     assert plan.by_role("state-server") == []
     assert plan.state_server == ""
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "dcasgd", "localsgd"])
+def test_every_distributed_job_has_a_state_server(mode):
+    plan = plan_of("-n", "2", "-s", "1", "--sync", mode)
+    assert len(plan.by_role("state-server")) == 1
+    assert all(w.env["MXHET_STATE_SERVER"] == plan.state_server for w in plan.by_role("worker"))
 
 
 def test_esync_starts_a_state_server():
@@ -265,6 +273,8 @@ def test_ssh_command_construction(hostfile):
                    "--ssh-command", "ssh -p 2222", command=command, cwd="/job dir")
     for spec in plan.processes:
         assert spec.remote
+        if spec.role == "state-server":
+            continue
         ssh, host, cwd, env, rest = _remote(spec)
         assert ssh == ["ssh", "-p", "2222", "-o", "BatchMode=yes"]
         assert host == spec.host
