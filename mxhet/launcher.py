@@ -779,7 +779,9 @@ class _Job:
                 # A service may legitimately stop a moment before the last worker
                 # process is gone (PS-LITE's final barrier, the State Server's
                 # goodbyes); the workers get a short grace to follow it.
-                stopped = [c for c in others if c.popen.returncode == 0]
+                # The State Server exits 0 once every worker said goodbye, which
+                # a worker does before its last work (rank 0 then evaluates).
+                stopped = [c for c in others if c.popen.returncode == 0 and c.spec.role != STATE_SERVER]
                 if stopped and early is None:
                     early = (stopped[0], time.monotonic() + self.worker_grace)
                 if early is not None and time.monotonic() >= early[1]:

@@ -139,7 +139,8 @@ class StateService:
         record = self._registered(req.rank)
         if req.round != record.round:
             raise ProtocolError("query for round %d, rank %d is in round %d" % (req.round, req.rank, record.round))
-        ready = self.table.query(req.rank, req.k, req.c, now - req.since_finish, now)
+        present = set(self.slots) - self.left
+        ready = self.table.query(req.rank, req.k, req.c, now - req.since_finish, now, among=present)
         slowest = self.table.slowest_rank()
         if ready:
             info = self.rounds.setdefault(req.round, {"slowest": slowest, "local_iters": {}})

@@ -103,7 +103,7 @@ class StateTable:
             raise KeyError("rank %r is not part of this job (ranks %s)"
                            % (rank, sorted(self.records))) from None
 
-    def query(self, rank, local_iters, capability, last_finish, now):
+    def query(self, rank, local_iters, capability, last_finish, now, among=None):
         """QUERY-STATE: True for READY, False for NOT-READY.
 
         Args:
@@ -112,6 +112,10 @@ class StateTable:
             capability: c, the device's latest seconds per local iteration.
             last_finish: t_e, when its last iteration finished (server clock).
             now: the current server clock.
+            among: the ranks to consider when looking for the slowest device
+                (default: all). A State Server that was restarted passes the
+                ranks that registered with it: the others may be blocked in
+                an aggregation that waits for the querying device.
         """
         if local_iters < 0:
             raise ValueError("local_iters must be >= 0, got %r" % (local_iters,))
@@ -121,7 +125,8 @@ class StateTable:
         current.local_iters = local_iters
         current.capability = float(capability)
         current.last_finish = float(last_finish)
-        slowest = find_slowest(self.records.values())
+        candidates = [r for k, r in self.records.items() if among is None or k in among or k == rank]
+        slowest = find_slowest(candidates)
         if local_iters == 0 or slowest.round < current.round:
             return False
         if (current is slowest or slowest.ready

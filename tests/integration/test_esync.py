@@ -71,7 +71,8 @@ def test_sync_keeps_workers_identical(tmp_path, child_pids):
     for t in range(5):
         a, b = _dumps(out, [0, 1], t)
         for key in a.files:
-            np.testing.assert_array_equal(a[key], b[key])
+            if key != "loss":  # each worker's own batch
+                np.testing.assert_array_equal(a[key], b[key])
         if previous is not None:  # the model moves every step
             assert not np.array_equal(previous, a["after_0"])
         previous = a["after_0"]

@@ -35,7 +35,7 @@ def _worker_pid(job_file, slot):
     return next(p["pid"] for p in record["processes"] if p["role"] == "worker" and p["slot"] == slot)
 
 
-@pytest.mark.parametrize("attempt", range(5))
+@pytest.mark.parametrize("attempt", range(3))
 def test_kill_9_of_one_of_four_workers_ends_the_job(tmp_path, child_pids, attempt):
     out = tmp_path / "out"
     proc, job_file, err = _start(tmp_path, ["-n", "4", "-s", "1", "--sync", "esync", "--slowdown", "1,1,1,8"],
@@ -46,7 +46,7 @@ def test_kill_9_of_one_of_four_workers_ends_the_job(tmp_path, child_pids, attemp
         _wait_for(job_file, proc)
         child_pids.add_job_file(job_file)
         time.sleep(0.3 * attempt)                               # different moments of a round
-        victim = attempt % 4
+        victim = (3 * attempt) % 4                              # slots 0, 3 (the slow one), 2
         os.kill(_worker_pid(job_file, victim), signal.SIGKILL)
         t0 = time.monotonic()
         code = proc.wait(timeout=60)
@@ -60,7 +60,7 @@ def test_kill_9_of_one_of_four_workers_ends_the_job(tmp_path, child_pids, attemp
     assert not child_pids.alive()
 
 
-@pytest.mark.parametrize("mode", ["esync", "sync"])
+@pytest.mark.parametrize("mode", ["sync"])  # the watch is the same for every mode; sync needs no State Server otherwise
 def test_a_hung_worker_is_noticed_by_the_state_server(tmp_path, child_pids, mode):
     out = tmp_path / "out"
     proc, job_file, err = _start(tmp_path, ["-n", "3", "-s", "1", "--sync", mode, "--slowdown", "1,1,4",

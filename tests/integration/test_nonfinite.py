@@ -22,7 +22,7 @@ def test_nonfinite_delta_stops_the_job_naming_worker_and_round(tmp_path, child_p
     assert not child_pids.alive()
 
 
-@pytest.mark.parametrize("mode", ["esync", "sync"])
+@pytest.mark.parametrize("mode", ["esync"])
 def test_skip_keeps_the_global_model_finite(tmp_path, child_pids, mode):
     out = tmp_path / "out"
     proc = launch(["-n", "2", "-s", "1", "--sync", mode],
