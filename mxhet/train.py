@@ -219,7 +219,8 @@ def run(args, config=None):
             loss = loss_fn(net(x), y)
         loss.backward()
         trainer.step(args.batch_size)
-        trainer.observe_loss(loss.mean().asscalar())
+        if trainer.mode.uses_loss:  # reading the loss waits for the step: only when it is used
+            trainer.observe_loss(loss.mean().asscalar())
         if dumper is not None and not deltas:
             dumper.weights(trainer.stats.rounds - 1, trainer, loss=float(loss.mean().asscalar()))
         rounds = trainer.stats.rounds

@@ -70,18 +70,14 @@ class StateClient:
         self.rtt = 0.0
         self.queries = 0
         self.replies = 0
-        self.bytes_sent = 0
-        self.bytes_received = 0
 
     def _send(self, message):
         data = m.encode(message)
         self._sent_at[message.seq] = self._clock()
         self._transport.send(data)
-        self.bytes_sent += len(data)
 
     def _decode(self, received):
         arrived, raw = received
-        self.bytes_received += len(raw)
         reply = m.decode(raw, {m.Reply.TYPE: m.Reply})
         sent = self._sent_at.pop(reply.seq, None)
         if sent is not None:

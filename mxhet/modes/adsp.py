@@ -31,6 +31,7 @@ class ADSP(SyncMode):
     kvstore_type = "dist_async"
     needs_state_server = True
     exchanges_deltas = True
+    uses_loss = True
     description = "ADSP: train without waiting, commit accumulated updates at scheduler-set rates"
     options = {"global_lr": 1.0, "state_timeout": DEFAULT_TIMEOUT}
 

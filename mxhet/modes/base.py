@@ -122,6 +122,7 @@ class SyncMode:
     name = ""
     kvstore_type = None          # "dist_sync", "dist_async" or None (standalone)
     exchanges_deltas = False     # True: workers push model deltas (round_hook applies)
+    uses_loss = False            # True: the mode reads the training loss (Trainer.observe_loss)
     needs_state_server = False
     description = ""
     options = {}                 # option name -> default
@@ -314,8 +315,11 @@ class SyncMode:
         return hashlib.sha256(text.encode()).hexdigest()
 
     def global_arrays(self):
-        """The current global model, name -> NDArray (for snapshots)."""
-        return {p.name: p.list_data()[0] for p in self.trainer._params}
+        """The current global model, name -> NDArray (for snapshots): the model
+        as last pulled for modes that exchange deltas (the replica may hold
+        local work), the parameters themselves otherwise."""
+        arrays = self.wbufs if self.exchanges_deltas and self.wbufs else self.weights()
+        return {p.name: a for p, a in zip(self.trainer._params, arrays)}
 
     def check_finite(self, arrays, what, round_index):
         """Apply the NaN/Inf policy to ``arrays`` before they are pushed.

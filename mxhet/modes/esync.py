@@ -54,7 +54,6 @@ class ESync(SyncMode):
         self.delayed = self.opts["ack"] == "delayed"
         self.round = 0
         self.k = 0
-        self.w_global = []
         self._ready_seen = False
         self._slowest = -1
         self._round_start = (0.0, 0, 0, 0)
@@ -67,7 +66,6 @@ class ESync(SyncMode):
         self.client = self.join_state_server()
 
     def on_setup(self, batch_size):
-        self.w_global = self.wbufs
         self._mark_round_start()
 
     # -- the local iteration -------------------------------------------------
@@ -166,7 +164,3 @@ class ESync(SyncMode):
     def restore_state(self, state):
         super().restore_state(state)
         self.round = int(state["round"])
-
-    def global_arrays(self):
-        return {p.name: g for p, g in zip(self.trainer._params, self.w_global)} if self.w_global \
-            else super().global_arrays()

@@ -1,7 +1,6 @@
 """ESync's worker side: the State Server client state machine, with a fake
 transport and a fake clock (no sockets, no parameter server)."""
 import mxnet as mx
-import numpy as np
 import pytest
 from mxnet import autograd, gluon
 
