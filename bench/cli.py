@@ -1,5 +1,11 @@
 """``mxhet-bench``: measured comparisons of sync modes on an emulated heterogeneous cluster.
 
+``mxhet-bench all --preset cpu`` reproduces the ESync paper's Table 1 and
+Figures 3-5 (``table1``, ``curves``, ``throughput``, ``compute-ratio``; ``all``
+runs each needed run once and feeds every experiment from it): JSON per
+experiment, ``report.md`` and PNG figures in ``--out``. See :mod:`bench.presets`
+and :mod:`bench.profiles`.
+
 ``mxhet-bench demo`` runs ESync and Sync on the same emulated cluster (by
 default 3 workers, the third 10x slower) training the small CNN on
 Fashion-MNIST, and prints time to target accuracy, final accuracy,
@@ -15,8 +21,11 @@ import time
 
 from tqdm import tqdm
 
+from mxhet.errors import ConfigError
+
+from . import presets, profiles
 from .metrics import run_record
-from .runner import JobFailed, JobSpec, run_job
+from .runner import JobFailed, JobSpec, run_with_bar as _with_bar
 
 
 def _floats(text):
@@ -62,7 +71,69 @@ def build_parser():
                      help="launcher --slowdown-schedule, SLOT:SPEC (default %(default)s)")
     dyn.add_argument("--ack", choices=["blocking", "delayed"], default="blocking")
     dyn.add_argument("--window", type=float, default=2.5, help="seconds per line of the printed table")
+    for name in EXPERIMENT_NAMES:
+        help_text = {"table1": "Table 1: ESync vs Sync speedup to the target, ESync vs standalone accuracy",
+                     "curves": "Figure 3: test accuracy over time, i.i.d. and non-i.i.d.",
+                     "throughput": "Figure 4: samples and bytes per second per mode",
+                     "compute-ratio": "Figure 5: computing-time ratio per device per mode",
+                     "all": "every experiment above, each run once"}[name]
+        e = sub.add_parser(name, help=help_text)
+        e.add_argument("--preset", default="cpu", choices=sorted(presets.PRESETS),
+                       help="smoke: pipeline check in minutes; cpu: reduced models for a CPU machine; "
+                            "paper: the paper's sizes and 117x profile on a GPU machine (default %(default)s)")
+        e.add_argument("--models", default=None, help="comma-separated models (default: the preset's)")
+        e.add_argument("--modes", default=None, help="comma-separated modes, replacing each experiment's "
+                                                     "(add 'local' for the standalone run)")
+        e.add_argument("--profile", default=None,
+                       help="a built-in profile (%s) or a JSON file of devices (default: the preset's)"
+                            % ", ".join(sorted(profiles.BUILTIN)))
+        e.add_argument("--out", default=None, help="output directory (default runs/bench-PRESET)")
+        e.add_argument("--time-budget", type=float, default=None, help="training seconds per run "
+                                                                       "(default: the preset's)")
+        e.add_argument("--seed", type=int, default=0, help="seed of every run (default 0)")
     return p
+
+
+EXPERIMENT_NAMES = ("table1", "curves", "throughput", "compute-ratio", "all")
+
+
+def _names(text, known, what):
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names:
+        raise ConfigError("--%s is empty" % what)
+    unknown = [x for x in names if x not in known]
+    if unknown:
+        raise ConfigError("unknown %s %s; known: %s" % (what, ", ".join(unknown), ", ".join(known)))
+    return tuple(dict.fromkeys(names))
+
+
+def run_paper_experiment(args):
+    from mxhet.models import MODEL_NAMES
+    from mxhet.modes import mode_names
+
+    from . import suite
+    try:
+        preset = presets.get(args.preset)
+        profile = profiles.load(args.profile or preset.profile)
+        model_list = _names(args.models, MODEL_NAMES, "models") if args.models else None
+        mode_list = _names(args.modes, tuple(mode_names()), "modes") if args.modes else None
+        if args.time_budget is not None and not args.time_budget > 0:
+            raise ConfigError("--time-budget must be > 0 seconds")
+        experiments = suite.EXPERIMENTS if args.experiment == "all" else (args.experiment,)
+        out = args.out or os.path.join("runs", "bench-%s" % preset.name)
+        started = time.time()
+        result = suite.run_suite(experiments, preset, profile, out, models=model_list, modes=mode_list,
+                                 budget=args.time_budget, seed=args.seed, command=["mxhet-bench"] + sys.argv[1:])
+    except ConfigError as exc:
+        print("mxhet-bench: error: %s" % exc, file=sys.stderr)
+        return 2
+    print()
+    with open(os.path.join(out, "report.md")) as f:
+        print(f.read())
+    print("wrote (in %.0f min): %s" % ((time.time() - started) / 60, ", ".join(result.files)))
+    if result.failures:
+        print("%d run(s) failed; see the report's last section" % result.failures, file=sys.stderr)
+    return 1 if result.failures else 0
 
 
 def machine_info():
@@ -141,24 +212,6 @@ def run_demo(args):
         print(line)
     print("results: %s" % os.path.join(args.out, "demo.json"))
     return 1 if failures else 0
-
-
-def _with_bar(spec, out_dir, desc):
-    """Run one job under a progress bar that follows its training time."""
-    first_snapshot = os.path.join(out_dir, "snapshots", "000000.params")
-    with tqdm(total=int(spec.time_budget), desc=desc, unit="s",
-              bar_format="{desc} {bar} {n_fmt}/{total_fmt} s of training [{elapsed}]") as bar:
-        state = {}
-
-        def progress(elapsed):
-            if "start" not in state and os.path.exists(first_snapshot):
-                state["start"] = elapsed  # training starts with the first snapshot
-            if "start" in state:
-                done = min(int(spec.time_budget), int(elapsed - state["start"]))
-                bar.update(max(0, done - bar.n))
-        summary = run_job(spec, out_dir, progress)
-        bar.update(bar.total - bar.n)
-    return summary
 
 
 def run_epsilon(args):
@@ -286,8 +339,8 @@ def run_dynamic(args):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    return {"demo": run_demo, "epsilon": run_epsilon, "acks": run_acks,
-            "dynamic": run_dynamic}[args.experiment](args)
+    runners = {"demo": run_demo, "epsilon": run_epsilon, "acks": run_acks, "dynamic": run_dynamic}
+    return runners.get(args.experiment, run_paper_experiment)(args)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+from tqdm import tqdm
+
 
 @dataclasses.dataclass
 class JobSpec:
@@ -98,4 +100,22 @@ def run_job(spec, out_dir, progress=None):
         summary = json.load(f)
     summary["command"] = argv
     summary["wall_s"] = time.monotonic() - start
+    return summary
+
+
+def run_with_bar(spec, out_dir, desc, position=None, leave=True):
+    """Run one job under a tqdm bar that follows its training time."""
+    first_snapshot = os.path.join(out_dir, "snapshots", "000000.params")
+    with tqdm(total=int(spec.time_budget), desc=desc, unit="s", position=position, leave=leave,
+              bar_format="{desc} {bar} {n_fmt}/{total_fmt} s of training [{elapsed}]") as bar:
+        state = {}
+
+        def progress(elapsed):
+            if "start" not in state and os.path.exists(first_snapshot):
+                state["start"] = elapsed  # training starts with the first snapshot
+            if "start" in state:
+                done = min(int(spec.time_budget), int(elapsed - state["start"]))
+                bar.update(max(0, done - bar.n))
+        summary = run_job(spec, out_dir, progress)
+        bar.update(bar.total - bar.n)
     return summary

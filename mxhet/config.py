@@ -11,6 +11,11 @@ variables; the rest of the code receives a :class:`WorkerConfig`.
 ``MXHET_CONTEXT``      ``cpu`` or ``gpu(i)``
 ``MXHET_SLOWDOWN``     heterogeneity emulation factor f >= 1: after each local
                        iteration the worker sleeps (f - 1) x its compute time
+``MXHET_BASE_ITER_S``  base iteration time T in seconds (0 = off): a worker of
+                       slowdown f pads every iteration to f x T seconds
+                       instead of sleeping (f - 1) x its compute time, so that
+                       emulated speeds do not depend on CPU contention (set by
+                       ``mxhet-bench`` from its calibration)
 ``MXHET_SLOWDOWN_SCHEDULE`` a speed change over time, e.g. ``0-60=1,60-=8``:
                        factor 1 for the first 60 s of training, 8 afterwards
                        (seconds since training started; outside every
@@ -102,6 +107,21 @@ def parse_delay_ms(text):
     return value
 
 
+def parse_base_iter(text):
+    """Parse a base iteration time in seconds (finite, >= 0; 0 = off).
+
+    Raises:
+        ConfigError: for anything else.
+    """
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ConfigError("base iteration time must be a number of seconds >= 0, got %r" % (text,)) from None
+    if not 0 <= value < float("inf"):
+        raise ConfigError("base iteration time must be a finite number of seconds >= 0, got %r" % (text,))
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class WorkerConfig:
     """What the launcher told this worker."""
@@ -111,6 +131,7 @@ class WorkerConfig:
     context: str = "cpu"
     slowdown: float = 1.0
     slowdown_schedule: tuple = ()
+    base_iter_s: float = 0.0
     net_delay_ms: float = 0.0
     state_server: str = ""
     control_keys: str = ""
@@ -165,6 +186,7 @@ def worker_config(env=None):
         slowdown=parse_slowdown(env.get("MXHET_SLOWDOWN", "1") or "1"),
         slowdown_schedule=parse_slowdown_schedule(env["MXHET_SLOWDOWN_SCHEDULE"])
         if env.get("MXHET_SLOWDOWN_SCHEDULE") else (),
+        base_iter_s=parse_base_iter(env.get("MXHET_BASE_ITER_S", "0") or "0"),
         net_delay_ms=parse_delay_ms(env.get("MXHET_NET_DELAY_MS", "0") or "0"),
         state_server=env.get("MXHET_STATE_SERVER", ""),
         control_keys=env.get("MXHET_CONTROL_KEYS", ""),

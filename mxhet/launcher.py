@@ -44,7 +44,7 @@ import threading
 import time
 from typing import Optional
 
-from .config import parse_context, parse_delay_ms, parse_slowdown, parse_slowdown_schedule
+from .config import parse_base_iter, parse_context, parse_delay_ms, parse_slowdown, parse_slowdown_schedule
 from .errors import ConfigError
 
 SCHEDULER = "scheduler"
@@ -290,6 +290,7 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
                "MXHET_SYNC": args.sync, "MXHET_SLOT": str(slot), "MXHET_NUM_SLOTS": str(n),
                "MXHET_CONTEXT": args.contexts[slot], "MXHET_SLOWDOWN": repr(args.slowdowns[slot]),
                "MXHET_STATE_SERVER": state_server, "MXHET_NET_DELAY_MS": repr(args.net_delays[slot]),
+               "MXHET_BASE_ITER_S": repr(args.base_iter),
                "MXHET_CONTROL_KEYS": getattr(args, "control_keys", "") if state_server else ""}
         if slot in args.schedules:
             env["MXHET_SLOWDOWN_SCHEDULE"] = args.schedules[slot]
@@ -337,6 +338,9 @@ def build_parser():
     het.add_argument("--net-delay-ms", default="0", metavar="LIST",
                      help="emulated one-way delay of each worker's State Server link, milliseconds, "
                           "e.g. 0,0,30 (default: %(default)s)")
+    het.add_argument("--base-iter", type=float, default=0.0, metavar="SECONDS",
+                     help="emulate speeds exactly: a worker of slowdown f pads each iteration to f x SECONDS "
+                          "(default 0: it sleeps (f - 1) x its compute time)")
     het.add_argument("--omp-threads", type=int, default=None, metavar="N",
                      help="OMP_NUM_THREADS of each worker (default: CPUs of its host / its workers)")
 
@@ -476,6 +480,10 @@ def parse_args(argv=None):
         if slot in args.schedules:
             parser.error("--slowdown-schedule given twice for slot %d" % slot)
         args.schedules[slot] = spec
+    try:
+        parse_base_iter(args.base_iter)
+    except ConfigError as exc:
+        parser.error("--base-iter: %s" % exc)
     if args.omp_threads is not None and args.omp_threads < 1:
         parser.error("--omp-threads must be >= 1, got %d" % args.omp_threads)
     _check_port(parser, "--state-server-port", args.state_server_port)

@@ -89,3 +89,11 @@ def child_pids():
     pids = ChildPids()
     yield pids
     pids.end_all()
+
+
+@pytest.fixture(scope="module")
+def module_child_pids():
+    """A :class:`ChildPids` shared by a module's tests, ended after the last one."""
+    pids = ChildPids()
+    yield pids
+    pids.end_all()

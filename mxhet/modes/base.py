@@ -8,7 +8,8 @@ Time accounting per worker, in seconds:
 
 * ``compute_s``: from the end of the previous step to the end of this step's
   local work -- data loading, forward, backward, local update, and the
-  emulated slowdown sleep. This is the device "computing".
+  emulated slowdown sleep (or the padding to ``f x T`` under a base iteration
+  time, ``MXHET_BASE_ITER_S``). This is the device "computing".
 * ``wait_s``: time inside ``step()`` spent communicating or waiting for other
   workers (pushes, pulls, State Server requests).
 """
@@ -51,6 +52,7 @@ class WorkerStats:
     aborted: int = 0           # local iterations abandoned on a delayed READY (ESync §4.2)
     waited_iterations: int = 0  # local iterations after which the worker waited for a State Server reply
     late_replies: int = 0      # State Server replies for an earlier round, ignored
+    overruns: int = 0          # iterations slower than f x T under MXHET_BASE_ITER_S (contention)
     rtt_s: float = 0.0         # smoothed round-trip time of State Server queries
     # per round (ESync): blocked time (State Server waits + push/pull), queries
     # sent, replies received, aborted iterations, the rank the State Server
@@ -238,7 +240,14 @@ class SyncMode:
         mx.nd.waitall()  # forward and backward are done
         now = self.clock()
         factor = self.config.slowdown_at(now - self._t_start)
-        if factor > 1.0:
+        base = self.config.base_iter_s
+        if base > 0:  # pad the iteration to f x T
+            pad = factor * base - (now - self._t_last)
+            if pad > 0:
+                self.emulate_slowdown(pad)
+            else:
+                self.stats.overruns += 1
+        elif factor > 1.0:
             self.emulate_slowdown((factor - 1.0) * (now - self._t_last))
         if self.should_abort():
             # The iteration is abandoned before any part of it is applied.

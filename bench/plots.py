@@ -1,0 +1,127 @@
+"""PNG figures in the style of the ESync paper's Table 1 and Figures 3-5."""
+import os
+
+MODE_ORDER = ("sync", "async", "esync", "adsp", "ssp", "localsgd", "dcasgd", "local")
+LABELS = {"sync": "Sync", "async": "Async", "esync": "ESync", "adsp": "ADSP", "ssp": "SSP",
+          "localsgd": "Local SGD", "dcasgd": "DC-ASGD", "local": "Standalone"}
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _sorted_runs(runs):
+    return sorted(runs, key=lambda r: MODE_ORDER.index(r["mode"]) if r["mode"] in MODE_ORDER else 99)
+
+
+def table1(result, path):
+    plt = _plt()
+    rows = [r for r in result["rows"] if r["speedup"] is not None or r["paper"]]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(rows)), 3.6))
+    xs = range(len(rows))
+    ours = [r["speedup"] or 0 for r in rows]
+    paper = [(r["paper"] or {}).get("speedup", 0) for r in rows]
+    bars = ax.bar([x - 0.2 for x in xs], ours, 0.4, label="ours", color="tab:blue")
+    for bar, r in zip(bars, rows):
+        if r["speedup_kind"] == "lower_bound":
+            bar.set_hatch("//")
+            ax.annotate(">", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom")
+        elif r["speedup"] is None:
+            ax.annotate("n/a", (bar.get_x() + bar.get_width() / 2, 0), ha="center", va="bottom", fontsize=8)
+    ax.bar([x + 0.2 for x in xs], paper, 0.4, label="paper", color="tab:gray")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([(r["paper"] or {}).get("name", r["model"]) for r in rows], fontsize=8)
+    ax.set_ylabel("speedup of ESync over Sync")
+    ax.set_title("Time to %.1f test accuracy (hatched: lower bound)" % result["target_accuracy"], fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def curves(result, path):
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    for ax, dist in zip(axes, ("iid", "non-iid")):
+        for r in _sorted_runs([r for r in result["runs"] if r["dist"] == dist]):
+            if r["curve"]:
+                t, acc = zip(*r["curve"])
+                ax.plot(t, acc, label=LABELS.get(r["mode"], r["mode"]),
+                        linestyle="--" if r["mode"] == "local" else "-")
+        ax.axhline(result["target_accuracy"], color="gray", linewidth=0.8, linestyle=":")
+        ax.set_title("%s, %s" % (result["figure_model"], "i.i.d." if dist == "iid" else "non-i.i.d."), fontsize=9)
+        ax.set_xlabel("training time (s)")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, loc="lower right")
+    axes[0].set_ylabel("test accuracy")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def throughput(result, path):
+    plt = _plt()
+    runs = _sorted_runs(result["runs"])
+    names = [LABELS.get(r["mode"], r["mode"]) for r in runs]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    axes[0].bar(names, [r["samples_per_s"] for r in runs], color="tab:blue")
+    axes[0].set_ylabel("samples per second")
+    axes[1].bar(names, [r["bytes_per_s"] / 1e6 for r in runs], color="tab:orange")
+    axes[1].set_ylabel("MB per second (push + pull)")
+    for ax in axes:
+        ax.tick_params(axis="x", labelsize=8, rotation=30)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle("Data throughput and traffic load (%s)" % result["figure_model"], fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def compute_ratio(result, path):
+    plt = _plt()
+    runs = [r for r in _sorted_runs(result["runs"]) if r["mode"] != "local"]
+    if not runs:
+        return None
+    devices = max(len(r["compute_ratio"]) for r in runs)
+    width = 0.8 / devices
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(runs)), 3.6))
+    slowdowns = runs[0]["slowdown"]
+    for d in range(devices):
+        values = [r["compute_ratio"][d] if d < len(r["compute_ratio"]) and r["compute_ratio"][d] is not None
+                  else 0 for r in runs]
+        label = "device %d (×%g)" % (d, slowdowns[d]) if d < len(slowdowns) else "device %d" % d
+        ax.bar([i - 0.4 + width * (d + 0.5) for i in range(len(runs))], values, width, label=label)
+    ax.set_xticks(range(len(runs)))
+    ax.set_xticklabels([LABELS.get(r["mode"], r["mode"]) for r in runs], fontsize=8)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("computing time / total time")
+    ax.set_title("Computing time ratio per device (%s)" % result["figure_model"], fontsize=9)
+    ax.legend(fontsize=7, ncol=min(devices, 3))
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def draw_all(results, out):
+    """Draw every figure the results allow; returns the paths written."""
+    jobs = [("table1", "table1.png", table1), ("curves", "fig3-curves.png", curves),
+            ("throughput", "fig4-throughput.png", throughput),
+            ("compute-ratio", "fig5-compute-ratio.png", compute_ratio)]
+    paths = []
+    for name, filename, draw in jobs:
+        if name in results and results[name]["runs"]:
+            path = draw(results[name], os.path.join(out, filename))
+            if path:
+                paths.append(path)
+    return paths

@@ -1,0 +1,217 @@
+"""Numbers derived from the runs (speedups, ratios) and the Markdown report.
+
+Nothing is extrapolated: a speedup is measured when both modes reached the
+target, a lower bound (``> x``) when only ESync did -- Sync's whole training
+time over ESync's time to target -- an upper bound (``< x``) when only Sync
+did, and absent when neither did.
+"""
+import os
+
+from . import presets
+
+
+def _find(runs, model, mode, dist="iid"):
+    for r in runs:
+        if r["model"] == model and r["mode"] == mode and r["dist"] == dist:
+            return r
+    return None
+
+
+def speedup(fast, slow):
+    """``(value, kind)`` of ``fast`` over ``slow`` in time to target.
+
+    kind is ``measured``, ``lower_bound``, ``upper_bound`` or ``not_reached``
+    (value None), or ``missing`` when a run is absent.
+    """
+    if fast is None or slow is None:
+        return None, "missing"
+    tf, ts = fast["time_to_target_s"], slow["time_to_target_s"]
+    if tf is not None and ts is not None:
+        return ts / max(tf, 1e-9), "measured"
+    if tf is not None:
+        return slow["train_time_s"] / max(tf, 1e-9), "lower_bound"
+    if ts is not None:
+        return ts / fast["train_time_s"], "upper_bound"
+    return None, "not_reached"
+
+
+def format_speedup(value, kind):
+    if value is None:
+        return "neither reached" if kind == "not_reached" else "—"
+    return {"measured": "%.1f×", "lower_bound": "> %.1f×", "upper_bound": "< %.1f×"}[kind] % value
+
+
+def _ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def derived(name, result):
+    """Extra keys of an experiment's JSON computed from its runs."""
+    runs = result["runs"]
+    if name == "table1":
+        rows = []
+        for model in dict.fromkeys(r["model"] for r in runs):
+            es, sy, sa = _find(runs, model, "esync"), _find(runs, model, "sync"), _find(runs, model, "local")
+            value, kind = speedup(es, sy)
+            rows.append({"model": model, "speedup": value, "speedup_kind": kind,
+                         "esync_time_to_target_s": es and es["time_to_target_s"],
+                         "sync_time_to_target_s": sy and sy["time_to_target_s"],
+                         "esync_accuracy": es and es["final_accuracy"],
+                         "sync_accuracy": sy and sy["final_accuracy"],
+                         "standalone_accuracy": sa and sa["final_accuracy"],
+                         "paper": presets.PAPER_TABLE1.get(model)})
+        return {"rows": rows}
+    if name == "throughput":
+        model = result["figure_model"]
+        es, sy, asy = (_find(runs, model, m) for m in ("esync", "sync", "async"))
+        return {"ratios": {
+            "samples_esync_over_sync": _ratio(es and es["samples_per_s"], sy and sy["samples_per_s"]),
+            "samples_esync_over_async": _ratio(es and es["samples_per_s"], asy and asy["samples_per_s"]),
+            "bytes_async_over_esync": _ratio(asy and asy["bytes_per_s"], es and es["bytes_per_s"]),
+            "paper": presets.PAPER_FIG4}}
+    if name == "curves":
+        model = result["figure_model"]
+        out = {}
+        for dist in ("iid", "non-iid"):
+            value, kind = speedup(_find(runs, model, "esync", dist), _find(runs, model, "sync", dist))
+            out[dist] = {"esync_over_sync": value, "kind": kind}
+        return {"speedups": out}
+    return {}
+
+
+def _acc(x):
+    return "%.3f" % x if x is not None else "—"
+
+
+def _t(x):
+    return "%.0f s" % x if x is not None else "not reached"
+
+
+def _table(head, rows):
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _header(result):
+    m, p = result["machine"], result["profile"]
+    devices = ", ".join("%s ×%g" % (d["context"], d["slowdown"]) for d in p["devices"])
+    lines = ["Command: `%s`" % " ".join(os.path.basename(a) if i == 0 else a
+                                        for i, a in enumerate(result["command"])),
+             "",
+             "Machine: %s, %s cores, %d GPU(s), MXNet %s, Python %s." % (
+                 m["cpu"], m["cores"], m["gpus"], m["mxnet"], m["python"]),
+             "",
+             "Profile `%s` (%d devices, slowdown per device): %s. Batch %d, plain SGD, seed %d, %.0f s of "
+             "training per run, target accuracy %.2f." % (
+                 p["name"], len(p["devices"]), devices, result["batch_size"], result["seed"],
+                 result["time_budget_s"], result["target_accuracy"]),
+             "", "Calibration (one iteration on one core or device; base iteration T: a device of slowdown f "
+             "runs an iteration in f × T):", ""]
+    rows = []
+    for model, c in p["calibration"].items():
+        rows.append([model, c["input_size"], ", ".join("%.3f s on %s" % (t, ctx) for ctx, t in
+                                                       sorted(c["seconds_per_iteration"].items())),
+                     "%.3f s" % c["base_iteration_s"], "%.0f" % c["fast_iterations_in_budget"]])
+    lines.append(_table(["model", "input px", "measured per iteration", "T", "fast-device iterations per run"],
+                        rows))
+    if result["skipped"]:
+        lines += ["", "Skipped models:", ""]
+        lines += ["- `%s`: %s" % (s["model"], s["reason"]) for s in result["skipped"]]
+    return "\n".join(lines)
+
+
+def _table1(result):
+    rows = []
+    for r in result["rows"]:
+        paper = r["paper"] or {}
+        rows.append([paper.get("name", r["model"]), format_speedup(r["speedup"], r["speedup_kind"]),
+                     "%g×" % paper["speedup"] if paper else "—",
+                     _t(r["esync_time_to_target_s"]), _t(r["sync_time_to_target_s"]),
+                     _acc(r["esync_accuracy"]), _acc(r["standalone_accuracy"]), _acc(r["sync_accuracy"]),
+                     _acc(paper.get("esync")), _acc(paper.get("standalone"))])
+    for s in result["skipped"]:
+        paper = presets.PAPER_TABLE1.get(s["model"], {})
+        rows.append([paper.get("name", s["model"]), "skipped", "%g×" % paper["speedup"] if paper else "—",
+                     "", "", "", "", "", _acc(paper.get("esync")), _acc(paper.get("standalone"))])
+    return _table(["Model", "Speedup (ours)", "Speedup (paper)", "ESync to %.1f" % result["target_accuracy"],
+                   "Sync to %.1f" % result["target_accuracy"], "ESync acc (ours)", "Standalone acc (ours)",
+                   "Sync acc (ours)", "ESync acc (paper)", "Standalone acc (paper)"], rows)
+
+
+def _runs_table(result, with_curve_point=False):
+    rows = []
+    for r in result["runs"]:
+        rows.append([r["model"], r["mode"], r["dist"], _t(r["time_to_target_s"]), _acc(r["final_accuracy"]),
+                     "%.0f" % r["samples_per_s"], "%.2f" % (r["bytes_per_s"] / 1e6),
+                     " ".join("%.2f" % x for x in r["compute_ratio"]),
+                     " ".join("%.1f" % x for x in r["local_iters_mean"])])
+    return _table(["model", "mode", "data", "time to %.1f" % result["target_accuracy"], "final acc",
+                   "samples/s", "MB/s", "compute ratio per device", "local iterations per round"], rows)
+
+
+def _failures(results):
+    lines = []
+    for name, result in results.items():
+        for f in result["failures"]:
+            lines.append("- %s: `%s-%s-%s` failed: %s" % (name, f["model"], f["mode"], f["dist"],
+                                                          f["error"].splitlines()[0][:300]))
+    return lines
+
+
+def markdown(results, out_dir):
+    """The Markdown report of one ``mxhet-bench`` invocation."""
+    first = next(iter(results.values()))
+    lines = ["# mxhet-bench: preset `%s`" % first["preset"], "", _header(first), ""]
+    if "table1" in results:
+        lines += ["## Table 1: speedup of ESync over Sync and final accuracy", "",
+                  "Speedup: Sync's time to the target over ESync's. `> x` means Sync did not reach the target "
+                  "within its run, and x is its whole training time over ESync's time (a lower bound).", "",
+                  _table1(results["table1"]), ""]
+        if os.path.exists(os.path.join(out_dir, "table1.png")):
+            lines += ["![Table 1](table1.png)", ""]
+    if "curves" in results:
+        r = results["curves"]
+        sp = r["speedups"]
+        lines += ["## Figure 3: test accuracy over time (%s)" % r["figure_model"], "",
+                  "ESync over Sync to %.1f: i.i.d. %s, non-i.i.d. %s (paper, ResNet, i.i.d.: about 7×)." % (
+                      r["target_accuracy"], format_speedup(sp["iid"]["esync_over_sync"], sp["iid"]["kind"]),
+                      format_speedup(sp["non-iid"]["esync_over_sync"], sp["non-iid"]["kind"])), ""]
+        if os.path.exists(os.path.join(out_dir, "fig3-curves.png")):
+            lines += ["![Figure 3](fig3-curves.png)", ""]
+    if "throughput" in results:
+        r = results["throughput"]
+        q = r["ratios"]
+        fmt = lambda x: "%.1f×" % x if x is not None else "—"  # noqa: E731
+        lines += ["## Figure 4: samples and bytes per second (%s)" % r["figure_model"], "",
+                  _table(["ratio", "ours", "paper"], [
+                      ["ESync / Sync samples per second", fmt(q["samples_esync_over_sync"]),
+                       "%g×" % q["paper"]["samples_esync_over_sync"]],
+                      ["ESync / Async samples per second", fmt(q["samples_esync_over_async"]),
+                       "%g×" % q["paper"]["samples_esync_over_async"]],
+                      ["Async / ESync bytes per second", fmt(q["bytes_async_over_esync"]),
+                       "%g×" % q["paper"]["bytes_async_over_esync"]]]), ""]
+        if os.path.exists(os.path.join(out_dir, "fig4-throughput.png")):
+            lines += ["![Figure 4](fig4-throughput.png)", ""]
+    if "compute-ratio" in results:
+        r = results["compute-ratio"]
+        lines += ["## Figure 5: computing-time ratio per device (%s)" % r["figure_model"], "",
+                  "Compute time (including the emulated slowdown) over compute plus waiting and "
+                  "communication, per device in profile order.", ""]
+        if os.path.exists(os.path.join(out_dir, "fig5-compute-ratio.png")):
+            lines += ["![Figure 5](fig5-compute-ratio.png)", ""]
+    seen, all_runs = set(), []
+    for result in results.values():
+        for run in result["runs"]:
+            if run["key"] not in seen:
+                seen.add(run["key"])
+                all_runs.append(run)
+    lines += ["## Every run", "", _runs_table({"runs": all_runs, "target_accuracy": first["target_accuracy"]}), ""]
+    overruns = [(r["key"], r["overruns"], r["iterations"]) for r in all_runs if any(r.get("overruns", []))]
+    if overruns:
+        lines += ["Iterations slower than their emulated speed (CPU contention), per device: "
+                  + "; ".join("%s %s of %s" % (k, "/".join(map(str, o)), "/".join(map(str, i)))
+                              for k, o, i in overruns), ""]
+    fails = _failures(results)
+    lines += ["## Failed runs", ""] + (fails or ["None."]) + [""]
+    return "\n".join(lines)

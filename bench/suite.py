@@ -1,0 +1,266 @@
+"""The paper's experiments: plan the runs, calibrate, run each once, write results.
+
+``table1``, ``curves``, ``throughput`` and ``compute-ratio`` each need a set of
+runs, a run being one (model, mode, data distribution) on the preset's
+emulated cluster; ``all`` runs the union once and every experiment reads the
+runs it needs. A run that fails is recorded with its error and the others go
+on.
+"""
+import collections
+import dataclasses
+import json
+import os
+import sys
+import time
+
+from tqdm import tqdm
+
+from mxhet import models as model_zoo
+from mxhet.errors import ConfigError
+
+from . import calibrate, presets
+from .metrics import run_record
+from .runner import JobFailed, JobSpec, run_with_bar
+
+EXPERIMENTS = ("table1", "curves", "throughput", "compute-ratio")
+
+RunKey = collections.namedtuple("RunKey", "model mode dist")
+
+
+def run_name(key):
+    return "%s-%s-%s" % key
+
+
+def plan(experiments, table_models, figure_model, preset, modes=None):
+    """``{experiment: [RunKey, ...]}``; ``modes`` (if given) replaces each experiment's modes.
+
+    Table 1 runs the table modes and the standalone run for every model;
+    Figure 3 the curve modes on both distributions and the standalone run;
+    Figures 4 and 5 every distributed mode, i.i.d., on the figure model.
+    """
+    def chosen(default):
+        return tuple(m for m in (modes or default))
+
+    out = {}
+    for name in experiments:
+        keys = []
+        if name == "table1":
+            for model in table_models:
+                keys += [RunKey(model, m, "iid") for m in chosen(preset.table_modes + (presets.STANDALONE,))]
+        elif name == "curves" and figure_model:
+            for dist in ("iid", "non-iid"):
+                keys += [RunKey(figure_model, m, dist) for m in chosen(preset.curve_modes + (presets.STANDALONE,))
+                         if not (m == presets.STANDALONE and dist != "iid")]  # one device has no split
+        elif name in ("throughput", "compute-ratio") and figure_model:
+            keys += [RunKey(figure_model, m, "iid") for m in chosen(preset.modes)]
+        elif name not in EXPERIMENTS:
+            raise ConfigError("unknown experiment %r" % name)
+        out[name] = keys
+    return out
+
+
+def unique_runs(planned):
+    """Every planned run once, in first-planned order."""
+    seen, order = set(), []
+    for keys in planned.values():
+        for key in keys:
+            if key not in seen:
+                seen.add(key)
+                order.append(key)
+    return order
+
+
+def check_contexts(profile):
+    """Raise ConfigError when the profile names GPUs that MXNet cannot see."""
+    import mxnet as mx
+    from mxhet.config import parse_context
+
+    needed = [parse_context(c)[1] for c in profile.contexts if parse_context(c)[0] == "gpu"]
+    if needed:
+        have = mx.context.num_gpus()
+        if max(needed) >= have:
+            raise ConfigError("profile %r puts devices on gpu(%d) but MXNet sees %d GPU(s) here; use a CPU "
+                              "preset (--preset cpu) or a --profile file with contexts that exist"
+                              % (profile.name, max(needed), have))
+
+
+def calibrate_models(preset, profile, models, budget, measure=calibrate.measure, cores=None, log=print):
+    """Measure each model and compute its base iteration time ``T``.
+
+    Returns:
+        ``(calibration, skipped)``: ``{model: record}`` for the models to run,
+        and ``[{"model", "reason", ...}]`` for those the preset cannot run.
+    """
+    cores = cores or os.cpu_count() or 1
+    calibration, skipped = {}, []
+    for model in models:
+        size = preset.input_sizes.get(model) or model_zoo.default_input_size(model)
+        seconds = {}
+        try:
+            for context in sorted(set(profile.contexts)):
+                seconds[context] = measure(model, size, preset.batch_size, context)
+        except Exception as exc:  # noqa: BLE001  (reported, the other models go on)
+            skipped.append({"model": model, "reason": "calibration failed: %s" % str(exc).strip()[-500:]})
+            log("skipped %s: calibration failed" % model)
+            continue
+        base, limit = calibrate.base_iteration([(d.context, d.slowdown) for d in profile.devices], seconds,
+                                               cores, preset.utilization)
+        record = {"input_size": size, "seconds_per_iteration": seconds, "cpu_cores": cores,
+                  "utilization": preset.utilization, "base_iteration_s": base, "base_iteration_limit": limit,
+                  "fast_iterations_in_budget": budget / base, "time_budget_s": budget}
+        if budget / base < preset.min_fast_iterations:
+            reason = ("one iteration takes %s here, so the emulated cluster's base iteration is %.2f s and a "
+                      "%.0f s run gives each fast device %.0f iterations; the %s preset needs at least %d"
+                      % (", ".join("%.2f s on %s" % (t, c) for c, t in sorted(seconds.items())), base, budget,
+                         budget / base, preset.name, preset.min_fast_iterations))
+            skipped.append(dict(record, model=model, reason=reason))
+            log("skipped %s: %s" % (model, reason))
+            continue
+        calibration[model] = record
+        log("calibrated %s at %d px: %s per iteration -> base iteration T = %.3f s (%s)"
+            % (model, size, ", ".join("%.3f s on %s" % (t, c) for c, t in sorted(seconds.items())), base, limit))
+    return calibration, skipped
+
+
+def job_spec(key, preset, profile, record, budget, seed, extra_launcher=()):
+    """The launcher job of one run."""
+    base = record["base_iteration_s"]
+    if key.mode == presets.STANDALONE:
+        device = profile.fastest()
+        slowdowns, contexts = (device.slowdown,), (device.context,)
+    else:
+        slowdowns, contexts = profile.slowdowns, profile.contexts
+    return JobSpec(
+        mode=key.mode, slowdowns=slowdowns, contexts=contexts, model=key.model, time_budget=budget,
+        batch_size=preset.batch_size, lr=preset.lrs.get(key.model, 0.05), dist=key.dist,
+        target_accuracy=preset.target_accuracy, seed=seed, input_size=record["input_size"],
+        eval_interval=preset.eval_interval(budget), startup_allowance=preset.startup_allowance,
+        extra_train_args=("--eval-samples", str(preset.eval_samples)),
+        launcher_args=("--base-iter", "%.6f" % base, "--omp-threads", "1") + tuple(extra_launcher))
+
+
+def record_of(summary, key, spec, record, run_dir):
+    """The bench's JSON record of one finished run."""
+    out = run_record(summary)
+    workers = sorted(summary["workers"], key=lambda w: w["slot"])
+    out.update(standalone=key.mode == presets.STANDALONE, input_size=spec.input_size, lr=spec.lr,
+               batch_size=spec.batch_size, seed=spec.seed, time_budget_s=spec.time_budget,
+               base_iteration_s=record["base_iteration_s"], contexts=[w["context"] for w in workers],
+               overruns=[w.get("overruns", 0) for w in workers],
+               iterations=[w["iterations"] for w in workers], run_dir=run_dir, wall_s=summary.get("wall_s"))
+    return out
+
+
+def execute(keys, spec_for, out, run=run_with_bar):
+    """Run every key once; returns ``(records, failures)``, both keyed by RunKey.
+
+    Args:
+        spec_for: ``key -> JobSpec``.
+        run: ``(spec, run_dir, desc, position, leave) -> summary``; raises JobFailed.
+    """
+    records, failures = {}, {}
+    width = max([len(run_name(k)) for k in keys] + [1])
+    with tqdm(total=len(keys), desc="all runs", unit="run", position=0,
+              bar_format="{desc} {bar} {n_fmt}/{total_fmt} runs [{elapsed} elapsed, ETA {remaining}]") as overall:
+        for key in keys:
+            spec = spec_for(key)
+            run_dir = os.path.join(out, "runs", run_name(key))
+            started = time.time()
+            try:
+                summary = run(spec, run_dir, run_name(key).ljust(width), 1, False)
+                summary["wall_s"] = summary.get("wall_s", time.time() - started)
+                records[key] = (summary, spec, run_dir)
+                tqdm.write("%s: final accuracy %.4f, time to %.2f: %s" % (
+                    run_name(key), summary["final_accuracy"], spec.target_accuracy,
+                    "%.1f s" % summary["time_to_target_s"] if summary["time_to_target_s"] is not None
+                    else "not reached"))
+            except (JobFailed, OSError, ValueError, KeyError) as exc:
+                failures[key] = "%s: %s" % (type(exc).__name__, exc)
+                tqdm.write("FAILED %s: %s" % (run_name(key), exc), file=sys.stderr)
+            overall.update(1)
+    return records, failures
+
+
+def machine_info(profile):
+    import platform
+
+    import mxnet as mx
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "mxnet": mx.__version__,
+            "gpus": mx.context.num_gpus(), "contexts": sorted(set(profile.contexts)), "platform": platform.platform()}
+
+
+def write_json(path, obj):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+
+
+@dataclasses.dataclass
+class SuiteResult:
+    """What :func:`run_suite` produced: the experiment dicts and file paths."""
+    experiments: dict
+    files: list
+    failures: int
+
+
+def run_suite(experiments, preset, profile, out, models=None, modes=None, budget=None, seed=0,
+              command=None, measure=calibrate.measure, run=run_with_bar, log=print):
+    """Calibrate, run the union of the experiments' runs, write JSON, report and figures."""
+    from . import plots, report
+
+    budget = budget or preset.time_budget
+    models = tuple(models or preset.models)
+    check_contexts(profile)
+    os.makedirs(out, exist_ok=True)
+    needs_figures = any(e != "table1" for e in experiments)
+    candidates = list(models if "table1" in experiments else ())
+    figure_model = preset.figure_model if preset.figure_model in models or not models else models[0]
+    if needs_figures and figure_model not in candidates:
+        candidates.append(figure_model)
+    log("calibrating %d model(s) on profile %s (%d devices)" % (len(candidates), profile.name, len(profile.devices)))
+    calibration, skipped = calibrate_models(preset, profile, candidates, budget, measure=measure, log=log)
+    if needs_figures and figure_model not in calibration:
+        runnable = [m for m in models if m in calibration]
+        figure_model = runnable[0] if runnable else None
+    table_models = [m for m in models if m in calibration] if "table1" in experiments else []
+    planned = plan(experiments, table_models, figure_model, preset, modes)
+    keys = unique_runs(planned)
+    log("%d run(s) of %.0f s training each: %s" % (len(keys), budget, ", ".join(run_name(k) for k in keys)))
+    records, failures = execute(
+        keys, lambda k: job_spec(k, preset, profile, calibration[k.model], budget, seed), out, run=run)
+
+    common = {"preset": preset.name, "command": list(command or sys.argv), "machine": machine_info(profile),
+              "profile": dict(profile.as_dict(), calibration=calibration), "target_accuracy": preset.target_accuracy,
+              "seed": seed, "time_budget_s": budget, "batch_size": preset.batch_size, "figure_model": figure_model,
+              "skipped": skipped}
+    results, files = {}, []
+    for name in experiments:
+        runs = []
+        for k in planned[name]:
+            if k in records:
+                summary, spec, run_dir = records[k]
+                runs.append(dict(record_of(summary, k, spec, calibration[k.model], run_dir), key=run_name(k)))
+        fails = [{"model": k.model, "mode": k.mode, "dist": k.dist, "error": failures[k]}
+                 for k in planned[name] if k in failures]
+        result = dict(common, experiment=name, runs=runs, failures=fails)
+        result.update(report.derived(name, result))
+        results[name] = result
+        path = os.path.join(out, "%s.json" % name)
+        write_json(path, result)
+        files.append(path)
+    files += plots.draw_all(results, out)
+    report_path = os.path.join(out, "report.md")
+    with open(report_path, "w") as f:
+        f.write(report.markdown(results, out))
+    files.append(report_path)
+    return SuiteResult(results, files, len(failures))

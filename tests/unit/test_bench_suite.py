@@ -1,0 +1,204 @@
+"""The paper-reproduction bench without processes: profiles, calibration arithmetic,
+planning, failure handling, derived numbers, and the whole pipeline on
+synthetic job summaries (JSON keys, report, figures)."""
+import json
+import os
+
+import pytest
+
+from bench import calibrate, cli, presets, profiles, report, suite
+from bench.runner import JobFailed
+from mxhet.errors import ConfigError
+
+RUN_KEYS = {"model", "mode", "dist", "time_to_target_s", "final_accuracy", "samples_per_s", "bytes_per_s",
+            "compute_ratio", "local_iters_mean", "curve"}
+TOP_KEYS = {"experiment", "preset", "command", "machine", "profile", "target_accuracy", "runs"}
+
+
+# -- profiles -------------------------------------------------------------------
+
+def test_builtin_profiles_match_the_paper_and_the_cpu_shape():
+    paper = profiles.load("paper")
+    assert paper.slowdowns == (117.0, 117.0, 1.0, 1.0, 1.0, 1.0)
+    assert paper.contexts[:2] == ("cpu", "cpu") and all(c.startswith("gpu") for c in paper.contexts[2:])
+    assert profiles.load("cpu").slowdowns == (10.0, 10.0, 1.0, 1.0)
+    assert profiles.load("cpu").fastest().slowdown == 1.0
+
+
+def test_custom_profile_file(tmp_path):
+    path = tmp_path / "lab.json"
+    path.write_text(json.dumps({"name": "lab", "devices": [{"context": "cpu", "slowdown": 20, "label": "laptop"},
+                                                           {"context": "gpu(1)", "slowdown": 1.5}]}))
+    p = profiles.load(str(path))
+    assert p.name == "lab" and p.contexts == ("cpu", "gpu(1)") and p.slowdowns == (20.0, 1.5)
+    assert p.fastest().context == "gpu(1)"
+
+
+@pytest.mark.parametrize("content, message", [
+    ({"devices": []}, "non-empty list"),
+    ({"devices": [{"context": "tpu", "slowdown": 1}]}, "device 0"),
+    ({"devices": [{"context": "cpu", "slowdown": 0.5}]}, "slowdown"),
+    ({"devices": [{"context": "cpu", "speed": 2}]}, "unknown keys"),
+    ("not json {", "cannot read"),
+])
+def test_bad_profiles_are_refused_with_a_reason(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    with pytest.raises(ConfigError, match=message):
+        profiles.load(str(path))
+
+
+def test_unknown_profile_name():
+    with pytest.raises(ConfigError, match="neither a built-in"):
+        profiles.load("no-such-profile")
+
+
+# -- calibration ----------------------------------------------------------------
+
+def test_base_iteration_fits_the_devices_into_the_cores():
+    devices = [("cpu", 10.0)] * 2 + [("cpu", 1.0)] * 4
+    base, limit = calibrate.base_iteration(devices, {"cpu": 1.0}, cpu_cores=2, utilization=0.75)
+    assert base == pytest.approx((4 + 2 / 10) / (2 * 0.75))
+    assert limit.startswith("cpu")
+    # a machine with cores to spare: the device's own iteration time is the floor
+    base, limit = calibrate.base_iteration(devices, {"cpu": 1.0}, cpu_cores=64, utilization=0.75)
+    assert base == 1.0 and "own" in limit
+
+
+def test_base_iteration_shares_one_gpu_between_its_devices():
+    devices = [("cpu", 117.0)] * 2 + [("gpu(0)", 1.0)] * 4
+    base, limit = calibrate.base_iteration(devices, {"cpu": 3.0, "gpu(0)": 0.03}, cpu_cores=16, utilization=0.5)
+    assert base == pytest.approx(4 * 0.03 / 0.5)
+    assert limit.startswith("gpu(0)")
+    with pytest.raises(ValueError):
+        calibrate.base_iteration(devices, {"cpu": 1, "gpu(0)": 1}, 2, utilization=0)
+
+
+def test_calibration_skips_models_with_too_few_fast_iterations_and_says_why():
+    preset = presets.get("cpu")
+    times = {"resnet18_v1": 0.5, "resnet50_v1": 1.1}
+    cal, skipped = suite.calibrate_models(preset, profiles.load("cpu"), ["resnet18_v1", "resnet50_v1"], 200,
+                                          measure=lambda m, s, b, c: times[m], cores=2, log=lambda *_: None)
+    assert list(cal) == ["resnet18_v1"]
+    assert cal["resnet18_v1"]["base_iteration_s"] == pytest.approx(0.5 * 2.2 / 1.5)
+    assert [s["model"] for s in skipped] == ["resnet50_v1"]
+    assert "1.10 s on cpu" in skipped[0]["reason"] and "at least 150" in skipped[0]["reason"]
+
+
+def test_a_failed_calibration_is_a_skip_with_the_error():
+    def broken(*_):
+        raise RuntimeError("out of memory")
+    cal, skipped = suite.calibrate_models(presets.get("smoke"), profiles.load("smoke"), ["smallcnn"], 5,
+                                          measure=broken, cores=2, log=lambda *_: None)
+    assert cal == {} and "out of memory" in skipped[0]["reason"]
+
+
+# -- planning -------------------------------------------------------------------
+
+def test_all_plans_each_run_once_and_shares_runs_between_experiments():
+    preset = presets.get("cpu")
+    planned = suite.plan(suite.EXPERIMENTS, ["alexnet", "resnet18_v1"], "resnet18_v1", preset)
+    assert suite.RunKey("alexnet", "local", "iid") in planned["table1"]
+    assert suite.RunKey("resnet18_v1", "esync", "non-iid") in planned["curves"]
+    assert suite.RunKey("resnet18_v1", "local", "non-iid") not in planned["curves"]
+    assert planned["throughput"] == planned["compute-ratio"]
+    assert {k.mode for k in planned["throughput"]} == set(presets.ALL_MODES)
+    keys = suite.unique_runs(planned)
+    assert len(keys) == len(set(keys))
+    # resnet18 iid sync/esync/local feed Table 1 and Figure 3; sync/async/esync iid also Figures 4-5
+    assert len(keys) == 3 * 2 + 3 + (7 - 2)
+
+
+def test_modes_option_replaces_each_experiments_modes():
+    planned = suite.plan(("table1", "throughput"), ["smallcnn"], "smallcnn", presets.get("smoke"),
+                         modes=("esync", "sync"))
+    assert [k.mode for k in planned["table1"]] == ["esync", "sync"]
+    assert [k.mode for k in planned["throughput"]] == ["esync", "sync"]
+
+
+def test_cli_refuses_unknown_models_and_modes(capsys):
+    assert cli.main(["table1", "--preset", "smoke", "--models", "vgg99"]) == 2
+    assert "unknown models vgg99" in capsys.readouterr().err
+    assert cli.main(["curves", "--preset", "smoke", "--modes", "esync,turbo"]) == 2
+    assert "unknown modes turbo" in capsys.readouterr().err
+
+
+def test_a_profile_naming_missing_gpus_is_refused_before_any_run(tmp_path):
+    import mxnet as mx
+    if mx.context.num_gpus() > 0:
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(ConfigError, match="MXNet sees 0 GPU"):
+        suite.check_contexts(profiles.load("paper"))
+
+
+# -- derived numbers ------------------------------------------------------------
+
+def _rec(mode, ttt, train=100.0):
+    return {"mode": mode, "time_to_target_s": ttt, "train_time_s": train}
+
+
+@pytest.mark.parametrize("es, sy, value, kind, text", [
+    (_rec("esync", 10.0), _rec("sync", 70.0), 7.0, "measured", "7.0×"),
+    (_rec("esync", 10.0), _rec("sync", None, train=200.0), 20.0, "lower_bound", "> 20.0×"),
+    (_rec("esync", None, train=50.0), _rec("sync", 25.0), 0.5, "upper_bound", "< 0.5×"),
+    (_rec("esync", None), _rec("sync", None), None, "not_reached", "neither reached"),
+    (_rec("esync", 1.0), None, None, "missing", "—"),
+])
+def test_speedup_is_never_extrapolated(es, sy, value, kind, text):
+    v, k = report.speedup(es, sy)
+    assert k == kind and (v == pytest.approx(value) if value is not None else v is None)
+    assert report.format_speedup(v, k) == text
+
+
+# -- the pipeline on synthetic summaries ------------------------------------------
+
+def _fake_summary(spec):
+    n = len(spec.slowdowns)
+    fast = spec.mode in ("esync", "async", "local")
+    ttt = {"esync": 20.0, "async": 15.0, "local": 40.0}.get(spec.mode)
+    workers = [{"slot": i, "rank": i, "samples": 640 * (10 if fast else 1), "local_iters": [3, 4],
+                "iterations": 7, "compute_ratio": 0.9 if fast else 0.2, "bytes_pushed": 1000, "bytes_pulled": 1000,
+                "slowdown": spec.slowdowns[i], "rounds": 2, "context": spec.contexts[min(i, len(spec.contexts) - 1)],
+                "overruns": 0} for i in range(n)]
+    return {"model": spec.model, "mode": spec.mode, "dist": spec.dist, "time_to_target_s": ttt,
+            "final_accuracy": 0.85 if fast else 0.7, "train_time_s": spec.time_budget,
+            "curve": [[0.0, 0.1], [spec.time_budget, 0.85 if fast else 0.7]], "workers": workers}
+
+
+def test_whole_pipeline_writes_every_key_report_and_figure(tmp_path):
+    calls = []
+
+    def fake_run(spec, run_dir, desc, position, leave):
+        calls.append((spec.model, spec.mode, spec.dist))
+        assert "--base-iter" in spec.launcher_args
+        if spec.mode == "ssp":
+            raise JobFailed("ssp exited with code 1; last lines: boom")
+        return _fake_summary(spec)
+
+    out = str(tmp_path / "out")
+    result = suite.run_suite(suite.EXPERIMENTS, presets.get("cpu"), profiles.load("cpu"), out,
+                             models=("resnet18_v1", "resnet50_v1"), command=["mxhet-bench", "all"],
+                             measure=lambda m, s, b, c: {"resnet18_v1": 0.5, "resnet50_v1": 2.0}[m],
+                             run=fake_run, log=lambda *_: None)
+    assert len(calls) == len(set(calls))  # each run once although four experiments use them
+    assert ("resnet50_v1", "esync", "iid") not in calls  # skipped by calibration
+    assert result.failures == 1
+    for name in suite.EXPERIMENTS:
+        with open(os.path.join(out, "%s.json" % name)) as f:
+            data = json.load(f)
+        assert TOP_KEYS <= set(data)
+        assert data["skipped"][0]["model"] == "resnet50_v1"
+        for run in data["runs"]:
+            assert RUN_KEYS <= set(run), run.keys()
+            assert len(run["compute_ratio"]) == len(run["local_iters_mean"]) == (1 if run["mode"] == "local" else 4)
+    throughput = json.load(open(os.path.join(out, "throughput.json")))
+    assert throughput["failures"][0]["mode"] == "ssp" and "boom" in throughput["failures"][0]["error"]
+    assert throughput["ratios"]["samples_esync_over_sync"] == pytest.approx(10.0)
+    table = json.load(open(os.path.join(out, "table1.json")))
+    assert table["rows"][0]["speedup_kind"] == "lower_bound"  # fake Sync never reaches the target
+    text = open(os.path.join(out, "report.md")).read()
+    assert "| ResNet-18-v1 | > 10.0× | 7× |"  # 200 s of Sync over 20 s in text
+    assert "ResNet-50-v1 | skipped" in text and "ssp-iid` failed" in text
+    for png in ("table1.png", "fig3-curves.png", "fig4-throughput.png", "fig5-compute-ratio.png"):
+        with open(os.path.join(out, png), "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
