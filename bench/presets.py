@@ -63,13 +63,13 @@ class Preset:
 PRESETS = {
     "smoke": Preset(
         name="smoke", models=("smallcnn",), input_sizes={"smallcnn": 28}, lrs={"smallcnn": 0.1},
-        profile="smoke", time_budget=5.0, figure_model="smallcnn", eval_points=5, eval_samples=500,
+        profile="smoke", time_budget=3.0, figure_model="smallcnn", eval_points=3, eval_samples=500,
         startup_allowance=180.0),
     "cpu": Preset(
         name="cpu", models=PAPER_ORDER,
         input_sizes={"alexnet": 64, "inceptionv3": 75, "resnet18_v1": 32, "resnet50_v1": 32,
                      "resnet50_v2": 32, "mobilenet1.0": 32},
-        lrs={"alexnet": 0.02, "inceptionv3": 0.1, "resnet18_v1": 0.1, "resnet50_v1": 0.1,
+        lrs={"alexnet": 0.1, "inceptionv3": 0.1, "resnet18_v1": 0.1, "resnet50_v1": 0.1,
              "resnet50_v2": 0.1, "mobilenet1.0": 0.1},
         profile="cpu", time_budget=200.0, figure_model="resnet18_v1", min_fast_iterations=150),
     "paper": Preset(

@@ -136,18 +136,39 @@ def job_spec(key, preset, profile, record, budget, seed, extra_launcher=()):
         target_accuracy=preset.target_accuracy, seed=seed, input_size=record["input_size"],
         eval_interval=preset.eval_interval(budget), startup_allowance=preset.startup_allowance,
         extra_train_args=("--eval-samples", str(preset.eval_samples)),
-        launcher_args=("--base-iter", "%.6f" % base, "--omp-threads", "1") + tuple(extra_launcher))
+        launcher_args=("--base-iter", "%.6f" % base, "--omp-threads", "1") + _mode_args(key.mode, slowdowns, base,
+                                                                                        budget)
+        + tuple(extra_launcher))
 
 
-def record_of(summary, key, spec, record, run_dir):
-    """The bench's JSON record of one finished run."""
+def _mode_args(mode, slowdowns, base, budget):
+    """Launcher options scaled to the emulated cluster's speed."""
+    if mode == "adsp":
+        # a checkpoint period in which the slowest device commits at least once
+        period = max(2.0, 1.5 * max(slowdowns) * base)
+        return ("--adsp-period", "%.3f" % period, "--adsp-epoch", "%.1f" % max(4 * period, budget / 3))
+    return ()
+
+
+def _portable(argv, out):
+    """A run's command without this machine's paths: ``python``, paths relative to ``out``."""
+    root = os.path.abspath(out)
+    return ["python" if a == sys.executable else
+            os.path.relpath(a, root) if os.path.isabs(a) and a.startswith(root) else a for a in argv]
+
+
+def record_of(summary, key, spec, record, run_dir, out):
+    """The bench's JSON record of one finished run (``run_dir`` relative to ``out``)."""
+    out_dir = out
     out = run_record(summary)
+    out["command"] = _portable(summary.get("command") or [], out_dir)
     workers = sorted(summary["workers"], key=lambda w: w["slot"])
     out.update(standalone=key.mode == presets.STANDALONE, input_size=spec.input_size, lr=spec.lr,
                batch_size=spec.batch_size, seed=spec.seed, time_budget_s=spec.time_budget,
                base_iteration_s=record["base_iteration_s"], contexts=[w["context"] for w in workers],
                overruns=[w.get("overruns", 0) for w in workers],
-               iterations=[w["iterations"] for w in workers], run_dir=run_dir, wall_s=summary.get("wall_s"))
+               iterations=[w["iterations"] for w in workers], run_dir=os.path.relpath(run_dir, out_dir),
+               wall_s=summary.get("wall_s"))
     return out
 
 
@@ -249,7 +270,7 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
         for k in planned[name]:
             if k in records:
                 summary, spec, run_dir = records[k]
-                runs.append(dict(record_of(summary, k, spec, calibration[k.model], run_dir), key=run_name(k)))
+                runs.append(dict(record_of(summary, k, spec, calibration[k.model], run_dir, out), key=run_name(k)))
         fails = [{"model": k.model, "mode": k.mode, "dist": k.dist, "error": failures[k]}
                  for k in planned[name] if k in failures]
         result = dict(common, experiment=name, runs=runs, failures=fails)

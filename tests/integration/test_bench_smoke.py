@@ -1,0 +1,117 @@
+"""``mxhet-bench all --preset smoke``: the whole reproduction pipeline with real jobs.
+
+One invocation (module fixture) runs every mode on the smoke profile (2 fast
+devices, 1 at slowdown 4) plus the non-i.i.d. and standalone runs. The tests
+check its outputs -- JSON keys of every run, report, figures -- and, on the
+same runs, the contract every registered mode keeps: it learns, ends without a
+hang although workers did different numbers of iterations, leaves no process
+behind, and writes a complete summary.json.
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mxhet.modes import get_mode, mode_names
+
+from .jobs import ROOT
+
+pytestmark = pytest.mark.timeout(600)
+
+EXPERIMENTS = ("table1", "curves", "throughput", "compute-ratio")
+TOP_KEYS = {"experiment", "preset", "command", "machine", "profile", "target_accuracy", "runs", "seed"}
+RUN_KEYS = {"model", "mode", "dist", "time_to_target_s", "final_accuracy", "samples_per_s", "bytes_per_s",
+            "compute_ratio", "local_iters_mean", "curve"}
+WORKER_KEYS = {"rank", "slot", "context", "slowdown", "rounds", "local_iters", "compute_s", "wait_s",
+               "bytes_pushed", "bytes_pulled", "samples"}
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory, module_child_pids):
+    out = tmp_path_factory.mktemp("bench") / "smoke"
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "bench.cli", "all", "--preset", "smoke", "--out", str(out)],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=500)
+    finally:
+        for job_file in glob.glob(str(out / "runs" / "*" / "job.json")):
+            module_child_pids.add_job_file(job_file)
+    results = {}
+    for name in EXPERIMENTS:
+        path = out / ("%s.json" % name)
+        if path.exists():
+            results[name] = json.loads(path.read_text())
+    return proc, out, results
+
+
+def test_smoke_preset_succeeds_and_leaves_no_process(smoke, module_child_pids):
+    proc, out, results = smoke
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert not module_child_pids.alive()
+    assert set(results) == set(EXPERIMENTS)
+
+
+def test_every_experiment_and_run_has_the_documented_keys(smoke):
+    _, _, results = smoke
+    for name, data in results.items():
+        assert TOP_KEYS <= set(data) and data["experiment"] == name and data["preset"] == "smoke"
+        assert data["failures"] == [] and data["runs"]
+        assert data["profile"]["calibration"]["smallcnn"]["base_iteration_s"] > 0
+        assert {"cpu", "cores", "mxnet", "contexts"} <= set(data["machine"])
+        for run in data["runs"]:
+            assert RUN_KEYS <= set(run)
+            n = 1 if run["mode"] == "local" else 3
+            assert len(run["compute_ratio"]) == len(run["local_iters_mean"]) == n
+            assert run["curve"] and run["curve"][-1][1] == pytest.approx(run["final_accuracy"], abs=1e-4)
+    modes = {r["mode"] for r in results["throughput"]["runs"]}
+    assert modes == set(mode_names()) - {"local"}
+    assert {(r["mode"], r["dist"]) for r in results["curves"]["runs"]} >= {
+        ("sync", "non-iid"), ("async", "non-iid"), ("esync", "non-iid"), ("local", "iid")}
+
+
+def test_report_and_figures(smoke):
+    _, out, _ = smoke
+    text = (out / "report.md").read_text()
+    for heading in ("## Table 1", "## Figure 3", "## Figure 4", "## Figure 5", "## Every run", "## Failed runs"):
+        assert heading in text
+    for png in ("fig3-curves.png", "fig4-throughput.png", "fig5-compute-ratio.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _summaries(out_dir, results):
+    """Every run's summary.json (the launcher job's own output), by mode, i.i.d."""
+    out = {}
+    for data in results.values():
+        for run in data["runs"]:
+            if run["dist"] == "iid":
+                assert not os.path.isabs(run["run_dir"])
+                with open(os.path.join(str(out_dir), run["run_dir"], "summary.json")) as f:
+                    out[run["mode"]] = json.load(f)
+    return out
+
+
+@pytest.mark.parametrize("mode", mode_names())
+def test_mode_contract(smoke, mode):
+    """Each mode learns, ends cleanly and keeps its synchronization rule."""
+    _, out, results = smoke
+    summary = _summaries(out, results)[mode]
+    standalone = get_mode(mode).kvstore_type is None
+    n = 1 if standalone else 3
+    assert summary["mode"] == mode and len(summary["workers"]) == n
+    for w in summary["workers"]:
+        assert WORKER_KEYS <= set(w)
+        assert w["samples"] > 0 and w["rounds"] > 0
+        if not standalone:
+            assert w["bytes_pushed"] > 0 and w["bytes_pulled"] > 0
+    assert summary["final_accuracy"] > 0.4, summary["curve"]  # chance is 0.1
+    if not standalone:
+        iters = [w["iterations"] for w in sorted(summary["workers"], key=lambda w: w["slot"])]
+        if mode in ("sync", "localsgd"):
+            assert iters[0] == iters[2], iters   # lockstep: fast workers wait
+        elif mode == "ssp":
+            assert iters[0] - iters[2] <= 2 + 1, iters  # staleness 2 (+1 for the final step)
+        else:
+            assert iters[0] > iters[2], iters    # nobody waits for the slow worker
