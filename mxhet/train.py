@@ -251,12 +251,15 @@ def run(args, config=None):
     _atomic_json(os.path.join(args.metrics_out, "worker-%d.json" % config.slot), stats)
     if trainer.mode.kv is not None:
         trainer.mode.kv._barrier()  # every worker file is written
-    trainer.close()
     if is_chief:
+        # Before leaving the job: PS-LITE's scheduler and servers stop once every
+        # worker has left, and the launcher takes a worker still running long
+        # after them for a hung one (evaluating a big model takes minutes).
         summary = evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time, losses)
         _atomic_json(os.path.join(args.metrics_out, "summary.json"), summary)
         LOG.info("summary: final accuracy %.4f, time to %.2f: %s", summary["final_accuracy"],
                  args.target_accuracy, summary["time_to_target_s"])
+    trainer.close()
     return stats
 
 
