@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import sys
 import time
 
@@ -337,8 +338,15 @@ def run_dynamic(args):
     return 0
 
 
+def _terminate(signum, frame):
+    # SystemExit unwinds through run_job, which ends the running launcher (its
+    # own session: a signal to the bench does not reach it).
+    raise SystemExit(128 + signum)
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
     runners = {"demo": run_demo, "epsilon": run_epsilon, "acks": run_acks, "dynamic": run_dynamic}
     return runners.get(args.experiment, run_paper_experiment)(args)
 

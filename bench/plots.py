@@ -13,6 +13,13 @@ def _plt():
     return plt
 
 
+def _save(fig, path):
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _plt().close(fig)
+    return path
+
+
 def _sorted_runs(runs):
     return sorted(runs, key=lambda r: MODE_ORDER.index(r["mode"]) if r["mode"] in MODE_ORDER else 99)
 
@@ -39,10 +46,7 @@ def table1(result, path):
     ax.set_ylabel("speedup of ESync over Sync")
     ax.set_title("Time to %.1f test accuracy (hatched: lower bound)" % result["target_accuracy"], fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def curves(result, path):
@@ -61,10 +65,7 @@ def curves(result, path):
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8, loc="lower right")
     axes[0].set_ylabel("test accuracy")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def throughput(result, path):
@@ -80,10 +81,7 @@ def throughput(result, path):
         ax.tick_params(axis="x", labelsize=8, rotation=30)
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle("Data throughput and traffic load (%s)" % result["figure_model"], fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def compute_ratio(result, path):
@@ -107,10 +105,7 @@ def compute_ratio(result, path):
     ax.set_title("Computing time ratio per device (%s)" % result["figure_model"], fontsize=9)
     ax.legend(fontsize=7, ncol=min(devices, 3))
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def draw_all(results, out):

@@ -12,7 +12,7 @@ Built in:
   custom profile.
 * ``cpu``: 2 slow devices at slowdown 10 and 2 fast ones, every device on the
   CPU (one core each: two fast devices fill a 2-core machine; four would leave
-  each of them half the iterations, see ``bench/results/README``).
+  each of them half the iterations; see the README's bench section).
 * ``smoke``: 2 fast devices and 1 slow one at slowdown 4, on the CPU.
 
 A custom profile is a JSON file::

@@ -96,15 +96,19 @@ def parse_slowdown_schedule(text):
     return tuple(segments)
 
 
-def parse_delay_ms(text):
-    """Parse a one-way network delay in milliseconds (finite, >= 0)."""
+def _non_negative(text, what, unit):
     try:
         value = float(text)
     except (TypeError, ValueError):
-        raise ConfigError("network delay must be a number of milliseconds >= 0, got %r" % (text,)) from None
+        raise ConfigError("%s must be a number of %s >= 0, got %r" % (what, unit, text)) from None
     if not 0 <= value < float("inf"):
-        raise ConfigError("network delay must be a finite number of milliseconds >= 0, got %r" % (text,))
+        raise ConfigError("%s must be a finite number of %s >= 0, got %r" % (what, unit, text))
     return value
+
+
+def parse_delay_ms(text):
+    """Parse a one-way network delay in milliseconds (finite, >= 0)."""
+    return _non_negative(text, "network delay", "milliseconds")
 
 
 def parse_base_iter(text):
@@ -113,13 +117,7 @@ def parse_base_iter(text):
     Raises:
         ConfigError: for anything else.
     """
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise ConfigError("base iteration time must be a number of seconds >= 0, got %r" % (text,)) from None
-    if not 0 <= value < float("inf"):
-        raise ConfigError("base iteration time must be a finite number of seconds >= 0, got %r" % (text,))
-    return value
+    return _non_negative(text, "base iteration time", "seconds")
 
 
 @dataclasses.dataclass(frozen=True)

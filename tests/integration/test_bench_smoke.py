@@ -115,3 +115,28 @@ def test_mode_contract(smoke, mode):
             assert iters[0] - iters[2] <= 2 + 1, iters  # staleness 2 (+1 for the final step)
         else:
             assert iters[0] > iters[2], iters    # nobody waits for the slow worker
+
+
+def test_sigterm_to_the_bench_ends_the_running_job(tmp_path, child_pids):
+    """The launcher runs in a session of its own; the bench must end it."""
+    import signal
+    import time
+    out = tmp_path / "term"
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    bench = subprocess.Popen([sys.executable, "-m", "bench.cli", "table1", "--preset", "smoke", "--out", str(out),
+                              "--time-budget", "60"], cwd=ROOT, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child_pids.add(bench.pid)
+    job_file = out / "runs" / "smallcnn-sync-iid" / "job.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (out / "runs" / "smallcnn-sync-iid" / "snapshots").exists():
+        time.sleep(0.2)
+    assert job_file.exists(), "the first run did not start"
+    record = child_pids.add_job_file(str(job_file))
+    assert record["processes"]
+    bench.send_signal(signal.SIGTERM)
+    assert bench.wait(timeout=30) == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and child_pids.alive():
+        time.sleep(0.2)
+    assert not child_pids.alive()

@@ -30,3 +30,22 @@ def test_adsp_commit_counts_stay_equal_at_checkpoints(tmp_path, child_pids):
     assert record["search"], "the commit-rate search evaluated no window"
     workers = {w["slot"]: w for w in load_summary(out)["workers"]}
     assert workers[0]["iterations"] > 2 * workers[2]["iterations"]  # nobody waited for the slow one
+
+
+def test_a_long_evaluation_on_rank_0_is_not_taken_for_a_hang(tmp_path, child_pids):
+    """Rank 0 evaluates its snapshots for longer than the launcher's grace for
+    workers outliving PS-LITE's services (5 s); the job must still succeed.
+
+    Before the fix, rank 0 left the kvstore first, the scheduler and servers
+    stopped, and the launcher ended the job while rank 0 evaluated (it did so
+    on every run of the bench's big models).
+    """
+    out = tmp_path / "run"
+    # sync aggregates every step: a snapshot every step, each on all 10,000 test images
+    proc = launch(["-n", "3", "-s", "1", "--sync", "sync", "--slowdown", "1,1,4", "--timeout", "240"],
+                  train_command(out, "--time-budget", "3", "--eval-interval", "0.01", "--eval-samples", "10000"),
+                  tmp_path, child_pids)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = load_summary(out)
+    assert len(summary["curve"]) >= 20  # well over 5 s of evaluation on this machine
+    assert not child_pids.alive()

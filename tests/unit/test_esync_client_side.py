@@ -263,3 +263,23 @@ def test_retry_budget_ends_with_a_clear_error():
     with pytest.raises(StateServerTimeout, match="attempts"):
         client.reset(1)
     assert clock() == pytest.approx(20.0)
+
+
+def test_base_iteration_pads_each_iteration_to_f_times_t_and_counts_overruns():
+    clock = FakeClock()
+    transport = FakeTransport(clock)
+    net = gluon.nn.Dense(1, use_bias=False, in_units=1)
+    net.initialize(mx.init.Constant(1.0))
+    config = WorkerConfig(sync="esync", slowdown=3.0, base_iter_s=0.2)
+    trainer = Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, config=config, ack="delayed")
+    mode = trainer.mode
+    mode.clock, mode.sleep = clock, clock.advance
+    mode.client = StateClient("fake", rank=0, slot=0, clock=clock, transport=transport)
+    mode._ready = True
+    mode._t_last = mode._t_start = clock()
+    mode._mark_round_start()
+    _iteration(net, trainer, clock, seconds=0.25)   # padded to 3 x 0.2 = 0.6 s
+    assert clock() == pytest.approx(0.6) and trainer.stats.overruns == 0
+    _iteration(net, trainer, clock, seconds=0.9)    # slower than 0.6 s: no padding, one overrun
+    assert clock() == pytest.approx(1.5) and trainer.stats.overruns == 1
+    assert trainer.stats.compute_s == pytest.approx(1.5)

@@ -324,11 +324,20 @@ def test_net_delay_and_slowdown_schedule_reach_the_workers():
     assert [c.net_delay_ms for c in configs] == [0.0, 0.0, 30.0]
     assert configs[2].slowdown_schedule == ((0.0, 60.0, 1.0), (60.0, None, 8.0))
     assert configs[0].slowdown_schedule == () and configs[1].slowdown_schedule == ()
+    assert all(c.base_iter_s == 0.0 for c in configs)  # off unless asked for
+
+
+def test_base_iteration_time_reaches_every_worker():
+    plan = plan_of("-n", "2", "-s", "1", "--sync", "esync", "--slowdown", "1,10", "--base-iter", "0.25")
+    configs = [worker_config(w.env) for w in plan.by_role("worker")]
+    assert [(c.slowdown, c.base_iter_s) for c in configs] == [(1.0, 0.25), (10.0, 0.25)]
 
 
 @pytest.mark.parametrize("argv, named", [
     (["--net-delay-ms", "-5"], "--net-delay-ms"),
     (["--net-delay-ms", "1,2"], "--net-delay-ms"),
+    (["--base-iter", "-1"], "--base-iter"),
+    (["--base-iter", "inf"], "--base-iter"),
     (["--slowdown-schedule", "3:0-=2"], "slot"),
     (["--slowdown-schedule", "0:nonsense"], "--slowdown-schedule"),
     (["--slowdown-schedule", "0:0-=2", "--slowdown-schedule", "0:5-=3"], "twice"),
