@@ -1,6 +1,6 @@
 """``mxhet-bench all --preset smoke``: the whole reproduction pipeline with real jobs.
 
-One invocation (module fixture) runs every mode on the smoke profile (2 fast
+One invocation (module fixture, about 3 min on 2 cores) runs every mode on the smoke profile (2 fast
 devices, 1 at slowdown 4) plus the non-i.i.d. and standalone runs. The tests
 check its outputs -- JSON keys of every run, report, figures -- and, on the
 same runs, the contract every registered mode keeps: it learns, ends without a
