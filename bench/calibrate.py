@@ -32,8 +32,7 @@ def measure(model, input_size, batch_size, context="cpu", threads=1, iterations=
     """
     argv = [sys.executable, "-m", "bench.calibrate", "--model", model, "--input-size", str(input_size),
             "--batch-size", str(batch_size), "--context", context, "--iterations", str(iterations)]
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MXNET_ENGINE_TYPE=os.environ.get(
-        "MXNET_ENGINE_TYPE", "ThreadedEnginePerDevice"))
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError("measuring %s on %s failed:\n%s" % (model, context, proc.stderr[-2000:]))

@@ -15,7 +15,6 @@ Results go to ``--out`` as JSON, with each job's log.
 import argparse
 import json
 import os
-import platform
 import signal
 import sys
 import time
@@ -26,7 +25,7 @@ from mxhet.errors import ConfigError
 
 from . import presets, profiles
 from .metrics import run_record
-from .runner import JobFailed, JobSpec, run_with_bar as _with_bar
+from .runner import JobFailed, JobSpec, machine_info, run_with_bar as _with_bar
 
 
 def _floats(text):
@@ -135,12 +134,6 @@ def run_paper_experiment(args):
     if result.failures:
         print("%d run(s) failed; see the report's last section" % result.failures, file=sys.stderr)
     return 1 if result.failures else 0
-
-
-def machine_info():
-    import mxnet as mx
-    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-            "python": platform.python_version(), "mxnet": mx.__version__}
 
 
 def _fmt_time(t):

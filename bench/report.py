@@ -139,7 +139,7 @@ def _table1(result):
                    "Sync acc (ours)", "ESync acc (paper)", "Standalone acc (paper)"], rows)
 
 
-def _runs_table(result, with_curve_point=False):
+def _runs_table(result):
     rows = []
     for r in result["runs"]:
         rows.append([r["model"], r["mode"], r["dist"], _t(r["time_to_target_s"]), _acc(r["final_accuracy"]),

@@ -119,3 +119,21 @@ def run_with_bar(spec, out_dir, desc, position=None, leave=True):
         summary = run_job(spec, out_dir, progress)
         bar.update(bar.total - bar.n)
     return summary
+
+
+def machine_info(contexts=()):
+    """CPU model, cores, GPUs, Python and MXNet versions, and the contexts used."""
+    import platform
+
+    import mxnet as mx
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "mxnet": mx.__version__,
+            "gpus": mx.context.num_gpus(), "contexts": sorted(set(contexts)), "platform": platform.platform()}

@@ -11,7 +11,6 @@ import dataclasses
 import json
 import os
 import sys
-import time
 
 from tqdm import tqdm
 
@@ -20,7 +19,7 @@ from mxhet.errors import ConfigError
 
 from . import calibrate, presets
 from .metrics import run_record
-from .runner import JobFailed, JobSpec, run_with_bar
+from .runner import JobFailed, JobSpec, machine_info, run_with_bar
 
 EXPERIMENTS = ("table1", "curves", "throughput", "compute-ratio")
 
@@ -157,19 +156,18 @@ def _portable(argv, out):
             os.path.relpath(a, root) if os.path.isabs(a) and a.startswith(root) else a for a in argv]
 
 
-def record_of(summary, key, spec, record, run_dir, out):
-    """The bench's JSON record of one finished run (``run_dir`` relative to ``out``)."""
-    out_dir = out
-    out = run_record(summary)
-    out["command"] = _portable(summary.get("command") or [], out_dir)
+def record_of(summary, key, spec, record, run_dir, out_dir):
+    """The bench's JSON record of one finished run (``run_dir`` relative to ``out_dir``)."""
+    rec = run_record(summary)
+    rec["command"] = _portable(summary.get("command") or [], out_dir)
     workers = sorted(summary["workers"], key=lambda w: w["slot"])
-    out.update(standalone=key.mode == presets.STANDALONE, input_size=spec.input_size, lr=spec.lr,
+    rec.update(standalone=key.mode == presets.STANDALONE, input_size=spec.input_size, lr=spec.lr,
                batch_size=spec.batch_size, seed=spec.seed, time_budget_s=spec.time_budget,
                base_iteration_s=record["base_iteration_s"], contexts=[w["context"] for w in workers],
                overruns=[w.get("overruns", 0) for w in workers],
                iterations=[w["iterations"] for w in workers], run_dir=os.path.relpath(run_dir, out_dir),
                wall_s=summary.get("wall_s"))
-    return out
+    return rec
 
 
 def execute(keys, spec_for, out, run=run_with_bar):
@@ -186,10 +184,8 @@ def execute(keys, spec_for, out, run=run_with_bar):
         for key in keys:
             spec = spec_for(key)
             run_dir = os.path.join(out, "runs", run_name(key))
-            started = time.time()
             try:
                 summary = run(spec, run_dir, run_name(key).ljust(width), 1, False)
-                summary["wall_s"] = summary.get("wall_s", time.time() - started)
                 records[key] = (summary, spec, run_dir)
                 tqdm.write("%s: final accuracy %.4f, time to %.2f: %s" % (
                     run_name(key), summary["final_accuracy"], spec.target_accuracy,
@@ -200,23 +196,6 @@ def execute(keys, spec_for, out, run=run_with_bar):
                 tqdm.write("FAILED %s: %s" % (run_name(key), exc), file=sys.stderr)
             overall.update(1)
     return records, failures
-
-
-def machine_info(profile):
-    import platform
-
-    import mxnet as mx
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "mxnet": mx.__version__,
-            "gpus": mx.context.num_gpus(), "contexts": sorted(set(profile.contexts)), "platform": platform.platform()}
 
 
 def write_json(path, obj):
@@ -245,7 +224,7 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
     os.makedirs(out, exist_ok=True)
     needs_figures = any(e != "table1" for e in experiments)
     candidates = list(models if "table1" in experiments else ())
-    figure_model = preset.figure_model if preset.figure_model in models or not models else models[0]
+    figure_model = preset.figure_model if preset.figure_model in models else models[0]
     if needs_figures and figure_model not in candidates:
         candidates.append(figure_model)
     log("calibrating %d model(s) on profile %s (%d devices)" % (len(candidates), profile.name, len(profile.devices)))
@@ -260,7 +239,7 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
     records, failures = execute(
         keys, lambda k: job_spec(k, preset, profile, calibration[k.model], budget, seed), out, run=run)
 
-    common = {"preset": preset.name, "command": list(command or sys.argv), "machine": machine_info(profile),
+    common = {"preset": preset.name, "command": list(command or sys.argv), "machine": machine_info(profile.contexts),
               "profile": dict(profile.as_dict(), calibration=calibration), "target_accuracy": preset.target_accuracy,
               "seed": seed, "time_budget_s": budget, "batch_size": preset.batch_size, "figure_model": figure_model,
               "skipped": skipped}
