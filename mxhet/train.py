@@ -23,6 +23,7 @@ import numpy as np
 
 from .config import parse_context, worker_config
 from .errors import ConfigError
+from .evaluation import DEFAULT_BN_BATCHES
 
 LOG = logging.getLogger("mxhet.train")
 
@@ -60,6 +61,12 @@ def build_parser():
     g.add_argument("--target-accuracy", type=float, default=0.8, help="test accuracy for time_to_target_s")
     g.add_argument("--eval-interval", type=float, default=2.0, help="seconds between snapshots of the global model")
     g.add_argument("--eval-samples", type=int, default=2000, help="test images per curve point (final: all)")
+    g.add_argument("--final-eval-samples", type=int, default=0,
+                   help="test images for the final point (default 0: all 10,000)")
+    g.add_argument("--bn-batches", type=int, default=DEFAULT_BN_BATCHES,
+                   help="before each evaluation, recompute BatchNorm statistics of the global model on this "
+                        "many fixed training batches of --batch-size (precise BN; 0 = use the snapshot's own "
+                        "statistics; default %(default)s)")
     g.add_argument("--metrics-out", required=True, help="directory for summary.json and worker files")
     g.add_argument("--checkpoint-dir", default="", help="save checkpoints here (see mxhet.checkpoint)")
     g.add_argument("--checkpoint-every", type=int, default=10, help="rounds between checkpoints (default %(default)s)")
@@ -82,6 +89,9 @@ def _validate(args):
         raise ConfigError("--checkpoint-every must be >= 1, got %r" % args.checkpoint_every)
     if args.resume and not args.checkpoint_dir:
         raise ConfigError("--resume needs --checkpoint-dir")
+    for name in ("final_eval_samples", "bn_batches"):
+        if getattr(args, name) < 0:
+            raise ConfigError("--%s must be >= 0, got %r" % (name.replace("_", "-"), getattr(args, name)))
     if args.max_rounds < 0:
         raise ConfigError("--max-rounds must be >= 0, got %r" % args.max_rounds)
     if not 0 < args.target_accuracy <= 1:
@@ -243,6 +253,7 @@ def run(args, config=None):
                      trainer.stats.rounds, trainer.stats.iterations)
             last_log = now
     train_time = time.monotonic() - start
+    trainer.finish()  # every worker now holds the job's final global model
     if is_chief:
         snapshot()
 
@@ -255,7 +266,8 @@ def run(args, config=None):
         # Before leaving the job: PS-LITE's scheduler and servers stop once every
         # worker has left, and the launcher takes a worker still running long
         # after them for a hung one (evaluating a big model takes minutes).
-        summary = evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time, losses)
+        summary = evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time, losses,
+                               train_set=(images, labels))
         _atomic_json(os.path.join(args.metrics_out, "summary.json"), summary)
         LOG.info("summary: final accuracy %.4f, time to %.2f: %s", summary["final_accuracy"],
                  args.target_accuracy, summary["time_to_target_s"])
@@ -263,22 +275,33 @@ def run(args, config=None):
     return stats
 
 
-def evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time, losses):
-    """Evaluate the snapshots of the global model and merge the worker files."""
+def evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time, losses, train_set):
+    """Evaluate the snapshots of the global model and merge the worker files.
+
+    Every snapshot is scored the same way in every mode (:mod:`mxhet.evaluation`):
+    its BatchNorm statistics are recomputed on ``--bn-batches`` fixed training
+    batches, then its accuracy is measured on the test set.
+    """
     import mxnet as mx
 
-    from . import data
+    from . import data, evaluation
 
     test_x, test_y = data.load_fashion_mnist("test", args.data_dir or config.data_dir)
     params = net.collect_params()
+    bn_layers = len(evaluation.batchnorm_layers(net))
+    bn_inputs = evaluation.calibration_batches(train_set[0], train_set[1], args.bn_batches, args.batch_size,
+                                               input_size, ctx) if bn_layers and args.bn_batches else []
     curve = []
     final_accuracy = None
+    t0 = time.monotonic()
     for i, (t, path) in enumerate(snapshots):
         for name, arr in mx.nd.load(path).items():
             params[name].set_data(arr)
+        evaluation.recompute_batchnorm(net, bn_inputs)
         last = i == len(snapshots) - 1
+        final_limit = args.final_eval_samples or None
         acc = data.evaluate(net, test_x, test_y, input_size=input_size, ctx=ctx,
-                            limit=None if last else args.eval_samples)
+                            limit=final_limit if last else args.eval_samples)
         curve.append([round(t, 3), round(float(acc), 4)])
         if last:
             final_accuracy = float(acc)
@@ -304,6 +327,15 @@ def evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time
         "curve": curve,
         "train_loss": losses,
         "eval_samples": args.eval_samples,
+        "evaluation": {
+            "batchnorm": "precise" if bn_inputs else ("none in model" if not bn_layers else "as trained"),
+            "bn_layers": bn_layers,
+            "bn_batches": len(bn_inputs),
+            "bn_batch_size": args.batch_size if bn_inputs else 0,
+            "final_samples": args.final_eval_samples or len(test_y),
+            "curve_samples": args.eval_samples,
+            "seconds": round(time.monotonic() - t0, 3),
+        },
         "workers": workers,
     }
 

@@ -135,6 +135,12 @@ class Trainer(gluon.Trainer):
         mx.nd.save(path, {name: arr for name, arr in self.mode.global_arrays().items()})
         self.mode.pause(time.monotonic() - t0)
 
+    def finish(self):
+        """After the last step, on every worker: wait for the others' last
+        contributions and pull the job's final global model into the local
+        parameters (the gradient modes keep BatchNorm statistics local)."""
+        self.mode.finish()
+
     def close(self):
         """Leave the job: release the kvstore and the State Server connection."""
         self.mode.close()

@@ -54,6 +54,10 @@ class WorkerStats:
     late_replies: int = 0      # State Server replies for an earlier round, ignored
     overruns: int = 0          # iterations slower than f x T under MXHET_BASE_ITER_S (contention)
     rtt_s: float = 0.0         # smoothed round-trip time of State Server queries
+    # the job's final global model, pulled by every worker after the last step
+    # (see SyncMode.finish): equal digests mean every worker ends with the same model
+    final_model_sha256: str = ""
+    final_model_keys: int = 0
     # per round (ESync): blocked time (State Server waits + push/pull), queries
     # sent, replies received, aborted iterations, the rank the State Server
     # took for the slowest device, and when the round ended
@@ -80,6 +84,19 @@ NONFINITE_POLICIES = ("stop", "skip")
 """What a worker does with NaN/Inf in what it is about to push: ``stop`` raises
 :class:`NonFiniteError` (the launcher then ends the job), ``skip`` pushes zeros
 instead -- no contribution this round -- and resets its replica to the global model."""
+
+
+def nonfinite_indices(arrays):
+    """Indices of the arrays holding a NaN or an Inf, checked element-wise.
+
+    Each array is reduced to one flag on its own device (``all_finite``); only
+    the flags travel to the host, in one copy. A sum would not do: a finite
+    array whose float32 sum overflows would count as non-finite.
+    """
+    if not arrays:
+        return []
+    flags = mx.nd.concat(*[mx.nd.all_finite(a).reshape((1,)).as_in_context(mx.cpu()) for a in arrays], dim=0)
+    return [i for i, ok in enumerate(flags.asnumpy()) if not ok]
 
 
 def _exit_on_uncaught_error():
@@ -224,6 +241,41 @@ class SyncMode:
         self.leave_state_server()
         self.kv = None
 
+    def global_keys(self):
+        """Indices of the parameters the servers hold the global value of
+        (every parameter by default; the gradient modes keep BatchNorm
+        statistics local)."""
+        return list(self.keys) if self.keys else list(range(len(self.trainer._params)))
+
+    def finish(self):
+        """After the last step: wait until every worker has pushed its last
+        contribution, then pull the job's final global model into this
+        worker's replica and record its digest.
+
+        In the asynchronous modes each worker's last pull happened at its own
+        time; after this every worker holds the same model (and rank 0
+        snapshots it), in every mode.
+        """
+        keys = self.global_keys()
+        if self.kv is not None:
+            self.kv._barrier()
+            outs = [self.wbufs[i] for i in keys]
+            self.kv.pull(keys, out=outs)
+            mx.nd.waitall()
+            self.stats.bytes_pulled += nbytes(outs)
+            weights = self.weights()
+            copy_all(outs, [weights[i] for i in keys])
+            arrays = outs
+        else:
+            weights = self.weights()
+            arrays = [weights[i] for i in keys]
+        digest = hashlib.sha256()
+        for a in arrays:
+            digest.update(np.ascontiguousarray(a.asnumpy()).tobytes())
+        self.stats.final_model_sha256 = digest.hexdigest()
+        self.stats.final_model_keys = len(keys)
+        self.aggregated = True
+
     def leave_state_server(self):
         """Say goodbye to the State Server (if connected) and close the connection."""
         if self.client is not None:
@@ -254,8 +306,9 @@ class SyncMode:
             self.stats.aborted += 1
             self.stats.compute_s += self.clock() - self._t_last
             for p in self.trainer._params:
-                for data in p.list_data():
-                    data._fresh_grad = False
+                if p.grad_req != "null":  # BatchNorm statistics have no gradient to drop
+                    for data in p.list_data():
+                        data._fresh_grad = False
             t0 = self.clock()
             self.on_abort()
             end = self.clock()
@@ -340,8 +393,7 @@ class SyncMode:
             NonFiniteError: naming the worker, the round and the parameter (policy ``stop``).
         """
         params = self.trainer._params
-        sums = mx.nd.concat(*[mx.nd.sum(a).reshape((1,)).as_in_context(mx.cpu()) for a in arrays], dim=0)
-        bad = [i for i, total in enumerate(sums.asnumpy()) if not np.isfinite(total)]  # one sync for all
+        bad = nonfinite_indices(arrays)
         if not bad:
             return True
         names = ", ".join(params[i].name if i < len(params) else "#%d" % i for i in bad[:3])

@@ -59,6 +59,9 @@ class _GradientMode(SyncMode):
             w._fresh_grad = False
         self.after_sync(extra_outs)
 
+    def global_keys(self):
+        return list(self._grad_keys)
+
     def control_values(self):
         """Extra (keys, values, outs) to push and pull with the gradients."""
         return [], [], []

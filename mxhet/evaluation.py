@@ -1,0 +1,96 @@
+"""The evaluation protocol every mode shares: precise BatchNorm, then test accuracy.
+
+A snapshot of the global model holds the weights every mode agrees on, but its
+BatchNorm running statistics (``grad_req='null'``) mean different things per
+mode: ESync and the other delta-averaging modes average them with the deltas,
+while in the gradient modes (sync, async, SSP, DC-ASGD) they stay local to each
+worker, and rank 0's lag behind the global weights when rank 0 is a slow
+device. Scored as they are, such snapshots fall to chance accuracy although
+their weights are good, and the comparison between modes says nothing.
+
+So before every evaluation the statistics are recomputed for the snapshot's
+weights ("precise BN", Wu & Johnson 2021): the running mean and variance of
+every BatchNorm layer become the average of the per-batch statistics over a
+fixed set of training batches -- the same batches for every mode, snapshot and
+worker count, drawn from the whole training set. This happens after training,
+on rank 0, off the training clock. Models without BatchNorm are evaluated as
+they are.
+"""
+import numpy as np
+
+from .errors import ConfigError
+
+DEFAULT_BN_BATCHES = 10
+"""Training batches over which the BatchNorm statistics are recomputed."""
+BN_SEED = 20240229
+"""Seed of the fixed recalibration batches (the same for every run)."""
+
+
+def batchnorm_layers(net):
+    """Every BatchNorm block of ``net`` that updates running statistics in training, in order."""
+    from mxnet.gluon import nn  # MXNet is imported only when needed: the flag defaults above are read without it
+    found = []
+
+    def visit(block):
+        if isinstance(block, nn.BatchNorm) and not block._kwargs.get("use_global_stats", False):
+            found.append(block)
+        for child in block._children.values():
+            visit(child)
+    visit(net)
+    return found
+
+
+def calibration_batches(images, labels, count, batch_size, input_size, ctx=None, seed=BN_SEED):
+    """``count`` fixed batches of ``batch_size`` training images, drawn without
+    replacement from the whole training set (not one worker's shard).
+
+    Raises:
+        ConfigError: for a bad count or batch size, or too few images.
+    """
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ConfigError("the number of BatchNorm batches must be a positive integer, got %r" % (count,))
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError("batch_size must be a positive integer, got %r" % (batch_size,))
+    if count * batch_size > len(images):
+        raise ConfigError("%d BatchNorm batches of %d need %d images; the training set has %d"
+                          % (count, batch_size, count * batch_size, len(images)))
+    from . import data
+    order = np.random.RandomState(seed).permutation(len(images))[:count * batch_size]
+    return [next(iter(data.eval_batches(images[idx], labels[idx], batch_size, input_size, ctx)))[0]
+            for idx in np.split(order, count)]
+
+
+def recompute_batchnorm(net, batches):
+    """Set every BatchNorm layer's running statistics to the average of its
+    per-batch statistics over ``batches`` (NDArrays the net takes as input).
+
+    Returns:
+        the number of BatchNorm layers recomputed (0: nothing to do).
+    """
+    import mxnet as mx
+    layers = [layer for layer in batchnorm_layers(net) if float(layer._kwargs.get("momentum", 0.9)) < 1.0]
+    if not layers or not batches:
+        return 0
+    # MXNet updates the running statistics in BatchNorm's backward pass, with
+    # the batch's statistics: a statistic set to 0 becomes (1 - momentum) x
+    # the batch's after one training-mode forward and backward, whatever the
+    # backend (plain, oneDNN, cuDNN) or hybridization. Zero, run, rescale, sum.
+    # (The parameters' gradient buffers are overwritten: this runs after training.)
+    params = [(layer.running_mean, layer.running_var, 1.0 - float(layer._kwargs.get("momentum", 0.9)))
+              for layer in layers]
+    sums = [[mx.nd.zeros_like(mean.data()), mx.nd.zeros_like(var.data())] for mean, var, _ in params]
+    for x in batches:
+        for mean, var, _ in params:
+            mean.data()[:] = 0
+            var.data()[:] = 0
+        with mx.autograd.record(train_mode=True):
+            out = net(x)
+        out.backward()
+        for (mean, var, keep), acc in zip(params, sums):
+            acc[0] += mean.data() / keep
+            acc[1] += var.data() / keep
+    for (mean, var, _), (mean_sum, var_sum) in zip(params, sums):
+        mean.set_data(mean_sum / len(batches))
+        var.set_data(var_sum / len(batches))
+    mx.nd.waitall()
+    return len(layers)
