@@ -49,4 +49,5 @@ def run_record(summary):
         "train_time_s": summary["train_time_s"],
         "curve": summary["curve"],
         "command": summary.get("command"),
+        "evaluation": summary.get("evaluation"),
     }

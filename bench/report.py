@@ -93,6 +93,21 @@ def _table(head, rows):
     return "\n".join(lines)
 
 
+def _evaluation_line(result):
+    """How every run was scored (the protocol is the same for every mode)."""
+    evals = [r["evaluation"] for r in result["runs"] if r.get("evaluation")]
+    if not evals:
+        return "Evaluation: the snapshots' own BatchNorm statistics (runs made before precise BN)."
+    precise = [e for e in evals if e["batchnorm"] == "precise"]
+    text = ("Evaluation, the same for every mode, after training and off its clock: curve points on %d test "
+            "images, the final point on %d" % (evals[0]["curve_samples"], evals[0]["final_samples"]))
+    if precise:
+        text += ("; models with BatchNorm have the statistics of every snapshot recomputed on %d fixed "
+                 "training batches of %d images (precise BN) first"
+                 % (precise[0]["bn_batches"], precise[0]["bn_batch_size"]))
+    return text + "."
+
+
 def _header(result):
     m, p = result["machine"], result["profile"]
     devices = ", ".join("%s ×%g" % (d["context"], d["slowdown"]) for d in p["devices"])
@@ -106,6 +121,7 @@ def _header(result):
              "training per run, target accuracy %.2f." % (
                  p["name"], len(p["devices"]), devices, result["batch_size"], result["seed"],
                  result["time_budget_s"], result["target_accuracy"]),
+             "", _evaluation_line(result),
              "", "Calibration (one iteration on one core or device; base iteration T: a device of slowdown f "
              "runs an iteration in f × T):", ""]
     rows = []

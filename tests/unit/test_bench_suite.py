@@ -162,7 +162,9 @@ def _fake_summary(spec):
                 "overruns": 0} for i in range(n)]
     return {"model": spec.model, "mode": spec.mode, "dist": spec.dist, "time_to_target_s": ttt,
             "final_accuracy": 0.85 if fast else 0.7, "train_time_s": spec.time_budget,
-            "curve": [[0.0, 0.1], [spec.time_budget, 0.85 if fast else 0.7]], "workers": workers}
+            "curve": [[0.0, 0.1], [spec.time_budget, 0.85 if fast else 0.7]], "workers": workers,
+            "evaluation": {"batchnorm": "precise", "bn_layers": 20, "bn_batches": 10, "bn_batch_size": 64,
+                           "final_samples": 10000, "curve_samples": 1000, "seconds": 1.0}}
 
 
 def test_whole_pipeline_writes_every_key_report_and_figure(tmp_path):
@@ -197,7 +199,9 @@ def test_whole_pipeline_writes_every_key_report_and_figure(tmp_path):
     table = json.load(open(os.path.join(out, "table1.json")))
     assert table["rows"][0]["speedup_kind"] == "lower_bound"  # fake Sync never reaches the target
     text = open(os.path.join(out, "report.md")).read()
-    assert "| ResNet-18-v1 | > 10.0× | 7× |"  # 200 s of Sync over 20 s in text
+    assert "| ResNet-18-v1 | > 10.0× | 7× |" in text  # 200 s of Sync over 20 s
+    assert "recomputed on 10 fixed training batches of 64 images (precise BN)" in text
+    assert all(run["evaluation"]["batchnorm"] == "precise" for run in table["runs"])
     assert "ResNet-50-v1 | skipped" in text and "ssp-iid` failed" in text
     for png in ("table1.png", "fig3-curves.png", "fig4-throughput.png", "fig5-compute-ratio.png"):
         with open(os.path.join(out, png), "rb") as f:
