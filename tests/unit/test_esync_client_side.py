@@ -1,6 +1,7 @@
 """ESync's worker side: the State Server client state machine, with a fake
 transport and a fake clock (no sockets, no parameter server)."""
 import mxnet as mx
+import numpy as np
 import pytest
 from mxnet import autograd, gluon
 
@@ -283,3 +284,43 @@ def test_base_iteration_pads_each_iteration_to_f_times_t_and_counts_overruns():
     _iteration(net, trainer, clock, seconds=0.9)    # slower than 0.6 s: no padding, one overrun
     assert clock() == pytest.approx(1.5) and trainer.stats.overruns == 1
     assert trainer.stats.compute_s == pytest.approx(1.5)
+
+
+def test_abort_on_a_model_with_batchnorm_drops_only_real_gradients():
+    """BatchNorm running statistics have grad_req='null': an abort must not
+    touch their (non-existent) gradient state. It raised "NDArray has not been
+    marked as a variable" on every BatchNorm model before."""
+    clock = FakeClock()
+    transport = FakeTransport(clock)
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(3, in_units=2), gluon.nn.BatchNorm(in_channels=3), gluon.nn.Dense(1, in_units=3))
+    net.initialize(mx.init.Xavier())
+    assert any(p.grad_req == "null" for p in net.collect_params().values())
+    trainer = Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
+                      config=WorkerConfig(sync="esync"), ack="delayed")
+    mode = trainer.mode
+    mode.clock, mode.sleep = clock, clock.advance
+    mode.client = StateClient("fake", rank=0, slot=0, clock=clock, transport=transport)
+    mode._ready = True
+    mode._t_last = mode._t_start = clock()
+    mode._mark_round_start()
+    aggregated = []
+    mode.aggregate = lambda: aggregated.append(mode.k)
+    x = mx.nd.array([[1.0, 2.0], [3.0, -1.0], [0.5, 0.0], [-2.0, 1.0]])
+
+    def iteration():
+        with autograd.record():
+            loss = net(x).sum()
+        loss.backward()
+        clock.advance(0.1)
+        trainer.step(4)
+    iteration()
+    transport.deliver(_reply(transport.queries()[0], True))
+    before = {name: p.data().asnumpy().copy() for name, p in net.collect_params().items()
+              if p.grad_req != "null"}
+    iteration()                                           # READY: this iteration is abandoned
+    assert trainer.stats.aborted == 1 and aggregated == [1]
+    for name, value in before.items():                    # no part of it reached the replica
+        np.testing.assert_array_equal(net.collect_params()[name].data().asnumpy(), value)
+    weight = net[0].weight
+    assert not weight.list_data()[0]._fresh_grad          # its gradients were dropped
