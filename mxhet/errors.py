@@ -21,6 +21,10 @@ class StateServerTimeout(MxhetError):
     """The State Server did not answer within the allowed time."""
 
 
+class TransportError(MxhetError):
+    """The worker's control-plane I/O thread failed or did not start in time."""
+
+
 class UnknownModeError(ConfigError):
     """A synchronization mode name that is not registered."""
 

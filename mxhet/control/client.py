@@ -12,6 +12,9 @@ Messages go through a :class:`~mxhet.control.transport.Transport` (a
 background I/O thread), so waiting is always bounded by a timeout, and
 replies are matched by sequence number. The client measures the round-trip
 time of every answered query (``rtt``, an exponential moving average).
+:meth:`StateClient.poll` never waits longer than its own timeout, not even to
+register again with a restarted State Server: it sends the registration and
+picks up the answer later.
 """
 import dataclasses
 import random
@@ -47,6 +50,7 @@ class StateClient:
 
     Raises:
         ValueError: for a bad timeout or address.
+        TransportError: the default transport's I/O thread did not start.
     """
 
     def __init__(self, address, rank, slot, timeout=DEFAULT_TIMEOUT, delay=0.0, clock=time.monotonic,
@@ -63,6 +67,8 @@ class StateClient:
         self._round = 0          # latest round this worker spoke of (to resume after a restart)
         self._signature = ""
         self.reregistrations = 0
+        self._register_seq = 0        # seq of the latest Register sent
+        self._register_replies = set()  # seqs of Registers sent by poll(), whose replies poll() takes
         self._sent_at = {}
         self._pending = []   # replies to queries, received while waiting for something else
         self._transport = transport if transport is not None else Transport(address, delay=delay, clock=clock,
@@ -73,6 +79,8 @@ class StateClient:
 
     def _send(self, message):
         data = m.encode(message)
+        if message.TYPE == m.Register.TYPE:
+            self._register_seq = message.seq
         self._sent_at[message.seq] = self._clock()
         self._transport.send(data)
 
@@ -97,7 +105,9 @@ class StateClient:
 
         Raises:
             StateServerTimeout: no reply within ``timeout`` seconds in all.
-            ProtocolError: the server refused the request or sent garbage.
+            ProtocolError: the server refused the request (or a registration :meth:`poll`
+                sent) or sent garbage.
+            TransportError: the transport's I/O thread failed.
         """
         deadline = self._clock() + self.timeout
         wait, attempts = RETRY_INTERVAL, 0
@@ -130,11 +140,28 @@ class StateClient:
             reply = self._decode(received)
             if reply.seq == seq:
                 return reply
-            self._pending.append(reply)
+            if not self._took_register_reply(reply):
+                self._pending.append(reply)
 
     def _register_again(self):
         self.reregistrations += 1
-        self.request(self._message(m.Register, slot=self.slot, signature=self._signature, round=self._round))
+        self.request(self._register_message())
+
+    def _register_message(self):
+        return self._message(m.Register, slot=self.slot, signature=self._signature, round=self._round)
+
+    def _took_register_reply(self, reply):
+        """True if ``reply`` answers a Register sent by :meth:`poll` (and is thereby handled).
+
+        Raises:
+            ProtocolError: the server refused that registration.
+        """
+        if reply.seq not in self._register_replies:
+            return False
+        self._register_replies.discard(reply.seq)
+        if not reply.ok:
+            raise ProtocolError("State Server refused the new registration: %s" % reply.error)
+        return True
 
     def _next_seq(self):
         self._seq += 1
@@ -156,7 +183,7 @@ class StateClient:
         """
         self._signature = signature
         self._round = max(self._round, round_)
-        reply = self.request(self._message(m.Register, slot=self.slot, signature=signature, round=self._round))
+        reply = self.request(self._register_message())
         if heartbeat and hasattr(self._transport, "set_heartbeat"):
             beat = m.Heartbeat(rank=self.rank, seq=0, incarnation=self.incarnation)
             self._transport.set_heartbeat(m.encode(beat), heartbeat)
@@ -175,24 +202,40 @@ class StateClient:
         self._send(self._query(round_, k, c, since_finish))
 
     def poll(self, timeout=0.0):
-        """Replies to delayed-ACK queries received so far (waiting up to ``timeout`` for the first).
+        """Replies to delayed-ACK queries received so far (waiting up to ``timeout`` seconds
+        for the first, never longer).
+
+        A "not registered" answer means the State Server was restarted: poll()
+        sends a new registration without waiting for it (its answer is taken
+        by a later poll() or request()), and the queries after it are answered
+        again. A "not registered" answer to a request sent before the latest
+        registration is expected meanwhile and sends no other one.
 
         Raises:
-            ProtocolError: the server refused a query.
+            ProtocolError: the server refused a query or the new registration.
+            TransportError: the transport's I/O thread failed.
         """
-        replies, self._pending = self._pending, []
-        raw = self._transport.recv(timeout) if not replies else self._transport.recv(0.0)
+        received, self._pending = self._pending, []
+        raw = self._transport.recv(timeout) if not received else self._transport.recv(0.0)
         while raw is not None:
-            replies.append(self._decode(raw))
+            received.append(self._decode(raw))
             raw = self._transport.recv(0.0)
-        for reply in replies:
-            if reply.ok:
+        replies, forgotten = [], False
+        for reply in received:
+            if self._took_register_reply(reply):
                 continue
-            if reply.code != "not_registered":
+            if reply.ok:
+                replies.append(reply)
+            elif reply.code != "not_registered":
                 raise ProtocolError("State Server refused a query: %s" % reply.error)
-        if any(r.code == "not_registered" for r in replies):
-            self._register_again()  # the State Server was restarted; later queries will be answered
-        return [r for r in replies if r.ok]
+            elif reply.seq > self._register_seq:
+                forgotten = True
+        if forgotten:
+            self.reregistrations += 1
+            register = self._register_message()
+            self._register_replies.add(register.seq)
+            self._send(register)
+        return replies
 
     def reset(self, round_, want_stop=False):
         """RESET after pulling the model of ``round_``; True means stop training now."""

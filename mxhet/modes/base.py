@@ -54,6 +54,10 @@ class WorkerStats:
     late_replies: int = 0      # State Server replies for an earlier round, ignored
     overruns: int = 0          # iterations slower than f x T under MXHET_BASE_ITER_S (contention)
     rtt_s: float = 0.0         # smoothed round-trip time of State Server queries
+    # ESync: the longest and shortest time one iteration spent on its State
+    # Server query (sending it and, with blocking ACKs, waiting for the answer)
+    query_wait_max_s: float = 0.0
+    query_wait_min_s: float = None
     # the job's final global model, pulled by every worker after the last step
     # (see SyncMode.finish): equal digests mean every worker ends with the same model
     final_model_sha256: str = ""

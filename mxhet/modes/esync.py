@@ -83,7 +83,11 @@ class ESync(SyncMode):
         else:
             self.take_replies([self.client.query(self.round, self.k, c, since_finish=t0 - compute_end)])
             self.stats.waited_iterations += 1
-        self.stats.query_s += self.clock() - t0
+        waited = self.clock() - t0
+        self.stats.query_s += waited
+        self.stats.query_wait_max_s = max(self.stats.query_wait_max_s, waited)
+        if self.stats.query_wait_min_s is None or waited < self.stats.query_wait_min_s:
+            self.stats.query_wait_min_s = waited
         self._count_messages()
         if self._ready_seen:
             self.aggregate()

@@ -58,6 +58,13 @@ def test_key_files_are_private(tmp_path):
 
 def test_clients_without_the_job_key_get_nothing(server):
     address, keys = server
+    # Positive control first: the job's own worker gets an answer, so the
+    # server is up and answering before the strangers' silence is counted.
+    client = StateClient(address, rank=1, slot=1, timeout=30, keys=keys)
+    try:
+        assert client.register().ok
+    finally:
+        client.close()
     assert _ask(address) is None                                   # plain, unencrypted client
     server_public, _ = zmq.auth.load_certificate(os.path.join(keys, "server.key"))
 
@@ -66,8 +73,7 @@ def test_clients_without_the_job_key_get_nothing(server):
         sock.curve_publickey, sock.curve_secretkey, sock.curve_serverkey = public, secret, server_public
     assert _ask(address, stranger) is None
 
-    client = StateClient(address, rank=1, slot=1, timeout=10, keys=keys)
-    try:
-        assert client.register().ok                                # the job's workers get through
-    finally:
-        client.close()
+    def member(sock):                                              # the job's client key: answered
+        from mxhet.control.auth import secure_client
+        secure_client(sock, keys)
+    assert _ask(address, member, timeout_ms=10000) is not None

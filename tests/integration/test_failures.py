@@ -55,12 +55,13 @@ def test_kill_9_of_one_of_four_workers_ends_the_job(tmp_path, child_pids, attemp
         err.close()
     stderr = (tmp_path / "launcher.err").read_text()
     assert code == 1
-    assert took < 10, "the launcher needed %.1f s" % took
+    # noticed at once in practice; the bound only says "not after a timeout", with room for a loaded machine
+    assert took < 40, "the launcher needed %.1f s" % took
     assert "worker %d" % victim in stderr and "SIGKILL" in stderr, stderr[-2000:]
     assert not child_pids.alive()
 
 
-@pytest.mark.parametrize("mode", ["sync"])  # the watch is the same for every mode; sync needs no State Server otherwise
+@pytest.mark.parametrize("mode", ["sync", "async"])  # modes that need no State Server for their algorithm
 def test_a_hung_worker_is_noticed_by_the_state_server(tmp_path, child_pids, mode):
     out = tmp_path / "out"
     proc, job_file, err = _start(tmp_path, ["-n", "3", "-s", "1", "--sync", mode, "--slowdown", "1,1,4",

@@ -28,8 +28,8 @@ def test_adsp_commit_counts_stay_equal_at_checkpoints(tmp_path, child_pids):
         counts = list(cp["commits"].values())
         assert max(counts) - min(counts) <= 1, record["checkpoints"]
     assert record["search"], "the commit-rate search evaluated no window"
-    workers = {w["slot"]: w for w in load_summary(out)["workers"]}
-    assert workers[0]["iterations"] > 2 * workers[2]["iterations"]  # nobody waited for the slow one
+    workers = load_summary(out)["workers"]
+    assert len({w["final_model_sha256"] for w in workers}) == 1
 
 
 def test_a_long_evaluation_on_rank_0_is_not_taken_for_a_hang(tmp_path, child_pids):

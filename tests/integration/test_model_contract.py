@@ -1,0 +1,82 @@
+"""The mode x model contract, on the paper's own networks.
+
+* Every registered mode on a model with BatchNorm (ResNet-18-v1); the same
+  contract on the small CNN (no BatchNorm) runs on the smoke preset's jobs in
+  ``test_bench_smoke.py``.
+* Every zoo model of the paper through ESync with delayed ACKs, with at least
+  one iteration aborted on a READY.
+
+Each job must exit cleanly, write a complete summary, leave every worker
+holding the same global model after the last aggregation (the digest each
+worker takes after its final pull), and have its accuracy evaluated, with
+precise BatchNorm where the model has BatchNorm. Inputs are tiny and budgets
+short: this checks that things work, not how well they learn.
+"""
+import pytest
+
+from mxhet.models import MODEL_NAMES, min_input_size
+from mxhet.modes import get_mode, mode_names
+
+from .jobs import launch, load_summary, train_command
+
+pytestmark = pytest.mark.timeout(300)
+
+WORKER_KEYS = {"rank", "slot", "context", "slowdown", "rounds", "local_iters", "iterations", "samples",
+               "compute_s", "wait_s", "bytes_pushed", "bytes_pulled", "final_model_sha256", "final_model_keys"}
+SUMMARY_KEYS = {"mode", "model", "input_size", "final_accuracy", "curve", "time_to_target_s", "evaluation",
+                "workers", "train_time_s"}
+RESNET18_BN_LAYERS = 20
+ZOO = [name for name in MODEL_NAMES if name != "smallcnn"]
+TINY = {name: max(8, min_input_size(name)) for name in ZOO}
+EVAL = ("--eval-interval", "1000", "--eval-samples", "100", "--final-eval-samples", "300", "--bn-batches", "2")
+
+
+def _run(tmp_path, child_pids, launcher_args, model, *train_args):
+    out = tmp_path / "out"
+    # (argparse keeps the last of a repeated option: these override train_command's defaults)
+    command = train_command(out, "--model", model, "--input-size", str(TINY[model]), "--batch-size", "16",
+                            *EVAL, *train_args)
+    proc = launch(["-s", "1", *launcher_args], command, tmp_path, child_pids, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not child_pids.alive()
+    return load_summary(out)
+
+
+def _check_contract(summary, mode, model, workers):
+    assert SUMMARY_KEYS <= set(summary) and summary["mode"] == mode and summary["model"] == model
+    assert len(summary["workers"]) == workers
+    for w in summary["workers"]:
+        assert WORKER_KEYS <= set(w), sorted(WORKER_KEYS - set(w))
+        assert w["rounds"] > 0 and w["samples"] > 0 and w["final_model_keys"] > 0
+    assert len({w["final_model_sha256"] for w in summary["workers"]}) == 1, "workers ended with different models"
+    assert 0.0 <= summary["final_accuracy"] <= 1.0
+    assert summary["curve"][-1][1] == pytest.approx(summary["final_accuracy"], abs=1e-4)
+    assert summary["evaluation"]["final_samples"] == 300
+
+
+@pytest.mark.parametrize("mode", mode_names())
+def test_every_mode_on_a_batchnorm_model(tmp_path, child_pids, mode):
+    standalone = get_mode(mode).kvstore_type is None
+    n = 1 if standalone else 3
+    launcher = ["-n", str(n), "--sync", mode, "--slowdown", "1" if standalone else "1,1,3", "--base-iter", "0.05"]
+    if mode == "adsp":
+        launcher += ["--adsp-period", "1", "--adsp-window", "1"]
+    summary = _run(tmp_path, child_pids, launcher, "resnet18_v1", "--time-budget", "3")
+    _check_contract(summary, mode, "resnet18_v1", n)
+    ev = summary["evaluation"]
+    assert ev["batchnorm"] == "precise" and ev["bn_layers"] == RESNET18_BN_LAYERS and ev["bn_batches"] == 2
+
+
+@pytest.mark.parametrize("model", ZOO)
+def test_every_paper_model_through_esync_with_delayed_acks(tmp_path, child_pids, model):
+    # the slow device's READY comes one round trip (2 x 20 ms) into its next
+    # iteration of at least 6 x 0.1 s: that iteration is aborted every round
+    summary = _run(tmp_path, child_pids, ["-n", "2", "--sync", "esync", "--slowdown", "1,6", "--base-iter", "0.1",
+                                          "--net-delay-ms", "20"],
+                   model, "--ack", "delayed", "--max-rounds", "2", "--time-budget", "120")
+    _check_contract(summary, "esync", model, 2)
+    assert summary["ack"] == "delayed"
+    assert all(w["rounds"] == 2 for w in summary["workers"])
+    assert sum(w["aborted"] for w in summary["workers"]) >= 1
+    ev = summary["evaluation"]
+    assert ev["batchnorm"] == ("none in model" if model == "alexnet" else "precise")
