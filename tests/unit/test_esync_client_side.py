@@ -59,19 +59,25 @@ class FakeTransport:
         pass
 
 
+def _without_parameter_server(trainer, clock, transport):
+    """Make ``trainer``'s esync mode ready to step with a fake clock and a
+    State Server client on ``transport``, without the parameter server."""
+    mode = trainer.mode
+    mode.clock, mode.sleep = clock, clock.advance
+    mode.client = StateClient("fake", rank=0, slot=0, clock=clock, transport=transport)
+    mode._ready = True
+    mode._t_last = mode._t_start = clock()
+    mode._mark_round_start()
+    return mode
+
+
 def _esync(ack, clock, transport, slowdown=1.0):
     """A real mxhet.Trainer in esync mode on a 1-parameter net, without the parameter server."""
     net = gluon.nn.Dense(1, use_bias=False, in_units=1)
     net.initialize(mx.init.Constant(1.0))
     config = WorkerConfig(sync="esync", slowdown=slowdown)
     trainer = Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, config=config, ack=ack)
-    mode = trainer.mode
-    mode.clock = clock
-    mode.sleep = clock.advance
-    mode.client = StateClient("fake", rank=0, slot=0, clock=clock, transport=transport)
-    mode._ready = True
-    mode._t_last = mode._t_start = clock()
-    mode._mark_round_start()
+    mode = _without_parameter_server(trainer, clock, transport)
     aggregations = []
 
     def aggregate():  # the data plane is tested with real processes
@@ -273,12 +279,7 @@ def test_base_iteration_pads_each_iteration_to_f_times_t_and_counts_overruns():
     net.initialize(mx.init.Constant(1.0))
     config = WorkerConfig(sync="esync", slowdown=3.0, base_iter_s=0.2)
     trainer = Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, config=config, ack="delayed")
-    mode = trainer.mode
-    mode.clock, mode.sleep = clock, clock.advance
-    mode.client = StateClient("fake", rank=0, slot=0, clock=clock, transport=transport)
-    mode._ready = True
-    mode._t_last = mode._t_start = clock()
-    mode._mark_round_start()
+    mode = _without_parameter_server(trainer, clock, transport)
     _iteration(net, trainer, clock, seconds=0.25)   # padded to 3 x 0.2 = 0.6 s
     assert clock() == pytest.approx(0.6) and trainer.stats.overruns == 0
     _iteration(net, trainer, clock, seconds=0.9)    # slower than 0.6 s: no padding, one overrun
@@ -298,12 +299,7 @@ def test_abort_on_a_model_with_batchnorm_drops_only_real_gradients():
     assert any(p.grad_req == "null" for p in net.collect_params().values())
     trainer = Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
                       config=WorkerConfig(sync="esync"), ack="delayed")
-    mode = trainer.mode
-    mode.clock, mode.sleep = clock, clock.advance
-    mode.client = StateClient("fake", rank=0, slot=0, clock=clock, transport=transport)
-    mode._ready = True
-    mode._t_last = mode._t_start = clock()
-    mode._mark_round_start()
+    mode = _without_parameter_server(trainer, clock, transport)
     aggregated = []
     mode.aggregate = lambda: aggregated.append(mode.k)
     x = mx.nd.array([[1.0, 2.0], [3.0, -1.0], [0.5, 0.0], [-2.0, 1.0]])
