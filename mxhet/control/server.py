@@ -4,6 +4,11 @@
 reading (no I/O, no clock of its own); :func:`serve` is the socket loop. A bad
 request is logged and answered with an error reply (or dropped when it cannot
 be answered); the loop keeps serving.
+
+Every request costs O(log N) amortized in the number of workers N: the
+slowest device, the oldest silence, SSP's minimum clock and the deferred SSP
+requests each live in a :class:`~.state_rule.LazyHeap` updated as requests
+arrive, instead of being searched for.
 """
 import json
 import logging
@@ -15,7 +20,7 @@ import zmq
 from ..errors import NotRegistered, ProtocolError
 from . import messages as m
 from . import adsp
-from .state_rule import DEFAULT_EPSILON, StateTable
+from .state_rule import DEFAULT_EPSILON, LazyHeap, StateTable
 
 LOG = logging.getLogger("mxhet.state_server")
 
@@ -48,22 +53,27 @@ class StateService:
         self.clocks = {}         # SSP: rank -> iterations done
         self.waiting = {}        # SSP: rank -> seq of its deferred clock request
         self.released = []       # (rank, Reply) deferred replies now due
+        self._live_clocks = LazyHeap()    # SSP: present rank -> its clock (min = the slowest)
+        self._deferred = LazyHeap()       # SSP: waiting rank -> (its clock, arrival order)
+        self._arrivals = 0
         self._adsp_args = dict(period=adsp_period, epoch=adsp_epoch, window_periods=adsp_window)
         adsp.ADSPScheduler(range(num_workers), **self._adsp_args)  # validate now
         self.adsp = None
         self.slots = {}          # rank -> launcher slot
         self.owners = {}         # rank -> sender (connection) that registered it
         self.last_seen = {}      # rank -> server clock of its latest message
+        self._seen = LazyHeap()  # present rank -> last_seen (the oldest first)
         self.sessions = {}       # rank -> (incarnation, last seq, last reply) for replays
         self.signature = None    # (model signature, rank that set it)
         self.left = set()        # ranks that said bye
+        self.present = set()     # registered ranks that have not said bye
         self.stop_decisions = {}  # round -> stop after this round?
         self.rounds = {}         # round -> {"slowest": rank, "local_iters": {rank: k}}
 
     @property
     def finished(self):
         """True once every registered worker has left."""
-        return bool(self.slots) and self.left >= set(self.slots)
+        return bool(self.slots) and not self.present
 
     def handle(self, request, now, sender=None):
         """Answer one validated request at server clock ``now``.
@@ -102,6 +112,8 @@ class StateService:
                 self.owners[request.rank] = sender
             if request.rank in self.slots:
                 self.last_seen[request.rank] = now
+                if request.rank in self.present:
+                    self._seen.set(request.rank, now)
             return reply
         except (KeyError, ValueError, ProtocolError) as exc:
             if request.TYPE == m.Heartbeat.TYPE:
@@ -128,7 +140,9 @@ class StateService:
             raise ProtocolError("rank %d is already registered for slot %d" % (req.rank, known))
         self.slots[req.rank] = req.slot
         self.left.discard(req.rank)
-        self.clocks.setdefault(req.rank, 0)
+        self.present.add(req.rank)
+        self.table.set_present(req.rank, True)
+        self._live_clocks.set(req.rank, self.clocks.setdefault(req.rank, 0))
         record = self.table.record(req.rank)
         if req.round > record.round:  # a worker resuming with a restarted State Server
             self.table.reset(req.rank, req.round, now)
@@ -139,8 +153,7 @@ class StateService:
         record = self._registered(req.rank)
         if req.round != record.round:
             raise ProtocolError("query for round %d, rank %d is in round %d" % (req.round, req.rank, record.round))
-        present = set(self.slots) - self.left
-        ready = self.table.query(req.rank, req.k, req.c, now - req.since_finish, now, among=present)
+        ready = self.table.query(req.rank, req.k, req.c, now - req.since_finish, now, present_only=True)
         slowest = self.table.slowest_rank()
         if ready:
             info = self.rounds.setdefault(req.round, {"slowest": slowest, "local_iters": {}})
@@ -156,6 +169,10 @@ class StateService:
     def _on_bye(self, req, now):
         self._registered(req.rank)
         self.left.add(req.rank)
+        self.present.discard(req.rank)
+        self.table.set_present(req.rank, False)
+        self._seen.discard(req.rank)
+        self._live_clocks.discard(req.rank)
         self._release_clocks()
         return m.Reply(seq=req.seq)
 
@@ -164,13 +181,22 @@ class StateService:
         return None  # no answer: the heartbeat only refreshes last_seen
 
     def silent(self, now, timeout):
-        """Registered ranks still in the job that sent nothing for ``timeout`` seconds."""
+        """Registered ranks still in the job that sent nothing for ``timeout`` seconds.
+
+        O(1) amortized while none is silent (only the oldest is looked at).
+        """
+        oldest = self._seen.peek()
+        if oldest is None or not now - oldest[0] > timeout:
+            return []
         return sorted(r for r, t in self.last_seen.items() if r not in self.left and now - t > timeout)
 
     # -- SSP -------------------------------------------------------------------
     def _ssp_allows(self, rank):
-        live = [c for r, c in self.clocks.items() if r not in self.left]
-        return not live or self.clocks[rank] - min(live) <= self.staleness
+        return self._ssp_allows_clock(self.clocks[rank])
+
+    def _ssp_allows_clock(self, clock):
+        slowest = self._live_clocks.peek()   # the minimum clock of the ranks still in the job
+        return slowest is None or clock - slowest[0] <= self.staleness
 
     def _on_clock(self, req, now):
         self._registered(req.rank)
@@ -178,18 +204,33 @@ class StateService:
             raise ProtocolError("rank %d clock went back from %d to %d"
                                 % (req.rank, self.clocks[req.rank], req.clock))
         self.clocks[req.rank] = req.clock
+        if req.rank in self.present:
+            self._live_clocks.set(req.rank, req.clock)
         self.waiting.pop(req.rank, None)
+        self._deferred.discard(req.rank)
         self._release_clocks()
         if self._ssp_allows(req.rank):
             return m.Reply(seq=req.seq)
         self.waiting[req.rank] = req.seq
+        self._arrivals += 1
+        self._deferred.set(req.rank, (req.clock, self._arrivals))
         return None
 
     def _release_clocks(self):
-        for rank, seq in list(self.waiting.items()):
-            if self._ssp_allows(rank):
-                del self.waiting[rank]
-                self.released.append((rank, m.Reply(seq=seq)))
+        """Release the deferred requests now allowed, in the order they arrived.
+
+        The deferred are ordered by clock, so only those released (plus one)
+        are looked at: O(k log N) for k released.
+        """
+        due = []
+        while True:
+            top = self._deferred.peek()
+            if top is None or not self._ssp_allows_clock(top[0][0]):
+                break
+            self._deferred.pop()
+            due.append((top[0][1], top[1]))
+        for _, rank in sorted(due):
+            self.released.append((rank, m.Reply(seq=self.waiting.pop(rank))))
 
     def take_released(self):
         """Deferred replies that are now due, as ``(rank, Reply)``."""

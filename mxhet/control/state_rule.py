@@ -22,8 +22,14 @@ QUERY-STATE(r, k, c, t_e) at time ``now`` answers
 
 RESET(r, t, t_e) records that device r pulled the global model of round t at
 time t_e and starts a new round with k = 0.
+
+Cost: a decision is O(log N) amortized in the number of devices N. The slowest
+device is kept in a :class:`SlowestIndex` (a heap with lazy invalidation)
+instead of being searched for; :func:`find_slowest` remains the definition
+(and the reference the unit tests compare the index against).
 """
 import dataclasses
+import heapq
 import math
 
 DEFAULT_EPSILON = 0.01
@@ -52,9 +58,93 @@ class DeviceRecord:
     round: int = 0
 
 
+def _slowness(rec):
+    return (rec.capability, -rec.rank)
+
+
 def find_slowest(records):
-    """The record with the largest capability; ties go to the lowest rank."""
-    return max(records, key=lambda rec: (rec.capability, -rec.rank))
+    """The record with the largest capability; ties go to the lowest rank (O(N))."""
+    return max(records, key=_slowness)
+
+
+class LazyHeap:
+    """Items with changing keys, the one with the smallest ``(key, item)`` first.
+
+    A binary heap with lazy invalidation: :meth:`set` pushes a new entry and
+    leaves the item's old one behind; stale entries are dropped when they
+    surface at the top. When stale entries outnumber live ones the heap is
+    rebuilt, so memory stays O(N) and :meth:`set`, :meth:`discard` and
+    :meth:`peek` cost O(log N) amortized. Keys of one heap must be mutually
+    comparable, items too (ties between keys go to the smaller item).
+    """
+
+    def __init__(self, items=()):
+        self._key = dict(items)  # item -> key
+        self._heap = []
+        self._rebuild()
+
+    def __len__(self):
+        return len(self._key)
+
+    def __contains__(self, item):
+        return item in self._key
+
+    def _rebuild(self):
+        self._heap = [(key, item) for item, key in self._key.items()]
+        heapq.heapify(self._heap)
+
+    def set(self, item, key):
+        """Add ``item`` with ``key``, or change its key."""
+        keys = self._key
+        if item in keys and keys[item] == key:
+            return
+        keys[item] = key
+        heapq.heappush(self._heap, (key, item))
+        if len(self._heap) > 2 * len(keys) + 16:
+            self._rebuild()
+
+    def discard(self, item):
+        """Remove ``item`` if present."""
+        if self._key.pop(item, _MISSING) is not _MISSING and len(self._heap) > 2 * len(self._key) + 16:
+            self._rebuild()
+
+    def peek(self):
+        """``(key, item)`` of the smallest, or None when empty."""
+        heap, keys = self._heap, self._key
+        while heap:
+            key, item = heap[0]
+            if item in keys and keys[item] == key:
+                return key, item
+            heapq.heappop(heap)
+        return None
+
+    def pop(self):
+        """Remove and return ``(key, item)`` of the smallest, or None when empty."""
+        top = self.peek()
+        if top is not None:
+            heapq.heappop(self._heap)
+            del self._key[top[1]]
+        return top
+
+
+_MISSING = object()
+
+
+class SlowestIndex(LazyHeap):
+    """The slowest of a changing set of ranks, ordered as :func:`find_slowest`
+    orders them (largest capability, ties to the lowest rank), in O(log N)."""
+
+    def __init__(self, items=()):
+        super().__init__((rank, -float(capability)) for rank, capability in items)
+
+    def set(self, rank, capability):
+        """Add ``rank`` or change its capability (seconds per iteration)."""
+        super().set(rank, -capability)
+
+    def top(self):
+        """The slowest rank, or None when empty."""
+        top = self.peek()
+        return None if top is None else top[1]
 
 
 def rest_time(slowest, now):
@@ -76,6 +166,9 @@ class StateTable:
             :data:`DEFAULT_EPSILON`.
         now: the clock reading at creation (State Server clock, seconds).
 
+    The slowest device is tracked in indexes that :meth:`query` keeps up to
+    date: change a record's capability only through :meth:`query`.
+
     Raises:
         ValueError: for an empty or duplicated rank list or a bad epsilon.
     """
@@ -90,6 +183,20 @@ class StateTable:
             raise ValueError("epsilon must be a finite number of seconds >= 0, got %r" % (epsilon,))
         self.epsilon = float(epsilon)
         self.records = {r: DeviceRecord(rank=r, last_finish=now) for r in ranks}
+        self._slowest = SlowestIndex((r, math.inf) for r in ranks)  # over every record
+        self._slowest_present = SlowestIndex()                      # over the ranks marked present
+
+    def set_present(self, rank, present):
+        """Mark ``rank`` present or absent for ``query(..., present_only=True)``.
+
+        Raises:
+            KeyError: for a rank that is not part of the job.
+        """
+        record = self.record(rank)
+        if present:
+            self._slowest_present.set(rank, record.capability)
+        else:
+            self._slowest_present.discard(rank)
 
     def record(self, rank):
         """The record of ``rank``.
@@ -103,7 +210,7 @@ class StateTable:
             raise KeyError("rank %r is not part of this job (ranks %s)"
                            % (rank, sorted(self.records))) from None
 
-    def query(self, rank, local_iters, capability, last_finish, now, among=None):
+    def query(self, rank, local_iters, capability, last_finish, now, among=None, present_only=False):
         """QUERY-STATE: True for READY, False for NOT-READY.
 
         Args:
@@ -115,18 +222,37 @@ class StateTable:
             among: the ranks to consider when looking for the slowest device
                 (default: all). A State Server that was restarted passes the
                 ranks that registered with it: the others may be blocked in
-                an aggregation that waits for the querying device.
+                an aggregation that waits for the querying device. Costs
+                O(len(among)).
+            present_only: consider only the ranks marked with
+                :meth:`set_present` (and the querying one): the same as
+                ``among`` = those ranks, in O(log N).
+
+        Raises:
+            KeyError: for an unknown rank.
+            ValueError: for a bad k or c, or both ``among`` and ``present_only``.
         """
         if local_iters < 0:
             raise ValueError("local_iters must be >= 0, got %r" % (local_iters,))
         if not (math.isfinite(capability) and capability >= 0):
             raise ValueError("capability must be a finite number of seconds >= 0, got %r" % (capability,))
+        if among is not None and present_only:
+            raise ValueError("pass either among or present_only, not both")
         current = self.record(rank)
         current.local_iters = local_iters
         current.capability = float(capability)
         current.last_finish = float(last_finish)
-        candidates = [r for k, r in self.records.items() if among is None or k in among or k == rank]
-        slowest = find_slowest(candidates)
+        self._slowest.set(rank, current.capability)
+        if rank in self._slowest_present:
+            self._slowest_present.set(rank, current.capability)
+        if among is not None:
+            records = self.records
+            slowest = find_slowest([records[k] for k in among if k in records] + [current])
+        elif present_only:
+            top = self._slowest_present.top()
+            slowest = current if top is None else max(self.records[top], current, key=_slowness)
+        else:
+            slowest = self.records[self._slowest.top()]
         if local_iters == 0 or slowest.round < current.round:
             return False
         if (current is slowest or slowest.ready
@@ -146,4 +272,5 @@ class StateTable:
         current.last_finish = float(finish_time)
 
     def slowest_rank(self):
-        return find_slowest(self.records.values()).rank
+        """The slowest device over every record (O(log N) amortized)."""
+        return self._slowest.top()
