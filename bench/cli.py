@@ -71,6 +71,28 @@ def build_parser():
                      help="launcher --slowdown-schedule, SLOT:SPEC (default %(default)s)")
     dyn.add_argument("--ack", choices=["blocking", "delayed"], default="blocking")
     dyn.add_argument("--window", type=float, default=2.5, help="seconds per line of the printed table")
+    cp = sub.add_parser("control-plane", help="State Server: queries/s and latency under closed-loop load")
+    load = cp.add_argument_group("load")
+    load.add_argument("--clients", type=int, default=64, help="closed-loop client sockets (default %(default)s)")
+    load.add_argument("--registered", default="64,2000,10000",
+                      help="registered ranks, one run each (default %(default)s)")
+    load.add_argument("--active-ranks", default="0",
+                      help="ranks issuing queries, spread over the clients; 0 = one per client "
+                           "(comma-separated: one run each; default %(default)s)")
+    load.add_argument("--generators", type=int, default=max(1, min(4, (os.cpu_count() or 2) - 1)),
+                      help="load-generator processes (default %(default)s)")
+    load.add_argument("--auth", choices=["off", "on", "both"], default="off",
+                      help="CURVE authentication of the control plane (default %(default)s)")
+    timing = cp.add_argument_group("timing")
+    timing.add_argument("--duration", type=float, default=5.0, help="measured seconds per run (default %(default)s)")
+    timing.add_argument("--warmup", type=float, default=1.0, help="seconds of load before (default %(default)s)")
+    where = cp.add_argument_group("code and output")
+    where.add_argument("--baseline", default="",
+                       help="a directory holding another mxhet package: also run it, labelled 'before'")
+    where.add_argument("--profile", default="",
+                       help="comma-separated registered counts to profile the server at (cProfile)")
+    where.add_argument("--profile-duration", type=float, default=3.0)
+    where.add_argument("--out", default="runs/control-plane", help="output directory (default %(default)s)")
     for name in EXPERIMENT_NAMES:
         help_text = {"table1": "Table 1: ESync vs Sync speedup to the target, ESync vs standalone accuracy",
                      "curves": "Figure 3: test accuracy over time, i.i.d. and non-i.i.d.",
@@ -331,6 +353,36 @@ def run_dynamic(args):
     return 0
 
 
+def _ints(text, what):
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError("--%s must be comma-separated integers, got %r" % (what, text)) from None
+
+
+def run_control_plane(args):
+    from . import control_plane
+    try:
+        registered = _ints(args.registered, "registered")
+        active = _ints(args.active_ranks, "active-ranks") or (0,)
+        profile = _ints(args.profile, "profile")
+        if args.baseline and not os.path.isdir(os.path.join(args.baseline, "mxhet")):
+            raise ConfigError("--baseline %s holds no mxhet package" % args.baseline)
+        configs = control_plane.plan(registered, clients=args.clients, active_ranks=active,
+                                     duration=args.duration, warmup=args.warmup, generators=args.generators,
+                                     auth=("off", "on") if args.auth == "both" else (args.auth,),
+                                     labels=("before", "after") if args.baseline else ("after",))
+    except (ConfigError, ValueError) as exc:
+        print("mxhet-bench control-plane: error: %s" % exc, file=sys.stderr)
+        return 2
+    result = control_plane.run_experiment(configs, args.out, baseline=args.baseline, profile_registered=profile,
+                                          profile_duration=args.profile_duration,
+                                          command=["mxhet-bench"] + sys.argv[1:])
+    print(control_plane.format_report(result))
+    print("results: %s" % ", ".join(os.path.join(args.out, "control-plane." + x) for x in ("json", "md")))
+    return 1 if result["failures"] else 0
+
+
 def _terminate(signum, frame):
     # SystemExit unwinds through run_job, which ends the running launcher (its
     # own session: a signal to the bench does not reach it).
@@ -340,7 +392,8 @@ def _terminate(signum, frame):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
-    runners = {"demo": run_demo, "epsilon": run_epsilon, "acks": run_acks, "dynamic": run_dynamic}
+    runners = {"demo": run_demo, "epsilon": run_epsilon, "acks": run_acks, "dynamic": run_dynamic,
+               "control-plane": run_control_plane}
     return runners.get(args.experiment, run_paper_experiment)(args)
 
 

@@ -1,0 +1,538 @@
+"""``mxhet-bench control-plane``: queries per second and latency of the real State Server.
+
+Each configuration starts ``python -m mxhet.state_server --heartbeat-timeout 0``
+as a child process on 127.0.0.1 (an ephemeral port, read from its log line),
+registers ``registered`` ranks, and drives it with ``clients`` closed-loop
+clients: real DEALER sockets, one query outstanding each, every query a
+fresh QUERY-STATE (new sequence number, so never a replay) of a rank the
+socket registered. With ``active_ranks`` > ``clients`` each socket cycles over
+several ranks, so thousands of ranks issue queries. The clients live in
+``generators`` processes, each a ``zmq.Poller`` loop over its sockets.
+
+Measured over ``duration`` seconds after ``warmup`` seconds: completed
+queries per second, latency percentiles (send to reply, in the client),
+the server's CPU seconds per query (utime + stime of the whole process,
+ZeroMQ's I/O thread included, from /proc) and each generator's CPU share of
+one core, which tells whether the generator or the server was the limit.
+With ``profile`` the server also runs once more under cProfile and the top
+entries go into the report.
+
+``baseline`` names a directory holding another ``mxhet`` package (e.g. the
+code before a change, from ``git archive``); each configuration then runs
+against both, labelled ``before`` and ``after``.
+"""
+import array
+import dataclasses
+import json
+import math
+import os
+import pstats
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+SERVER_MODULE = "mxhet.state_server"
+_LISTENING = re.compile(r"State Server listening on (tcp://[0-9.]+:\d+)")
+_REGISTER = '{"v":1,"type":"register","rank":%d,"seq":1,"incarnation":%d,"slot":%d,"signature":"","round":0}'
+_QUERY = ('{"v":1,"type":"query","rank":%d,"seq":%d,"incarnation":%d,"round":0,"k":%d,"c":%r,'
+          '"since_finish":0.0}')
+_INCARNATION = 7
+_WINDOW = 256  # registrations in flight per socket (below ZeroMQ's default high-water mark of 1000)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One measured configuration.
+
+    Args:
+        registered: ranks registered with the State Server (its --num-workers).
+        clients: closed-loop client sockets, one query outstanding each.
+        active_ranks: ranks that issue queries (>= clients; 0 = one per client).
+        duration: measured seconds.
+        warmup: seconds of load before the measurement starts.
+        generators: client processes the sockets are spread over.
+        auth: CURVE-authenticated control plane (as mxhet-launch runs it by default).
+        label: "after" for the working tree's server, "before" for the baseline.
+    """
+    registered: int
+    clients: int = 64
+    active_ranks: int = 0
+    duration: float = 5.0
+    warmup: float = 1.0
+    generators: int = 1
+    auth: bool = False
+    label: str = "after"
+
+    def __post_init__(self):
+        if self.clients < 1 or self.generators < 1:
+            raise ValueError("clients and generators must be >= 1, got %d and %d" % (self.clients, self.generators))
+        if self.registered < self.active:
+            raise ValueError("registered ranks (%d) must be >= the ranks that query (%d)"
+                             % (self.registered, self.active))
+        if self.active_ranks and self.active_ranks < self.clients:
+            raise ValueError("active_ranks (%d) must be 0 or >= clients (%d)" % (self.active_ranks, self.clients))
+        if not (self.duration > 0 and self.warmup >= 0):
+            raise ValueError("duration must be > 0 and warmup >= 0 seconds")
+
+    @property
+    def active(self):
+        return self.active_ranks or self.clients
+
+    def ranks_of(self, client):
+        """The ranks client socket ``client`` registered and queries for."""
+        return list(range(client, self.active, self.clients))
+
+
+def percentile(sorted_values, q):
+    """The ``q``-quantile (0..1) of ascending values, nearest rank; nan when empty."""
+    if not sorted_values:
+        return math.nan
+    index = min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))
+    return sorted_values[index]
+
+
+def latency_summary(latencies_s):
+    """Latency statistics in milliseconds from samples in seconds."""
+    values = sorted(latencies_s)
+    ms = lambda x: round(1000.0 * x, 4) if math.isfinite(x) else None  # noqa: E731
+    return {"p50": ms(percentile(values, 0.50)), "p90": ms(percentile(values, 0.90)),
+            "p99": ms(percentile(values, 0.99)), "p999": ms(percentile(values, 0.999)),
+            "max": ms(values[-1]) if values else None,
+            "mean": ms(sum(values) / len(values)) if values else None}
+
+
+def summarize(config, generator_results, server_cpu_s, cpu_window_s):
+    """One run's record from the generators' results and the server's CPU seconds.
+
+    Args:
+        config: the :class:`Config`.
+        generator_results: per generator ``{"queries", "errors", "cpu_s",
+            "latencies"}`` (latencies: bytes of an ``array('d')`` of seconds),
+            counted over ``config.duration`` seconds.
+        server_cpu_s: the server's CPU seconds over ``cpu_window_s`` seconds.
+    """
+    window_s = config.duration
+    latencies = []
+    queries = errors = 0
+    shares = []
+    for result in generator_results:
+        latencies.extend(array.array("d", result["latencies"]))
+        queries += result["queries"]
+        errors += result["errors"]
+        shares.append(round(result["cpu_s"] / window_s, 3))
+    qps = queries / window_s
+    per_query = server_cpu_s / (qps * cpu_window_s) if queries else None
+    return {"label": config.label, "registered": config.registered, "clients": config.clients,
+            "active_ranks": config.active, "auth": config.auth, "generators": config.generators,
+            "duration_s": round(window_s, 3), "queries": queries, "errors": errors, "qps": round(qps, 1),
+            "latency_ms": latency_summary(latencies),
+            "server_cpu_s": round(server_cpu_s, 4),
+            "server_cpu_util": round(server_cpu_s / cpu_window_s, 3),
+            "server_cpu_per_query_us": round(1e6 * per_query, 2) if per_query is not None else None,
+            "generator_cpu_share": shares}
+
+
+# --- the server --------------------------------------------------------------
+
+
+def process_cpu_seconds(pid):
+    """utime + stime of process ``pid`` (all its threads), seconds."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Server:
+    """``python -m mxhet.state_server`` as a child process on an ephemeral port.
+
+    Args:
+        num_workers: its --num-workers.
+        keys: CURVE key directory, or "" for none.
+        pythonpath: put first on the child's PYTHONPATH (another mxhet package).
+        profile_out: run it under cProfile, writing the stats here on exit.
+        start_timeout: seconds to wait for its "listening" log line.
+    """
+
+    def __init__(self, num_workers, keys="", pythonpath="", profile_out="", start_timeout=30.0):
+        cmd = [sys.executable]
+        if profile_out:
+            cmd += ["-m", "cProfile", "-o", profile_out]
+        cmd += ["-m", SERVER_MODULE, "--bind", "tcp://127.0.0.1:*", "--num-workers", str(num_workers),
+                "--heartbeat-timeout", "0"]
+        if keys:
+            cmd += ["--keys", keys]
+        env = dict(os.environ)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, root, env.get("PYTHONPATH", "")) if p)
+        self.command = cmd
+        self._log = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + start_timeout
+        self.address = None
+        while self.address is None:
+            found = _LISTENING.search(self.log())
+            if found:
+                self.address = found.group(1)
+            elif self.proc.poll() is not None or time.monotonic() > deadline:
+                log = self.log()
+                self.stop()
+                raise RuntimeError("the State Server did not start: %s" % log[-2000:])
+            else:
+                time.sleep(0.05)
+
+    def log(self):
+        if self._log.closed:
+            return ""
+        self._log.seek(0)
+        return self._log.read()
+
+    def cpu_seconds(self):
+        return process_cpu_seconds(self.proc.pid)
+
+    def stop(self, timeout=30.0):
+        """SIGTERM, then SIGKILL after ``timeout`` s; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+# --- the clients ---------------------------------------------------------------
+
+
+def _capability(rank):
+    return 0.05 + 0.001 * (rank % 97)
+
+
+def _dealer(ctx, address, keys):
+    import zmq
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    if keys:
+        from mxhet.control.auth import secure_client
+        secure_client(sock, keys)
+    sock.connect(address)
+    return sock
+
+
+def register_ranks(sock, ranks, report_capability=False, timeout=120.0):
+    """Register ``ranks`` through ``sock`` (pipelined, at most _WINDOW in flight).
+
+    With ``report_capability`` each rank then sends one k = 0 query, so the
+    State Server knows its capability (as after a worker's first iteration).
+
+    Raises:
+        RuntimeError: a refusal, or ``timeout`` seconds without a reply.
+    """
+    messages = [(_REGISTER % (r, _INCARNATION, r)).encode() for r in ranks]
+    if report_capability:
+        messages += [(_QUERY % (r, 2, _INCARNATION, 0, _capability(r))).encode() for r in ranks]
+    sent = received = 0
+    while received < len(messages):
+        while sent < len(messages) and sent - received < _WINDOW:
+            sock.send(messages[sent])
+            sent += 1
+        if not sock.poll(int(1000 * timeout)):
+            raise RuntimeError("the State Server did not answer %d registrations" % (len(messages) - received))
+        reply = sock.recv()
+        if b'"ok":true' not in reply:
+            raise RuntimeError("registration refused: %r" % reply[:300])
+        received += 1
+
+
+def generate(config, address, keys, client_ids, ready, start, results):
+    """A generator process: closed-loop clients ``client_ids`` (runs in a child)."""
+    import zmq
+    ctx = zmq.Context()
+    socks, ranks, seqs, turn, sent_at = [], [], [], [], []
+    try:
+        for client in client_ids:
+            sock = _dealer(ctx, address, keys)
+            own = config.ranks_of(client)
+            register_ranks(sock, own)
+            socks.append(sock)
+            ranks.append(own)
+            seqs.append([1] * len(own))
+            turn.append(0)
+            sent_at.append(0.0)
+        poller = zmq.Poller()
+        index = {}
+        for i, sock in enumerate(socks):
+            poller.register(sock, zmq.POLLIN)
+            index[sock] = i
+        caps = {r: _capability(r) for own in ranks for r in own}
+        ready.put(os.getpid())
+        t0 = start.get()                    # time.time() of the window start, from the parent
+        window_start = t0 - time.time() + time.perf_counter()
+        end = window_start + config.duration
+        latencies = array.array("d")
+        queries = errors = 0
+        perf, fmt = time.perf_counter, _QUERY
+
+        def send(i):
+            own, t = ranks[i], turn[i]
+            rank = own[t]
+            seq = seqs[i][t] = seqs[i][t] + 1
+            turn[i] = (t + 1) % len(own)
+            sent_at[i] = perf()
+            socks[i].send((fmt % (rank, seq, _INCARNATION, seq, caps[rank])).encode())
+
+        for i in range(len(socks)):
+            send(i)
+        cpu0 = None
+        while True:
+            now = perf()
+            if cpu0 is None and now >= window_start:
+                cpu0 = time.process_time()
+            if now >= end:
+                break
+            for sock, _ in poller.poll(100):
+                reply = sock.recv()
+                done = perf()
+                i = index[sock]
+                if sent_at[i] >= window_start and done < end:
+                    latencies.append(done - sent_at[i])
+                    queries += 1
+                    if b'"ok":true' not in reply:
+                        errors += 1
+                send(i)
+        cpu = time.process_time() - (cpu0 if cpu0 is not None else time.process_time())
+        results.put({"pid": os.getpid(), "queries": queries, "errors": errors, "cpu_s": cpu,
+                     "latencies": latencies.tobytes()})
+    except Exception as exc:  # noqa: BLE001  (reported to the parent, which fails the run)
+        ready.put("error: %r" % (exc,))
+        results.put({"error": repr(exc)})
+    finally:
+        for sock in socks:
+            sock.close(0)
+        ctx.term()
+
+
+def run_config(config, pythonpath="", keys="", profile_out="", progress=None):
+    """Measure one configuration; returns its record (see :func:`summarize`).
+
+    Raises:
+        RuntimeError: the server did not start or a generator failed.
+    """
+    import multiprocessing as mp
+    import queue as queue_module
+
+    import zmq
+    server = Server(config.registered, keys=keys if config.auth else "", pythonpath=pythonpath,
+                    profile_out=profile_out)
+    ctx = mp.get_context("spawn")
+    procs = []
+    try:
+        filler = list(range(config.active, config.registered))
+        if filler:
+            zctx = zmq.Context()
+            sock = _dealer(zctx, server.address, keys if config.auth else "")
+            try:
+                register_ranks(sock, filler, report_capability=True)
+            finally:
+                sock.close(0)
+                zctx.term()
+        ready, results = ctx.Queue(), ctx.Queue()
+        starts = []
+        for g in range(config.generators):
+            ids = list(range(g, config.clients, config.generators))
+            if not ids:
+                continue
+            start = ctx.Queue()
+            proc = ctx.Process(target=generate, args=(config, server.address, keys if config.auth else "",
+                                                       ids, ready, start, results), daemon=True)
+            proc.start()
+            procs.append(proc)
+            starts.append(start)
+        for _ in procs:
+            got = ready.get(timeout=120)
+            if isinstance(got, str):
+                raise RuntimeError("a load generator failed: %s" % got)
+        window_start = time.time() + config.warmup + 0.2
+        for start in starts:
+            start.put(window_start)
+        time.sleep(max(0.0, window_start - time.time()))
+        cpu0, t0 = server.cpu_seconds(), time.perf_counter()
+        while time.perf_counter() - t0 < config.duration:
+            time.sleep(min(0.25, config.duration - (time.perf_counter() - t0)))
+            if progress is not None:
+                progress(min(1.0, (time.perf_counter() - t0) / config.duration))
+        cpu = server.cpu_seconds() - cpu0
+        window = time.perf_counter() - t0
+        collected = []
+        for _ in procs:
+            try:
+                got = results.get(timeout=60)
+            except queue_module.Empty:
+                raise RuntimeError("a load generator did not report") from None
+            if "error" in got:
+                raise RuntimeError("a load generator failed: %s" % got["error"])
+            collected.append(got)
+        for proc in procs:
+            proc.join(10)
+        record = summarize(config, collected, cpu, window)
+        record["server_command"] = " ".join(server.command)
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(5)
+        log = server.log()
+        code = server.stop()
+    if code != 0:
+        raise RuntimeError("the State Server exited with %s: %s" % (code, log[-2000:]))
+    return record
+
+
+def profile_top(path, limit=15):
+    """The top entries of a cProfile stats file, by own time, as dicts."""
+    stats = pstats.Stats(path)
+    total = stats.total_tt
+    rows = []
+    for (filename, line, name), (cc, nc, tt, ct, _) in sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:limit]:
+        rows.append({"function": "%s:%d(%s)" % (_short(filename), line, name), "calls": nc,
+                     "tottime_s": round(tt, 4), "cumtime_s": round(ct, 4),
+                     "share": round(tt / total, 4) if total else None})
+    return {"total_s": round(total, 3), "top": rows}
+
+
+def _short(filename):
+    for marker in ("site-packages/", "/mxhet/", "/lib/python3"):
+        if marker in filename:
+            return filename[filename.index(marker):].lstrip("/")
+    return filename
+
+
+# --- the experiment ------------------------------------------------------------
+
+
+def plan(registered, clients=64, active_ranks=(0,), duration=5.0, warmup=1.0, generators=1, auth=("off",),
+         labels=("after",)):
+    """Every configuration of one experiment, in run order."""
+    configs = []
+    for label in labels:
+        for mode in auth:
+            for n in registered:
+                for active in active_ranks:
+                    if active and active > n:
+                        continue
+                    configs.append(Config(registered=n, clients=clients, active_ranks=active, duration=duration,
+                                          warmup=warmup, generators=generators, auth=(mode == "on"), label=label))
+    return configs
+
+
+def run_experiment(configs, out, baseline="", profile_registered=(), profile_duration=3.0, command=None,
+                   show_progress=True):
+    """Run ``configs`` (and the profiles), write control-plane.json and .md into ``out``.
+
+    Returns:
+        The result dictionary written as JSON.
+    """
+    from tqdm import tqdm
+
+    os.makedirs(out, exist_ok=True)
+    keys = tempfile.mkdtemp(prefix="mxhet-cp-keys-")
+    runs, failures, profiles = [], [], []
+    started = time.time()
+    try:
+        if any(c.auth for c in configs):
+            from mxhet.control.auth import create_job_keys
+            create_job_keys(keys)
+        jobs = [(c, None) for c in configs]
+        for label in dict.fromkeys(c.label for c in configs):
+            for n in profile_registered:
+                jobs.append((Config(registered=n, clients=configs[0].clients, duration=profile_duration,
+                                    warmup=configs[0].warmup, generators=configs[0].generators, label=label),
+                             os.path.join(out, "control-plane-%s-%d.prof" % (label, n))))
+        bar = tqdm(total=len(jobs), unit="run", disable=not show_progress, file=sys.stderr)
+        for config, prof in jobs:
+            bar.set_description("%s n=%d active=%d%s%s" % (config.label, config.registered, config.active,
+                                                           " auth" if config.auth else "",
+                                                           " cProfile" if prof else ""))
+            path = baseline if config.label == "before" else ""
+            try:
+                record = run_config(config, pythonpath=path, keys=keys, profile_out=prof or "",
+                                    progress=lambda f: bar.set_postfix_str("%3.0f%%" % (100 * f)))
+            except (RuntimeError, OSError) as exc:
+                failures.append({"config": dataclasses.asdict(config), "error": str(exc)})
+                tqdm.write("FAILED %s: %s" % (config, exc), file=sys.stderr)
+            else:
+                if prof:
+                    for _ in range(100):       # the stats file appears once the child has exited
+                        if os.path.exists(prof):
+                            break
+                        time.sleep(0.05)
+                    profiles.append({"label": config.label, "registered": config.registered,
+                                     "clients": config.clients, "qps_under_profiler": record["qps"],
+                                     **profile_top(prof)})
+                    os.remove(prof)
+                else:
+                    runs.append(record)
+                    tqdm.write(format_row(record), file=sys.stderr)
+            bar.update(1)
+        bar.close()
+    finally:
+        shutil.rmtree(keys, ignore_errors=True)
+    from .runner import machine_info
+    result = {"experiment": "control-plane", "command": command or ["mxhet-bench", "control-plane"],
+              "machine": machine_info(), "baseline": baseline, "started_unix": started,
+              "elapsed_s": round(time.time() - started, 1), "runs": runs, "profiles": profiles,
+              "failures": failures}
+    with open(os.path.join(out, "control-plane.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    with open(os.path.join(out, "control-plane.md"), "w") as f:
+        f.write(format_report(result))
+    return result
+
+
+# --- the report -----------------------------------------------------------------
+
+
+HEADER = ("| code | auth | registered | querying ranks | clients | queries/s | p50 ms | p99 ms | p99.9 ms "
+          "| server CPU µs/query | server CPU (cores) | generator CPU (cores) | errors |")
+
+
+def format_row(r):
+    lat = r["latency_ms"]
+    fmt = lambda x: "-" if x is None else "%.2f" % x  # noqa: E731
+    return "| %s | %s | %d | %d | %d | %.0f | %s | %s | %s | %s | %.2f | %s | %d |" % (
+        r["label"], "on" if r["auth"] else "off", r["registered"], r["active_ranks"], r["clients"], r["qps"],
+        fmt(lat["p50"]), fmt(lat["p99"]), fmt(lat["p999"]),
+        "-" if r["server_cpu_per_query_us"] is None else "%.1f" % r["server_cpu_per_query_us"],
+        r["server_cpu_util"], "+".join("%.2f" % s for s in r["generator_cpu_share"]), r["errors"])
+
+
+def format_report(result):
+    m = result["machine"]
+    lines = ["# Control plane: State Server queries per second and latency", "",
+             "Command: `%s`" % " ".join(result["command"]), "",
+             "Machine: %s, %s cores, Python %s. Each run starts `python -m %s --heartbeat-timeout 0` on "
+             "127.0.0.1 and drives it with closed-loop DEALER clients (one QUERY-STATE outstanding each, "
+             "never a replay); latency is measured in the client from send to reply. Server CPU is the "
+             "whole process (ZeroMQ's I/O thread included); 1.00 = one core busy." % (
+                 m.get("cpu"), m.get("cores"), m.get("python"), SERVER_MODULE)]
+    if result.get("baseline"):
+        lines += ["", "`before`: the server code from `%s`; `after`: this tree." % result["baseline"]]
+    lines += ["", HEADER, "|" + "---|" * (HEADER.count("|") - 1)]
+    lines += [format_row(r) for r in result["runs"]]
+    for p in result.get("profiles", []):
+        lines += ["", "## cProfile of the server (%s, %d registered, %d clients): %.0f queries/s under the "
+                      "profiler, %.1f s profiled" % (p["label"], p["registered"], p["clients"],
+                                                      p["qps_under_profiler"], p["total_s"]), "",
+                  "| function | calls | own s | cumulative s | own share |", "|---|---|---|---|---|"]
+        lines += ["| `%s` | %d | %.3f | %.3f | %.1f%% |" % (t["function"], t["calls"], t["tottime_s"],
+                                                          t["cumtime_s"], 100 * (t["share"] or 0))
+                  for t in p["top"]]
+    if result.get("failures"):
+        lines += ["", "## Failed runs", ""] + ["- %s: %s" % (f["config"], f["error"]) for f in result["failures"]]
+    return "\n".join(lines) + "\n"
