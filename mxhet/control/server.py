@@ -268,24 +268,65 @@ Workers' I/O threads send a heartbeat every second (also while a slow device
 computes), so this only trips on a stopped or hung process."""
 
 
+MAX_BATCH = 512
+"""Requests handled in one turn of the loop at most, before the replies go out
+and ``should_stop`` and the heartbeats are checked again."""
+
+
+def handle_frames(service, frames, now, identities):
+    """Decode one received message, let ``service`` answer it, encode the reply.
+
+    ``identities`` (rank -> ZeroMQ identity of its latest accepted request) is
+    updated. Returns the reply bytes, or None when there is nothing to send.
+    A bad message is logged and answered with an error reply (or dropped);
+    nothing raises.
+    """
+    if len(frames) != 2:
+        LOG.warning("dropped a message of %d frames (expected identity + body)", len(frames))
+        return None
+    identity, body = frames
+    try:
+        request = m.decode(body, m.REQUEST_TYPES)
+    except ProtocolError as exc:
+        LOG.warning("bad request: %s", exc)
+        return m.encode(m.Reply(seq=0, ok=False, error=str(exc)))
+    except Exception:  # noqa: BLE001  (a bug must not take the control plane down)
+        LOG.exception("unexpected error decoding a request; dropped")
+        return None
+    try:
+        reply = service.handle(request, now, sender=identity)
+    except Exception:  # noqa: BLE001
+        LOG.exception("unexpected error handling %s from rank %d", request.TYPE, request.rank)
+        reply = m.Reply(seq=request.seq, ok=False, error="internal error")
+    if reply is None or reply.ok:
+        identities[request.rank] = identity
+    return None if reply is None else m.encode(reply)
+
+
 def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
           clock=time.monotonic, poll_interval=0.2, context=None, on_bound=None,
-          heartbeat_timeout=DEFAULT_HEARTBEAT_TIMEOUT, keys="", **options):
+          heartbeat_timeout=DEFAULT_HEARTBEAT_TIMEOUT, keys="", max_batch=MAX_BATCH, **options):
     """Run the State Server on ``bind`` until ``should_stop()`` or every worker left.
+
+    Each turn of the loop takes every request already waiting (up to
+    ``max_batch``) without polling in between, answers them in order with
+    the clock read at each one's receipt, then sends the replies.
 
     Args:
         bind: ZeroMQ address to bind, e.g. ``tcp://127.0.0.1:5555``.
         num_workers: number of workers.
         epsilon: Algorithm 2's ε in seconds.
-        should_stop: polled every ``poll_interval`` seconds.
+        should_stop: checked every turn, at least every ``poll_interval`` seconds.
         clock: monotonic clock in seconds; every decision uses its readings.
-        poll_interval: seconds between checks of ``should_stop``.
+        poll_interval: seconds to wait for a request before checking
+            ``should_stop`` and the heartbeats again.
         context: a ``zmq.Context`` (default: the process-wide instance).
         on_bound: called with the bound endpoint once the socket listens.
         heartbeat_timeout: seconds of silence after which a registered worker
             counts as hung (0 = never).
         keys: the job's CURVE key directory (:mod:`mxhet.control.auth`): only
             clients holding the job's client key get through; "" for none.
+        max_batch: requests handled per turn at most (>= 1).
         options: more :class:`StateService` arguments (SSP, ADSP).
 
     Returns:
@@ -294,7 +335,10 @@ def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
     Raises:
         SilentWorker: naming the rank and slot of a worker silent for longer
             than ``heartbeat_timeout``.
+        ValueError: for a bad ``max_batch`` (or a bad service argument).
     """
+    if not isinstance(max_batch, int) or max_batch < 1:
+        raise ValueError("max_batch must be a positive integer, got %r" % (max_batch,))
     service = StateService(num_workers, epsilon=epsilon, now=clock(), **options)
     identities = {}  # rank -> ZeroMQ identity of its latest request
     ctx = context or zmq.Context.instance()
@@ -311,6 +355,8 @@ def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
     LOG.info("State Server listening on %s for %d workers (epsilon %.3f s, %s)",
              sock.getsockopt_string(zmq.LAST_ENDPOINT), num_workers, epsilon,
              "CURVE-authenticated" if keys else "unauthenticated")
+    poll_ms = int(poll_interval * 1000)
+    recv, send, again = sock.recv_multipart, sock.send_multipart, zmq.Again
     try:
         while not should_stop() and not service.finished:
             if heartbeat_timeout:
@@ -319,34 +365,23 @@ def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
                     raise SilentWorker("worker rank %d (slot %s) sent nothing for over %.0f s: its process is "
                                        "hung or stopped" % (silent[0], service.slots.get(silent[0]),
                                                              heartbeat_timeout))
-            if not sock.poll(int(poll_interval * 1000)):
+            if not sock.poll(poll_ms):
                 continue
-            frames = sock.recv_multipart()
-            now = clock()
-            if len(frames) != 2:
-                LOG.warning("dropped a message of %d frames (expected identity + body)", len(frames))
-                continue
-            identity, body = frames
-            try:
-                request = m.decode(body, m.REQUEST_TYPES)
-            except ProtocolError as exc:
-                LOG.warning("bad request: %s", exc)
-                reply = m.Reply(seq=0, ok=False, error=str(exc))
-            except Exception:  # noqa: BLE001  (a bug must not take the control plane down)
-                LOG.exception("unexpected error decoding a request; dropped")
-                continue
-            else:
+            out = []
+            for _ in range(max_batch):
                 try:
-                    reply = service.handle(request, now, sender=identity)
-                except Exception:  # noqa: BLE001
-                    LOG.exception("unexpected error handling %s from rank %d", request.TYPE, request.rank)
-                    reply = m.Reply(seq=request.seq, ok=False, error="internal error")
-                if reply is None or reply.ok:
-                    identities[request.rank] = identity
-            if reply is not None:
-                sock.send_multipart([identity, m.encode(reply)])
-            for rank, late in service.take_released():
-                sock.send_multipart([identities[rank], m.encode(late)])
+                    frames = recv(zmq.NOBLOCK)
+                except again:
+                    break
+                data = handle_frames(service, frames, clock(), identities)
+                if data is not None:
+                    out.append((frames[0], data))
+                if service.released:
+                    out.extend((identities[rank], m.encode(late)) for rank, late in service.take_released())
+                if service.finished:
+                    break
+            for identity, data in out:
+                send((identity, data))
     finally:
         sock.close(0)
         if authenticator is not None:
