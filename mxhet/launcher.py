@@ -156,9 +156,9 @@ def read_hostfile(path):
 
 
 def _lookup_mode(name):
-    """The registered sync mode class (importing the modes imports MXNet, ~3 s)."""
-    from .modes import get_mode
-    return get_mode(name)
+    """The registered sync mode's :class:`~mxhet.policy.ModeSpec` (no MXNet import)."""
+    from .policy import get_spec
+    return get_spec(name)
 
 
 def _source_root():
@@ -445,11 +445,11 @@ def parse_args(argv=None):
         mode = _lookup_mode(args.sync)
     except ConfigError as exc:
         parser.error("--sync: %s" % exc)
-    args.kvstore_type = mode.kvstore_type
+    args.kvstore_type = mode.kvstore
     # Every distributed job gets a State Server: the algorithm's control plane
     # for esync, ssp and adsp, and for every mode the watch on silent workers
     # (heartbeats) and the check that all workers train the same model.
-    args.needs_state_server = bool(mode.needs_state_server) or mode.kvstore_type is not None
+    args.needs_state_server = mode.needs_state_server or mode.distributed
     if args.kvstore_type is None:
         if n > 1:
             parser.error("--sync %s runs one standalone worker without parameter servers; "

@@ -11,7 +11,7 @@ Two ways to ask QUERY-STATE:
 Messages go through a :class:`~mxhet.control.transport.Transport` (a
 background I/O thread), so waiting is always bounded by a timeout, and
 replies are matched by sequence number. The client measures the round-trip
-time of every answered query (``rtt``, an exponential moving average).
+time of every answered query (``rtt``, a :class:`~mxhet.policy.speed.MovingAverage`).
 :meth:`StateClient.poll` never waits longer than its own timeout, not even to
 register again with a restarted State Server: it sends the registration and
 picks up the answer later.
@@ -21,18 +21,18 @@ import random
 import time
 
 from ..errors import ProtocolError, StateServerTimeout
+from ..policy.specs import DEFAULT_STATE_TIMEOUT
+from ..policy.speed import MovingAverage
 from . import messages as m
 from .transport import Transport
 
-DEFAULT_TIMEOUT = 60.0
+DEFAULT_TIMEOUT = DEFAULT_STATE_TIMEOUT
 """Seconds to wait for a State Server reply, resends included, before giving up."""
 RETRY_INTERVAL = 0.5
 """Seconds before a request is sent again; doubled after each silent attempt."""
 MAX_RETRY_INTERVAL = 8.0
 HEARTBEAT_INTERVAL = 1.0
 """Seconds of silence after which the worker's I/O thread sends a heartbeat."""
-RTT_SMOOTHING = 0.2
-"""Weight of the newest sample in the round-trip-time average."""
 
 
 class StateClient:
@@ -73,9 +73,14 @@ class StateClient:
         self._pending = []   # replies to queries, received while waiting for something else
         self._transport = transport if transport is not None else Transport(address, delay=delay, clock=clock,
                                                                             keys=keys)
-        self.rtt = 0.0
+        self._rtt = MovingAverage()
         self.queries = 0
         self.replies = 0
+
+    @property
+    def rtt(self):
+        """Smoothed round-trip time of answered requests, seconds (0 before the first)."""
+        return self._rtt.get()
 
     def _send(self, message):
         data = m.encode(message)
@@ -90,7 +95,7 @@ class StateClient:
         sent = self._sent_at.pop(reply.seq, None)
         if sent is not None:
             sample = arrived - sent
-            self.rtt = sample if self.replies == 0 else (1 - RTT_SMOOTHING) * self.rtt + RTT_SMOOTHING * sample
+            self._rtt.update(sample)
             self.replies += 1
         return reply
 

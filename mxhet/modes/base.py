@@ -24,7 +24,10 @@ import time
 import mxnet as mx
 import numpy as np
 
+from ..dataplane import KVChannel, copy_all, nbytes
 from ..errors import ConfigError, MxhetError, NonFiniteError
+from ..policy.specs import DEFAULT_STATE_TIMEOUT
+from ..policy.speed import MovingAverage
 
 LOG = logging.getLogger("mxhet.modes")
 
@@ -79,11 +82,6 @@ class WorkerStats:
         return out
 
 
-def nbytes(arrays):
-    """Bytes of a list of NDArrays, as sent over the wire (MXNet counts nothing)."""
-    return sum(int(a.size) * np.dtype(a.dtype).itemsize for a in arrays)
-
-
 NONFINITE_POLICIES = ("stop", "skip")
 """What a worker does with NaN/Inf in what it is about to push: ``stop`` raises
 :class:`NonFiniteError` (the launcher then ends the job), ``skip`` pushes zeros
@@ -124,51 +122,60 @@ def _exit_on_uncaught_error():
     sys.excepthook = hook
 
 
-def copy_all(sources, targets):
-    """Copy arrays pairwise (converting memory layouts as needed)."""
-    for src, dst in zip(sources, targets):
-        src.copyto(dst)
-
-
 class SyncMode:
-    """Base of every synchronization mode.
+    """Base of every synchronization mode: the executor on the real cluster.
 
-    Subclasses set the class attributes, are registered with
-    :func:`mxhet.modes.registry.register`, and implement :meth:`local_update`
-    and :meth:`communicate`.
+    A mode carries out its policy's actions (:mod:`mxhet.policy`) with MXNet:
+    the local optimizer step, the heterogeneity emulation, pushes and pulls
+    through the data-plane channel (:class:`mxhet.dataplane.KVChannel`) and
+    requests to the State Server. Subclasses name their :class:`ModeSpec`
+    (``spec``), are registered with :func:`mxhet.modes.registry.register`,
+    and implement :meth:`local_update` and :meth:`communicate`.
 
     Args:
         trainer: the :class:`mxhet.Trainer` that owns the mode.
         config: the worker's :class:`mxhet.config.WorkerConfig`.
         options: mode-specific options; unknown ones raise ConfigError.
     """
+    spec = None                  # the mode's mxhet.policy.ModeSpec
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        spec = cls.__dict__.get("spec")
+        if spec is not None:  # the spec is the one source of a mode's metadata
+            cls.name = spec.name
+            cls.kvstore_type = spec.kvstore
+            cls.exchanges_deltas = spec.exchanges_deltas
+            cls.uses_loss = spec.uses_loss
+            cls.needs_state_server = spec.needs_state_server
+            cls.description = spec.description
+            cls.options = spec.defaults()
+
     name = ""
-    kvstore_type = None          # "dist_sync", "dist_async" or None (standalone)
-    exchanges_deltas = False     # True: workers push model deltas (round_hook applies)
-    uses_loss = False            # True: the mode reads the training loss (Trainer.observe_loss)
+    kvstore_type = None
+    exchanges_deltas = False
+    uses_loss = False
     needs_state_server = False
     description = ""
-    options = {}                 # option name -> default
+    options = {}
 
     def __init__(self, trainer, config, clock=time.monotonic, sleep=time.sleep, on_nonfinite="stop", **options):
         if on_nonfinite not in NONFINITE_POLICIES:
             raise ConfigError("on_nonfinite must be one of %s, got %r" % (NONFINITE_POLICIES, on_nonfinite))
+        if self.spec is None:
+            raise ConfigError("mode class %s names no ModeSpec" % type(self).__name__)
         self.on_nonfinite = on_nonfinite
-        unknown = sorted(set(options) - set(self.options))
-        if unknown:
-            raise ConfigError("mode %r has no option(s) %s; it takes %s"
-                              % (self.name, unknown, sorted(self.options) or "none"))
-        self.opts = dict(self.options, **options)
+        self.opts = self.spec.resolve(options)
         self.trainer = trainer
         self.config = config
         self.clock = clock
         self.sleep = sleep
-        self.kv = None
+        self.channel = None
         self.client = None  # StateClient, for modes with a State Server
         self.keys = []
         self.wbufs = []  # the global model as last pulled, in default layout
         self.round_hook = None  # hook(round, w_before, deltas, w_after) for modes that exchange deltas
-        self.loss = None
+        self._loss = MovingAverage()
         self.stats = WorkerStats(slot=config.slot, context=config.context, slowdown=config.slowdown)
         self.stop_requested = False
         self.stop_condition = None  # callable(stats) -> bool, checked where the mode can stop
@@ -176,6 +183,16 @@ class SyncMode:
         self.aggregated = True   # False while the replica holds unaggregated local work
         self._ready = False
         self._t_last = self._t_start = None
+
+    @property
+    def kv(self):
+        """The dist kvstore (None in standalone mode or before setup)."""
+        return self.channel.kv if self.channel is not None else None
+
+    @property
+    def loss(self):
+        """The training loss as the loop reported it (smoothed), or None."""
+        return self._loss.value
 
     # -- lifecycle -----------------------------------------------------
     def setup(self, batch_size):
@@ -195,23 +212,13 @@ class SyncMode:
             if not self.config.launched:
                 raise ConfigError("sync mode %r needs the parameter server: start the job with "
                                   "mxhet-launch (tools/launch.py), or use sync='local'" % self.name)
-            self.kv = mx.kv.create(self.kvstore_type)
+            self.channel = KVChannel(self.kvstore_type, self.stats, clock=self.clock)
+            self.channel.connect()
             _exit_on_uncaught_error()
-            self.stats.rank = self.kv.rank
+            self.stats.rank = self.channel.rank
             self.on_connect()  # e.g. join the State Server, which checks the model, before any push
-            # Communication goes through buffers in MXNet's default layout:
-            # the kvstore cannot read MKL-DNN (oneDNN) arrays, which is what
-            # convolution weights become after a forward pass on the CPU.
-            self.wbufs = [mx.nd.zeros(w.shape, ctx=w.context, dtype=w.dtype) for w in self.weights()]
-            copy_all(self.weights(), self.wbufs)
-            self.kv.init(self.keys, self.wbufs)
-            self.kv.set_optimizer(self.server_updater(batch_size))
-            from kvstore_ext.probe import verify_server_updater
-            verify_server_updater(self.kv, self.config.num_servers, self.kvstore_type == "dist_sync")
-            self.kv.pull(self.keys, out=self.wbufs)
-            self.stats.bytes_pulled += nbytes(self.wbufs)
-            copy_all(self.wbufs, self.weights())
-            mx.nd.waitall()
+            self.wbufs = self.channel.share_model(self.keys, self.weights(), self.server_updater(batch_size),
+                                                  self.config.num_servers)
         self.on_setup(batch_size)
         self._ready = True
         self._t_last = self._t_start = self.clock()
@@ -230,8 +237,8 @@ class SyncMode:
     def join_state_server(self):
         """Connect to the State Server and register (with the model's signature)."""
         from ..control.client import StateClient
-        client = StateClient(self.config.state_server, self.kv.rank, self.config.slot,
-                             timeout=self.opts.get("state_timeout", 60.0), delay=self.config.net_delay_ms / 1000.0,
+        client = StateClient(self.config.state_server, self.channel.rank, self.config.slot,
+                             timeout=self.opts.get("state_timeout", DEFAULT_STATE_TIMEOUT), delay=self.config.net_delay_ms / 1000.0,
                              clock=self.clock, keys=self.config.control_keys)
         client.register(signature=self.model_signature(), round_=getattr(self, "round", 0))
         return client
@@ -243,7 +250,13 @@ class SyncMode:
     def close(self):
         """Release the kvstore and control-plane connections."""
         self.leave_state_server()
-        self.kv = None
+        if self.channel is not None:
+            self.channel.close()
+
+    def barrier(self):
+        """Wait for every worker (no-op in standalone mode)."""
+        if self.kv is not None:
+            self.channel.barrier()
 
     def global_keys(self):
         """Indices of the parameters the servers hold the global value of
@@ -262,11 +275,9 @@ class SyncMode:
         """
         keys = self.global_keys()
         if self.kv is not None:
-            self.kv._barrier()
+            self.channel.barrier()
             outs = [self.wbufs[i] for i in keys]
-            self.kv.pull(keys, out=outs)
-            mx.nd.waitall()
-            self.stats.bytes_pulled += nbytes(outs)
+            self.channel.pull(keys, outs)
             weights = self.weights()
             copy_all(outs, [weights[i] for i in keys])
             arrays = outs
@@ -442,17 +453,10 @@ class SyncMode:
 
     def observe_loss(self, value):
         """The training loop's latest loss (smoothed); modes that adapt to it read ``self.loss``."""
-        value = float(value)
-        self.loss = value if self.loss is None else 0.8 * self.loss + 0.2 * value
+        self._loss.update(value)
 
     def push_pull(self, keys, values, outs):
-        t0 = self.clock()
-        self.kv.push(keys, values)
-        self.kv.pull(keys, out=outs)
-        mx.nd.waitall()
-        self.stats.sync_s += self.clock() - t0
-        self.stats.bytes_pushed += nbytes(values)
-        self.stats.bytes_pulled += nbytes(outs)
+        self.channel.push_pull(keys, values, outs)
 
     def server_optimizer_copy(self, rescale_grad):
         """A copy of the trainer's optimizer for the servers."""

@@ -26,8 +26,9 @@ Optimizer state at a round boundary: kept by default (momentum or Adam moments
 carry on, as if the local optimizer ran continuously on the replica); with
 ``reset_optimizer_state=True`` it starts afresh every round.
 """
-from ..control.client import DEFAULT_TIMEOUT
 from ..errors import ConfigError
+from ..policy import specs
+from ..policy.worker import Action, ESyncPolicy
 from .base import SyncMode
 from .registry import register
 
@@ -36,14 +37,8 @@ ACK_MODES = ("blocking", "delayed")
 
 @register
 class ESync(SyncMode):
-    name = "esync"
-    kvstore_type = "dist_sync"
-    needs_state_server = True
-    exchanges_deltas = True
-    description = ("local iterations on a replica, State Server decides when to average model deltas; "
-                   "fast devices keep training while the slowest finishes one iteration")
-    options = {"global_lr": 1.0, "reset_optimizer_state": False, "state_timeout": DEFAULT_TIMEOUT,
-               "ack": "blocking"}
+    """The executor of :class:`mxhet.policy.worker.ESyncPolicy` on the real cluster."""
+    spec = specs.ESYNC
 
     def __init__(self, trainer, config, **options):
         super().__init__(trainer, config, **options)
@@ -52,15 +47,20 @@ class ESync(SyncMode):
         if self.opts["ack"] not in ACK_MODES:
             raise ConfigError("ack must be one of %s, got %r" % (ACK_MODES, self.opts["ack"]))
         self.delayed = self.opts["ack"] == "delayed"
-        self.round = 0
-        self.k = 0
-        self._ready_seen = False
-        self._slowest = -1
+        self.policy = ESyncPolicy()
         self._round_start = (0.0, 0, 0, 0)
+
+    @property
+    def round(self):
+        return self.policy.round
+
+    @property
+    def k(self):
+        return self.policy.k
 
     def server_updater(self, batch_size):
         from kvstore_ext.updaters import ESyncAverage
-        return ESyncAverage(self.kv.num_workers, epsilon=self.opts["global_lr"])
+        return ESyncAverage(self.channel.num_workers, epsilon=self.opts["global_lr"])
 
     def on_connect(self):
         self.client = self.join_state_server()
@@ -74,7 +74,7 @@ class ESync(SyncMode):
         self.aggregated = False
 
     def communicate(self, batch_size, capability, compute_end):
-        self.k += 1
+        self.policy.completed()
         c = capability + self.client.rtt
         t0 = self.clock()
         if self.delayed:
@@ -89,22 +89,19 @@ class ESync(SyncMode):
         if self.stats.query_wait_min_s is None or waited < self.stats.query_wait_min_s:
             self.stats.query_wait_min_s = waited
         self._count_messages()
-        if self._ready_seen:
+        if self.policy.after_query() is Action.AGGREGATE:
             self.aggregate()
 
     def take_replies(self, replies):
-        """Note READY answers for the current round; ignore answers for earlier rounds."""
+        """Hand the State Server's answers to the policy."""
         for reply in replies:
-            if reply.round != self.round:
-                self.stats.late_replies += 1
-            elif reply.ready and not self._ready_seen:
-                self._ready_seen = True
-                self._slowest = reply.slowest
+            self.policy.answer(reply.round, reply.ready, reply.slowest)
+        self.stats.late_replies = self.policy.late_replies
 
     def should_abort(self):
         if self.delayed and self.client is not None:
             self.take_replies(self.client.poll())
-        return self._ready_seen
+        return self.policy.before_update() is Action.ABORT
 
     def on_abort(self):
         self._count_messages()
@@ -117,7 +114,7 @@ class ESync(SyncMode):
         # The emulated rest of a slow device's computation: a READY that comes
         # meanwhile ends it at once, as the paper's devices abort immediately.
         deadline = self.clock() + seconds
-        while not self._ready_seen:
+        while self.policy.before_update() is Action.CONTINUE:
             left = deadline - self.clock()
             if left <= 0:
                 break
@@ -129,16 +126,15 @@ class ESync(SyncMode):
         self.exchange_deltas(self.round)
         if self.opts["reset_optimizer_state"]:
             self.reset_optimizer_state()
-        self.stats.local_iters.append(self.k)
-        self.round += 1
+        _, k, slowest = self.policy.aggregated()
+        self.stats.local_iters.append(k)
         self.stats.rounds = self.round
-        self.k = 0
         self.aggregated = True
         t0 = self.clock()
         if self.client.reset(self.round, want_stop=self.wants_stop()):
             self.stopped = True
         self.stats.query_s += self.clock() - t0
-        self._close_round()
+        self._close_round(slowest)
 
     def _count_messages(self):
         self.stats.state_queries = self.client.queries
@@ -149,17 +145,15 @@ class ESync(SyncMode):
         self._round_start = (self.stats.query_s + self.stats.sync_s, self.client.queries,
                              self.client.replies, self.stats.aborted)
 
-    def _close_round(self):
+    def _close_round(self, slowest):
         blocked, queries, replies, aborted = self._round_start
         self._count_messages()
         self.stats.round_blocked_s.append(self.stats.query_s + self.stats.sync_s - blocked)
         self.stats.round_queries.append(self.client.queries - queries)
         self.stats.round_replies.append(self.client.replies - replies)
         self.stats.round_aborted.append(self.stats.aborted - aborted)
-        self.stats.round_slowest.append(self._slowest)
+        self.stats.round_slowest.append(slowest)
         self.stats.round_end_s.append(self.clock() - self._t_start)
-        self._ready_seen = False
-        self._slowest = -1
         self._mark_round_start()
 
     def checkpoint_state(self):
@@ -167,4 +161,4 @@ class ESync(SyncMode):
 
     def restore_state(self, state):
         super().restore_state(state)
-        self.round = int(state["round"])
+        self.policy = ESyncPolicy(round_=int(state["round"]))

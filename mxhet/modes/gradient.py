@@ -15,7 +15,9 @@ MXNet's own distributed training.
 import mxnet as mx
 
 from kvstore_ext import keys as ps_keys
-from .base import SyncMode, copy_all
+from ..dataplane import copy_all
+from ..policy import specs
+from .base import SyncMode
 from .registry import register
 
 
@@ -29,8 +31,8 @@ class _GradientMode(SyncMode):
 
     def server_updater(self, batch_size):
         from kvstore_ext.updaters import ServerOptimizer
-        workers = self.kv.num_workers if self.kvstore_type == "dist_sync" else 1
-        return ServerOptimizer(self.kv.num_workers, self.server_optimizer_copy(1.0 / (batch_size * workers)))
+        workers = self.channel.num_workers if self.kvstore_type == "dist_sync" else 1
+        return ServerOptimizer(self.channel.num_workers, self.server_optimizer_copy(1.0 / (batch_size * workers)))
 
     def local_update(self, batch_size, ignore_stale_grad):
         if batch_size != self._batch_size:
@@ -72,14 +74,12 @@ class _GradientMode(SyncMode):
 
 @register
 class Sync(_GradientMode):
-    name = "sync"
-    kvstore_type = "dist_sync"
-    description = "synchronous SGD: gradients averaged every step; everyone waits for the slowest"
+    spec = specs.SYNC
 
     def on_setup(self, batch_size):
         super().on_setup(batch_size)
         self._vote = [mx.nd.zeros((1,))]
-        self.kv.init([ps_keys.STOP_VOTE_KEY], [mx.nd.zeros((1,))])
+        self.channel.init([ps_keys.STOP_VOTE_KEY], [mx.nd.zeros((1,))])
 
     def control_values(self):
         # Every worker must run the same number of steps, or the others' next
@@ -94,9 +94,7 @@ class Sync(_GradientMode):
 
 @register
 class Async(_GradientMode):
-    name = "async"
-    kvstore_type = "dist_async"
-    description = "asynchronous SGD: each gradient applied on arrival; no waiting, stale gradients"
+    spec = specs.ASYNC
 
     def after_sync(self, control_outs):
         self.stopped = self.wants_stop()
@@ -111,9 +109,7 @@ class DCASGD(Async):
     """Asynchronous SGD with delay compensation (Zheng et al. 2017) on the servers:
     MXNet's ``DCASGD`` optimizer corrects each stale gradient with
     ``λ·g⊙g⊙(W − W_prev)``. The original ESync code compared with it."""
-    name = "dcasgd"
-    description = "asynchronous SGD with delay-compensated gradients (MXNet's DCASGD on the servers)"
-    options = {"lamda": 0.04}
+    spec = specs.DCASGD
 
     def server_updater(self, batch_size):
         from kvstore_ext.updaters import ServerOptimizer
@@ -121,7 +117,7 @@ class DCASGD(Async):
         dc = mx.optimizer.DCASGD(learning_rate=opt.learning_rate, momentum=getattr(opt, "momentum", 0.0),
                                  lamda=self.opts["lamda"], wd=opt.wd, rescale_grad=1.0 / batch_size,
                                  clip_gradient=opt.clip_gradient)
-        return ServerOptimizer(self.kv.num_workers, dc)
+        return ServerOptimizer(self.channel.num_workers, dc)
 
 
 @register
@@ -130,10 +126,7 @@ class SSP(Async):
     than ``staleness`` iterations ahead of the slowest worker still training.
     The gate is the State Server (``mxhet-launch --staleness S``): after each
     step the worker reports its iteration count and waits for the go-ahead."""
-    name = "ssp"
-    needs_state_server = True
-    description = "stale synchronous parallel: async SGD, the fastest at most s iterations ahead of the slowest"
-    options = {"state_timeout": 60.0}
+    spec = specs.SSP
 
     def on_connect(self):
         self.client = self.join_state_server()

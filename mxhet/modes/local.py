@@ -1,13 +1,12 @@
 """Standalone training on one device (the paper's "Standalone" column)."""
+from ..policy import specs
 from .base import SyncMode
 from .registry import register
 
 
 @register
 class Local(SyncMode):
-    name = "local"
-    kvstore_type = None
-    description = "standalone: one device, no parameter server"
+    spec = specs.LOCAL
 
     def local_update(self, batch_size, ignore_stale_grad):
         self.trainer.local_step(batch_size, ignore_stale_grad)

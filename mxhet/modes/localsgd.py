@@ -10,46 +10,39 @@ same round.
 import mxnet as mx
 
 from kvstore_ext import keys as ps_keys
-from ..errors import ConfigError
+from ..policy import specs
+from ..policy.worker import Action, LocalSGDPolicy
 from .base import SyncMode
 from .registry import register
 
 
 @register
 class LocalSGD(SyncMode):
-    name = "localsgd"
-    kvstore_type = "dist_sync"
-    exchanges_deltas = True
-    description = "local SGD / fixed ADACOMM: tau local steps, then a synchronous average of the models"
-    options = {"local_steps": 8}
+    """The executor of :class:`mxhet.policy.worker.LocalSGDPolicy` on the real cluster."""
+    spec = specs.LOCALSGD
 
     def __init__(self, trainer, config, **options):
         super().__init__(trainer, config, **options)
-        tau = self.opts["local_steps"]
-        if not isinstance(tau, int) or isinstance(tau, bool) or tau < 1:
-            raise ConfigError("local_steps (tau) must be a positive integer, got %r" % (tau,))
-        self.k = 0
+        self.policy = LocalSGDPolicy(self.opts["local_steps"])
 
     def server_updater(self, batch_size):
         from kvstore_ext.updaters import ESyncAverage
-        return ESyncAverage(self.kv.num_workers, epsilon=1.0)
+        return ESyncAverage(self.channel.num_workers, epsilon=1.0)
 
     def on_setup(self, batch_size):
         self._vote = [mx.nd.zeros((1,))]
-        self.kv.init([ps_keys.STOP_VOTE_KEY], [mx.nd.zeros((1,))])
+        self.channel.init([ps_keys.STOP_VOTE_KEY], [mx.nd.zeros((1,))])
 
     def local_update(self, batch_size, ignore_stale_grad):
         self.trainer.local_step(batch_size, ignore_stale_grad)
         self.aggregated = False
 
     def communicate(self, batch_size, capability, compute_end):
-        self.k += 1
-        if self.k < self.opts["local_steps"]:
+        if self.policy.completed() is not Action.AGGREGATE:
             return
         round_index = self.stats.rounds
         self.stats.rounds += 1
-        self.stats.local_iters.append(self.k)
-        self.k = 0
+        self.stats.local_iters.append(self.policy.aggregated())
         vote = mx.nd.full((1,), 1.0 if self.wants_stop() else 0.0)
         self.exchange_deltas(round_index, [ps_keys.STOP_VOTE_KEY], [vote], self._vote)
         self.aggregated = True

@@ -1,10 +1,13 @@
-"""The strict registry of synchronization modes.
+"""The strict registry of synchronization modes' executors.
 
-A mode is a :class:`~mxhet.modes.base.SyncMode` subclass registered under a
-unique name with :func:`register`. The Trainer, the launcher and the bench look
-modes up by name with :func:`get_mode`; nothing else switches on mode strings.
+A mode is described by a :class:`~mxhet.policy.ModeSpec` (readable without
+MXNet: :func:`mxhet.policy.get_spec`) and carried out on the cluster by a
+:class:`~mxhet.modes.base.SyncMode` subclass registered under the spec's name
+with :func:`register`. The Trainer looks the executor up by name with
+:func:`get_mode`; nothing else switches on mode strings.
 """
 from ..errors import ConfigError, UnknownModeError
+from ..policy import get_spec
 
 _MODES = {}
 
@@ -13,12 +16,15 @@ def register(cls):
     """Class decorator: register a SyncMode subclass under ``cls.name``.
 
     Raises:
-        ConfigError: if the name is empty, malformed, or already taken by
-            another class.
+        ConfigError: if the class names no registered spec, or the name is
+            already taken by another class.
     """
-    name = getattr(cls, "name", None)
-    if not isinstance(name, str) or not name or not name.replace("_", "").isalnum() or name != name.lower():
-        raise ConfigError("a mode needs a lowercase alphanumeric name, got %r" % (name,))
+    spec = getattr(cls, "spec", None)
+    if spec is None:
+        raise ConfigError("mode class %s names no ModeSpec (set its ``spec``)" % (cls.__qualname__,))
+    if get_spec(spec.name) is not spec:
+        raise ConfigError("mode class %s: spec %r is not the registered one" % (cls.__qualname__, spec.name))
+    name = spec.name
     existing = _MODES.get(name)
     if existing is not None and existing is not cls:
         raise ConfigError("mode %r is already registered by %s.%s"

@@ -81,11 +81,10 @@ def _esync(ack, clock, transport, slowdown=1.0):
     aggregations = []
 
     def aggregate():  # the data plane is tested with real processes
-        aggregations.append((mode.k, float(net.weight.data().asscalar())))
-        mode.stats.local_iters.append(mode.k)
-        mode.round += 1
-        mode.k = 0
-        mode._close_round()
+        _, k, slowest = mode.policy.aggregated()
+        aggregations.append((k, float(net.weight.data().asscalar())))
+        mode.stats.local_iters.append(k)
+        mode._close_round(slowest)
     mode.aggregate = aggregate
     return net, trainer, aggregations
 

@@ -1,0 +1,61 @@
+"""The built-in modes, described without MXNet (one table the launcher, the
+bench, ``python -m mxhet.train`` and the docs read).
+
+========  ============  ============  ================================================
+name      kvstore       State Server  what it does
+========  ============  ============  ================================================
+esync     dist_sync     yes           ESync: local iterations, State Server decides
+sync      dist_sync     no            synchronous SGD, gradient averaged every step
+async     dist_async    no            asynchronous SGD, gradient applied on arrival
+dcasgd    dist_async    no            asynchronous SGD with delay compensation
+ssp       dist_async    yes           async SGD, at most s iterations ahead
+localsgd  dist_sync     no            τ local steps, then a synchronous model average
+adsp      dist_async    yes           ADSP: commits at scheduler-set rates, no waiting
+local     (none)        no            standalone training on one device
+========  ============  ============  ================================================
+"""
+from .spec import ModeSpec, Option, register_spec
+
+DEFAULT_STATE_TIMEOUT = 60.0
+"""Seconds a worker waits for a State Server reply, resends included, before giving up."""
+
+_STATE_TIMEOUT = Option("state_timeout", DEFAULT_STATE_TIMEOUT,
+                        "seconds to wait for a State Server answer (resends included) before failing")
+_GLOBAL_LR = Option("global_lr", 1.0, "esync: ε of Algorithm 1, w += ε·mean(Δ); adsp: W += (ε/M)·Δ per commit")
+
+ESYNC = register_spec(ModeSpec(
+    "esync", "dist_sync",
+    "local iterations on a replica, State Server decides when to average model deltas; "
+    "fast devices keep training while the slowest finishes one iteration",
+    needs_state_server=True, exchanges_deltas=True,
+    options=(_GLOBAL_LR,
+             Option("reset_optimizer_state", False, "clear the local optimizer state at every round boundary"),
+             _STATE_TIMEOUT,
+             Option("ack", "blocking", "'blocking': wait for every answer (Algorithm 1); 'delayed': keep "
+                                       "training, no answer yet means NOT-READY (§4.2)"))))
+
+SYNC = register_spec(ModeSpec(
+    "sync", "dist_sync", "synchronous SGD: gradients averaged every step; everyone waits for the slowest"))
+
+ASYNC = register_spec(ModeSpec(
+    "async", "dist_async", "asynchronous SGD: each gradient applied on arrival; no waiting, stale gradients"))
+
+DCASGD = register_spec(ModeSpec(
+    "dcasgd", "dist_async",
+    "asynchronous SGD with delay-compensated gradients (MXNet's DCASGD on the servers)",
+    options=(Option("lamda", 0.04, "delay-compensation strength λ"),)))
+
+SSP = register_spec(ModeSpec(
+    "ssp", "dist_async",
+    "stale synchronous parallel: async SGD, the fastest at most s iterations ahead of the slowest",
+    needs_state_server=True, options=(_STATE_TIMEOUT,)))
+
+LOCALSGD = register_spec(ModeSpec(
+    "localsgd", "dist_sync", "local SGD / fixed ADACOMM: tau local steps, then a synchronous average of the models",
+    exchanges_deltas=True, options=(Option("local_steps", 8, "local steps τ between two averages"),)))
+
+ADSP = register_spec(ModeSpec(
+    "adsp", "dist_async", "ADSP: train without waiting, commit accumulated updates at scheduler-set rates",
+    needs_state_server=True, exchanges_deltas=True, uses_loss=True, options=(_GLOBAL_LR, _STATE_TIMEOUT)))
+
+LOCAL = register_spec(ModeSpec("local", None, "standalone: one device, no parameter server"))
