@@ -37,6 +37,7 @@ setup(
         "matplotlib<3.9",
         "pyzmq>=22",
         "tqdm>=4.60",
+        "simpy>=4.1,<5",         # the virtual-time engine's event loop (mxhet.sim)
     ],
     extras_require={
         "test": ["pytest>=7", "pytest-timeout>=2"],

@@ -98,6 +98,23 @@ def _validate(args):
         raise ConfigError("--target-accuracy must be in (0, 1], got %r" % args.target_accuracy)
 
 
+def optimizer_params(args):
+    """The local optimizer's parameters from the command line."""
+    params = {"learning_rate": args.lr, "wd": args.wd}
+    if args.optimizer == "sgd":
+        params["momentum"] = args.momentum
+    return params
+
+
+def mode_options(args, mode):
+    """Every option mode ``mode`` takes, by name, from the command line."""
+    from .policy import get_spec
+    offered = {"global_lr": args.global_lr, "reset_optimizer_state": args.reset_optimizer_state,
+               "ack": args.ack, "local_steps": args.local_steps, "lamda": args.dc_lambda}
+    takes = get_spec(mode).defaults()
+    return {name: value for name, value in offered.items() if name in takes}
+
+
 def _context(text):
     import mxnet as mx
     kind, index = parse_context(text)
@@ -164,15 +181,8 @@ def run(args, config=None):
     x, _ = next(batches)
     net(x)  # resolve deferred shapes before the initial model is shared
 
-    opt_params = {"learning_rate": args.lr, "wd": args.wd}
-    if args.optimizer == "sgd":
-        opt_params["momentum"] = args.momentum
-    # every option the chosen mode takes, by name (see each mode's ``options``)
-    offered = {"global_lr": args.global_lr, "reset_optimizer_state": args.reset_optimizer_state,
-               "ack": args.ack, "local_steps": args.local_steps, "lamda": args.dc_lambda}
-    mode_opts = {name: value for name, value in offered.items() if name in get_mode(mode).options}
-    trainer = Trainer(net.collect_params(), args.optimizer, opt_params, sync=mode, config=config,
-                      on_nonfinite=args.on_nonfinite, **mode_opts)
+    trainer = Trainer(net.collect_params(), args.optimizer, optimizer_params(args), sync=mode, config=config,
+                      on_nonfinite=args.on_nonfinite, **mode_options(args, mode))
     if args.checkpoint_dir and get_mode(mode).kvstore_type == "dist_async":
         raise ConfigError("checkpoints need a mode whose workers finish rounds together (esync, sync, localsgd, "
                           "local); %s workers run rounds of their own" % mode)

@@ -245,7 +245,14 @@ class SyncMode:
 
     def server_updater(self, batch_size):
         """The ``kvstore_ext`` updater to ship to the servers."""
-        raise ConfigError("mode %r defines no server updater" % self.name)
+        return self.updater_for(self.channel.num_workers, batch_size, self.trainer._optimizer, self.opts)
+
+    @classmethod
+    def updater_for(cls, num_workers, batch_size, optimizer, opts):
+        """The ``kvstore_ext`` updater this mode's servers run, for ``num_workers``
+        workers, the local ``optimizer`` and the mode's options ``opts``: the
+        cluster ships it with ``set_optimizer``, the simulator applies it itself."""
+        raise ConfigError("mode %r defines no server updater" % cls.name)
 
     def close(self):
         """Release the kvstore and control-plane connections."""
@@ -458,8 +465,9 @@ class SyncMode:
     def push_pull(self, keys, values, outs):
         self.channel.push_pull(keys, values, outs)
 
-    def server_optimizer_copy(self, rescale_grad):
-        """A copy of the trainer's optimizer for the servers."""
-        opt = copy.copy(self.trainer._optimizer)
+    @staticmethod
+    def optimizer_copy(optimizer, rescale_grad):
+        """A copy of ``optimizer`` for the servers, scaling what they receive by ``rescale_grad``."""
+        opt = copy.copy(optimizer)
         opt.rescale_grad = rescale_grad
         return opt

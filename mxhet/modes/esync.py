@@ -58,9 +58,10 @@ class ESync(SyncMode):
     def k(self):
         return self.policy.k
 
-    def server_updater(self, batch_size):
+    @classmethod
+    def updater_for(cls, num_workers, batch_size, optimizer, opts):
         from kvstore_ext.updaters import ESyncAverage
-        return ESyncAverage(self.channel.num_workers, epsilon=self.opts["global_lr"])
+        return ESyncAverage(num_workers, epsilon=opts["global_lr"])
 
     def on_connect(self):
         self.client = self.join_state_server()

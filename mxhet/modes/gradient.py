@@ -29,10 +29,11 @@ class _GradientMode(SyncMode):
         self._gbufs = [mx.nd.zeros(self.wbufs[i].shape, ctx=self.wbufs[i].context, dtype=self.wbufs[i].dtype)
                        for i in self._grad_keys]
 
-    def server_updater(self, batch_size):
+    @classmethod
+    def updater_for(cls, num_workers, batch_size, optimizer, opts):
         from kvstore_ext.updaters import ServerOptimizer
-        workers = self.channel.num_workers if self.kvstore_type == "dist_sync" else 1
-        return ServerOptimizer(self.channel.num_workers, self.server_optimizer_copy(1.0 / (batch_size * workers)))
+        merged = num_workers if cls.kvstore_type == "dist_sync" else 1  # dist_sync sums the workers' pushes
+        return ServerOptimizer(num_workers, cls.optimizer_copy(optimizer, 1.0 / (batch_size * merged)))
 
     def local_update(self, batch_size, ignore_stale_grad):
         if batch_size != self._batch_size:
@@ -111,13 +112,13 @@ class DCASGD(Async):
     ``λ·g⊙g⊙(W − W_prev)``. The original ESync code compared with it."""
     spec = specs.DCASGD
 
-    def server_updater(self, batch_size):
+    @classmethod
+    def updater_for(cls, num_workers, batch_size, optimizer, opts):
         from kvstore_ext.updaters import ServerOptimizer
-        opt = self.trainer._optimizer
-        dc = mx.optimizer.DCASGD(learning_rate=opt.learning_rate, momentum=getattr(opt, "momentum", 0.0),
-                                 lamda=self.opts["lamda"], wd=opt.wd, rescale_grad=1.0 / batch_size,
-                                 clip_gradient=opt.clip_gradient)
-        return ServerOptimizer(self.channel.num_workers, dc)
+        dc = mx.optimizer.DCASGD(learning_rate=optimizer.learning_rate, momentum=getattr(optimizer, "momentum", 0.0),
+                                 lamda=opts["lamda"], wd=optimizer.wd, rescale_grad=1.0 / batch_size,
+                                 clip_gradient=optimizer.clip_gradient)
+        return ServerOptimizer(num_workers, dc)
 
 
 @register

@@ -25,9 +25,10 @@ class LocalSGD(SyncMode):
         super().__init__(trainer, config, **options)
         self.policy = LocalSGDPolicy(self.opts["local_steps"])
 
-    def server_updater(self, batch_size):
+    @classmethod
+    def updater_for(cls, num_workers, batch_size, optimizer, opts):
         from kvstore_ext.updaters import ESyncAverage
-        return ESyncAverage(self.channel.num_workers, epsilon=1.0)
+        return ESyncAverage(num_workers, epsilon=1.0)
 
     def on_setup(self, batch_size):
         self._vote = [mx.nd.zeros((1,))]

@@ -1,0 +1,197 @@
+"""``python -m mxhet.sim``: repeat a job in virtual time, in one process.
+
+It takes the launcher's cluster flags and ``python -m mxhet.train``'s training
+flags on one command line, so a real job::
+
+    mxhet-launch -n 3 -s 1 --sync esync --slowdown 1,1,10 --base-iter 0.05 -- \\
+        python -m mxhet.train --model smallcnn --time-budget 60 --metrics-out runs/real
+
+runs in virtual time as::
+
+    python -m mxhet.sim -n 3 --sync esync --slowdown 1,1,10 --base-iter 0.05 \\
+        --model smallcnn --time-budget 60 --metrics-out runs/sim
+
+and writes the same ``summary.json`` (times in virtual seconds, marked
+``"engine": "sim"``). ``--base-iter`` is required: it is the virtual time of a
+slowdown-1 iteration.
+"""
+import json
+import logging
+import os
+import sys
+import time
+
+from ..config import (WorkerConfig, parse_base_iter, parse_context, parse_delay_ms, parse_slowdown,
+                      parse_slowdown_schedule)
+from ..errors import ConfigError
+from ..policy import get_spec
+from ..train import _atomic_json, _validate, build_parser as train_parser, mode_options, optimizer_params
+from .engine import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_MS, Network, SimJob
+
+LOG = logging.getLogger("mxhet.sim")
+
+
+def build_parser():
+    p = train_parser()
+    p.prog = "python -m mxhet.sim"
+    p.description = __doc__.splitlines()[0]
+    g = p.add_argument_group("the cluster (as mxhet-launch)")
+    g.add_argument("-n", "--num-workers", type=int, required=True, help="number of devices")
+    g.add_argument("--contexts", default="cpu", help="where the replicas compute: cpu or gpu(i) (one for all)")
+    g.add_argument("--slowdown", default="1", help="slowdown factor per device (one value, or one per device)")
+    g.add_argument("--slowdown-schedule", action="append", default=None, metavar="SLOT:SPEC",
+                   help="speed change of one device over virtual time, e.g. 0:60-=8")
+    g.add_argument("--net-delay-ms", default="0", help="extra one-way delay per device link, ms")
+    g.add_argument("--base-iter", type=float, required=True, metavar="SECONDS",
+                   help="virtual seconds of one iteration of a slowdown-1 device (required)")
+    g.add_argument("--epsilon", type=float, default=None, help="State Server: Algorithm 2's ε, seconds")
+    g.add_argument("--staleness", type=int, default=None, help="ssp: the staleness bound s")
+    g.add_argument("--adsp-period", type=float, default=None, help="adsp: check period Γ, seconds")
+    g.add_argument("--adsp-epoch", type=float, default=None, help="adsp: search epoch, seconds")
+    g.add_argument("--adsp-window", type=int, default=None, help="adsp: check periods per evaluated rate")
+    g = p.add_argument_group("the model of the cluster (simulator only)")
+    g.add_argument("--latency-ms", type=float, default=DEFAULT_LATENCY_MS,
+                   help="one-way latency of every link before --net-delay-ms, ms (default %(default)s)")
+    g.add_argument("--bandwidth-gbps", type=float, default=DEFAULT_BANDWIDTH_GBPS,
+                   help="bandwidth of every device's link to the servers, Gbit/s (default %(default)s)")
+    g.add_argument("--jitter", type=float, default=0.0,
+                   help="sigma of a log-normal factor on every iteration time (default 0: none)")
+    return p
+
+
+def _per_device(text, n, parse, flag):
+    values = [parse(v) for v in str(text).split(",")]
+    if len(values) == 1:
+        values *= n
+    if len(values) != n:
+        raise ConfigError("%s takes one value or one per device (%d), got %d" % (flag, n, len(values)))
+    return values
+
+
+def make_job(args):
+    """The :class:`SimJob` of a parsed command line.
+
+    Raises:
+        ConfigError: naming the bad value.
+    """
+    _validate(args)
+    n = args.num_workers
+    if n < 1:
+        raise ConfigError("-n must be >= 1, got %d" % n)
+    mode = args.sync or "esync"
+    spec = get_spec(mode)
+    if not spec.distributed and n != 1:
+        raise ConfigError("--sync %s runs one standalone device; got -n %d" % (mode, n))
+    base = parse_base_iter(args.base_iter)
+    if not base > 0:
+        raise ConfigError("--base-iter must be > 0 seconds in the simulator, got %r" % (args.base_iter,))
+    if not args.latency_ms >= 0 or not args.bandwidth_gbps > 0 or not args.jitter >= 0:
+        raise ConfigError("--latency-ms must be >= 0, --bandwidth-gbps > 0 and --jitter >= 0")
+    parse_context(args.contexts)
+    slowdowns = _per_device(args.slowdown, n, parse_slowdown, "--slowdown")
+    delays = _per_device(args.net_delay_ms, n, parse_delay_ms, "--net-delay-ms")
+    schedules = {}
+    for item in args.slowdown_schedule or ():
+        slot_text, _, text = item.partition(":")
+        if not slot_text.isdigit() or not 0 <= int(slot_text) < n:
+            raise ConfigError("--slowdown-schedule %r must start with a device slot 0..%d and ':'" % (item, n - 1))
+        schedules[int(slot_text)] = parse_slowdown_schedule(text)
+    configs = tuple(WorkerConfig(sync=mode, slot=i, num_slots=n, context=args.contexts, slowdown=slowdowns[i],
+                                 slowdown_schedule=schedules.get(i, ()), base_iter_s=base,
+                                 net_delay_ms=delays[i]) for i in range(n))
+    network = Network(latency_s=tuple((args.latency_ms + d) / 1000.0 for d in delays),
+                      bandwidth=args.bandwidth_gbps * 1e9 / 8)
+    return SimJob(mode=mode, configs=configs, network=network, base_iter_s=base, time_budget=args.time_budget,
+                  max_rounds=args.max_rounds, seed=args.seed, jitter=args.jitter,
+                  mode_options=spec.resolve(mode_options(args, mode)), epsilon=args.epsilon,
+                  staleness=args.staleness,
+                  adsp={"period": args.adsp_period, "epoch": args.adsp_epoch, "window": args.adsp_window},
+                  eval_interval=args.eval_interval, batch_size=args.batch_size)
+
+
+def run(args):
+    """Simulate the job of ``args``; returns the summary dict (also written to ``--metrics-out``)."""
+    import mxnet as mx
+
+    from .. import data, models, train
+    from ..modes import get_mode
+    from . import engine
+
+    job = make_job(args)
+    spec = get_spec(job.mode)
+    kind, index = parse_context(args.contexts)
+    ctx = mx.cpu() if kind == "cpu" else mx.gpu(index)
+    os.makedirs(args.metrics_out, exist_ok=True)
+    input_size = args.input_size or models.default_input_size(args.model)
+    images, labels = data.load_fashion_mnist("train", args.data_dir)
+    wall0 = time.monotonic()
+    devices = engine.build_devices(job, args.model, input_size, images, labels, args.dist, args.optimizer,
+                                   optimizer_params(args), ctx, spec)
+    first = devices[0]
+    grad_keys = [k for k, p in enumerate(first.params) if p.grad_req != "null"]
+    updater = None
+    if spec.distributed:
+        optimizer = mx.optimizer.create(args.optimizer, **optimizer_params(args))
+        updater = get_mode(job.mode).updater_for(len(devices), args.batch_size, optimizer, job.mode_options)
+    servers = engine.Servers([mx.nd.array(p.data().asnumpy(), ctx=ctx) for p in first.params],
+                             updater if updater is not None else mx.optimizer.create("sgd"))
+    sim = engine.Simulation(job, devices, servers, grad_keys)
+    virtual = sim.run()
+    wall = time.monotonic() - wall0
+
+    # The job's final global model, as every worker would pull it.
+    global_keys = grad_keys if not spec.exchanges_deltas and spec.distributed else list(range(len(first.params)))
+    final = servers.snapshot()
+    sim.snapshots.append((virtual, final))
+    digest = engine.model_digest([final[k] for k in global_keys])
+    for dev in devices:
+        dev.stats.final_model_sha256 = digest
+        dev.stats.final_model_keys = len(global_keys)
+        stats = dev.stats.as_dict()
+        stats["train_time_s"] = virtual
+        _atomic_json(os.path.join(args.metrics_out, "worker-%d.json" % dev.slot), stats)
+
+    snap_dir = os.path.join(args.metrics_out, "snapshots")
+    os.makedirs(snap_dir, exist_ok=True)
+    names = [p.name for p in first.params]
+    snapshots = []
+    for i, (t, arrays) in enumerate(sim.snapshots):
+        path = os.path.join(snap_dir, "%06d.params" % i)
+        mx.nd.save(path, dict(zip(names, arrays)))
+        snapshots.append((t, path))
+    config = WorkerConfig(sync=job.mode, num_slots=len(devices), data_dir=args.data_dir or WorkerConfig().data_dir)
+    summary = train.evaluate_run(args, config, job.mode, first.net, snapshots, ctx, input_size, virtual, [],
+                                 train_set=(images, labels))
+    summary["engine"] = "sim"
+    summary["time_unit"] = "virtual seconds"
+    summary["sim"] = {"wall_s": round(wall, 3), "virtual_s": round(virtual, 3),
+                      "virtual_s_per_wall_s": round(virtual / wall, 3) if wall > 0 else None,
+                      "base_iter_s": job.base_iter_s, "latency_ms": args.latency_ms,
+                      "bandwidth_gbps": args.bandwidth_gbps, "jitter": job.jitter,
+                      "state_server_decisions": sim.decisions,
+                      "command": ["python", "-m", "mxhet.sim"] + list(args.argv)}
+    _atomic_json(os.path.join(args.metrics_out, "summary.json"), summary)
+    return summary
+
+
+def main(argv=None):
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.argv = argv
+    try:
+        summary = run(args)
+    except ConfigError as exc:
+        print("mxhet.sim: error: %s" % exc, file=sys.stderr)
+        return 2
+    s = summary["sim"]
+    print("simulated %.1f virtual seconds in %.1f s of wall time (%.2f virtual s per wall s), %d State Server "
+          "decisions; final accuracy %.4f, time to %.2f: %s"
+          % (s["virtual_s"], s["wall_s"], s["virtual_s_per_wall_s"] or 0, s["state_server_decisions"],
+             summary["final_accuracy"], summary["target_accuracy"],
+             "%.1f virtual s" % summary["time_to_target_s"] if summary["time_to_target_s"] is not None
+             else "not reached"))
+    print(json.dumps({"summary": os.path.join(args.metrics_out, "summary.json")}))
+    return 0

@@ -1,0 +1,549 @@
+"""The virtual-time engine: a real training job whose clock is virtual.
+
+Every device has its own Gluon replica and data shard and really computes its
+forward and backward passes and its local updates, so accuracies are real.
+What is virtual is *time*: an iteration takes ``slowdown x base_iter`` virtual
+seconds (times an optional log-normal jitter), a message or a model transfer
+takes the link's one-way latency plus bytes over bandwidth. The decisions are
+the real ones: the worker policies of :mod:`mxhet.policy`, the State Server's
+:class:`~mxhet.control.server.StateService`, and the server-side updaters of
+:mod:`kvstore_ext.updaters` applied through MXNet's own
+``mx.optimizer.get_updater``, exactly as a PS-LITE server applies them.
+
+The event loop is SimPy's (one priority queue of events ordered by virtual
+time, ties in scheduling order), so a run is deterministic for a seed. A slow
+device costs only its own iterations: 117x slower means 117x fewer real
+forward passes, not 117x more waiting.
+
+What the model of the cluster leaves out, on purpose or for now:
+
+* With delayed ACKs a READY ends the iteration in progress at the moment it
+  arrives; a real worker notices it at its next check (at once during the
+  emulated slowdown, after its forward and backward pass otherwise).
+* Servers apply updates in zero virtual time; PS-LITE's per-key messages are
+  one transfer of the whole model.
+* Snapshots of the global model are taken every ``eval_interval`` virtual
+  seconds from the servers' copy (a real job's rank 0 snapshots its last pull).
+"""
+import dataclasses
+import hashlib
+import logging
+import math
+
+import mxnet as mx
+import numpy as np
+import simpy
+from mxnet import autograd, gluon
+
+from ..control import messages as m
+from ..control.server import StateService
+from ..dataplane import copy_all, nbytes
+from ..errors import ConfigError
+from ..modes.base import WorkerStats
+from ..policy import get_spec
+from ..policy.worker import Action, ADSPPolicy, ESyncPolicy, LocalSGDPolicy
+
+LOG = logging.getLogger("mxhet.sim")
+
+DEFAULT_LATENCY_MS = 0.25
+"""One-way latency of a loopback message (ZeroMQ or PS-LITE), milliseconds;
+added to every device's ``--net-delay-ms``."""
+DEFAULT_BANDWIDTH_GBPS = 10.0
+"""Bandwidth of a device's link to the servers, Gbit/s."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Network:
+    """Per-device link model: one-way latency in seconds, bandwidth in bytes/s."""
+    latency_s: tuple
+    bandwidth: float
+
+    def message(self, slot):
+        """Seconds for a small control message to cross ``slot``'s link one way."""
+        return self.latency_s[slot]
+
+    def transfer(self, slot, size):
+        """Seconds for ``size`` bytes to cross ``slot``'s link one way."""
+        return self.latency_s[slot] + size / self.bandwidth
+
+
+@dataclasses.dataclass
+class SimJob:
+    """What to simulate (the launcher's and the training entry point's settings)."""
+    mode: str
+    configs: tuple             # one mxhet.config.WorkerConfig per device
+    network: Network
+    base_iter_s: float
+    time_budget: float         # virtual seconds
+    max_rounds: int = 0
+    seed: int = 0
+    jitter: float = 0.0        # sigma of a log-normal factor on every iteration time (0 = none)
+    mode_options: dict = dataclasses.field(default_factory=dict)
+    epsilon: float = None
+    staleness: int = None
+    adsp: dict = dataclasses.field(default_factory=dict)
+    eval_interval: float = 2.0
+    batch_size: int = 64
+
+
+class Device:
+    """One simulated worker: a real replica, a real shard, virtual time."""
+
+    def __init__(self, slot, config, net, params, trainer, batches, batch_size, rng):
+        self.slot = self.rank = slot
+        self.config = config
+        self.net = net
+        self.params = params            # in key order
+        self.trainer = trainer          # gluon.Trainer without kvstore: the local optimizer
+        self.batches = batches
+        self.batch_size = batch_size
+        self.rng = rng
+        self.stats = WorkerStats(rank=slot, slot=slot, context=config.context, slowdown=config.slowdown)
+        self.global_copy = None         # the global model as last pulled (delta modes)
+        self.last_loss = None
+        self.stopped = False
+        self.seq = 0
+        self.incarnation = slot + 1
+
+    def weights(self):
+        return [p.data() for p in self.params]
+
+    def iteration_time(self, since_start, base, jitter):
+        factor = self.config.slowdown_at(since_start)
+        noise = math.exp(self.rng.normal(0.0, jitter)) if jitter > 0 else 1.0
+        return factor * base * noise
+
+    def compute(self, local_step, read_loss=False):
+        """One real forward and backward pass (and the local optimizer step)."""
+        x, y = next(self.batches)
+        with autograd.record():
+            loss = gluon.loss.SoftmaxCrossEntropyLoss()(self.net(x), y)
+        loss.backward()
+        if local_step:
+            self.trainer.step(self.batch_size)
+        if read_loss:
+            self.last_loss = float(loss.mean().asscalar())
+        self.stats.iterations += 1
+        self.stats.samples += self.batch_size
+
+    def skip_batch(self):
+        """An abandoned iteration still took its batch from the stream."""
+        self.batches.next_indices()
+
+    def message(self, cls, **fields):
+        self.seq += 1
+        return cls(rank=self.rank, seq=self.seq, incarnation=self.incarnation, **fields)
+
+
+class Servers:
+    """The parameter servers: the global model and MXNet's updater path."""
+
+    def __init__(self, arrays, updater):
+        self.weights = arrays
+        self._apply = mx.optimizer.get_updater(updater)
+
+    def apply(self, key, value):
+        self._apply(key, value, self.weights[key])
+
+    def snapshot(self, keys=None):
+        keys = range(len(self.weights)) if keys is None else keys
+        return [self.weights[k].copy() for k in keys]
+
+
+class SyncRound:
+    """``dist_sync`` for one round: the servers wait for one push per worker,
+    sum them in arrival order, apply the updater once per key, and answer pulls."""
+
+    def __init__(self, env, servers, keys, workers, on_done=None):
+        self.env, self.servers, self.keys, self.workers = env, servers, keys, workers
+        self.sums = None
+        self.count = 0
+        self.votes = 0.0
+        self.done = env.event()
+        self.on_done = on_done
+
+    def arrive(self, values, vote=0.0):
+        if self.sums is None:
+            self.sums = [v.copy() for v in values]
+        else:
+            for s, v in zip(self.sums, values):
+                s += v
+        self.votes = max(self.votes, vote)
+        self.count += 1
+        if self.count == self.workers:
+            for key, value in zip(self.keys, self.sums):
+                self.servers.apply(key, value)
+            self.result = self.servers.snapshot(self.keys)
+            self.done.succeed()
+
+
+class Simulation:
+    """Runs one :class:`SimJob` over prepared devices; see :func:`run`."""
+
+    def __init__(self, job, devices, servers, grad_keys):
+        self.job = job
+        self.spec = get_spec(job.mode)
+        self.devices = devices
+        self.servers = servers
+        self.grad_keys = grad_keys
+        self.env = simpy.Environment()
+        n = len(devices)
+        kwargs = {"now": 0.0}
+        if job.epsilon is not None:
+            kwargs["epsilon"] = job.epsilon
+        if job.staleness is not None:
+            kwargs["staleness"] = job.staleness
+        kwargs.update({"adsp_" + k: v for k, v in job.adsp.items() if v is not None})
+        self.service = StateService(n, **kwargs)
+        self._deferred = {}   # (rank, seq) -> event of a deferred State Server answer
+        self._rounds = {}     # dist_sync rounds by index
+        self.snapshots = []   # (virtual time, [arrays]) of the global model
+        self.decisions = 0
+
+    # -- the State Server over the emulated links --------------------------------
+    def _answer(self, dev, request):
+        reply = self.service.handle(request, self.env.now, sender=dev.slot)
+        self.decisions += 1
+        released, self.service.released = self.service.released, []
+        for rank, deferred in released:
+            event = self._deferred.pop((rank, deferred.seq), None)
+            if event is not None:
+                self.env.process(self._deliver(self.devices[rank], deferred, event))
+        return reply
+
+    def _deliver(self, dev, reply, event):
+        yield self.env.timeout(self.job.network.message(dev.slot))
+        event.succeed(reply)
+
+    def request(self, dev, request):
+        """A blocking request: there and back over ``dev``'s link; returns the reply."""
+        sent = self.env.now
+        yield self.env.timeout(self.job.network.message(dev.slot))
+        reply = self._answer(dev, request)
+        if reply is None:
+            event = self.env.event()
+            self._deferred[(dev.rank, request.seq)] = event
+            reply = yield event
+        else:
+            yield self.env.timeout(self.job.network.message(dev.slot))
+        if not reply.ok:
+            raise ConfigError("State Server refused %s of slot %d: %s" % (request.TYPE, dev.slot, reply.error))
+        dev.stats.state_replies += 1
+        dev.stats.rtt_s = self.env.now - sent
+        return reply
+
+    def send(self, dev, request, on_reply):
+        """A delayed-ACK request: returns at once; ``on_reply(reply)`` runs when it arrives."""
+        def go():
+            sent = self.env.now
+            yield self.env.timeout(self.job.network.message(dev.slot))
+            reply = self._answer(dev, request)
+            yield self.env.timeout(self.job.network.message(dev.slot))
+            dev.stats.state_replies += 1
+            dev.stats.rtt_s = self.env.now - sent
+            on_reply(reply)
+        self.env.process(go())
+
+    # -- helpers -------------------------------------------------------------------
+    def wants_stop(self, dev):
+        return (self.env.now >= self.job.time_budget
+                or bool(self.job.max_rounds and dev.stats.rounds >= self.job.max_rounds))
+
+    def iterate(self, dev):
+        """Wait one iteration's virtual time; returns its duration."""
+        duration = dev.iteration_time(self.env.now, self.job.base_iter_s, self.job.jitter)
+        yield self.env.timeout(duration)
+        dev.stats.compute_s += duration
+        return duration
+
+    def blocked(self, dev, since, sync=False, query=False):
+        spent = self.env.now - since
+        dev.stats.wait_s += spent
+        if sync:
+            dev.stats.sync_s += spent
+        if query:
+            dev.stats.query_s += spent
+        return spent
+
+    def sync_round(self, index, keys):
+        if index not in self._rounds:
+            self._rounds[index] = SyncRound(self.env, self.servers, keys, len(self.devices))
+        return self._rounds[index]
+
+    def exchange(self, dev, index, values, keys, vote=0.0):
+        """``dist_sync``: push ``values`` for ``keys``, wait for the others, pull the result."""
+        t0 = self.env.now
+        size = nbytes(values)
+        yield self.env.timeout(self.job.network.transfer(dev.slot, size + 4))
+        rnd = self.sync_round(index, keys)
+        rnd.arrive(values, vote)
+        yield rnd.done
+        yield self.env.timeout(self.job.network.transfer(dev.slot, size + 4))
+        dev.stats.bytes_pushed += size + 4
+        dev.stats.bytes_pulled += size + 4
+        self.blocked(dev, t0, sync=True)
+        return rnd.result, rnd.votes
+
+    def push_async(self, dev, values, keys):
+        """``dist_async``: push, applied on arrival; pull the model as it is then."""
+        t0 = self.env.now
+        size = nbytes(values)
+        yield self.env.timeout(self.job.network.transfer(dev.slot, size))
+        for key, value in zip(keys, values):
+            self.servers.apply(key, value)
+        result = self.servers.snapshot(keys)
+        yield self.env.timeout(self.job.network.transfer(dev.slot, size))
+        dev.stats.bytes_pushed += size
+        dev.stats.bytes_pulled += size
+        self.blocked(dev, t0, sync=True)
+        return result
+
+    def deltas(self, dev):
+        return [w - g for w, g in zip(dev.weights(), dev.global_copy)]
+
+    def take_global(self, dev, arrays, keys=None):
+        keys = range(len(dev.params)) if keys is None else keys
+        weights = dev.weights()
+        copy_all(arrays, [weights[k] for k in keys])
+        if dev.global_copy is not None:
+            for k, a in zip(keys, arrays):
+                dev.global_copy[k] = a.copy()
+
+    def register(self, dev):
+        yield from self.request(dev, dev.message(m.Register, slot=dev.slot, signature="sim", round=0))
+
+    def leave(self, dev):
+        dev.stopped = True
+        yield from self.request(dev, dev.message(m.Bye))
+
+    # -- the modes -----------------------------------------------------------------
+    def esync(self, dev):
+        delayed = self.job.mode_options.get("ack", "blocking") == "delayed"
+        policy = ESyncPolicy()
+        yield from self.register(dev)
+        ready = self.env.event()
+        round_start = (0.0, 0, 0, 0)
+
+        def on_reply(reply):
+            policy.answer(reply.round, reply.ready, reply.slowest)
+            dev.stats.late_replies = policy.late_replies
+            if policy.before_update() is Action.ABORT and not ready.triggered:
+                ready.succeed()
+
+        while True:
+            t0 = self.env.now
+            duration = dev.iteration_time(t0, self.job.base_iter_s, self.job.jitter)
+            if delayed:
+                yield self.env.timeout(duration) | ready
+            else:
+                yield self.env.timeout(duration)
+            if policy.before_update() is Action.ABORT:
+                dev.stats.compute_s += self.env.now - t0
+                dev.stats.aborted += 1
+                dev.skip_batch()
+            else:
+                dev.stats.compute_s += duration
+                dev.compute(local_step=True)
+                policy.completed()
+                c = duration + dev.stats.rtt_s
+                query = dev.message(m.Query, round=policy.round, k=policy.k, c=float(c), since_finish=0.0)
+                dev.stats.state_queries += 1
+                t1 = self.env.now
+                if delayed:
+                    self.send(dev, query, on_reply)
+                else:
+                    reply = yield from self.request(dev, query)
+                    dev.stats.waited_iterations += 1
+                    on_reply(reply)
+                waited = self.blocked(dev, t1, query=True)
+                dev.stats.query_wait_max_s = max(dev.stats.query_wait_max_s, waited)
+                if dev.stats.query_wait_min_s is None or waited < dev.stats.query_wait_min_s:
+                    dev.stats.query_wait_min_s = waited
+                if policy.after_query() is not Action.AGGREGATE:
+                    continue
+            # aggregate the round
+            result, _ = yield from self.exchange(dev, ("esync", policy.round), self.deltas(dev),
+                                                 list(range(len(dev.params))))
+            self.take_global(dev, result)
+            _, k, slowest = policy.aggregated()
+            dev.stats.local_iters.append(k)
+            dev.stats.rounds = policy.round
+            t1 = self.env.now
+            reply = yield from self.request(dev, dev.message(m.Reset, round=policy.round,
+                                                             want_stop=self.wants_stop(dev)))
+            self.blocked(dev, t1, query=True)
+            blocked, queries, replies, aborted = round_start
+            s = dev.stats
+            s.round_blocked_s.append(s.query_s + s.sync_s - blocked)
+            s.round_queries.append(s.state_queries - queries)
+            s.round_replies.append(s.state_replies - replies)
+            s.round_aborted.append(s.aborted - aborted)
+            s.round_slowest.append(slowest)
+            s.round_end_s.append(self.env.now)
+            round_start = (s.query_s + s.sync_s, s.state_queries, s.state_replies, s.aborted)
+            ready = self.env.event()
+            if reply.stop:
+                break
+        yield from self.leave(dev)
+
+    def localsgd(self, dev):
+        policy = LocalSGDPolicy(self.job.mode_options.get("local_steps", 8))
+        yield from self.register(dev)
+        while True:
+            yield from self.iterate(dev)
+            dev.compute(local_step=True)
+            if policy.completed() is not Action.AGGREGATE:
+                continue
+            index = dev.stats.rounds
+            result, votes = yield from self.exchange(dev, ("localsgd", index), self.deltas(dev),
+                                                     list(range(len(dev.params))),
+                                                     vote=1.0 if self.wants_stop(dev) else 0.0)
+            self.take_global(dev, result)
+            dev.stats.rounds += 1
+            dev.stats.local_iters.append(policy.aggregated())
+            if votes > 0:
+                break
+        yield from self.leave(dev)
+
+    def _gradients(self, dev):
+        return [dev.params[k].grad().copy() for k in self.grad_keys]
+
+    def sync(self, dev):
+        yield from self.register(dev)
+        while True:
+            yield from self.iterate(dev)
+            dev.compute(local_step=False)
+            index = dev.stats.rounds
+            result, votes = yield from self.exchange(dev, ("sync", index), self._gradients(dev), self.grad_keys,
+                                                     vote=1.0 if self.wants_stop(dev) else 0.0)
+            self.take_global(dev, result, self.grad_keys)
+            dev.stats.rounds += 1
+            dev.stats.local_iters.append(1)
+            if votes > 0:
+                break
+        yield from self.leave(dev)
+
+    def asynchronous(self, dev, gate=False):
+        yield from self.register(dev)
+        while not self.wants_stop(dev):
+            yield from self.iterate(dev)
+            dev.compute(local_step=False)
+            result = yield from self.push_async(dev, self._gradients(dev), self.grad_keys)
+            self.take_global(dev, result, self.grad_keys)
+            dev.stats.rounds += 1
+            dev.stats.local_iters.append(1)
+            if gate and not self.wants_stop(dev):
+                t1 = self.env.now
+                yield from self.request(dev, dev.message(m.Clock, clock=dev.stats.iterations))
+                self.blocked(dev, t1, query=True)
+                dev.stats.waited_iterations += 1
+        yield from self.leave(dev)
+
+    def ssp(self, dev):
+        yield from self.asynchronous(dev, gate=True)
+
+    def adsp(self, dev):
+        policy = ADSPPolicy()
+        yield from self.register(dev)
+
+        def report():
+            t1 = self.env.now
+            reply = yield from self.request(dev, dev.message(
+                m.Commit, commits=policy.commits, loss=-1.0 if dev.last_loss is None else dev.last_loss,
+                commit_cost=float(policy.commit_cost)))
+            self.blocked(dev, t1, query=True)
+            policy.schedule(self.env.now, reply.target, reply.period_left)
+
+        yield from report()
+        while True:
+            duration = yield from self.iterate(dev)
+            dev.compute(local_step=True, read_loss=True)
+            stopping = self.wants_stop(dev)
+            action = policy.completed(self.env.now, duration, stopping=stopping)
+            if action is Action.REPORT:
+                yield from report()
+            if action is not Action.COMMIT:
+                continue
+            t1 = self.env.now
+            result = yield from self.push_async(dev, self.deltas(dev), list(range(len(dev.params))))
+            self.take_global(dev, result)
+            k = policy.committed(self.env.now - t1)
+            dev.stats.rounds += 1
+            dev.stats.local_iters.append(k)
+            if stopping or self.wants_stop(dev):
+                break
+            yield from report()
+        yield from self.leave(dev)
+
+    def local(self, dev):
+        while not self.wants_stop(dev):
+            yield from self.iterate(dev)
+            dev.compute(local_step=True)
+            dev.stats.rounds += 1
+            dev.stats.local_iters.append(1)
+        for key, w in enumerate(dev.weights()):
+            w.copyto(self.servers.weights[key])
+
+    PROCESSES = {"esync": "esync", "localsgd": "localsgd", "sync": "sync", "async": "asynchronous",
+                 "dcasgd": "asynchronous", "ssp": "ssp", "adsp": "adsp", "local": "local"}
+
+    def snapshotter(self):
+        while True:
+            if self.spec.distributed:
+                arrays = self.servers.snapshot()
+            else:
+                arrays = [w.copy() for w in self.devices[0].weights()]
+            self.snapshots.append((self.env.now, arrays))
+            yield self.env.timeout(self.job.eval_interval)
+
+    def run(self):
+        """Run until every device stopped; returns the virtual seconds of training."""
+        try:
+            body = getattr(self, self.PROCESSES[self.job.mode])
+        except KeyError:
+            raise ConfigError("the simulator has no model of mode %r" % self.job.mode) from None
+        procs = [self.env.process(body(dev)) for dev in self.devices]
+        self.env.process(self.snapshotter())
+        done = simpy.AllOf(self.env, procs)
+        self.env.run(until=done)
+        return self.env.now
+
+
+def build_devices(job, model, input_size, images, labels, dist, optimizer, optimizer_params, ctx, mode_spec):
+    """One replica per device, all starting from the same initial model (seeded)."""
+    from .. import data, models
+    n = len(job.configs)
+    mx.random.seed(job.seed)
+    np.random.seed(job.seed)
+    devices = []
+    reference = None
+    for slot, config in enumerate(job.configs):
+        net = models.get_model(model, classes=10, input_size=input_size)
+        net.initialize(mx.init.Xavier(), ctx=ctx)
+        net.hybridize()
+        shard = data.partition(labels, n, slot, dist=dist, seed=job.seed)
+        batches = data.ShardIterator(images, labels, shard, job.batch_size, seed=job.seed + 1000 * slot,
+                                     input_size=input_size, ctx=ctx)
+        x, _ = next(batches)
+        net(x)  # shapes, as a real worker does (its first batch goes to this pass too)
+        params = [p for _, p in sorted(net.collect_params().items())]
+        if reference is None:
+            reference = [p.data().copy() for p in params]
+        else:
+            for p, value in zip(params, reference):
+                p.set_data(value)
+        trainer = gluon.Trainer(params, optimizer, dict(optimizer_params), kvstore=None, update_on_kvstore=False)
+        dev = Device(slot, config, net, params, trainer, batches, job.batch_size,
+                     np.random.RandomState([job.seed, slot, 7]))
+        if mode_spec.exchanges_deltas:
+            dev.global_copy = [mx.nd.array(v.asnumpy(), ctx=ctx) for v in reference]
+        devices.append(dev)
+    return devices
+
+
+def model_digest(arrays):
+    """sha256 of the arrays' bytes, in order (as :meth:`SyncMode.finish` computes it)."""
+    digest = hashlib.sha256()
+    for a in arrays:
+        digest.update(np.ascontiguousarray(a.asnumpy()).tobytes())
+    return digest.hexdigest()
