@@ -1,0 +1,101 @@
+"""The virtual-time engine: every mode runs on the real policies, deterministically.
+
+In-process jobs on the small CNN, a few virtual seconds each; iteration times
+come from the profile, so every assertion about who waits for whom is exact.
+"""
+import json
+
+import pytest
+
+from mxhet.errors import ConfigError
+from mxhet.modes import mode_names
+from mxhet.policy import get_spec
+from mxhet.sim import cli
+
+pytestmark = pytest.mark.timeout(300)
+
+FAST = ("--model", "smallcnn", "--eval-samples", "100", "--final-eval-samples", "300", "--eval-interval", "1")
+
+
+def _sim(tmp_path, name, *argv):
+    out = tmp_path / name
+    args = cli.build_parser().parse_args([*argv, *FAST, "--metrics-out", str(out)])
+    args.argv = list(argv)
+    summary = cli.run(args)
+    assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(summary))
+    return summary, {w["slot"]: w for w in summary["workers"]}
+
+
+@pytest.mark.parametrize("mode", mode_names())
+def test_every_mode_runs_in_virtual_time(tmp_path, mode):
+    n = 3 if get_spec(mode).distributed else 1
+    slowdown = "1,1,4" if n == 3 else "1"
+    summary, workers = _sim(tmp_path, mode, "-n", str(n), "--sync", mode, "--slowdown", slowdown,
+                            "--base-iter", "0.05", "--time-budget", "3", "--adsp-period", "1", "--adsp-window", "1")
+    assert summary["engine"] == "sim" and summary["mode"] == mode and summary["time_unit"] == "virtual seconds"
+    assert 3.0 <= summary["train_time_s"] < 6.0
+    assert summary["sim"]["virtual_s_per_wall_s"] > 0
+    assert len({w["final_model_sha256"] for w in workers.values()}) == 1
+    assert 0 <= summary["final_accuracy"] <= 1 and summary["curve"][0][0] == 0.0
+    iters = [workers[s]["iterations"] for s in sorted(workers)]
+    assert all(w["rounds"] > 0 and w["samples"] == 64 * w["iterations"] for w in workers.values())
+    if mode in ("sync", "localsgd"):
+        assert iters[0] == iters[2]                      # lockstep
+    elif mode == "ssp":
+        assert iters[0] - iters[2] <= 2 + 1              # staleness 2 (+1 for the final step)
+    elif mode == "esync":
+        assert set(workers[2]["local_iters"]) == {1}     # the slowest does one iteration per round
+        assert min(workers[0]["local_iters"][1:]) >= 3   # the others fill its 4 x 0.05 s
+    elif n == 3:
+        assert iters[0] > 3 * iters[2] - 3               # nobody waits: 4x faster, exactly
+
+
+def test_a_rerun_is_bit_identical(tmp_path):
+    argv = ("-n", "3", "--sync", "esync", "--ack", "delayed", "--slowdown", "1,2,5", "--net-delay-ms", "5",
+            "--jitter", "0.2", "--base-iter", "0.05", "--time-budget", "2", "--seed", "4")
+    first, _ = _sim(tmp_path, "a", *argv)
+    second, _ = _sim(tmp_path, "b", *argv)
+    for summary in (first, second):
+        summary.pop("sim")
+        summary["evaluation"].pop("seconds")
+    assert first == second
+    third, _ = _sim(tmp_path, "c", *argv[:-1], "5")
+    assert third["workers"][0]["final_model_sha256"] != first["workers"][0]["final_model_sha256"]
+
+
+def test_delayed_acks_abort_and_never_wait(tmp_path):
+    _, workers = _sim(tmp_path, "delayed", "-n", "3", "--sync", "esync", "--ack", "delayed", "--slowdown", "1,1,10",
+                      "--net-delay-ms", "100", "--base-iter", "0.05", "--max-rounds", "3", "--time-budget", "60")
+    for w in workers.values():
+        assert w["rounds"] == 3 and w["query_wait_max_s"] == 0.0
+    assert workers[2]["round_aborted"] == [1, 1, 1] and workers[2]["local_iters"] == [1, 1, 1]
+
+
+def test_a_device_slowed_mid_run_becomes_the_slowest(tmp_path):
+    _, workers = _sim(tmp_path, "dynamic", "-n", "3", "--sync", "esync", "--slowdown", "1,1,3",
+                      "--slowdown-schedule", "0:3-=12", "--base-iter", "0.05", "--time-budget", "8")
+    changing = workers[0]
+    after = [i for i, t in enumerate(changing["round_end_s"]) if t >= 3.0][2:]
+    before = [k for k, t in zip(changing["local_iters"], changing["round_end_s"]) if t < 3.0]
+    assert after and max(before) >= 2
+    assert all(changing["local_iters"][i] == 1 and changing["round_slowest"][i] == 0 for i in after)
+
+
+def test_a_slower_device_costs_fewer_real_iterations(tmp_path):
+    common = ("-n", "3", "--sync", "esync", "--base-iter", "0.05", "--time-budget", "4")
+    _, ten = _sim(tmp_path, "ten", *common, "--slowdown", "1,1,10")
+    _, slow = _sim(tmp_path, "slow", *common, "--slowdown", "1,1,117")
+    assert slow[2]["iterations"] <= ten[2]["iterations"]
+    assert slow[2]["iterations"] == slow[2]["rounds"] and slow[0]["local_iters"][0] > ten[0]["local_iters"][0]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("-n", "2", "--sync", "local", "--base-iter", "0.1"), "standalone"),
+    (("-n", "2", "--sync", "esync", "--base-iter", "0"), "--base-iter"),
+    (("-n", "2", "--sync", "esync", "--base-iter", "0.1", "--slowdown", "1,2,3"), "one per device"),
+    (("-n", "2", "--sync", "esync", "--base-iter", "0.1", "--slowdown-schedule", "5:1-=2"), "slot"),
+])
+def test_bad_command_lines_are_refused(tmp_path, argv, message):
+    args = cli.build_parser().parse_args([*argv, "--metrics-out", str(tmp_path)])
+    with pytest.raises(ConfigError, match=message):
+        cli.make_job(args)
