@@ -93,6 +93,18 @@ def build_parser():
                        help="comma-separated registered counts to profile the server at (cProfile)")
     where.add_argument("--profile-duration", type=float, default=3.0)
     where.add_argument("--out", default="runs/control-plane", help="output directory (default %(default)s)")
+    val = sub.add_parser("validate-sim", help="the same jobs on the cluster and in the simulator, compared")
+    val.add_argument("--model", default="smallcnn")
+    val.add_argument("--modes", default="esync,sync,async", help="comma-separated modes (default %(default)s)")
+    val.add_argument("--cases", default="cpu,mixed",
+                     help="profiles: cpu (10,10,1,1) and mixed (1,2,4,8, slot 0 slowed to 12x at half "
+                          "time) (default %(default)s)")
+    val.add_argument("--time-budget", type=float, default=60.0, help="seconds per run (default %(default)s)")
+    val.add_argument("--base-iter", type=float, default=0.05,
+                     help="seconds of a slowdown-1 iteration, on both engines (default %(default)s)")
+    val.add_argument("--lr", type=float, default=0.05)
+    val.add_argument("--seed", type=int, default=0)
+    val.add_argument("--out", default="runs/validate-sim", help="output directory (default %(default)s)")
     for name in EXPERIMENT_NAMES:
         help_text = {"table1": "Table 1: ESync vs Sync speedup to the target, ESync vs standalone accuracy",
                      "curves": "Figure 3: test accuracy over time, i.i.d. and non-i.i.d.",
@@ -102,6 +114,7 @@ def build_parser():
         e = sub.add_parser(name, help=help_text)
         e.add_argument("--preset", default="cpu", choices=sorted(presets.PRESETS),
                        help="smoke: pipeline check in minutes; cpu: reduced models for a CPU machine; "
+                            "paper-sim: the paper's 117x profile in virtual time, each run to the target; "
                             "paper: the paper's sizes and 117x profile on a GPU machine (default %(default)s)")
         e.add_argument("--models", default=None, help="comma-separated models (default: the preset's)")
         e.add_argument("--modes", default=None, help="comma-separated modes, replacing each experiment's "
@@ -113,6 +126,9 @@ def build_parser():
         e.add_argument("--time-budget", type=float, default=None, help="training seconds per run "
                                                                        "(default: the preset's)")
         e.add_argument("--seed", type=int, default=0, help="seed of every run (default 0)")
+        e.add_argument("--engine", choices=["cluster", "sim"], default=None,
+                       help="cluster: real processes on this machine; sim: python -m mxhet.sim in virtual "
+                            "time (default: the preset's, cluster but for paper-sim)")
     return p
 
 
@@ -145,7 +161,8 @@ def run_paper_experiment(args):
         out = args.out or os.path.join("runs", "bench-%s" % preset.name)
         started = time.time()
         result = suite.run_suite(experiments, preset, profile, out, models=model_list, modes=mode_list,
-                                 budget=args.time_budget, seed=args.seed, command=["mxhet-bench"] + sys.argv[1:])
+                                 budget=args.time_budget, seed=args.seed, command=["mxhet-bench"] + sys.argv[1:],
+                                 engine=args.engine)
     except ConfigError as exc:
         print("mxhet-bench: error: %s" % exc, file=sys.stderr)
         return 2
@@ -389,11 +406,33 @@ def _terminate(signum, frame):
     raise SystemExit(128 + signum)
 
 
+def run_validate_sim(args):
+    from mxhet.models import MODEL_NAMES
+    from mxhet.modes import mode_names
+
+    from . import validate
+    try:
+        modes = _names(args.modes, tuple(mode_names()), "modes")
+        _names(args.model, MODEL_NAMES, "models")
+        cases = {c.name: c for c in validate.default_cases(args.time_budget)}
+        chosen = [cases[n] for n in _names(args.cases, tuple(cases), "cases")]
+        if not args.time_budget > 0 or not args.base_iter > 0:
+            raise ConfigError("--time-budget and --base-iter must be > 0 seconds")
+    except ConfigError as exc:
+        print("mxhet-bench: error: %s" % exc, file=sys.stderr)
+        return 2
+    result = validate.run(chosen, modes, args.model, args.time_budget, args.base_iter, args.out, seed=args.seed,
+                          lr=args.lr, command=["mxhet-bench"] + sys.argv[1:], log=tqdm.write)
+    with open(os.path.join(args.out, "validate-sim.md")) as f:
+        print(f.read())
+    return 0 if result["agree"] else 1
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
     runners = {"demo": run_demo, "epsilon": run_epsilon, "acks": run_acks, "dynamic": run_dynamic,
-               "control-plane": run_control_plane}
+               "control-plane": run_control_plane, "validate-sim": run_validate_sim}
     return runners.get(args.experiment, run_paper_experiment)(args)
 
 

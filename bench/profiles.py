@@ -63,8 +63,15 @@ def _paper():
     return Profile("paper", tuple(slow + fast))
 
 
+def _paper_sim():
+    """The paper's speeds for the simulator: every replica computes on this
+    machine's CPU; 117x and 1x are virtual speeds."""
+    return Profile("paper-sim", tuple(Device("cpu", d.slowdown, d.label) for d in _paper().devices))
+
+
 BUILTIN = {
     "paper": _paper(),
+    "paper-sim": _paper_sim(),
     "cpu": Profile("cpu", tuple([Device("cpu", 10.0, "slow")] * 2 + [Device("cpu", 1.0, "fast")] * 2)),
     "smoke": Profile("smoke", (Device("cpu", 1.0, "fast"), Device("cpu", 1.0, "fast"), Device("cpu", 4.0, "slow"))),
 }

@@ -93,6 +93,14 @@ def _table(head, rows):
     return "\n".join(lines)
 
 
+ENGINE_TEXT = {
+    "cluster": "cluster** (real PS-LITE scheduler, servers, State Server and worker processes on this machine; "
+               "times in seconds of wall clock)",
+    "sim": "sim** (python -m mxhet.sim: the same policies, State Server and server updaters, real training, "
+           "iteration and transfer times from the profile; times in virtual seconds)",
+}
+
+
 def _evaluation_line(result):
     """How every run was scored (the protocol is the same for every mode)."""
     evals = [r["evaluation"] for r in result["runs"] if r.get("evaluation")]
@@ -111,7 +119,9 @@ def _evaluation_line(result):
 def _header(result):
     m, p = result["machine"], result["profile"]
     devices = ", ".join("%s ×%g" % (d["context"], d["slowdown"]) for d in p["devices"])
-    lines = ["Command: `%s`" % " ".join(os.path.basename(a) if i == 0 else a
+    engine = result.get("engine", "cluster")
+    lines = ["Engine: **%s" % ENGINE_TEXT[engine], "",
+             "Command: `%s`" % " ".join(os.path.basename(a) if i == 0 else a
                                         for i, a in enumerate(result["command"])),
              "",
              "Machine: %s, %s cores, %d GPU(s), MXNet %s, Python %s." % (

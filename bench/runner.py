@@ -32,30 +32,55 @@ class JobSpec:
     extra_train_args: tuple = ()
     launcher_args: tuple = ()
     startup_allowance: float = 240.0  # seconds for start-up and evaluation beyond the budget
+    engine: str = "cluster"           # "cluster": real processes; "sim": mxhet.sim in virtual time
+    sim_args: tuple = ()              # options for the simulator only
 
     @property
     def label(self):
         return "%s-%s-%s" % (self.model, self.mode, self.dist)
 
+    def train_argv(self, out_dir):
+        """``python -m mxhet.train``'s flags (the simulator takes the same)."""
+        argv = ["--model", self.model, "--batch-size", str(self.batch_size), "--lr", "%g" % self.lr,
+                "--dist", self.dist, "--time-budget", "%g" % self.time_budget,
+                "--target-accuracy", "%g" % self.target_accuracy, "--seed", str(self.seed),
+                "--eval-interval", "%g" % self.eval_interval, "--metrics-out", out_dir]
+        if self.input_size:
+            argv += ["--input-size", str(self.input_size)]
+        return argv + list(self.extra_train_args)
+
     def launch_argv(self, out_dir):
+        """The command of the run: ``mxhet-launch ... -- python -m mxhet.train ...``
+        on the cluster engine, ``python -m mxhet.sim ...`` on the simulator."""
         n = 1 if self.mode == "local" else len(self.slowdowns)
-        slowdowns = self.slowdowns[:n]
-        argv = [sys.executable, "-m", "mxhet.launcher", "-n", str(n), "--sync", self.mode,
-                "--slowdown", ",".join("%g" % f for f in slowdowns),
+        slowdowns = ",".join("%g" % f for f in self.slowdowns[:n])
+        if self.engine == "sim":
+            gpus = [c for c in self.contexts if c.startswith("gpu")]
+            return ([sys.executable, "-m", "mxhet.sim", "-n", str(n), "--sync", self.mode, "--slowdown", slowdowns,
+                     "--contexts", gpus[0] if gpus else "cpu"] + _sim_options(self.launcher_args)
+                    + list(self.sim_args) + self.train_argv(out_dir))
+        argv = [sys.executable, "-m", "mxhet.launcher", "-n", str(n), "--sync", self.mode, "--slowdown", slowdowns,
                 "--contexts", ",".join(self.contexts[:n] if len(self.contexts) > 1 else self.contexts),
                 "--timeout", "%d" % (self.time_budget + self.startup_allowance),
                 "--job-file", os.path.join(out_dir, "job.json")]
         if self.mode != "local":
             argv += ["-s", str(self.servers)]
         argv += list(self.launcher_args)
-        argv += ["--", sys.executable, "-m", "mxhet.train", "--model", self.model,
-                 "--batch-size", str(self.batch_size), "--lr", "%g" % self.lr, "--dist", self.dist,
-                 "--time-budget", "%g" % self.time_budget, "--target-accuracy", "%g" % self.target_accuracy,
-                 "--seed", str(self.seed), "--eval-interval", "%g" % self.eval_interval,
-                 "--metrics-out", out_dir]
-        if self.input_size:
-            argv += ["--input-size", str(self.input_size)]
-        return argv + list(self.extra_train_args)
+        return argv + ["--", sys.executable, "-m", "mxhet.train"] + self.train_argv(out_dir)
+
+
+SIM_LAUNCHER_OPTIONS = ("--base-iter", "--net-delay-ms", "--slowdown-schedule", "--epsilon", "--staleness",
+                        "--adsp-period", "--adsp-epoch", "--adsp-window")
+"""Launcher options that mean the same to the simulator (each takes one value)."""
+
+
+def _sim_options(launcher_args):
+    """The launcher options the simulator takes; the others (processes, threads) have no meaning there."""
+    out, args = [], list(launcher_args)
+    for option, value in zip(args[::2], args[1::2]):
+        if option in SIM_LAUNCHER_OPTIONS:
+            out += [option, value]
+    return out
 
 
 class JobFailed(RuntimeError):

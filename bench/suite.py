@@ -22,6 +22,7 @@ from .metrics import run_record
 from .runner import JobFailed, JobSpec, machine_info, run_with_bar
 
 EXPERIMENTS = ("table1", "curves", "throughput", "compute-ratio")
+ENGINES = ("cluster", "sim")
 
 RunKey = collections.namedtuple("RunKey", "model mode dist")
 
@@ -83,8 +84,13 @@ def check_contexts(profile):
                               % (profile.name, max(needed), have))
 
 
-def calibrate_models(preset, profile, models, budget, measure=calibrate.measure, cores=None, log=print):
+def calibrate_models(preset, profile, models, budget, measure=calibrate.measure, cores=None, log=print,
+                     engine="cluster"):
     """Measure each model and compute its base iteration time ``T``.
+
+    On the cluster, ``T`` is the smallest at which every emulated device fits
+    this machine; in the simulator, where devices take turns, the fastest
+    device's own measured iteration time.
 
     Returns:
         ``(calibration, skipped)``: ``{model: record}`` for the models to run,
@@ -103,7 +109,7 @@ def calibrate_models(preset, profile, models, budget, measure=calibrate.measure,
             log("skipped %s: calibration failed" % model)
             continue
         base, limit = calibrate.base_iteration([(d.context, d.slowdown) for d in profile.devices], seconds,
-                                               cores, preset.utilization)
+                                               cores if engine == "cluster" else float("inf"), preset.utilization)
         record = {"input_size": size, "seconds_per_iteration": seconds, "cpu_cores": cores,
                   "utilization": preset.utilization, "base_iteration_s": base, "base_iteration_limit": limit,
                   "fast_iterations_in_budget": budget / base, "time_budget_s": budget}
@@ -121,8 +127,8 @@ def calibrate_models(preset, profile, models, budget, measure=calibrate.measure,
     return calibration, skipped
 
 
-def job_spec(key, preset, profile, record, budget, seed, extra_launcher=()):
-    """The launcher job of one run."""
+def job_spec(key, preset, profile, record, budget, seed, extra_launcher=(), engine="cluster"):
+    """The job of one run, on the ``cluster`` (launcher) or the ``sim`` engine."""
     base = record["base_iteration_s"]
     if key.mode == presets.STANDALONE:
         device = profile.fastest()
@@ -134,7 +140,8 @@ def job_spec(key, preset, profile, record, budget, seed, extra_launcher=()):
         batch_size=preset.batch_size, lr=preset.lrs.get(key.model, 0.05), dist=key.dist,
         target_accuracy=preset.target_accuracy, seed=seed, input_size=record["input_size"],
         eval_interval=preset.eval_interval(budget), startup_allowance=preset.startup_allowance,
-        extra_train_args=("--eval-samples", str(preset.eval_samples)),
+        extra_train_args=("--eval-samples", str(preset.eval_samples)), engine=engine,
+        sim_args=("--stop-at-target",) if preset.stop_at_target and engine == "sim" else (),
         launcher_args=("--base-iter", "%.6f" % base, "--omp-threads", "1") + _mode_args(key.mode, slowdowns, base,
                                                                                         budget)
         + tuple(extra_launcher))
@@ -214,11 +221,17 @@ class SuiteResult:
 
 
 def run_suite(experiments, preset, profile, out, models=None, modes=None, budget=None, seed=0,
-              command=None, measure=calibrate.measure, run=run_with_bar, log=print):
-    """Calibrate, run the union of the experiments' runs, write JSON, report and figures."""
+              command=None, measure=calibrate.measure, run=run_with_bar, log=print, engine=None):
+    """Calibrate, run the union of the experiments' runs, write JSON, report and figures.
+
+    ``engine``: ``cluster`` (real processes) or ``sim`` (virtual time); default the preset's.
+    """
     from . import plots, report
 
     budget = budget or preset.time_budget
+    engine = engine or preset.engine
+    if engine not in ENGINES:
+        raise ConfigError("engine must be one of %s, got %r" % (ENGINES, engine))
     models = tuple(models or preset.models)
     check_contexts(profile)
     os.makedirs(out, exist_ok=True)
@@ -228,7 +241,8 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
     if needs_figures and figure_model not in candidates:
         candidates.append(figure_model)
     log("calibrating %d model(s) on profile %s (%d devices)" % (len(candidates), profile.name, len(profile.devices)))
-    calibration, skipped = calibrate_models(preset, profile, candidates, budget, measure=measure, log=log)
+    calibration, skipped = calibrate_models(preset, profile, candidates, budget, measure=measure, log=log,
+                                            engine=engine)
     if needs_figures and figure_model not in calibration:
         runnable = [m for m in models if m in calibration]
         figure_model = runnable[0] if runnable else None
@@ -237,9 +251,10 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
     keys = unique_runs(planned)
     log("%d run(s) of %.0f s training each: %s" % (len(keys), budget, ", ".join(run_name(k) for k in keys)))
     records, failures = execute(
-        keys, lambda k: job_spec(k, preset, profile, calibration[k.model], budget, seed), out, run=run)
+        keys, lambda k: job_spec(k, preset, profile, calibration[k.model], budget, seed, engine=engine), out,
+        run=run)
 
-    common = {"preset": preset.name, "command": list(command or sys.argv), "machine": machine_info(profile.contexts),
+    common = {"engine": engine, "preset": preset.name, "command": list(command or sys.argv), "machine": machine_info(profile.contexts),
               "profile": dict(profile.as_dict(), calibration=calibration), "target_accuracy": preset.target_accuracy,
               "seed": seed, "time_budget_s": budget, "batch_size": preset.batch_size, "figure_model": figure_model,
               "skipped": skipped}

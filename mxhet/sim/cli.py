@@ -26,7 +26,7 @@ from ..config import (WorkerConfig, parse_base_iter, parse_context, parse_delay_
 from ..errors import ConfigError
 from ..policy import get_spec
 from ..train import _atomic_json, _validate, build_parser as train_parser, mode_options, optimizer_params
-from .engine import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_MS, Network, SimJob
+from .engine import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_MS, DEFAULT_PER_KEY_MS, Network, SimJob
 
 LOG = logging.getLogger("mxhet.sim")
 
@@ -52,11 +52,42 @@ def build_parser():
     g = p.add_argument_group("the model of the cluster (simulator only)")
     g.add_argument("--latency-ms", type=float, default=DEFAULT_LATENCY_MS,
                    help="one-way latency of every link before --net-delay-ms, ms (default %(default)s)")
+    g.add_argument("--per-key-ms", type=float, default=DEFAULT_PER_KEY_MS,
+                   help="fixed cost of one key's message in a push or pull, ms (default %(default)s)")
     g.add_argument("--bandwidth-gbps", type=float, default=DEFAULT_BANDWIDTH_GBPS,
                    help="bandwidth of every device's link to the servers, Gbit/s (default %(default)s)")
     g.add_argument("--jitter", type=float, default=0.0,
                    help="sigma of a log-normal factor on every iteration time (default 0: none)")
+    g.add_argument("--stop-at-target", action="store_true",
+                   help="evaluate every snapshot during the run (precise BN, --eval-samples test images) and "
+                        "stop once it reaches --target-accuracy; --time-budget is then a cap")
     return p
+
+
+def target_check(args, model_params, ctx, input_size, images, labels):
+    """``check(arrays) -> bool``: the global model reaches ``--target-accuracy`` on
+    ``--eval-samples`` test images, scored as after training (precise BN)."""
+    import mxnet as mx
+
+    from .. import data, evaluation, models
+    net = models.get_model(args.model, classes=10, input_size=input_size)
+    net.initialize(mx.init.Xavier(), ctx=ctx)
+    net.hybridize()
+    net(mx.nd.zeros((1, 1, input_size, input_size), ctx=ctx))
+    params = [p for _, p in sorted(net.collect_params().items())]
+    if [p.shape for p in params] != [p.shape for p in model_params]:
+        raise ConfigError("the evaluation copy of %s does not match the devices' model" % args.model)
+    bn = (evaluation.calibration_batches(images, labels, args.bn_batches, args.batch_size, input_size, ctx)
+          if args.bn_batches and evaluation.batchnorm_layers(net) else [])
+    test_x, test_y = data.load_fashion_mnist("test", args.data_dir)
+
+    def check(arrays):
+        for p, a in zip(params, arrays):
+            p.set_data(a)
+        evaluation.recompute_batchnorm(net, bn)
+        accuracy = data.evaluate(net, test_x, test_y, input_size=input_size, ctx=ctx, limit=args.eval_samples)
+        return accuracy >= args.target_accuracy
+    return check
 
 
 def _per_device(text, n, parse, flag):
@@ -85,8 +116,8 @@ def make_job(args):
     base = parse_base_iter(args.base_iter)
     if not base > 0:
         raise ConfigError("--base-iter must be > 0 seconds in the simulator, got %r" % (args.base_iter,))
-    if not args.latency_ms >= 0 or not args.bandwidth_gbps > 0 or not args.jitter >= 0:
-        raise ConfigError("--latency-ms must be >= 0, --bandwidth-gbps > 0 and --jitter >= 0")
+    if not args.latency_ms >= 0 or not args.per_key_ms >= 0 or not args.bandwidth_gbps > 0 or not args.jitter >= 0:
+        raise ConfigError("--latency-ms and --per-key-ms must be >= 0, --bandwidth-gbps > 0 and --jitter >= 0")
     parse_context(args.contexts)
     slowdowns = _per_device(args.slowdown, n, parse_slowdown, "--slowdown")
     delays = _per_device(args.net_delay_ms, n, parse_delay_ms, "--net-delay-ms")
@@ -100,7 +131,7 @@ def make_job(args):
                                  slowdown_schedule=schedules.get(i, ()), base_iter_s=base,
                                  net_delay_ms=delays[i]) for i in range(n))
     network = Network(latency_s=tuple((args.latency_ms + d) / 1000.0 for d in delays),
-                      bandwidth=args.bandwidth_gbps * 1e9 / 8)
+                      bandwidth=args.bandwidth_gbps * 1e9 / 8, per_key_s=args.per_key_ms / 1000.0)
     return SimJob(mode=mode, configs=configs, network=network, base_iter_s=base, time_budget=args.time_budget,
                   max_rounds=args.max_rounds, seed=args.seed, jitter=args.jitter,
                   mode_options=spec.resolve(mode_options(args, mode)), epsilon=args.epsilon,
@@ -136,6 +167,8 @@ def run(args):
     servers = engine.Servers([mx.nd.array(p.data().asnumpy(), ctx=ctx) for p in first.params],
                              updater if updater is not None else mx.optimizer.create("sgd"))
     sim = engine.Simulation(job, devices, servers, grad_keys)
+    if args.stop_at_target:
+        sim.target_check = target_check(args, first.params, ctx, input_size, images, labels)
     virtual = sim.run()
     wall = time.monotonic() - wall0
 
@@ -166,9 +199,10 @@ def run(args):
     summary["time_unit"] = "virtual seconds"
     summary["sim"] = {"wall_s": round(wall, 3), "virtual_s": round(virtual, 3),
                       "virtual_s_per_wall_s": round(virtual / wall, 3) if wall > 0 else None,
-                      "base_iter_s": job.base_iter_s, "latency_ms": args.latency_ms,
+                      "base_iter_s": job.base_iter_s, "latency_ms": args.latency_ms, "per_key_ms": args.per_key_ms,
                       "bandwidth_gbps": args.bandwidth_gbps, "jitter": job.jitter,
                       "state_server_decisions": sim.decisions,
+                      "stopped_at_target_s": sim.target_reached_at,
                       "command": ["python", "-m", "mxhet.sim"] + list(args.argv)}
     _atomic_json(os.path.join(args.metrics_out, "summary.json"), summary)
     return summary

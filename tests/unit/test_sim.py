@@ -99,3 +99,12 @@ def test_bad_command_lines_are_refused(tmp_path, argv, message):
     args = cli.build_parser().parse_args([*argv, "--metrics-out", str(tmp_path)])
     with pytest.raises(ConfigError, match=message):
         cli.make_job(args)
+
+
+def test_stop_at_target_ends_the_run_at_the_first_snapshot_that_reaches_it(tmp_path):
+    summary, workers = _sim(tmp_path, "target", "-n", "2", "--sync", "esync", "--slowdown", "1,3", "--base-iter",
+                            "0.05", "--time-budget", "300", "--stop-at-target", "--target-accuracy", "0.6",
+                            "--lr", "0.1")
+    reached = summary["sim"]["stopped_at_target_s"]
+    assert reached is not None and summary["train_time_s"] < 300
+    assert all(w["train_time_s"] < reached + 2 for w in workers.values())   # stopped within a round of it
