@@ -1,17 +1,6 @@
-"""Synchronization modes, selected by name through a strict registry.
-
-========  ============  ============  ================================================
-name      kvstore       State Server  what it does
-========  ============  ============  ================================================
-esync     dist_sync     yes           ESync: local iterations, State Server decides
-sync      dist_sync     no            synchronous SGD, gradient averaged every step
-async     dist_async    no            asynchronous SGD, gradient applied on arrival
-dcasgd    dist_async    no            asynchronous SGD with delay compensation
-ssp       dist_async    yes           async SGD, at most s iterations ahead
-localsgd  dist_sync     no            τ local steps, then a synchronous model average
-adsp      dist_async    yes           ADSP: commits at scheduler-set rates, no waiting
-local     (none)        no            standalone training on one device
-========  ============  ============  ================================================
+"""Synchronization modes' executors on the real cluster, selected by name
+through a strict registry. What each mode is (kvstore, State Server, options)
+is in :mod:`mxhet.policy.specs`; its decisions are in :mod:`mxhet.policy.worker`.
 """
 from .base import SyncMode, WorkerStats
 from .registry import get_mode, mode_names, register
