@@ -21,6 +21,8 @@ import os
 import sys
 import time
 
+from tqdm import tqdm
+
 from ..config import (WorkerConfig, parse_base_iter, parse_context, parse_delay_ms, parse_slowdown,
                       parse_slowdown_schedule)
 from ..errors import ConfigError
@@ -61,6 +63,7 @@ def build_parser():
     g.add_argument("--stop-at-target", action="store_true",
                    help="evaluate every snapshot during the run (precise BN, --eval-samples test images) and "
                         "stop once it reaches --target-accuracy; --time-budget is then a cap")
+    g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar on stderr")
     return p
 
 
@@ -169,7 +172,10 @@ def run(args):
     sim = engine.Simulation(job, devices, servers, grad_keys)
     if args.stop_at_target:
         sim.target_check = target_check(args, first.params, ctx, input_size, images, labels)
-    virtual = sim.run()
+    with tqdm(total=round(job.time_budget, 1), unit="virtual s", desc="%s %s" % (job.mode, args.model),
+              file=sys.stderr, mininterval=2.0, disable=not args.progress) as bar:
+        sim.progress = lambda t: bar.update(max(0.0, round(min(t, job.time_budget), 1) - bar.n))
+        virtual = sim.run()
     wall = time.monotonic() - wall0
 
     # The job's final global model, as every worker would pull it.

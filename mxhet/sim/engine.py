@@ -211,6 +211,7 @@ class Simulation:
         self.decisions = 0
         self.target_check = None   # callable(arrays) -> bool, asked at every snapshot (stop at the target)
         self.target_reached_at = None
+        self.progress = None       # callable(virtual seconds), called at every snapshot
 
     # -- the State Server over the emulated links --------------------------------
     def _answer(self, dev, request):
@@ -508,6 +509,8 @@ class Simulation:
             else:
                 arrays = [w.copy() for w in self.devices[0].weights()]
             self.snapshots.append((self.env.now, arrays))
+            if self.progress is not None:
+                self.progress(self.env.now)
             if self.target_check is not None and self.target_reached_at is None and self.target_check(arrays):
                 self.target_reached_at = self.env.now
             yield self.env.timeout(self.job.eval_interval)
