@@ -58,8 +58,12 @@ class Preset:
     engine: str = "cluster"    # the default --engine
     stop_at_target: bool = False  # sim: end each run at the target (the budget is then a cap)
     eval_interval_s: float = 0.0  # seconds between snapshots (0: the budget over eval_points)
+    eval_slowest_share: float = 0.0  # sim: snapshots every this share of the slowest device's iteration...
+    eval_growth: float = 0.0      # ... or this share of the time so far, whichever is longer
 
-    def eval_interval(self, budget):
+    def eval_interval(self, budget, slowest_iteration=0.0):
+        if self.eval_slowest_share and slowest_iteration:
+            return self.eval_slowest_share * slowest_iteration
         return self.eval_interval_s or max(0.5, budget / self.eval_points)
 
 
@@ -82,7 +86,9 @@ PRESETS = {
         input_sizes={"alexnet": 64, "inceptionv3": 75, "resnet18_v1": 32, "resnet50_v1": 32,
                      "resnet50_v2": 32, "mobilenet1.0": 32},
         lrs={m: 0.1 for m in PAPER_ORDER}, profile="paper-sim", time_budget=7200.0, figure_model="resnet18_v1",
-        engine="sim", stop_at_target=True, eval_interval_s=20.0),
+        # Snapshots every half slowest iteration, then every 10% of the time so far: the times to
+        # the target of ESync (seconds) and of Sync (thousands) get the same relative resolution.
+        engine="sim", stop_at_target=True, eval_slowest_share=0.5, eval_growth=0.1),
     "paper": Preset(
         name="paper", models=PAPER_ORDER,
         input_sizes={"alexnet": 224, "inceptionv3": 299, "resnet18_v1": 224, "resnet50_v1": 224,

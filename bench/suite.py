@@ -139,12 +139,18 @@ def job_spec(key, preset, profile, record, budget, seed, extra_launcher=(), engi
         mode=key.mode, slowdowns=slowdowns, contexts=contexts, model=key.model, time_budget=budget,
         batch_size=preset.batch_size, lr=preset.lrs.get(key.model, 0.05), dist=key.dist,
         target_accuracy=preset.target_accuracy, seed=seed, input_size=record["input_size"],
-        eval_interval=preset.eval_interval(budget), startup_allowance=preset.startup_allowance,
+        eval_interval=preset.eval_interval(budget, base * max(slowdowns)), startup_allowance=preset.startup_allowance,
         extra_train_args=("--eval-samples", str(preset.eval_samples)), engine=engine,
-        sim_args=("--stop-at-target",) if preset.stop_at_target and engine == "sim" else (),
+        sim_args=_sim_args(preset) if engine == "sim" else (),
         launcher_args=("--base-iter", "%.6f" % base, "--omp-threads", "1") + _mode_args(key.mode, slowdowns, base,
                                                                                         budget)
         + tuple(extra_launcher))
+
+
+def _sim_args(preset):
+    """Simulator-only options of a preset."""
+    args = ("--stop-at-target",) if preset.stop_at_target else ()
+    return args + (("--eval-growth", "%g" % preset.eval_growth) if preset.eval_growth else ())
 
 
 def _mode_args(mode, slowdowns, base, budget):

@@ -285,12 +285,14 @@ def run(args, config=None):
     return stats
 
 
-def evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time, losses, train_set):
+def evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time, losses, train_set, scores=()):
     """Evaluate the snapshots of the global model and merge the worker files.
 
     Every snapshot is scored the same way in every mode (:mod:`mxhet.evaluation`):
     its BatchNorm statistics are recomputed on ``--bn-batches`` fixed training
-    batches, then its accuracy is measured on the test set.
+    batches, then its accuracy is measured on the test set. ``scores`` holds
+    accuracies already measured this way for the first snapshots (the last
+    one, scored on the whole test set, is always measured here).
     """
     import mxnet as mx
 
@@ -305,10 +307,13 @@ def evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time
     final_accuracy = None
     t0 = time.monotonic()
     for i, (t, path) in enumerate(snapshots):
+        last = i == len(snapshots) - 1
+        if i < len(scores) and not last:
+            curve.append([round(t, 3), round(float(scores[i]), 4)])
+            continue
         for name, arr in mx.nd.load(path).items():
             params[name].set_data(arr)
         evaluation.recompute_batchnorm(net, bn_inputs)
-        last = i == len(snapshots) - 1
         final_limit = args.final_eval_samples or None
         acc = data.evaluate(net, test_x, test_y, input_size=input_size, ctx=ctx,
                             limit=final_limit if last else args.eval_samples)

@@ -63,13 +63,17 @@ def build_parser():
     g.add_argument("--stop-at-target", action="store_true",
                    help="evaluate every snapshot during the run (precise BN, --eval-samples test images) and "
                         "stop once it reaches --target-accuracy; --time-budget is then a cap")
+    g.add_argument("--eval-growth", type=float, default=0.0,
+                   help="snapshots at t + max(--eval-interval, G x t): the same relative resolution of the "
+                        "time to target for fast and slow runs (default 0: every --eval-interval)")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar on stderr")
     return p
 
 
 def target_check(args, model_params, ctx, input_size, images, labels):
-    """``check(arrays) -> bool``: the global model reaches ``--target-accuracy`` on
-    ``--eval-samples`` test images, scored as after training (precise BN)."""
+    """``check(arrays) -> (accuracy, reached)``: the global model's accuracy on
+    ``--eval-samples`` test images, scored exactly as after training (precise BN
+    on the same batches), and whether it reaches ``--target-accuracy``."""
     import mxnet as mx
 
     from .. import data, evaluation, models
@@ -89,7 +93,7 @@ def target_check(args, model_params, ctx, input_size, images, labels):
             p.set_data(a)
         evaluation.recompute_batchnorm(net, bn)
         accuracy = data.evaluate(net, test_x, test_y, input_size=input_size, ctx=ctx, limit=args.eval_samples)
-        return accuracy >= args.target_accuracy
+        return accuracy, accuracy >= args.target_accuracy
     return check
 
 
@@ -119,6 +123,8 @@ def make_job(args):
     base = parse_base_iter(args.base_iter)
     if not base > 0:
         raise ConfigError("--base-iter must be > 0 seconds in the simulator, got %r" % (args.base_iter,))
+    if not args.eval_growth >= 0:
+        raise ConfigError("--eval-growth must be >= 0, got %r" % (args.eval_growth,))
     if not args.latency_ms >= 0 or not args.per_key_ms >= 0 or not args.bandwidth_gbps > 0 or not args.jitter >= 0:
         raise ConfigError("--latency-ms and --per-key-ms must be >= 0, --bandwidth-gbps > 0 and --jitter >= 0")
     parse_context(args.contexts)
@@ -140,7 +146,7 @@ def make_job(args):
                   mode_options=spec.resolve(mode_options(args, mode)), epsilon=args.epsilon,
                   staleness=args.staleness,
                   adsp={"period": args.adsp_period, "epoch": args.adsp_epoch, "window": args.adsp_window},
-                  eval_interval=args.eval_interval, batch_size=args.batch_size)
+                  eval_interval=args.eval_interval, eval_growth=args.eval_growth, batch_size=args.batch_size)
 
 
 def run(args):
@@ -199,8 +205,9 @@ def run(args):
         mx.nd.save(path, dict(zip(names, arrays)))
         snapshots.append((t, path))
     config = WorkerConfig(sync=job.mode, num_slots=len(devices), data_dir=args.data_dir or WorkerConfig().data_dir)
+    # Points scored during the run (stop at the target) are not scored again.
     summary = train.evaluate_run(args, config, job.mode, first.net, snapshots, ctx, input_size, virtual, [],
-                                 train_set=(images, labels))
+                                 train_set=(images, labels), scores=sim.scores)
     summary["engine"] = "sim"
     summary["time_unit"] = "virtual seconds"
     summary["sim"] = {"wall_s": round(wall, 3), "virtual_s": round(virtual, 3),

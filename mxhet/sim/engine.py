@@ -93,6 +93,7 @@ class SimJob:
     staleness: int = None
     adsp: dict = dataclasses.field(default_factory=dict)
     eval_interval: float = 2.0
+    eval_growth: float = 0.0   # snapshot t+1 = t + max(eval_interval, eval_growth x t)
     batch_size: int = 64
 
 
@@ -212,6 +213,7 @@ class Simulation:
         self.target_check = None   # callable(arrays) -> bool, asked at every snapshot (stop at the target)
         self.target_reached_at = None
         self.progress = None       # callable(virtual seconds), called at every snapshot
+        self.scores = []           # target_check's accuracy per snapshot (stop at the target)
 
     # -- the State Server over the emulated links --------------------------------
     def _answer(self, dev, request):
@@ -511,9 +513,12 @@ class Simulation:
             self.snapshots.append((self.env.now, arrays))
             if self.progress is not None:
                 self.progress(self.env.now)
-            if self.target_check is not None and self.target_reached_at is None and self.target_check(arrays):
-                self.target_reached_at = self.env.now
-            yield self.env.timeout(self.job.eval_interval)
+            if self.target_check is not None:
+                accuracy, reached = self.target_check(arrays)
+                self.scores.append(accuracy)
+                if reached and self.target_reached_at is None:
+                    self.target_reached_at = self.env.now
+            yield self.env.timeout(max(self.job.eval_interval, self.job.eval_growth * self.env.now))
 
     def run(self):
         """Run until every device stopped; returns the virtual seconds of training."""

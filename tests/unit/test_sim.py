@@ -108,3 +108,12 @@ def test_stop_at_target_ends_the_run_at_the_first_snapshot_that_reaches_it(tmp_p
     reached = summary["sim"]["stopped_at_target_s"]
     assert reached is not None and summary["train_time_s"] < 300
     assert all(w["train_time_s"] < reached + 2 for w in workers.values())   # stopped within a round of it
+
+
+def test_snapshots_follow_the_growing_schedule_and_in_run_scores_are_kept(tmp_path):
+    summary, _ = _sim(tmp_path, "growth", "-n", "2", "--sync", "sync", "--slowdown", "1,2", "--base-iter", "0.05",
+                      "--time-budget", "6", "--eval-growth", "0.5", "--stop-at-target", "--target-accuracy", "0.99")
+    times = [t for t, _ in summary["curve"]]
+    for a, b in zip(times[:-2], times[1:-1]):
+        assert b - a == pytest.approx(max(1.0, 0.5 * a), abs=1e-6)
+    assert summary["sim"]["stopped_at_target_s"] is None and summary["train_time_s"] >= 6.0
