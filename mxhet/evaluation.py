@@ -64,6 +64,10 @@ def recompute_batchnorm(net, batches):
     """Set every BatchNorm layer's running statistics to the average of its
     per-batch statistics over ``batches`` (NDArrays the net takes as input).
 
+    A layer that no gradient passes through (e.g. ResNet-v2's BatchNorm of the
+    input image, without scale and shift) is never updated by MXNet, in
+    training or here; it keeps the statistics it has.
+
     Returns:
         the number of BatchNorm layers recomputed (0: nothing to do).
     """
@@ -78,6 +82,7 @@ def recompute_batchnorm(net, batches):
     # (The parameters' gradient buffers are overwritten: this runs after training.)
     params = [(layer.running_mean, layer.running_var, 1.0 - float(layer._kwargs.get("momentum", 0.9)))
               for layer in layers]
+    saved = [(mean.data().copy(), var.data().copy()) for mean, var, _ in params]
     sums = [[mx.nd.zeros_like(mean.data()), mx.nd.zeros_like(var.data())] for mean, var, _ in params]
     for x in batches:
         for mean, var, _ in params:
@@ -89,8 +94,14 @@ def recompute_batchnorm(net, batches):
         for (mean, var, keep), acc in zip(params, sums):
             acc[0] += mean.data() / keep
             acc[1] += var.data() / keep
-    for (mean, var, _), (mean_sum, var_sum) in zip(params, sums):
+    recomputed = 0
+    for (mean, var, _), (mean_sum, var_sum), (old_mean, old_var) in zip(params, sums, saved):
+        if float(var_sum.abs().sum().asscalar()) == 0.0:  # never updated: a variance is never exactly 0
+            mean.set_data(old_mean)
+            var.set_data(old_var)
+            continue
         mean.set_data(mean_sum / len(batches))
         var.set_data(var_sum / len(batches))
+        recomputed += 1
     mx.nd.waitall()
-    return len(layers)
+    return recomputed

@@ -78,3 +78,31 @@ def test_a_finite_delta_with_an_overflowing_sum_is_pushed():
     assert trainer.mode.check_finite([mx.nd.full((10, 1), 3e38), mx.nd.zeros((10,))], "model delta", 0)
     with pytest.raises(NonFiniteError, match="in round 4: dense[0-9]*_"):
         trainer.mode.check_finite([mx.nd.zeros((10, 1)), mx.nd.array([np.nan] * 10)], "model delta", 4)
+
+
+def test_a_layer_no_gradient_passes_through_keeps_its_statistics():
+    """ResNet-v2 normalizes its input with a BatchNorm without scale and shift:
+    MXNet never updates its statistics (no backward runs through it). It scored
+    chance accuracy after a recomputation that zeroed them."""
+    net = nn.HybridSequential()
+    net.add(nn.BatchNorm(scale=False, center=False, in_channels=1), nn.Conv2D(4, 3, in_channels=1),
+            nn.BatchNorm(in_channels=4))
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    before = net[0].running_var.data().asnumpy().copy()
+    assert evaluation.recompute_batchnorm(net, [mx.nd.random.normal(3, 2, shape=(8, 1, 6, 6))]) == 1
+    assert net[0].running_var.data().asnumpy().tolist() == before.tolist() == [1.0]
+    assert net[2].running_var.data().asnumpy().min() > 0
+
+
+def test_precise_bn_keeps_resnet50_v2_working():
+    mx.random.seed(3)
+    net = models.get_model("resnet50_v2")
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    x = mx.nd.random.normal(shape=(8, 1, 16, 16))
+    with mx.autograd.pause(train_mode=False):
+        net(x)
+    assert evaluation.recompute_batchnorm(net, [x]) == len(evaluation.batchnorm_layers(net)) - 1
+    first = evaluation.batchnorm_layers(net)[0]
+    assert first.running_var.data().asnumpy().tolist() == [1.0]
