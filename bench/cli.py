@@ -105,6 +105,10 @@ def build_parser():
     val.add_argument("--lr", type=float, default=0.05)
     val.add_argument("--seed", type=int, default=0)
     val.add_argument("--out", default="runs/validate-sim", help="output directory (default %(default)s)")
+    res = sub.add_parser("rescore", help="score a finished bench's runs again with the current evaluation "
+                                         "protocol and rebuild its JSON, report and figures")
+    res.add_argument("--out", required=True, help="the bench's output directory (with runs/)")
+    res.add_argument("--models", default=None, help="only the runs of these models (default: every run)")
     for name in EXPERIMENT_NAMES:
         help_text = {"table1": "Table 1: ESync vs Sync speedup to the target, ESync vs standalone accuracy",
                      "curves": "Figure 3: test accuracy over time, i.i.d. and non-i.i.d.",
@@ -428,11 +432,25 @@ def run_validate_sim(args):
     return 0 if result["agree"] else 1
 
 
+def run_rescore(args):
+    from mxhet.models import MODEL_NAMES
+
+    from . import rescore
+    try:
+        models = _names(args.models, MODEL_NAMES, "models") if args.models else None
+        result = rescore.rescore(args.out, models=models, log=tqdm.write)
+    except ConfigError as exc:
+        print("mxhet-bench: error: %s" % exc, file=sys.stderr)
+        return 2
+    print("rebuilt: %s" % ", ".join(result.files))
+    return 0
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
     runners = {"demo": run_demo, "epsilon": run_epsilon, "acks": run_acks, "dynamic": run_dynamic,
-               "control-plane": run_control_plane, "validate-sim": run_validate_sim}
+               "control-plane": run_control_plane, "validate-sim": run_validate_sim, "rescore": run_rescore}
     return runners.get(args.experiment, run_paper_experiment)(args)
 
 

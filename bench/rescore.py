@@ -1,0 +1,118 @@
+"""``mxhet-bench rescore``: score a finished bench's runs again with the current
+evaluation protocol, and rebuild its JSON, report and figures.
+
+Evaluation happens after training, from the snapshots every run keeps in
+``runs/<run>/snapshots``, so a change of the evaluation protocol (e.g. precise
+BatchNorm) needs no new training: each selected run's snapshots are scored
+again (one child process per run, so every model gets fresh parameter names),
+its ``summary.json`` is rewritten, and the experiments are rebuilt from the
+runs with the calibration recorded at the time (no new measurement).
+"""
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+
+from mxhet.errors import ConfigError
+
+from . import presets, profiles, suite
+
+
+def rescore_run(run_dir):
+    """Score ``run_dir``'s snapshots again (in this process) and rewrite its summary.json."""
+    import mxnet as mx
+
+    from mxhet import data, models, train
+    from mxhet.config import WorkerConfig
+    from mxhet.evaluation import DEFAULT_BN_BATCHES
+
+    path = os.path.join(run_dir, "summary.json")
+    with open(path) as f:
+        old = json.load(f)
+    snapshots = sorted(glob.glob(os.path.join(run_dir, "snapshots", "*.params")))
+    if len(snapshots) != len(old["curve"]):
+        raise ConfigError("%s: %d snapshots for %d curve points" % (run_dir, len(snapshots), len(old["curve"])))
+    args = argparse.Namespace(
+        model=old["model"], input_size=old["input_size"], batch_size=old["batch_size"], dist=old["dist"],
+        lr=old["lr"], seed=old["seed"], ack=old.get("ack") or "blocking", target_accuracy=old["target_accuracy"],
+        eval_samples=old["eval_samples"], final_eval_samples=0, bn_batches=DEFAULT_BN_BATCHES, data_dir=None,
+        metrics_out=run_dir)
+    net = models.get_model(args.model, classes=10, input_size=args.input_size)
+    net.initialize(mx.init.Xavier(), ctx=mx.cpu())
+    net.hybridize()
+    net(mx.nd.zeros((1, 1, args.input_size, args.input_size)))
+    images, labels = data.load_fashion_mnist("train")
+    config = WorkerConfig(num_slots=old["num_workers"])
+    times = [t for t, _ in old["curve"]]
+    new = train.evaluate_run(args, config, old["mode"], net, list(zip(times, snapshots)), mx.cpu(),
+                             args.input_size, old["train_time_s"], old["train_loss"], train_set=(images, labels))
+    for key in ("engine", "time_unit", "sim"):
+        if key in old:
+            new[key] = old[key]
+    new["rescored_from"] = {"final_accuracy": old["final_accuracy"], "curve": old["curve"],
+                            "evaluation": old.get("evaluation")}
+    suite.write_json(path, new)
+    return new
+
+
+def rescore(out, models=None, log=print):
+    """Re-score the runs of the bench in ``out`` (only ``models`` if given) and rebuild every experiment."""
+    results = {}
+    for name in suite.EXPERIMENTS:
+        path = os.path.join(out, "%s.json" % name)
+        if os.path.exists(path):
+            with open(path) as f:
+                results[name] = json.load(f)
+    if not results:
+        raise ConfigError("no experiment JSON in %r" % out)
+    first = next(iter(results.values()))
+    records = {}
+    for data in results.values():
+        for run in data["runs"]:
+            records[run["run_dir"]] = run
+    chosen = [r for r in records.values() if models is None or r["model"] in models]
+    for run in chosen:
+        run_dir = os.path.join(out, run["run_dir"])
+        log("re-scoring %s" % run["run_dir"])
+        proc = subprocess.run([sys.executable, "-m", "bench.rescore", run_dir], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ConfigError("re-scoring %s failed: %s" % (run_dir, proc.stderr[-2000:]))
+
+    calibration = first["profile"]["calibration"]
+    seconds = {m: rec["seconds_per_iteration"] for m, rec in calibration.items()}
+    for skipped in first.get("skipped", []):
+        if "seconds_per_iteration" in skipped:
+            seconds[skipped["model"]] = skipped["seconds_per_iteration"]
+
+    def recorded(model, size, batch, context):
+        return seconds[model][context]
+
+    def finished(spec, run_dir, desc, position, leave):
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            summary = json.load(f)
+        old = records[os.path.relpath(run_dir, out)]
+        summary["command"], summary["wall_s"] = old["command"], old.get("wall_s")
+        return summary
+
+    preset = presets.get(first["preset"])
+    profile = profiles.Profile(first["profile"]["name"], tuple(
+        profiles.Device(d["context"], d["slowdown"], d.get("label", "")) for d in first["profile"]["devices"]))
+    models_run = tuple(dict.fromkeys([m for m in preset.models if m in seconds]
+                                     + [m for m in seconds if m not in preset.models]))
+    return suite.run_suite(tuple(results), preset, profile, out, models=models_run, budget=first["time_budget_s"],
+                           seed=first["seed"], command=first["command"], measure=recorded, run=finished,
+                           log=log, engine=first.get("engine", "cluster"))
+
+
+def main(argv=None):
+    """``python -m bench.rescore RUN_DIR``: re-score one run (the child process of :func:`rescore`)."""
+    run_dir = (argv if argv is not None else sys.argv[1:])[0]
+    new = rescore_run(run_dir)
+    print("%s: final accuracy %.4f" % (run_dir, new["final_accuracy"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
