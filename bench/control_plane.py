@@ -431,15 +431,33 @@ def plan(registered, clients=64, active_ranks=(0,), duration=5.0, warmup=1.0, ge
     return configs
 
 
+def server_package(pythonpath=""):
+    """The directory of the ``mxhet`` package a server child started with ``pythonpath`` imports."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, root, env.get("PYTHONPATH", "")) if p)
+    found = subprocess.run([sys.executable, "-c", "import os, mxhet; print(os.path.dirname(mxhet.__file__))"],
+                           env=env, capture_output=True, text=True, check=True)
+    return found.stdout.strip()
+
+
 def run_experiment(configs, out, baseline="", profile_registered=(), profile_duration=3.0, command=None,
                    show_progress=True):
     """Run ``configs`` (and the profiles), write control-plane.json and .md into ``out``.
 
     Returns:
         The result dictionary written as JSON.
+
+    Raises:
+        ValueError: ``baseline`` does not provide the ``mxhet`` the server imports.
     """
     from tqdm import tqdm
 
+    packages = {"after": server_package()}
+    if baseline:
+        packages["before"] = server_package(os.path.abspath(baseline))
+        if not packages["before"].startswith(os.path.abspath(baseline)):
+            raise ValueError("with --baseline %s the server still imports %s" % (baseline, packages["before"]))
     os.makedirs(out, exist_ok=True)
     keys = tempfile.mkdtemp(prefix="mxhet-cp-keys-")
     runs, failures, profiles = [], [], []
@@ -459,7 +477,7 @@ def run_experiment(configs, out, baseline="", profile_registered=(), profile_dur
             bar.set_description("%s n=%d active=%d%s%s" % (config.label, config.registered, config.active,
                                                            " auth" if config.auth else "",
                                                            " cProfile" if prof else ""))
-            path = baseline if config.label == "before" else ""
+            path = os.path.abspath(baseline) if config.label == "before" else ""
             try:
                 record = run_config(config, pythonpath=path, keys=keys, profile_out=prof or "",
                                     progress=lambda f: bar.set_postfix_str("%3.0f%%" % (100 * f)))
@@ -485,7 +503,8 @@ def run_experiment(configs, out, baseline="", profile_registered=(), profile_dur
         shutil.rmtree(keys, ignore_errors=True)
     from .runner import machine_info
     result = {"experiment": "control-plane", "command": command or ["mxhet-bench", "control-plane"],
-              "machine": machine_info(), "baseline": baseline, "started_unix": started,
+              "machine": machine_info(), "baseline": baseline, "server_packages": packages,
+              "started_unix": started,
               "elapsed_s": round(time.time() - started, 1), "runs": runs, "profiles": profiles,
               "failures": failures}
     with open(os.path.join(out, "control-plane.json"), "w") as f:

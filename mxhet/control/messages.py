@@ -195,14 +195,16 @@ REQUEST_TYPES = {cls.TYPE: cls for cls in (Register, Query, Reset, Clock, Commit
 REPLAYABLE = {Register.TYPE, Reset.TYPE, Clock.TYPE, Commit.TYPE, Bye.TYPE, Query.TYPE}
 """Requests whose repeat (same incarnation and sequence number) gets the first answer again."""
 ALL_TYPES = dict(REQUEST_TYPES, **{Reply.TYPE: Reply})
+_FIELDS = {cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in ALL_TYPES.values()}
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
 def encode(message):
-    """Serialize a message record to bytes."""
-    body = dataclasses.asdict(message)
+    """Serialize a message record to bytes (fields in declaration order, then ``v`` and ``type``)."""
+    body = dict(message.__dict__)  # the fields (flat scalars), as dataclasses.asdict gives them, without its copies
     body["v"] = VERSION
     body["type"] = message.TYPE
-    return json.dumps(body, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    return _ENCODER.encode(body).encode("utf-8")
 
 
 def decode(data, allowed=None):
@@ -221,7 +223,7 @@ def decode(data, allowed=None):
     if len(data) > MAX_MESSAGE_BYTES:
         raise ProtocolError("message of %d bytes exceeds the %d-byte cap" % (len(data), MAX_MESSAGE_BYTES))
     try:
-        body = json.loads(bytes(data).decode("utf-8"))
+        body = json.loads(str(data, "utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError("not a JSON message: %s" % exc) from None
     if not isinstance(body, dict):
@@ -232,8 +234,8 @@ def decode(data, allowed=None):
     cls = allowed.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ProtocolError("unknown or unexpected message type; expected one of %s" % sorted(allowed))
-    names = {f.name for f in dataclasses.fields(cls)}
-    if set(body) != names:
+    names = _FIELDS[cls]
+    if body.keys() != names:
         missing, unknown = sorted(names - set(body)), sorted(set(body) - names)
         raise ProtocolError("%s message: missing fields %s, unknown fields %s" % (cls.TYPE, missing, unknown))
     message = cls(**body)
