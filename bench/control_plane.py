@@ -139,11 +139,36 @@ def summarize(config, generator_results, server_cpu_s, cpu_window_s):
 # --- the server --------------------------------------------------------------
 
 
-def process_cpu_seconds(pid):
-    """utime + stime of process ``pid`` (all its threads), seconds."""
-    with open("/proc/%d/stat" % pid) as f:
+def _cpu_of_stat(path):
+    with open(path) as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_seconds(pid):
+    """utime + stime of process ``pid`` (all its threads), seconds."""
+    return _cpu_of_stat("/proc/%d/stat" % pid)
+
+
+def machine_busy_seconds():
+    """CPU seconds all cores spent busy since boot (from /proc/stat: everything but idle and iowait)."""
+    with open("/proc/stat") as f:
+        values = [int(x) for x in f.readline().split()[1:]]
+    return (sum(values[:8]) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu_seconds(pid):
+    """CPU seconds per thread of process ``pid``, keyed ``main`` or by thread name
+    (ZeroMQ names its I/O thread ``ZMQbg/IO/0``); threads of one name are added up."""
+    cpu = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                name = "main" if int(tid) == pid else f.read().strip()
+            cpu[name] = cpu.get(name, 0.0) + _cpu_of_stat("/proc/%d/task/%s/stat" % (pid, tid))
+        except (OSError, ValueError):
+            continue                       # a thread that ended meanwhile
+    return cpu
 
 
 class Server:
@@ -193,6 +218,9 @@ class Server:
 
     def cpu_seconds(self):
         return process_cpu_seconds(self.proc.pid)
+
+    def thread_cpu_seconds(self):
+        return thread_cpu_seconds(self.proc.pid)
 
     def stop(self, timeout=30.0):
         """SIGTERM, then SIGKILL after ``timeout`` s; returns the exit code."""
@@ -362,12 +390,15 @@ def run_config(config, pythonpath="", keys="", profile_out="", progress=None):
         for start in starts:
             start.put(window_start)
         time.sleep(max(0.0, window_start - time.time()))
-        cpu0, t0 = server.cpu_seconds(), time.perf_counter()
+        busy0, cpu0, threads0 = machine_busy_seconds(), server.cpu_seconds(), server.thread_cpu_seconds()
+        t0 = time.perf_counter()
         while time.perf_counter() - t0 < config.duration:
             time.sleep(min(0.25, config.duration - (time.perf_counter() - t0)))
             if progress is not None:
                 progress(min(1.0, (time.perf_counter() - t0) / config.duration))
         cpu = server.cpu_seconds() - cpu0
+        busy = machine_busy_seconds() - busy0
+        threads = {name: t - threads0.get(name, 0.0) for name, t in server.thread_cpu_seconds().items()}
         window = time.perf_counter() - t0
         collected = []
         for _ in procs:
@@ -381,6 +412,11 @@ def run_config(config, pythonpath="", keys="", profile_out="", progress=None):
         for proc in procs:
             proc.join(10)
         record = summarize(config, collected, cpu, window)
+        queries = record["qps"] * window
+        record["server_thread_cpu_per_query_us"] = {name: round(1e6 * t / queries, 2) if queries else None
+                                                    for name, t in sorted(threads.items()) if t > 0}
+        generators_cpu = sum(r["cpu_s"] for r in collected)
+        record["other_cpu_cores"] = round(max(0.0, busy - cpu - generators_cpu) / window, 3)
         record["server_command"] = " ".join(server.command)
     finally:
         for proc in procs:
@@ -518,17 +554,21 @@ def run_experiment(configs, out, baseline="", profile_registered=(), profile_dur
 
 
 HEADER = ("| code | auth | registered | querying ranks | clients | queries/s | p50 ms | p99 ms | p99.9 ms "
-          "| server CPU µs/query | server CPU (cores) | generator CPU (cores) | errors |")
+          "| server CPU µs/query (main + ZeroMQ I/O) | server CPU (cores) | generator CPU (cores) "
+          "| other processes (cores) | errors |")
 
 
 def format_row(r):
     lat = r["latency_ms"]
     fmt = lambda x: "-" if x is None else "%.2f" % x  # noqa: E731
-    return "| %s | %s | %d | %d | %d | %.0f | %s | %s | %s | %s | %.2f | %s | %d |" % (
+    threads = r.get("server_thread_cpu_per_query_us") or {}
+    split = " (%.1f + %.1f)" % (threads.get("main", 0.0), threads.get("ZMQbg/IO/0", 0.0)) if threads else ""
+    return "| %s | %s | %d | %d | %d | %.0f | %s | %s | %s | %s | %.2f | %s | %s | %d |" % (
         r["label"], "on" if r["auth"] else "off", r["registered"], r["active_ranks"], r["clients"], r["qps"],
         fmt(lat["p50"]), fmt(lat["p99"]), fmt(lat["p999"]),
-        "-" if r["server_cpu_per_query_us"] is None else "%.1f" % r["server_cpu_per_query_us"],
-        r["server_cpu_util"], "+".join("%.2f" % s for s in r["generator_cpu_share"]), r["errors"])
+        "-" if r["server_cpu_per_query_us"] is None else "%.1f%s" % (r["server_cpu_per_query_us"], split),
+        r["server_cpu_util"], "+".join("%.2f" % s for s in r["generator_cpu_share"]),
+        fmt(r.get("other_cpu_cores")), r["errors"])
 
 
 def format_report(result):

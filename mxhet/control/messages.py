@@ -5,10 +5,18 @@ Never pickle on the wire. Every request carries the protocol version ``v``, a
 reply echoes ``seq``. Durations are sent instead of instants, so the workers'
 clocks never enter a decision: the State Server converts ``since_finish`` into
 its own clock at receipt.
+
+The codec is orjson (a compiled JSON library): it parses a request about five
+times and writes a reply about ten times faster than the standard library's
+json, which made up a fifth of the State Server's time per query. It is also
+stricter on receipt: only UTF-8, no NaN/Infinity literals, integers within 64
+bits. orjson would write a non-finite float as null, so :func:`encode`
+refuses those itself.
 """
 import dataclasses
-import json
 import math
+
+import orjson
 
 from ..errors import ProtocolError
 
@@ -196,15 +204,33 @@ REPLAYABLE = {Register.TYPE, Reset.TYPE, Clock.TYPE, Commit.TYPE, Bye.TYPE, Quer
 """Requests whose repeat (same incarnation and sequence number) gets the first answer again."""
 ALL_TYPES = dict(REQUEST_TYPES, **{Reply.TYPE: Reply})
 _FIELDS = {cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in ALL_TYPES.values()}
-_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+_FLOAT_FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls) if f.type in (float, "float"))
+                 for cls in ALL_TYPES.values()}
+
+
+def _plain(value):
+    """orjson's hook for what it does not write itself: subclasses of float and int
+    (numpy.float64, IntEnum), which the standard library's json wrote as numbers."""
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, int):
+        return int(value)
+    raise TypeError("%s is not JSON serializable" % type(value).__name__)
 
 
 def encode(message):
-    """Serialize a message record to bytes (fields in declaration order, then ``v`` and ``type``)."""
+    """Serialize a message record to UTF-8 JSON bytes (fields in declaration order, then ``v`` and ``type``).
+
+    Raises:
+        ValueError: for a NaN or infinite float field (not valid JSON).
+    """
     body = dict(message.__dict__)  # the fields (flat scalars), as dataclasses.asdict gives them, without its copies
+    for name in _FLOAT_FIELDS[type(message)]:
+        if not math.isfinite(body[name]):
+            raise ValueError("field %r of a %s message is %r: not valid JSON" % (name, message.TYPE, body[name]))
     body["v"] = VERSION
     body["type"] = message.TYPE
-    return _ENCODER.encode(body).encode("utf-8")
+    return orjson.dumps(body, default=_plain)
 
 
 def decode(data, allowed=None):
@@ -223,8 +249,8 @@ def decode(data, allowed=None):
     if len(data) > MAX_MESSAGE_BYTES:
         raise ProtocolError("message of %d bytes exceeds the %d-byte cap" % (len(data), MAX_MESSAGE_BYTES))
     try:
-        body = json.loads(str(data, "utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+        body = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:  # also for bytes that are not UTF-8
         raise ProtocolError("not a JSON message: %s" % exc) from None
     if not isinstance(body, dict):
         raise ProtocolError("a message must be a JSON object")
@@ -238,6 +264,9 @@ def decode(data, allowed=None):
     if body.keys() != names:
         missing, unknown = sorted(names - set(body)), sorted(set(body) - names)
         raise ProtocolError("%s message: missing fields %s, unknown fields %s" % (cls.TYPE, missing, unknown))
-    message = cls(**body)
+    # The keys are exactly the fields: set them at once instead of one
+    # object.__setattr__ each in the frozen dataclass's __init__ (a third of decoding).
+    message = object.__new__(cls)
+    message.__dict__.update(body)
     message.validate()
     return message

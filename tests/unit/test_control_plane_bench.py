@@ -31,6 +31,7 @@ def test_summarize_arithmetic():
     assert record["server_cpu_per_query_us"] == 1000.0            # 4 ms of CPU for 4 queries
     assert record["generator_cpu_share"] == [0.5, 0.25]
     assert "| after | off | 10 | 4 | 4 | 2 |" in cp.format_row(record)
+    assert "| 1000.0 |" in cp.format_row(record)
 
 
 def test_config_checks_and_rank_split():

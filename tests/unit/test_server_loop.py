@@ -42,6 +42,7 @@ def test_one_turn_answers_every_waiting_request_in_order():
     client.connect(address)                  # inproc: messages wait in the pipe until the bind
     client.send(m.encode(m.Register(rank=0, seq=1, slot=0)))
     client.send(b"not json")
+    client.send_multipart([b"two", b"frames"])  # dropped: a request is one frame
     queries = 300
     for seq in range(2, queries + 2):
         client.send(m.encode(m.Query(rank=0, seq=seq, round=0, k=1, c=0.1, since_finish=0.0)))

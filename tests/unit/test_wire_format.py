@@ -1,4 +1,5 @@
-"""The faster codec writes the same bytes as the original one and stays as strict."""
+"""The orjson codec writes what the original json codec wrote (the same JSON
+object, keys in the same order) and stays at least as strict."""
 import dataclasses
 import json
 import random
@@ -37,12 +38,14 @@ def _random_message(rng):
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_same_bytes_as_the_original_encoder_and_round_trip(seed):
+def test_same_json_as_the_original_encoder_and_round_trip(seed):
     rng = random.Random(seed)
     for _ in range(200):
         message = _random_message(rng)
         data = m.encode(message)
-        assert data == reference_encode(message)
+        ours, reference = json.loads(data), json.loads(reference_encode(message))
+        assert ours == reference and list(ours) == list(reference)
+        assert m.decode(reference_encode(message)) == message     # what an older peer sends
         assert m.decode(data) == message
         assert m.decode(memoryview(data)) == message
 
@@ -56,12 +59,17 @@ def test_same_bytes_as_the_original_encoder_and_round_trip(seed):
     b'{"v":1,"type":"clock","rank":0,"seq":1,"incarnation":0,"clock":-2}',
     b'{"v":1,"type":"bye","rank":0,"seq":1,"incarnation":9007199254740992}',
     b'{"v":1,"type":"bye","rank":0,"seq":1,"incarnation":0} trailing',
+    b'{"v":1,"type":"bye","rank":18446744073709551616,"seq":1,"incarnation":0}',            # beyond 64 bits
+    b'{"v":1,"type":"bye","rank":0,"seq":1,"incarnation":0,"incarnation":1}'[:-1] + b'\xff}',  # not UTF-8
 ])
 def test_strict_decoding(raw):
     with pytest.raises(ProtocolError):
         m.decode(raw, m.REQUEST_TYPES)
 
 
-def test_non_finite_values_are_not_encoded():
+@pytest.mark.parametrize("message", [m.Reply(seq=1, period_left=float("inf")),
+                                     m.Query(rank=0, seq=1, round=0, k=1, c=float("nan"), since_finish=0.0),
+                                     m.Commit(rank=0, seq=1, commits=0, loss=float("-inf"), commit_cost=0.0)])
+def test_non_finite_values_are_not_encoded(message):
     with pytest.raises(ValueError):
-        m.encode(m.Reply(seq=1, period_left=float("inf")))
+        m.encode(message)
