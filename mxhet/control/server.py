@@ -357,7 +357,8 @@ def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
              "CURVE-authenticated" if keys else "unauthenticated")
     poll_ms = int(poll_interval * 1000)
     # Plain recv/send calls: recv_multipart and send_multipart cost three times as much in pyzmq.
-    recv, send, again, nonblocking, more = sock.recv, sock.send, zmq.Again, zmq.NOBLOCK, zmq.SNDMORE
+    recv, send, getsockopt = sock.recv, sock.send, sock.getsockopt
+    again, nonblocking, more, rcvmore = zmq.Again, zmq.NOBLOCK, zmq.SNDMORE, zmq.RCVMORE
     try:
         while not should_stop() and not service.finished:
             if heartbeat_timeout:
@@ -375,7 +376,7 @@ def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
                 except again:
                     break
                 frames = [identity, recv()]    # a ROUTER delivers every frame of a message at once
-                while sock.rcvmore:
+                while getsockopt(rcvmore):
                     frames.append(recv())
                 data = handle_frames(service, frames, clock(), identities)
                 if data is not None:
