@@ -185,7 +185,7 @@ class Server:
     def __init__(self, num_workers, keys="", pythonpath="", profile_out="", start_timeout=30.0):
         cmd = [sys.executable]
         if profile_out:
-            cmd += ["-m", "cProfile", "-o", profile_out]
+            cmd += ["-m", "cProfile", "-o", os.path.abspath(profile_out)]
         cmd += ["-m", SERVER_MODULE, "--bind", "tcp://127.0.0.1:*", "--num-workers", str(num_workers),
                 "--heartbeat-timeout", "0"]
         if keys:
@@ -195,8 +195,9 @@ class Server:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, root, env.get("PYTHONPATH", "")) if p)
         self.command = cmd
         self._log = tempfile.TemporaryFile(mode="w+")
+        # outside the checkout: python -m puts the working directory first on sys.path
         self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL, cwd=tempfile.gettempdir())
         deadline = time.monotonic() + start_timeout
         self.address = None
         while self.address is None:
@@ -473,7 +474,7 @@ def server_package(pythonpath=""):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, root, env.get("PYTHONPATH", "")) if p)
     found = subprocess.run([sys.executable, "-c", "import os, mxhet; print(os.path.dirname(mxhet.__file__))"],
-                           env=env, capture_output=True, text=True, check=True)
+                           env=env, capture_output=True, text=True, check=True, cwd=tempfile.gettempdir())
     return found.stdout.strip()
 
 
@@ -571,6 +572,43 @@ def format_row(r):
         fmt(r.get("other_cpu_cores")), r["errors"])
 
 
+GOAL_QPS = 50000.0
+GOAL_P99_MS = 1.0
+GOAL_SCALING = 0.8   # with the most ranks registered: at least 80% of the queries/s with the fewest
+
+
+def goal_lines(runs, cores, label="after"):
+    """The issue's goals checked against ``label``'s unauthenticated runs, as Markdown lines."""
+    mine = [r for r in runs if r["label"] == label and not r["auth"]]
+    if not mine:
+        return []
+    small = min(mine, key=lambda r: (r["registered"], r["active_ranks"]))
+    large = [r for r in mine if r["registered"] == max(x["registered"] for x in mine)]
+    lines = ["## Goals (%s, authentication off)" % label, ""]
+    capacity = 1e6 / small["server_cpu_per_query_us"] if small["server_cpu_per_query_us"] else 0.0
+    lines.append("- >= %.0f queries/s with p99 < %.0f ms at %d clients, %d registered: measured %.0f queries/s, "
+                 "p99 %.2f ms: **%s**. The server spent %.1f µs of CPU per query (%.0f queries/s per core-second); "
+                 "the generator %.2f cores and other processes %.2f cores of the machine's %s." % (
+                     GOAL_QPS, GOAL_P99_MS, small["clients"], small["registered"], small["qps"],
+                     small["latency_ms"]["p99"], "met" if small["qps"] >= GOAL_QPS and
+                     small["latency_ms"]["p99"] < GOAL_P99_MS else "not met",
+                     small["server_cpu_per_query_us"], capacity, sum(small["generator_cpu_share"]),
+                     small.get("other_cpu_cores") or 0.0, cores))
+    for r in large:
+        lines.append("- %d registered, %d ranks querying: %.0f queries/s = %.0f%% of the %d-registered run "
+                     "(goal >= %.0f%%): **%s**; server CPU %.1f µs per query." % (
+                         r["registered"], r["active_ranks"], r["qps"], 100 * r["qps"] / small["qps"],
+                         small["registered"], 100 * GOAL_SCALING,
+                         "met" if r["qps"] >= GOAL_SCALING * small["qps"] else "not met",
+                         r["server_cpu_per_query_us"]))
+    lines.append("- A closed loop of C clients at X queries/s has a mean latency of C / X (Little's law): %d clients "
+                 "at %.0f queries/s means %.2f ms on average, so p99 < %.0f ms at %d clients needs well over "
+                 "%.0f queries/s; at the measured %.0f queries/s the mean alone is %.2f ms." % (
+                     small["clients"], GOAL_QPS, 1000 * small["clients"] / GOAL_QPS, GOAL_P99_MS, small["clients"],
+                     1000 * small["clients"] / GOAL_P99_MS, small["qps"], 1000 * small["clients"] / small["qps"]))
+    return lines + [""]
+
+
 def format_report(result):
     m = result["machine"]
     lines = ["# Control plane: State Server queries per second and latency", "",
@@ -584,6 +622,7 @@ def format_report(result):
         lines += ["", "`before`: the server code from `%s`; `after`: this tree." % result["baseline"]]
     lines += ["", HEADER, "|" + "---|" * (HEADER.count("|") - 1)]
     lines += [format_row(r) for r in result["runs"]]
+    lines += [""] + goal_lines(result["runs"], m.get("cores"))
     for p in result.get("profiles", []):
         lines += ["", "## cProfile of the server (%s, %d registered, %d clients): %.0f queries/s under the "
                       "profiler, %.1f s profiled" % (p["label"], p["registered"], p["clients"],
