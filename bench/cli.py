@@ -86,6 +86,8 @@ def build_parser():
     timing = cp.add_argument_group("timing")
     timing.add_argument("--duration", type=float, default=5.0, help="measured seconds per run (default %(default)s)")
     timing.add_argument("--warmup", type=float, default=1.0, help="seconds of load before (default %(default)s)")
+    timing.add_argument("--repeat", type=int, default=1,
+                        help="runs per configuration, interleaved; the report shows the median (default %(default)s)")
     where = cp.add_argument_group("code and output")
     where.add_argument("--baseline", default="",
                        help="a directory holding another mxhet package: also run it, labelled 'before'")
@@ -387,6 +389,8 @@ def run_control_plane(args):
         registered = _ints(args.registered, "registered")
         active = _ints(args.active_ranks, "active-ranks") or (0,)
         profile = _ints(args.profile, "profile")
+        if args.repeat < 1:
+            raise ConfigError("--repeat must be >= 1, got %d" % args.repeat)
         if args.baseline and not os.path.isdir(os.path.join(args.baseline, "mxhet")):
             raise ConfigError("--baseline %s holds no mxhet package" % args.baseline)
         configs = control_plane.plan(registered, clients=args.clients, active_ranks=active,
@@ -397,7 +401,7 @@ def run_control_plane(args):
         print("mxhet-bench control-plane: error: %s" % exc, file=sys.stderr)
         return 2
     result = control_plane.run_experiment(configs, args.out, baseline=args.baseline, profile_registered=profile,
-                                          profile_duration=args.profile_duration,
+                                          profile_duration=args.profile_duration, repeat=args.repeat,
                                           command=["mxhet-bench"] + sys.argv[1:])
     print(control_plane.format_report(result))
     print("results: %s" % ", ".join(os.path.join(args.out, "control-plane." + x) for x in ("json", "md")))

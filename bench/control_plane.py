@@ -41,6 +41,17 @@ _REGISTER = '{"v":1,"type":"register","rank":%d,"seq":1,"incarnation":%d,"slot":
 _QUERY = ('{"v":1,"type":"query","rank":%d,"seq":%d,"incarnation":%d,"round":0,"k":%d,"c":%r,'
           '"since_finish":0.0}')
 _INCARNATION = 7
+_PROFILED_SERVER = """
+import cProfile, runpy, sys, time
+out = sys.argv.pop(1)
+profiler = cProfile.Profile(time.thread_time)   # CPU time of the main thread: waiting in poll() is not counted
+try:
+    profiler.runcall(runpy.run_module, %r, run_name="__main__", alter_sys=True)
+except SystemExit:
+    pass
+finally:
+    profiler.dump_stats(out)
+""" % SERVER_MODULE
 _WINDOW = 256  # registrations in flight per socket (below ZeroMQ's default high-water mark of 1000)
 
 
@@ -178,15 +189,20 @@ class Server:
         num_workers: its --num-workers.
         keys: CURVE key directory, or "" for none.
         pythonpath: put first on the child's PYTHONPATH (another mxhet package).
-        profile_out: run it under cProfile, writing the stats here on exit.
+        profile_out: run it under cProfile, writing the stats here on exit. The
+            profiler's clock is the main thread's CPU time, so waiting for
+            requests and being descheduled do not count; ZeroMQ's I/O thread
+            is not in the profile (see the per-thread CPU of the runs).
         start_timeout: seconds to wait for its "listening" log line.
     """
 
     def __init__(self, num_workers, keys="", pythonpath="", profile_out="", start_timeout=30.0):
         cmd = [sys.executable]
         if profile_out:
-            cmd += ["-m", "cProfile", "-o", os.path.abspath(profile_out)]
-        cmd += ["-m", SERVER_MODULE, "--bind", "tcp://127.0.0.1:*", "--num-workers", str(num_workers),
+            cmd += ["-c", _PROFILED_SERVER, os.path.abspath(profile_out)]
+        else:
+            cmd += ["-m", SERVER_MODULE]
+        cmd += ["--bind", "tcp://127.0.0.1:*", "--num-workers", str(num_workers),
                 "--heartbeat-timeout", "0"]
         if keys:
             cmd += ["--keys", keys]
@@ -479,7 +495,7 @@ def server_package(pythonpath=""):
 
 
 def run_experiment(configs, out, baseline="", profile_registered=(), profile_duration=3.0, command=None,
-                   show_progress=True):
+                   show_progress=True, repeat=1):
     """Run ``configs`` (and the profiles), write control-plane.json and .md into ``out``.
 
     Returns:
@@ -503,7 +519,7 @@ def run_experiment(configs, out, baseline="", profile_registered=(), profile_dur
         if any(c.auth for c in configs):
             from mxhet.control.auth import create_job_keys
             create_job_keys(keys)
-        jobs = [(c, None) for c in configs]
+        jobs = [(c, None) for _ in range(repeat) for c in configs]   # repeats interleaved: noise spreads
         for label in dict.fromkeys(c.label for c in configs):
             for n in profile_registered:
                 jobs.append((Config(registered=n, clients=configs[0].clients, duration=profile_duration,
@@ -532,6 +548,7 @@ def run_experiment(configs, out, baseline="", profile_registered=(), profile_dur
                                      **profile_top(prof)})
                     os.remove(prof)
                 else:
+                    record["repeat"] = sum(1 for r in runs if _key(r) == _key(record))
                     runs.append(record)
                     tqdm.write(format_row(record), file=sys.stderr)
             bar.update(1)
@@ -554,7 +571,8 @@ def run_experiment(configs, out, baseline="", profile_registered=(), profile_dur
 # --- the report -----------------------------------------------------------------
 
 
-HEADER = ("| code | auth | registered | querying ranks | clients | queries/s | p50 ms | p99 ms | p99.9 ms "
+HEADER = ("| code | auth | registered | querying ranks | clients | queries/s | min-max over repeats "
+          "| p50 ms | p99 ms | p99.9 ms "
           "| server CPU µs/query (main + ZeroMQ I/O) | server CPU (cores) | generator CPU (cores) "
           "| other processes (cores) | errors |")
 
@@ -564,8 +582,10 @@ def format_row(r):
     fmt = lambda x: "-" if x is None else "%.2f" % x  # noqa: E731
     threads = r.get("server_thread_cpu_per_query_us") or {}
     split = " (%.1f + %.1f)" % (threads.get("main", 0.0), threads.get("ZMQbg/IO/0", 0.0)) if threads else ""
-    return "| %s | %s | %d | %d | %d | %.0f | %s | %s | %s | %s | %.2f | %s | %s | %d |" % (
+    spread = r.get("qps_range") or [r["qps"], r["qps"]]
+    return "| %s | %s | %d | %d | %d | %.0f | %.0f-%.0f (%d) | %s | %s | %s | %s | %.2f | %s | %s | %d |" % (
         r["label"], "on" if r["auth"] else "off", r["registered"], r["active_ranks"], r["clients"], r["qps"],
+        spread[0], spread[1], r.get("repeats", 1),
         fmt(lat["p50"]), fmt(lat["p99"]), fmt(lat["p999"]),
         "-" if r["server_cpu_per_query_us"] is None else "%.1f%s" % (r["server_cpu_per_query_us"], split),
         r["server_cpu_util"], "+".join("%.2f" % s for s in r["generator_cpu_share"]),
@@ -577,9 +597,27 @@ GOAL_P99_MS = 1.0
 GOAL_SCALING = 0.8   # with the most ranks registered: at least 80% of the queries/s with the fewest
 
 
+def _key(record):
+    return (record["label"], record["auth"], record["registered"], record["active_ranks"], record["clients"])
+
+
+def medians(runs):
+    """Per configuration, the run with the median queries/s (the lower middle one for an even count),
+    with ``qps_range`` [min, max] over its repeats added; in first-run order."""
+    groups = {}
+    for r in runs:
+        groups.setdefault(_key(r), []).append(r)
+    chosen = []
+    for group in groups.values():
+        ordered = sorted(group, key=lambda r: r["qps"])
+        chosen.append(dict(ordered[(len(ordered) - 1) // 2], qps_range=[ordered[0]["qps"], ordered[-1]["qps"]],
+                           repeats=len(group)))
+    return chosen
+
+
 def goal_lines(runs, cores, label="after"):
-    """The issue's goals checked against ``label``'s unauthenticated runs, as Markdown lines."""
-    mine = [r for r in runs if r["label"] == label and not r["auth"]]
+    """The issue's goals checked against ``label``'s unauthenticated runs (their medians), as Markdown lines."""
+    mine = [r for r in medians(runs) if r["label"] == label and not r["auth"]]
     if not mine:
         return []
     small = min(mine, key=lambda r: (r["registered"], r["active_ranks"]))
@@ -616,16 +654,18 @@ def format_report(result):
              "Machine: %s, %s cores, Python %s. Each run starts `python -m %s --heartbeat-timeout 0` on "
              "127.0.0.1 and drives it with closed-loop DEALER clients (one QUERY-STATE outstanding each, "
              "never a replay); latency is measured in the client from send to reply. Server CPU is the "
-             "whole process (ZeroMQ's I/O thread included); 1.00 = one core busy." % (
+             "whole process (ZeroMQ's I/O thread included; split main + I/O thread in parentheses); 1.00 = one "
+             "core busy. 'Other processes' is what the rest of the machine used meanwhile (noise). Each row is "
+             "the run with the median queries/s of its repeats." % (
                  m.get("cpu"), m.get("cores"), m.get("python"), SERVER_MODULE)]
     if result.get("baseline"):
         lines += ["", "`before`: the server code from `%s`; `after`: this tree." % result["baseline"]]
     lines += ["", HEADER, "|" + "---|" * (HEADER.count("|") - 1)]
-    lines += [format_row(r) for r in result["runs"]]
+    lines += [format_row(r) for r in medians(result["runs"])]
     lines += [""] + goal_lines(result["runs"], m.get("cores"))
     for p in result.get("profiles", []):
-        lines += ["", "## cProfile of the server (%s, %d registered, %d clients): %.0f queries/s under the "
-                      "profiler, %.1f s profiled" % (p["label"], p["registered"], p["clients"],
+        lines += ["", "## cProfile of the server's main thread (%s, %d registered, %d clients): %.0f queries/s "
+                      "under the profiler, %.1f CPU s profiled" % (p["label"], p["registered"], p["clients"],
                                                       p["qps_under_profiler"], p["total_s"]), "",
                   "| function | calls | own s | cumulative s | own share |", "|---|---|---|---|---|"]
         lines += ["| `%s` | %d | %.3f | %.3f | %.1f%% |" % (t["function"], t["calls"], t["tottime_s"],

@@ -34,6 +34,14 @@ def test_summarize_arithmetic():
     assert "| 1000.0 |" in cp.format_row(record)
 
 
+def test_medians_pick_the_middle_run_per_configuration():
+    base = {"label": "after", "auth": False, "registered": 64, "active_ranks": 64, "clients": 64}
+    runs = [dict(base, qps=q) for q in (30.0, 10.0, 20.0)] + [dict(base, registered=2000, qps=5.0)]
+    chosen = cp.medians(runs)
+    assert [(r["registered"], r["qps"], r["qps_range"], r["repeats"]) for r in chosen] == [
+        (64, 20.0, [10.0, 30.0], 3), (2000, 5.0, [5.0, 5.0], 1)]
+
+
 def test_config_checks_and_rank_split():
     with pytest.raises(ValueError):
         cp.Config(registered=2, clients=4)                         # fewer ranks than clients
@@ -56,7 +64,8 @@ def test_cli_refuses_bad_lists(capsys):
 @pytest.mark.timeout(120)
 def test_tiny_real_run_writes_json_and_report(tmp_path):
     configs = cp.plan((6,), clients=2, active_ranks=(0, 4), duration=0.5, warmup=0.2, generators=1)
-    result = cp.run_experiment(configs, str(tmp_path), command=["test"], show_progress=False)
+    result = cp.run_experiment(configs, str(tmp_path), command=["test"], show_progress=False,
+                               profile_registered=(6,), profile_duration=0.5)
     assert result["failures"] == []
     written = json.loads((tmp_path / "control-plane.json").read_text())
     assert [r["active_ranks"] for r in written["runs"]] == [2, 4]
@@ -66,5 +75,8 @@ def test_tiny_real_run_writes_json_and_report(tmp_path):
         assert run["server_cpu_per_query_us"] > 0 and len(run["generator_cpu_share"]) == 1
         assert "--heartbeat-timeout 0" in run["server_command"]
     assert {"cpu", "cores", "python"} <= set(written["machine"])
+    (profile,) = written["profiles"]
+    assert profile["top"] and profile["total_s"] > 0
+    assert not list(tmp_path.glob("*.prof"))
     report = (tmp_path / "control-plane.md").read_text()
     assert cp.format_row(written["runs"][0]) in report
