@@ -78,5 +78,7 @@ def test_tiny_real_run_writes_json_and_report(tmp_path):
     (profile,) = written["profiles"]
     assert profile["top"] and profile["total_s"] > 0
     assert not list(tmp_path.glob("*.prof"))
+    (split,) = written["breakdown"]
+    assert split["registered"] == 6 and split["decode_us"] > 0 and split["handle_us"] > 0 and split["encode_us"] > 0
     report = (tmp_path / "control-plane.md").read_text()
     assert cp.format_row(written["runs"][0]) in report
