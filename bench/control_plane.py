@@ -715,7 +715,8 @@ def format_report(result):
                   "The same code in-process: decode the request, answer it, encode the reply (main-thread "
                   "CPU µs per query; 64 ranks querying). The rest of the main thread's CPU per query in the "
                   "table above is pyzmq's recv/send and the loop; the ZeroMQ I/O thread's is TCP.", "",
-                  "| code | registered | decode µs | handle µs | encode µs | total µs |", "|---|---|---|---|---|---|"]
+                  "| code | registered | decode µs | handle µs | encode µs | total µs |",
+                  "|---|---|---|---|---|---|"]
         lines += ["| %s | %d | %.2f | %.2f | %.2f | %.2f |" % (b["label"], b["registered"], b["decode_us"],
                                                              b["handle_us"], b["encode_us"],
                                                              b["decode_us"] + b["handle_us"] + b["encode_us"])
