@@ -112,7 +112,10 @@ def test_a_worker_with_another_model_is_refused_before_any_push(tmp_path, child_
 def test_a_killed_state_server_is_restarted_and_training_goes_on(tmp_path, child_pids):
     from .jobs import load_summary
     out = tmp_path / "out"
-    proc, job_file, err = _start(tmp_path, ["-n", "3", "-s", "1", "--sync", "esync", "--slowdown", "1,1,4"],
+    # --base-iter pins a round to at least 4 x 0.05 s: the 25 rounds outlast the kill 1 s into training on any
+    # machine (a fast one finished them in 1.4 s, before the kill, and the State Server was never needed again)
+    proc, job_file, err = _start(tmp_path, ["-n", "3", "-s", "1", "--sync", "esync", "--slowdown", "1,1,4",
+                                            "--base-iter", "0.05"],
                                  train_command(out, "--max-rounds", "25", "--time-budget", "120"))
     child_pids.add(proc.pid)
     try:
