@@ -19,6 +19,7 @@ they are.
 import numpy as np
 
 from .errors import ConfigError
+from .gluon_private import block_children, block_option
 
 DEFAULT_BN_BATCHES = 10
 """Training batches over which the BatchNorm statistics are recomputed."""
@@ -32,9 +33,9 @@ def batchnorm_layers(net):
     found = []
 
     def visit(block):
-        if isinstance(block, nn.BatchNorm) and not block._kwargs.get("use_global_stats", False):
+        if isinstance(block, nn.BatchNorm) and not block_option(block, "use_global_stats", False):
             found.append(block)
-        for child in block._children.values():
+        for child in block_children(block).values():
             visit(child)
     visit(net)
     return found
@@ -72,7 +73,7 @@ def recompute_batchnorm(net, batches):
         the number of BatchNorm layers recomputed (0: nothing to do).
     """
     import mxnet as mx
-    layers = [layer for layer in batchnorm_layers(net) if float(layer._kwargs.get("momentum", 0.9)) < 1.0]
+    layers = [layer for layer in batchnorm_layers(net) if float(block_option(layer, "momentum", 0.9)) < 1.0]
     if not layers or not batches:
         return 0
     # MXNet updates the running statistics in BatchNorm's backward pass, with
@@ -80,7 +81,7 @@ def recompute_batchnorm(net, batches):
     # the batch's after one training-mode forward and backward, whatever the
     # backend (plain, oneDNN, cuDNN) or hybridization. Zero, run, rescale, sum.
     # (The parameters' gradient buffers are overwritten: this runs after training.)
-    params = [(layer.running_mean, layer.running_var, 1.0 - float(layer._kwargs.get("momentum", 0.9)))
+    params = [(layer.running_mean, layer.running_var, 1.0 - float(block_option(layer, "momentum", 0.9)))
               for layer in layers]
     saved = [(mean.data().copy(), var.data().copy()) for mean, var, _ in params]
     sums = [[mx.nd.zeros_like(mean.data()), mx.nd.zeros_like(var.data())] for mean, var, _ in params]

@@ -18,6 +18,7 @@ import collections
 from mxnet.gluon import nn
 
 from .errors import ConfigError
+from .gluon_private import block_children
 
 MODEL_NAMES = ("smallcnn", "alexnet", "resnet18_v1", "resnet50_v1", "resnet50_v2",
                "mobilenet1.0", "inceptionv3")
@@ -48,9 +49,9 @@ def _zoo_builder(name):
 
 def _inceptionv3(classes):
     net = _zoo("inceptionv3", classes)
-    keys = list(net.features._children)
+    keys = list(block_children(net.features))
     pool_key = keys[-2]  # features end with AvgPool2D(8), Dropout(0.5)
-    if not isinstance(net.features._children[pool_key], nn.AvgPool2D):
+    if not isinstance(block_children(net.features)[pool_key], nn.AvgPool2D):
         raise RuntimeError("unexpected GluonCV inceptionv3 layout: %r" % (net.features,))
     net.features.register_child(nn.GlobalAvgPool2D(), pool_key)
     return net

@@ -24,6 +24,7 @@ import numpy as np
 from .config import parse_context, worker_config
 from .errors import ConfigError
 from .evaluation import DEFAULT_BN_BATCHES
+from .gluon_private import trainer_params
 
 LOG = logging.getLogger("mxhet.train")
 
@@ -144,7 +145,7 @@ class RoundDumper:
 
     def weights(self, round_, trainer, loss=None):
         if round_ < self.limit:
-            arrays = {"after_%d" % i: p.list_data()[0].asnumpy() for i, p in enumerate(trainer._params)}
+            arrays = {"after_%d" % i: p.list_data()[0].asnumpy() for i, p in enumerate(trainer_params(trainer))}
             if loss is not None:
                 arrays["loss"] = np.array(loss)
             np.savez(os.path.join(self.directory, "slot%d_round%d.npz" % (self.slot, round_)), **arrays)
@@ -270,8 +271,7 @@ def run(args, config=None):
     stats = trainer.stats.as_dict()
     stats["train_time_s"] = train_time
     _atomic_json(os.path.join(args.metrics_out, "worker-%d.json" % config.slot), stats)
-    if trainer.mode.kv is not None:
-        trainer.mode.kv._barrier()  # every worker file is written
+    trainer.mode.barrier()  # every worker file is written
     if is_chief:
         # Before leaving the job: PS-LITE's scheduler and servers stop once every
         # worker has left, and the launcher takes a worker still running long

@@ -75,6 +75,7 @@ class StateClient:
                                                                             keys=keys)
         self._rtt = MovingAverage()
         self.queries = 0
+        self.max_in_flight = 0   # most requests sent and not yet answered at once (1: it always waited)
         self.replies = 0
 
     @property
@@ -87,6 +88,7 @@ class StateClient:
         if message.TYPE == m.Register.TYPE:
             self._register_seq = message.seq
         self._sent_at[message.seq] = self._clock()
+        self.max_in_flight = max(self.max_in_flight, len(self._sent_at))
         self._transport.send(data)
 
     def _decode(self, received):

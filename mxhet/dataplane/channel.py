@@ -4,6 +4,8 @@ import time
 import mxnet as mx
 import numpy as np
 
+from ..gluon_private import kvstore_barrier
+
 
 def nbytes(arrays):
     """Bytes of a list of NDArrays, as sent over the wire (MXNet counts nothing)."""
@@ -94,7 +96,7 @@ class KVChannel:
 
     def barrier(self):
         """Wait until every worker reaches the barrier."""
-        self.kv._barrier()
+        kvstore_barrier(self.kv)
 
     def close(self):
         self.kv = None

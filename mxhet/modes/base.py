@@ -24,6 +24,7 @@ import time
 import mxnet as mx
 import numpy as np
 
+from ..gluon_private import clear_optimizer_state, mark_grad_used, trainer_optimizer, trainer_params
 from ..dataplane import KVChannel, copy_all, nbytes
 from ..errors import ConfigError, MxhetError, NonFiniteError
 from ..policy.specs import DEFAULT_STATE_TIMEOUT
@@ -61,6 +62,7 @@ class WorkerStats:
     # Server query (sending it and, with blocking ACKs, waiting for the answer)
     query_wait_max_s: float = 0.0
     query_wait_min_s: float = None
+    max_queries_in_flight: int = 0  # ESync: most queries unanswered at once (1 = every answer was waited for)
     # the job's final global model, pulled by every worker after the last step
     # (see SyncMode.finish): equal digests mean every worker ends with the same model
     final_model_sha256: str = ""
@@ -202,7 +204,7 @@ class SyncMode:
         """
         if self._ready:
             return
-        params = self.trainer._params
+        params = trainer_params(self.trainer)
         for p in params:
             if len(p.list_ctx()) != 1:
                 raise ConfigError("parameter %s lives on %d contexts; an mxhet worker uses one context "
@@ -245,7 +247,7 @@ class SyncMode:
 
     def server_updater(self, batch_size):
         """The ``kvstore_ext`` updater to ship to the servers."""
-        return self.updater_for(self.channel.num_workers, batch_size, self.trainer._optimizer, self.opts)
+        return self.updater_for(self.channel.num_workers, batch_size, trainer_optimizer(self.trainer), self.opts)
 
     @classmethod
     def updater_for(cls, num_workers, batch_size, optimizer, opts):
@@ -269,7 +271,7 @@ class SyncMode:
         """Indices of the parameters the servers hold the global value of
         (every parameter by default; the gradient modes keep BatchNorm
         statistics local)."""
-        return list(self.keys) if self.keys else list(range(len(self.trainer._params)))
+        return list(self.keys) if self.keys else list(range(len(trainer_params(self.trainer))))
 
     def finish(self):
         """After the last step: wait until every worker has pushed its last
@@ -327,10 +329,10 @@ class SyncMode:
             # The iteration is abandoned before any part of it is applied.
             self.stats.aborted += 1
             self.stats.compute_s += self.clock() - self._t_last
-            for p in self.trainer._params:
+            for p in trainer_params(self.trainer):
                 if p.grad_req != "null":  # BatchNorm statistics have no gradient to drop
                     for data in p.list_data():
-                        data._fresh_grad = False
+                        mark_grad_used(data)
             t0 = self.clock()
             self.on_abort()
             end = self.clock()
@@ -391,7 +393,7 @@ class SyncMode:
 
     # -- helpers -----------------------------------------------------------
     def weights(self):
-        return [p.list_data()[0] for p in self.trainer._params]
+        return [p.list_data()[0] for p in trainer_params(self.trainer)]
 
     def model_signature(self):
         """A digest of the parameters' shapes and dtypes, in key order."""
@@ -403,7 +405,7 @@ class SyncMode:
         as last pulled for modes that exchange deltas (the replica may hold
         local work), the parameters themselves otherwise."""
         arrays = self.wbufs if self.exchanges_deltas and self.wbufs else self.weights()
-        return {p.name: a for p, a in zip(self.trainer._params, arrays)}
+        return {p.name: a for p, a in zip(trainer_params(self.trainer), arrays)}
 
     def check_finite(self, arrays, what, round_index):
         """Apply the NaN/Inf policy to ``arrays`` before they are pushed.
@@ -414,7 +416,7 @@ class SyncMode:
         Raises:
             NonFiniteError: naming the worker, the round and the parameter (policy ``stop``).
         """
-        params = self.trainer._params
+        params = trainer_params(self.trainer)
         bad = nonfinite_indices(arrays)
         if not bad:
             return True
@@ -454,9 +456,7 @@ class SyncMode:
             self.round_hook(round_index, before, pushed, [g.asnumpy() for g in self.wbufs])
 
     def reset_optimizer_state(self):
-        for updater in self.trainer._updaters:
-            updater.states.clear()
-            updater.states_synced.clear()
+        clear_optimizer_state(self.trainer)
 
     def observe_loss(self, value):
         """The training loop's latest loss (smoothed); modes that adapt to it read ``self.loss``."""

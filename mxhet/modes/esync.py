@@ -141,6 +141,7 @@ class ESync(SyncMode):
         self.stats.state_queries = self.client.queries
         self.stats.state_replies = self.client.replies
         self.stats.rtt_s = self.client.rtt
+        self.stats.max_queries_in_flight = self.client.max_in_flight
 
     def _mark_round_start(self):
         self._round_start = (self.stats.query_s + self.stats.sync_s, self.client.queries,

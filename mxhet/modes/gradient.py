@@ -15,6 +15,7 @@ MXNet's own distributed training.
 import mxnet as mx
 
 from kvstore_ext import keys as ps_keys
+from ..gluon_private import has_fresh_grad, mark_grad_used, trainer_params
 from ..dataplane import copy_all
 from ..policy import specs
 from .base import SyncMode
@@ -25,7 +26,7 @@ class _GradientMode(SyncMode):
 
     def on_setup(self, batch_size):
         self._batch_size = batch_size
-        self._grad_keys = [i for i, p in enumerate(self.trainer._params) if p.grad_req != "null"]
+        self._grad_keys = [i for i, p in enumerate(trainer_params(self.trainer)) if p.grad_req != "null"]
         self._gbufs = [mx.nd.zeros(self.wbufs[i].shape, ctx=self.wbufs[i].context, dtype=self.wbufs[i].dtype)
                        for i in self._grad_keys]
 
@@ -39,15 +40,15 @@ class _GradientMode(SyncMode):
         if batch_size != self._batch_size:
             raise ValueError("mode %r ships the gradient scale to the servers at the first step: "
                              "batch_size must stay %d, got %d" % (self.name, self._batch_size, batch_size))
-        params = self.trainer._params
+        params = trainer_params(self.trainer)
         if not ignore_stale_grad:
             for i in self._grad_keys:
-                if not params[i].list_data()[0]._fresh_grad:
+                if not has_fresh_grad(params[i].list_data()[0]):
                     raise UserWarning("Gradient of Parameter `%s` has not been updated by backward since "
                                       "last `step`" % params[i].name)
 
     def communicate(self, batch_size, capability, compute_end):
-        params = self.trainer._params
+        params = trainer_params(self.trainer)
         keys = list(self._grad_keys)
         copy_all([params[i].list_grad()[0] for i in keys], self._gbufs)
         self.check_finite(self._gbufs, "gradient", self.stats.rounds)
@@ -59,7 +60,7 @@ class _GradientMode(SyncMode):
         weights = [params[i].list_data()[0] for i in keys]
         copy_all(wbufs, weights)
         for w in weights:
-            w._fresh_grad = False
+            mark_grad_used(w)
         self.after_sync(extra_outs)
 
     def global_keys(self):

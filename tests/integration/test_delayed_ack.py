@@ -31,16 +31,15 @@ def test_delayed_acks_never_wait_for_an_answer_and_abort_on_ready(tmp_path, chil
                    "--ack", ack, "--max-rounds", "3", "--time-budget", "120")
     for w in workers.values():
         assert w["rounds"] == 3 and len(w["round_queries"]) == 3
-        assert w["rtt_s"] >= 2 * DELAY_S
         assert w["iterations"] == sum(w["local_iters"])       # aborted iterations are not counted as done
         if ack == "delayed":
-            # no query waited for its answer, which takes at least 2 x DELAY_S to come
-            assert w["query_wait_max_s"] < 2 * DELAY_S, w["query_wait_max_s"]
             assert sum(w["round_aborted"]) == w["aborted"]
         else:
-            # every query waited for its answer: at least the round trip of the emulated link
-            assert w["query_wait_min_s"] >= 2 * DELAY_S * 0.99, w["query_wait_min_s"]
-            assert w["aborted"] == 0
+            # every query waited for its answer: never two unanswered at once
+            assert w["max_queries_in_flight"] == 1 and w["aborted"] == 0
+    if ack == "delayed":
+        # the fast devices kept querying while earlier answers were on the 200 ms link: they never waited
+        assert min(workers[s]["max_queries_in_flight"] for s in (0, 1)) >= 2
     slow = workers[2]
     assert slow["local_iters"] == [1, 1, 1]
     if ack == "delayed":
