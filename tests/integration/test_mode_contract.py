@@ -17,7 +17,10 @@ def test_adsp_commit_counts_stay_equal_at_checkpoints(tmp_path, child_pids):
     out = tmp_path / "adsp"
     stats = tmp_path / "state.json"
     # check periods long against the slow device's iterations (about 0.5 s at 6x on 2 cores)
-    proc = launch(["-n", "3", "-s", "1", "--sync", "adsp", "--slowdown", "1,1,6", "--adsp-period", "2",
+    # --base-iter pins iterations to 0.05 s and 0.3 s: a loaded machine cannot stretch a fast device's
+    # iterations until it misses a commit slot (one clean-clone run saw counts 3/1/3 without it)
+    proc = launch(["-n", "3", "-s", "1", "--sync", "adsp", "--slowdown", "1,1,6", "--base-iter", "0.05",
+                   "--adsp-period", "2",
                    "--adsp-window", "1", "--state-stats", str(stats)],
                   train_command(out, "--time-budget", "16", "--lr", "0.1"), tmp_path, child_pids)
     assert proc.returncode == 0, proc.stderr[-3000:]
