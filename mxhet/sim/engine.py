@@ -45,6 +45,24 @@ from ..policy.worker import Action, ADSPPolicy, ESyncPolicy, LocalSGDPolicy
 
 LOG = logging.getLogger("mxhet.sim")
 
+DRIVERS = {}
+"""Mode name -> ``driver(sim, dev)``, a SimPy process generator that runs one
+device of that mode (modes kept in their own module, under :mod:`mxhet.sim.drivers`)."""
+
+
+def sim_driver(name):
+    """Decorator: register ``fn(sim, dev)`` as the simulator's model of mode ``name``.
+
+    Raises:
+        ConfigError: if another function already models ``name``.
+    """
+    def register(fn):
+        if DRIVERS.get(name, fn) is not fn:
+            raise ConfigError("the simulator already has a driver for mode %r" % name)
+        DRIVERS[name] = fn
+        return fn
+    return register
+
 DEFAULT_LATENCY_MS = 1.0
 """One-way cost of a message between a worker and the State Server or a
 parameter server, milliseconds, added to every device's ``--net-delay-ms``.
@@ -522,10 +540,16 @@ class Simulation:
 
     def run(self):
         """Run until every device stopped; returns the virtual seconds of training."""
-        try:
+        from . import drivers  # noqa: F401  (registers the modes kept in their own modules)
+        if self.job.mode in DRIVERS:
+            fn = DRIVERS[self.job.mode]
+
+            def body(dev):
+                return fn(self, dev)
+        elif self.job.mode in self.PROCESSES:
             body = getattr(self, self.PROCESSES[self.job.mode])
-        except KeyError:
-            raise ConfigError("the simulator has no model of mode %r" % self.job.mode) from None
+        else:
+            raise ConfigError("the simulator has no model of mode %r" % self.job.mode)
         procs = [self.env.process(body(dev)) for dev in self.devices]
         self.env.process(self.snapshotter())
         done = simpy.AllOf(self.env, procs)
