@@ -1,0 +1,32 @@
+"""The cluster launcher: start a PS-LITE job (scheduler, servers, State Server,
+workers), forward their output, watch them and end them together.
+
+``mxhet-launch``, ``python -m mxhet.launcher`` and ``tools/launch.py`` are thin
+wrappers over :func:`main`. The package:
+
+* :mod:`.cli` -- :func:`parse_args` reads and validates the command line (exit
+  code 2 with a message naming the bad value), :func:`main`;
+* :mod:`.plan` -- :func:`build_plan` turns the options into a :class:`Plan`,
+  the list of :class:`ProcessSpec` to start; it starts nothing, so unit tests
+  can check every command line and environment variable;
+* :mod:`.supervisor` -- :func:`run_plan` starts the processes, prefixes their
+  output with their role (``[worker 1] ...``), and ends the whole job when one
+  process fails, when the time limit passes or when the launcher gets
+  SIGINT/SIGTERM.
+
+Every child runs in its own session, so the launcher ends a child together with
+its own children with ``os.killpg(pid, ...)``: by process id, never by name.
+
+With ``--launcher ssh`` every host must see the same working directory and
+Python path (a shared file system), and ports are chosen free on *this*
+machine.
+
+Exit codes of :func:`run_plan`: 0 all workers succeeded; 1 a process failed
+(or could not be started); 124 the ``--timeout`` passed; 130 / 143 the
+launcher got SIGINT / SIGTERM. :func:`main` returns 2 for a usage error.
+"""
+from .cli import build_parser, main, make_job_keys, parse_args
+from .plan import *  # noqa: F401,F403  (the constants)
+from .plan import (Plan, ProcessSpec, _bind_address, _child_pythonpath, _lookup_mode, _source_root,
+                   build_plan, find_free_port, read_hostfile, ssh_argv)
+from .supervisor import describe_exit, end_children, job_record, run_plan

@@ -1,0 +1,276 @@
+"""The command line of ``mxhet-launch``: the parser, its validation and :func:`main`."""
+import argparse
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+
+from ..config import parse_base_iter, parse_context, parse_delay_ms, parse_slowdown, parse_slowdown_schedule
+from ..errors import ConfigError
+from .plan import (DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_SYNC, EXIT_OK, EXIT_USAGE, _lookup_mode, build_plan,
+                   read_hostfile)
+from .supervisor import run_plan
+
+_PROG = "mxhet-launch"
+
+
+def build_parser():
+    """The argparse parser of ``mxhet-launch`` (validation is in :func:`parse_args`)."""
+    parser = argparse.ArgumentParser(
+        prog=_PROG,
+        usage="%(prog)s -n WORKERS [-s SERVERS] [options] -- COMMAND...",
+        description="Launch a heterogeneity-aware MXNet job: PS-LITE scheduler and servers, "
+                    "the State Server when the mode needs one, and one COMMAND per worker slot.",
+        epilog="Exit codes: 0 success, 1 a process failed, 2 usage error, 124 timeout, "
+               "130/143 interrupted by SIGINT/SIGTERM.")
+    job = parser.add_argument_group("job")
+    job.add_argument("-n", "--num-workers", type=int, required=True, metavar="WORKERS",
+                     help="number of worker slots")
+    job.add_argument("-s", "--num-servers", type=int, default=None, metavar="SERVERS",
+                     help="number of parameter servers (default: WORKERS; ignored for standalone modes)")
+    job.add_argument("--sync", default=DEFAULT_SYNC, metavar="MODE",
+                     help="synchronization mode: esync, sync, async, local, ... (default: %(default)s)")
+    job.add_argument("--timeout", type=float, default=0.0, metavar="SECONDS",
+                     help="end the job after this many seconds, exit 124 (default: 0 = no limit)")
+    job.add_argument("--job-file", default=None, metavar="PATH",
+                     help="write the job description (pids, ports, exit codes) to this JSON file")
+
+    het = parser.add_argument_group("heterogeneity (one value for all workers, or one per worker)")
+    het.add_argument("--contexts", default="cpu", metavar="LIST",
+                     help="comma-separated contexts, e.g. cpu,cpu,gpu(0) (default: %(default)s)")
+    het.add_argument("--slowdown", default="1", metavar="LIST",
+                     help="comma-separated slowdown factors >= 1, e.g. 1,1,20 (default: %(default)s)")
+    het.add_argument("--slowdown-schedule", action="append", default=None, metavar="SLOT:SPEC",
+                     help="a worker whose speed changes during training, e.g. 2:0-60=1,60-=8 (seconds since "
+                          "training started = factor); repeat for several workers")
+    het.add_argument("--net-delay-ms", default="0", metavar="LIST",
+                     help="emulated one-way delay of each worker's State Server link, milliseconds, "
+                          "e.g. 0,0,30 (default: %(default)s)")
+    het.add_argument("--base-iter", type=float, default=0.0, metavar="SECONDS",
+                     help="emulate speeds exactly: a worker of slowdown f pads each iteration to f x SECONDS "
+                          "(default 0: it sleeps (f - 1) x its compute time)")
+    het.add_argument("--omp-threads", type=int, default=None, metavar="N",
+                     help="OMP_NUM_THREADS of each worker (default: CPUs of its host / its workers)")
+
+    state = parser.add_argument_group("State Server (modes that need one, e.g. esync)")
+    state.add_argument("--state-server-port", type=int, default=None, metavar="PORT",
+                       help="port of the State Server (default: a free port)")
+    state.add_argument("--staleness", type=int, default=None, metavar="S",
+                       help="ssp: iterations a worker may run ahead of the slowest (State Server default: 2)")
+    state.add_argument("--adsp-period", type=float, default=None, metavar="SECONDS",
+                       help="adsp: check period Γ (State Server default: 2 s)")
+    state.add_argument("--adsp-epoch", type=float, default=None, metavar="SECONDS",
+                       help="adsp: seconds between commit-rate searches (State Server default: 60 s)")
+    state.add_argument("--adsp-window", type=int, default=None, metavar="PERIODS",
+                       help="adsp: check periods per evaluated commit rate (State Server default: 2)")
+    state.add_argument("--heartbeat-timeout", type=float, default=None, metavar="SECONDS",
+                       help="seconds of silence after which the State Server declares a worker hung and the "
+                            "job ends (State Server default: 30; 0 = never)")
+    state.add_argument("--state-server-restarts", type=int, default=DEFAULT_STATE_SERVER_RESTARTS, metavar="N",
+                       help="start a State Server that died again, on the same address, up to N times; "
+                            "workers retry and register again (default: %(default)s)")
+    state.add_argument("--no-auth", action="store_true",
+                       help="do not authenticate the State Server link (by default the launcher makes "
+                            "CURVE keys for each job and only the job's workers get answers)")
+    state.add_argument("--state-stats", default=None, metavar="PATH",
+                       help="the State Server writes its per-round / per-checkpoint statistics here (JSON)")
+    state.add_argument("--epsilon", type=float, default=None, metavar="SECONDS",
+                       help="the State Server's epsilon (default: the server's own)")
+
+    cluster = parser.add_argument_group("cluster")
+    cluster.add_argument("--launcher", choices=("local", "ssh"), default=None,
+                         help="where processes run (default: ssh with -H, else local)")
+    cluster.add_argument("-H", "--hostfile", default=None, metavar="HOSTFILE",
+                         help="hosts for --launcher ssh, one per line; the first runs the scheduler "
+                              "and the State Server, servers and workers go round-robin")
+    cluster.add_argument("--ssh-command", default="ssh", metavar="CMD",
+                         help="ssh program and options (default: %(default)s)")
+    cluster.add_argument("--root-port", type=int, default=None, metavar="PORT",
+                         help="PS-LITE scheduler port (default: a free port)")
+    cluster.add_argument("--python", default=sys.executable, metavar="PATH",
+                         help="Python interpreter of the scheduler, servers and State Server "
+                              "(default: this one)")
+
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND",
+                        help="the worker command, after --")
+    return parser
+
+
+def _split_list(parser, option, text, n, parse):
+    items = [item.strip() for item in text.split(",")]
+    if len(items) not in (1, n):
+        parser.error("%s %r has %d values; give 1 (for all workers) or %d (one per worker)"
+                     % (option, text, len(items), n))
+    values = []
+    for item in items:
+        try:
+            values.append(parse(item))
+        except ConfigError as exc:
+            parser.error("%s: %s" % (option, exc))
+    return values * n if len(values) == 1 else values
+
+
+def _format_context(item):
+    kind, index = parse_context(item)
+    return "cpu" if kind == "cpu" else "gpu(%d)" % index
+
+
+def _check_port(parser, option, value):
+    if value is not None and not 1 <= value <= 65535:
+        parser.error("%s must be in 1..65535, got %d" % (option, value))
+
+
+def _check_seconds(parser, option, value):
+    if value is not None and not (0 <= value < float("inf")):
+        parser.error("%s must be a finite number of seconds >= 0, got %r" % (option, value))
+
+
+def parse_args(argv=None):
+    """Parse and validate the command line.
+
+    Everything before the first ``--`` is an option; everything after it is the
+    worker command. Adds ``contexts`` and ``slowdowns`` (one per worker),
+    ``hosts``, ``kvstore_type`` and ``needs_state_server``.
+
+    Raises:
+        SystemExit: code 2 with a message naming the bad value; 0 for ``--help``.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if "--" in argv:
+        cut = argv.index("--")
+        args = parser.parse_args(argv[:cut])
+        args.command = args.command + argv[cut + 1:]
+    else:
+        args = parser.parse_args(argv)
+
+    n = args.num_workers
+    if n < 1:
+        parser.error("-n/--num-workers must be >= 1, got %d" % n)
+    if not args.command:
+        parser.error("missing the worker command (put it after --)")
+    try:
+        mode = _lookup_mode(args.sync)
+    except ConfigError as exc:
+        parser.error("--sync: %s" % exc)
+    args.kvstore_type = mode.kvstore
+    # Every distributed job gets a State Server: the algorithm's control plane
+    # for esync, ssp and adsp, and for every mode the watch on silent workers
+    # (heartbeats) and the check that all workers train the same model.
+    args.needs_state_server = mode.needs_state_server or mode.distributed
+    if args.kvstore_type is None:
+        if n > 1:
+            parser.error("--sync %s runs one standalone worker without parameter servers; "
+                         "got -n %d (use a distributed mode such as sync or esync)" % (args.sync, n))
+    else:
+        if args.num_servers is None:
+            args.num_servers = n
+        if args.num_servers < 1:
+            parser.error("-s/--num-servers must be >= 1 for --sync %s, got %d"
+                         % (args.sync, args.num_servers))
+
+    args.contexts = _split_list(parser, "--contexts", args.contexts, n, _format_context)
+    args.slowdowns = _split_list(parser, "--slowdown", args.slowdown, n, parse_slowdown)
+    args.net_delays = _split_list(parser, "--net-delay-ms", args.net_delay_ms, n, parse_delay_ms)
+    args.schedules = {}
+    for item in args.slowdown_schedule or ():
+        slot_text, _, spec = item.partition(":")
+        try:
+            slot = int(slot_text)
+            if not 0 <= slot < n:
+                raise ValueError
+        except ValueError:
+            parser.error("--slowdown-schedule %r: must start with a worker slot 0..%d and ':'" % (item, n - 1))
+        try:
+            parse_slowdown_schedule(spec)
+        except ConfigError as exc:
+            parser.error("--slowdown-schedule: %s" % exc)
+        if slot in args.schedules:
+            parser.error("--slowdown-schedule given twice for slot %d" % slot)
+        args.schedules[slot] = spec
+    try:
+        parse_base_iter(args.base_iter)
+    except ConfigError as exc:
+        parser.error("--base-iter: %s" % exc)
+    if args.omp_threads is not None and args.omp_threads < 1:
+        parser.error("--omp-threads must be >= 1, got %d" % args.omp_threads)
+    _check_port(parser, "--state-server-port", args.state_server_port)
+    _check_port(parser, "--root-port", args.root_port)
+    if args.root_port and args.root_port == args.state_server_port:
+        parser.error("--root-port and --state-server-port are both %d; they must differ" % args.root_port)
+    _check_seconds(parser, "--timeout", args.timeout)
+    _check_seconds(parser, "--epsilon", args.epsilon)
+    _check_seconds(parser, "--heartbeat-timeout", args.heartbeat_timeout)
+    if args.state_server_restarts < 0:
+        parser.error("--state-server-restarts must be >= 0, got %d" % args.state_server_restarts)
+    for option, value in (("--adsp-period", args.adsp_period), ("--adsp-epoch", args.adsp_epoch)):
+        if value is not None and not (0 < value < float("inf")):
+            parser.error("%s must be a finite number of seconds > 0, got %r" % (option, value))
+    for option, value in (("--staleness", args.staleness), ("--adsp-window", args.adsp_window)):
+        if value is not None and value < (0 if option == "--staleness" else 1):
+            parser.error("%s must be >= %d, got %d" % (option, 0 if option == "--staleness" else 1, value))
+    if args.state_stats is not None:
+        args.state_stats = os.path.abspath(args.state_stats)
+
+    if args.job_file is not None:
+        directory = os.path.dirname(os.path.abspath(args.job_file))
+        if not args.job_file or not os.path.isdir(directory):
+            parser.error("--job-file %r: directory %r does not exist" % (args.job_file, directory))
+
+    if args.launcher is None:
+        args.launcher = "ssh" if args.hostfile else "local"
+    args.hosts = []
+    if args.launcher == "ssh":
+        if not args.hostfile:
+            parser.error("--launcher ssh needs -H/--hostfile")
+        try:
+            args.hosts = read_hostfile(args.hostfile)
+        except ConfigError as exc:
+            parser.error(str(exc))
+        try:
+            if not shlex.split(args.ssh_command):
+                raise ValueError("empty")
+        except ValueError:
+            parser.error("--ssh-command %r is not a command" % (args.ssh_command,))
+    elif args.hostfile:
+        parser.error("-H/--hostfile %r needs --launcher ssh" % (args.hostfile,))
+    return args
+
+
+def main(argv=None):
+    """Run ``mxhet-launch``; returns the exit code (see the module docstring)."""
+    try:
+        args = parse_args(argv)
+    except SystemExit as exc:
+        if exc.code is None:
+            return EXIT_OK
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    keys = None
+    try:
+        if args.needs_state_server and not args.no_auth:
+            keys = make_job_keys(args)
+            args.control_keys = keys
+        plan = build_plan(args)
+    except OSError as exc:
+        print("%s: cannot prepare the job: %s" % (_PROG, exc), file=sys.stderr)
+        if keys:
+            shutil.rmtree(keys, ignore_errors=True)
+        return EXIT_USAGE
+    try:
+        return run_plan(plan, timeout=args.timeout or None, job_file=args.job_file,
+                        state_server_restarts=args.state_server_restarts)
+    finally:
+        if keys:
+            shutil.rmtree(keys, ignore_errors=True)
+
+
+def make_job_keys(args):
+    """Create this job's CURVE keys in a new private directory; returns its path.
+
+    Local jobs keep it in the temporary directory; ssh jobs in the working
+    directory, which every host must share (see the module docstring).
+    """
+    from ..control.auth import create_job_keys
+    parent = os.getcwd() if args.launcher == "ssh" else None
+    return create_job_keys(tempfile.mkdtemp(prefix=".mxhet-keys-", dir=parent))
