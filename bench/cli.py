@@ -135,6 +135,9 @@ def build_parser():
         e.add_argument("--engine", choices=["cluster", "sim"], default=None,
                        help="cluster: real processes on this machine; sim: python -m mxhet.sim in virtual "
                             "time (default: the preset's, cluster but for paper-sim)")
+        e.add_argument("--jobs", type=int, default=1,
+                       help="simulator runs at once, each a process with one compute thread "
+                            "(default 1; the cluster engine runs one job at a time)")
     return p
 
 
@@ -163,12 +166,17 @@ def run_paper_experiment(args):
         mode_list = _names(args.modes, tuple(mode_names()), "modes") if args.modes else None
         if args.time_budget is not None and not args.time_budget > 0:
             raise ConfigError("--time-budget must be > 0 seconds")
+        if args.jobs < 1:
+            raise ConfigError("--jobs must be >= 1, got %d" % args.jobs)
+        if args.jobs > 1 and (args.engine or preset.engine) != "sim":
+            raise ConfigError("--jobs %d: only simulator runs may share the machine (the cluster's timings "
+                              "would not be the emulated ones); use --engine sim or --jobs 1" % args.jobs)
         experiments = suite.EXPERIMENTS if args.experiment == "all" else (args.experiment,)
         out = args.out or os.path.join("runs", "bench-%s" % preset.name)
         started = time.time()
         result = suite.run_suite(experiments, preset, profile, out, models=model_list, modes=mode_list,
                                  budget=args.time_budget, seed=args.seed, command=["mxhet-bench"] + sys.argv[1:],
-                                 engine=args.engine)
+                                 engine=args.engine, jobs=args.jobs)
     except ConfigError as exc:
         print("mxhet-bench: error: %s" % exc, file=sys.stderr)
         return 2

@@ -7,10 +7,12 @@ runs it needs. A run that fails is recorded with its error and the others go
 on.
 """
 import collections
+import concurrent.futures
 import dataclasses
 import json
 import os
 import sys
+import threading
 
 from tqdm import tqdm
 
@@ -150,6 +152,8 @@ def job_spec(key, preset, profile, record, budget, seed, extra_launcher=(), engi
 def _sim_args(preset):
     """Simulator-only options of a preset."""
     args = ("--stop-at-target",) if preset.stop_at_target else ()
+    if preset.max_iterations:
+        args += ("--max-iterations", str(preset.max_iterations))
     return args + (("--eval-growth", "%g" % preset.eval_growth) if preset.eval_growth else ())
 
 
@@ -183,31 +187,55 @@ def record_of(summary, key, spec, record, run_dir, out_dir):
     return rec
 
 
-def execute(keys, spec_for, out, run=run_with_bar):
+def execute(keys, spec_for, out, run=run_with_bar, jobs=1):
     """Run every key once; returns ``(records, failures)``, both keyed by RunKey.
 
     Args:
         spec_for: ``key -> JobSpec``.
         run: ``(spec, run_dir, desc, position, leave) -> summary``; raises JobFailed.
+        jobs: runs at once (each its own process; for the simulator, whose runs
+            are independent single processes).
+
+    Raises:
+        ValueError: if ``jobs`` < 1.
     """
+    if jobs < 1:
+        raise ValueError("jobs must be >= 1, got %r" % (jobs,))
     records, failures = {}, {}
     width = max([len(run_name(k)) for k in keys] + [1])
+    lock = threading.Lock()
+    free_rows = list(range(jobs, 0, -1))  # tqdm rows under the overall bar
+
     with tqdm(total=len(keys), desc="all runs", unit="run", position=0,
               bar_format="{desc} {bar} {n_fmt}/{total_fmt} runs [{elapsed} elapsed, ETA {remaining}]") as overall:
-        for key in keys:
+        def one(key):
             spec = spec_for(key)
             run_dir = os.path.join(out, "runs", run_name(key))
+            with lock:
+                row = free_rows.pop()
             try:
-                summary = run(spec, run_dir, run_name(key).ljust(width), 1, False)
-                records[key] = (summary, spec, run_dir)
-                tqdm.write("%s: final accuracy %.4f, time to %.2f: %s" % (
-                    run_name(key), summary["final_accuracy"], spec.target_accuracy,
-                    "%.1f s" % summary["time_to_target_s"] if summary["time_to_target_s"] is not None
-                    else "not reached"))
+                summary = run(spec, run_dir, run_name(key).ljust(width), row, False)
+                with lock:
+                    records[key] = (summary, spec, run_dir)
+                    tqdm.write("%s: final accuracy %.4f, time to %.2f: %s" % (
+                        run_name(key), summary["final_accuracy"], spec.target_accuracy,
+                        "%.1f s" % summary["time_to_target_s"] if summary["time_to_target_s"] is not None
+                        else "not reached"))
             except (JobFailed, OSError, ValueError, KeyError) as exc:
-                failures[key] = "%s: %s" % (type(exc).__name__, exc)
-                tqdm.write("FAILED %s: %s" % (run_name(key), exc), file=sys.stderr)
-            overall.update(1)
+                with lock:
+                    failures[key] = "%s: %s" % (type(exc).__name__, exc)
+                    tqdm.write("FAILED %s: %s" % (run_name(key), exc), file=sys.stderr)
+            finally:
+                with lock:
+                    free_rows.append(row)
+                    overall.update(1)
+
+        if jobs == 1:
+            for key in keys:
+                one(key)
+        else:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+                list(pool.map(one, keys))
     return records, failures
 
 
@@ -227,15 +255,18 @@ class SuiteResult:
 
 
 def run_suite(experiments, preset, profile, out, models=None, modes=None, budget=None, seed=0,
-              command=None, measure=calibrate.measure, run=run_with_bar, log=print, engine=None):
+              command=None, measure=calibrate.measure, run=run_with_bar, log=print, engine=None, jobs=1):
     """Calibrate, run the union of the experiments' runs, write JSON, report and figures.
 
     ``engine``: ``cluster`` (real processes) or ``sim`` (virtual time); default the preset's.
+    ``jobs``: simulator runs at once, each with one compute thread (``OMP_NUM_THREADS=1``).
     """
     from . import plots, report
 
     budget = budget or preset.time_budget
     engine = engine or preset.engine
+    if jobs > 1:
+        os.environ["OMP_NUM_THREADS"] = "1"  # each run one thread: jobs runs share the cores
     if engine not in ENGINES:
         raise ConfigError("engine must be one of %s, got %r" % (ENGINES, engine))
     models = tuple(models or preset.models)
@@ -258,9 +289,9 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
     log("%d run(s) of %.0f s training each: %s" % (len(keys), budget, ", ".join(run_name(k) for k in keys)))
     records, failures = execute(
         keys, lambda k: job_spec(k, preset, profile, calibration[k.model], budget, seed, engine=engine), out,
-        run=run)
+        run=run, jobs=jobs)
 
-    common = {"engine": engine, "preset": preset.name, "command": list(command or sys.argv), "machine": machine_info(profile.contexts),
+    common = {"engine": engine, "jobs": jobs, "preset": preset.name, "command": list(command or sys.argv), "machine": machine_info(profile.contexts),
               "profile": dict(profile.as_dict(), calibration=calibration), "target_accuracy": preset.target_accuracy,
               "seed": seed, "time_budget_s": budget, "batch_size": preset.batch_size, "figure_model": figure_model,
               "skipped": skipped}

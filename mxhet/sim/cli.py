@@ -63,6 +63,9 @@ def build_parser():
     g.add_argument("--stop-at-target", action="store_true",
                    help="evaluate every snapshot during the run (precise BN, --eval-samples test images) and "
                         "stop once it reaches --target-accuracy; --time-budget is then a cap")
+    g.add_argument("--max-iterations", type=int, default=0,
+                   help="compute cap: stop once all devices together ran this many real iterations "
+                        "(deterministic; default 0: no cap); the summary records when it stopped the run")
     g.add_argument("--eval-growth", type=float, default=0.0,
                    help="snapshots at t + max(--eval-interval, G x t): the same relative resolution of the "
                         "time to target for fast and slow runs (default 0: every --eval-interval)")
@@ -125,6 +128,8 @@ def make_job(args):
         raise ConfigError("--base-iter must be > 0 seconds in the simulator, got %r" % (args.base_iter,))
     if not args.eval_growth >= 0:
         raise ConfigError("--eval-growth must be >= 0, got %r" % (args.eval_growth,))
+    if args.max_iterations < 0:
+        raise ConfigError("--max-iterations must be >= 0 (0: no cap), got %d" % args.max_iterations)
     if not args.latency_ms >= 0 or not args.per_key_ms >= 0 or not args.bandwidth_gbps > 0 or not args.jitter >= 0:
         raise ConfigError("--latency-ms and --per-key-ms must be >= 0, --bandwidth-gbps > 0 and --jitter >= 0")
     parse_context(args.contexts)
@@ -146,7 +151,8 @@ def make_job(args):
                   mode_options=spec.resolve(mode_options(args, mode)), epsilon=args.epsilon,
                   staleness=args.staleness,
                   adsp={"period": args.adsp_period, "epoch": args.adsp_epoch, "window": args.adsp_window},
-                  eval_interval=args.eval_interval, eval_growth=args.eval_growth, batch_size=args.batch_size)
+                  eval_interval=args.eval_interval, eval_growth=args.eval_growth, batch_size=args.batch_size,
+                  max_iterations=args.max_iterations)
 
 
 def run(args):
@@ -216,6 +222,7 @@ def run(args):
                       "bandwidth_gbps": args.bandwidth_gbps, "jitter": job.jitter,
                       "state_server_decisions": sim.decisions,
                       "stopped_at_target_s": sim.target_reached_at,
+                      "max_iterations": job.max_iterations, "stopped_at_cap_s": sim.capped_at,
                       "command": ["python", "-m", "mxhet.sim"] + list(args.argv)}
     _atomic_json(os.path.join(args.metrics_out, "summary.json"), summary)
     return summary

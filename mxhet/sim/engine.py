@@ -113,6 +113,7 @@ class SimJob:
     eval_interval: float = 2.0
     eval_growth: float = 0.0   # snapshot t+1 = t + max(eval_interval, eval_growth x t)
     batch_size: int = 64
+    max_iterations: int = 0    # compute cap: stop once the devices ran this many real iterations in all (0: none)
 
 
 class Device:
@@ -133,6 +134,7 @@ class Device:
         self.stopped = False
         self.seq = 0
         self.incarnation = slot + 1
+        self.tally = None               # the simulation's shared count of real iterations
 
     def weights(self):
         return [p.data() for p in self.params]
@@ -154,6 +156,8 @@ class Device:
             self.last_loss = float(loss.mean().asscalar())
         self.stats.iterations += 1
         self.stats.samples += self.batch_size
+        if self.tally is not None:
+            self.tally[0] += 1
 
     def skip_batch(self):
         """An abandoned iteration still took its batch from the stream."""
@@ -230,6 +234,10 @@ class Simulation:
         self.decisions = 0
         self.target_check = None   # callable(arrays) -> bool, asked at every snapshot (stop at the target)
         self.target_reached_at = None
+        self.tally = [0]           # real iterations of every device so far (the compute cap counts them)
+        for dev in devices:
+            dev.tally = self.tally
+        self.capped_at = None      # virtual time at which the compute cap stopped the run
         self.progress = None       # callable(virtual seconds), called at every snapshot
         self.scores = []           # target_check's accuracy per snapshot (stop at the target)
 
@@ -279,7 +287,10 @@ class Simulation:
 
     # -- helpers -------------------------------------------------------------------
     def wants_stop(self, dev):
+        if self.job.max_iterations and self.tally[0] >= self.job.max_iterations and self.capped_at is None:
+            self.capped_at = self.env.now
         return (self.env.now >= self.job.time_budget or self.target_reached_at is not None
+                or self.capped_at is not None
                 or bool(self.job.max_rounds and dev.stats.rounds >= self.job.max_rounds))
 
     def iterate(self, dev):

@@ -117,3 +117,14 @@ def test_snapshots_follow_the_growing_schedule_and_in_run_scores_are_kept(tmp_pa
     for a, b in zip(times[:-2], times[1:-1]):
         assert b - a == pytest.approx(max(1.0, 0.5 * a), abs=1e-6)
     assert summary["sim"]["stopped_at_target_s"] is None and summary["train_time_s"] >= 6.0
+
+
+@pytest.mark.parametrize("mode", ["esync", "sync", "async"])
+def test_the_compute_cap_stops_every_device_soon_after_the_cap(tmp_path, mode):
+    summary, workers = _sim(tmp_path, mode, "-n", "3", "--sync", mode, "--slowdown", "1,1,4", "--base-iter", "0.05",
+                            "--time-budget", "300", "--max-iterations", "60")
+    capped = summary["sim"]["stopped_at_cap_s"]
+    total = sum(w["iterations"] for w in workers.values())
+    assert capped is not None and summary["train_time_s"] < 300
+    assert 60 <= total < 60 + 3 * 10   # every device stops at its next chance (a sync round, an ESync round)
+    assert summary["sim"]["max_iterations"] == 60
