@@ -144,6 +144,35 @@ class Commit(Request):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class Notify(Request):
+    """nodelay: the worker holds ``pending`` (>= 1) gradients for transfer round
+    ``round`` (Algorithm 1, line 16). The answer, deferred until the master's
+    rule requests the transfer, has ``ready`` true and ``stop`` true when it is
+    the job's last round; ``want_stop`` asks for that."""
+    TYPE = "notify"
+    round: int
+    pending: int
+    want_stop: bool
+
+    def validate(self):
+        super().validate()
+        _check_int("round", self.round)
+        _check_int("pending", self.pending, minimum=1)
+        _check_bool("want_stop", self.want_stop)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Merged(Request):
+    """nodelay: the worker received the global model merged in round ``round``."""
+    TYPE = "merged"
+    round: int
+
+    def validate(self):
+        super().validate()
+        _check_int("round", self.round)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Heartbeat(Request):
     """The worker's process is alive (sent by its I/O thread; no reply)."""
     TYPE = "heartbeat"
@@ -199,8 +228,8 @@ class Reply:
             raise ProtocolError("field 'error' must be a string")
 
 
-REQUEST_TYPES = {cls.TYPE: cls for cls in (Register, Query, Reset, Clock, Commit, Heartbeat, Bye)}
-REPLAYABLE = {Register.TYPE, Reset.TYPE, Clock.TYPE, Commit.TYPE, Bye.TYPE, Query.TYPE}
+REQUEST_TYPES = {cls.TYPE: cls for cls in (Register, Query, Reset, Clock, Commit, Notify, Merged, Heartbeat, Bye)}
+REPLAYABLE = {Register.TYPE, Reset.TYPE, Clock.TYPE, Commit.TYPE, Bye.TYPE, Query.TYPE, Notify.TYPE, Merged.TYPE}
 """Requests whose repeat (same incarnation and sequence number) gets the first answer again."""
 ALL_TYPES = dict(REQUEST_TYPES, **{Reply.TYPE: Reply})
 _FIELDS = {cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in ALL_TYPES.values()}

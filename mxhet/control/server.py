@@ -20,6 +20,7 @@ import zmq
 from ..errors import NotRegistered, ProtocolError
 from . import messages as m
 from . import adsp
+from .nodelay import TransferRule
 from .state_rule import DEFAULT_EPSILON, LazyHeap, StateTable
 
 LOG = logging.getLogger("mxhet.state_server")
@@ -174,6 +175,8 @@ class StateService:
         self._seen.discard(req.rank)
         self._live_clocks.discard(req.rank)
         self._release_clocks()
+        if getattr(self, "transfers", None) is not None:
+            self._release_transfers(self.transfers.leave(req.rank))
         return m.Reply(seq=req.seq)
 
     def _on_heartbeat(self, req, now):
@@ -245,12 +248,40 @@ class StateService:
         target, left = self.adsp.report(req.rank, req.commits, req.loss, req.commit_cost, now)
         return m.Reply(seq=req.seq, target=target, period_left=max(0.0, left))
 
+    # -- nodelay (mxhet.control.nodelay) ------------------------------------------
+    def _transfer_rule(self):
+        if getattr(self, "transfers", None) is None:
+            self.transfers = TransferRule(set(range(self.num_workers)) - self.left)
+        return self.transfers
+
+    def _on_notify(self, req, now):
+        self._registered(req.rank)
+        return self._release_transfers(self._transfer_rule().notify(req.rank, req.round, req.want_stop, req.seq),
+                                       req.rank)
+
+    def _on_merged(self, req, now):
+        self._registered(req.rank)
+        self._release_transfers(self._transfer_rule().merged(req.rank, req.round))
+        return m.Reply(seq=req.seq, round=req.round)
+
+    def _release_transfers(self, request, rank=None):
+        """Answer every announcement of a due transfer request; returns ``rank``'s own answer (None if not due)."""
+        own = None
+        for r, seq in (request.tokens.items() if request is not None else ()):
+            answer = m.Reply(seq=seq, ready=True, round=request.round, stop=request.stop)
+            if r == rank:
+                own = answer
+            else:
+                self.released.append((r, answer))
+        return own
+
     def stats(self):
         """ESync per round: which rank was slowest, each rank's n_i; SSP clocks; ADSP checkpoints."""
         return {
             "epsilon": self.table.epsilon,
             "ssp_clocks": {str(r): c for r, c in sorted(self.clocks.items())},
             "adsp": self.adsp.stats() if self.adsp is not None else None,
+            "nodelay": self.transfers.stats() if getattr(self, "transfers", None) is not None else None,
             "slots": {str(r): s for r, s in sorted(self.slots.items())},
             "rounds": [{"round": t, "slowest": info["slowest"],
                         "local_iters": {str(r): k for r, k in sorted(info["local_iters"].items())}}
