@@ -25,6 +25,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10,<3.12",
     packages=find_packages(include=["mxhet", "mxhet.*", "kvstore_ext", "kvstore_ext.*", "bench", "bench.*"]),
+    package_data={"mxhet.observe": ["templates/*.html", "static/*.js", "static/*.css"]},
     install_requires=[
         _mxnet,
         "numpy<1.24",            # mxnet 1.9.1 uses numpy aliases removed in 1.24
@@ -41,6 +42,11 @@ setup(
         "orjson>=3.9,<4",
         "tqdm>=4.60",
         "simpy>=4.1,<5",         # the virtual-time engine's event loop (mxhet.sim)
+        # observability (mxhet.observe): the dashboard's web app, the chart library its page
+        # loads (plotly.js ships inside the plotly package, MIT), TensorBoard event files
+        "flask>=3.1,<4",
+        "plotly>=5.20,<8",
+        "tensorboardX>=2.6,<3",
     ],
     extras_require={
         "test": ["pytest>=7", "pytest-timeout>=2"],
