@@ -26,6 +26,8 @@ variables; the rest of the code receives a :class:`WorkerConfig`.
                        link (see :mod:`mxhet.control.auth`); empty = no CURVE
 ``MXHET_STATE_SERVER`` ZeroMQ address of the State Server, e.g. ``tcp://127.0.0.1:5555``
 ``MXHET_DATA_DIR``     Fashion-MNIST directory (default ``/usr/share/datasets/fashion-mnist``)
+``MXHET_LIVE_DIR``     where the worker rewrites its live feed file for the
+                       launcher's ``--dashboard`` (:mod:`mxhet.observe.live`); empty = none
 ``DMLC_NUM_SERVER``    number of parameter servers (PS-LITE's own variable)
 ``DMLC_ROLE``          PS-LITE role of this process
 =====================  ==========================================================
@@ -135,6 +137,7 @@ class WorkerConfig:
     control_keys: str = ""
     num_servers: int = 0
     data_dir: str = DEFAULT_DATA_DIR
+    live_dir: str = ""
 
     def slowdown_at(self, seconds):
         """The slowdown factor ``seconds`` after training started."""
@@ -190,6 +193,7 @@ def worker_config(env=None):
         control_keys=env.get("MXHET_CONTROL_KEYS", ""),
         num_servers=num_servers,
         data_dir=env.get("MXHET_DATA_DIR", "") or DEFAULT_DATA_DIR,
+        live_dir=env.get("MXHET_LIVE_DIR", ""),
     )
 
 

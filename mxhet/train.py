@@ -69,6 +69,9 @@ def build_parser():
                         "many fixed training batches of --batch-size (precise BN; 0 = use the snapshot's own "
                         "statistics; default %(default)s)")
     g.add_argument("--metrics-out", required=True, help="directory for summary.json and worker files")
+    g.add_argument("--tensorboard", default="", metavar="DIR",
+                   help="write per-device and job scalars as TensorBoard event files under DIR "
+                        "(runs device-<slot> and job; see mxhet.observe.tensorboard)")
     g.add_argument("--checkpoint-dir", default="", help="save checkpoints here (see mxhet.checkpoint)")
     g.add_argument("--checkpoint-every", type=int, default=10, help="rounds between checkpoints (default %(default)s)")
     g.add_argument("--resume", action="store_true", help="resume from the newest complete checkpoint")
@@ -158,6 +161,7 @@ def run(args, config=None):
 
     from . import checkpoint, data, models
     from .modes import get_mode
+    from .observe.worker import WorkerObserver
     from .trainer import Trainer
 
     _validate(args)
@@ -211,6 +215,8 @@ def run(args, config=None):
     snap_dir = os.path.join(args.metrics_out, "snapshots")
     snapshots = []
     start = time.monotonic()
+    observer = WorkerObserver(mode, config.slot, live_dir=config.live_dir, tensorboard_dir=args.tensorboard,
+                              chief=is_chief)
     if is_chief:
         os.makedirs(snap_dir, exist_ok=True)
         for old in glob.glob(os.path.join(snap_dir, "*.params")):
@@ -242,6 +248,7 @@ def run(args, config=None):
         trainer.step(args.batch_size)
         if trainer.mode.uses_loss:  # reading the loss waits for the step: only when it is used
             trainer.observe_loss(loss.mean().asscalar())
+        observer.step(trainer.stats, lambda: loss.mean().asscalar())
         if dumper is not None and not deltas:
             dumper.weights(trainer.stats.rounds - 1, trainer, loss=float(loss.mean().asscalar()))
         rounds = trainer.stats.rounds
@@ -258,12 +265,14 @@ def run(args, config=None):
         if is_chief and trainer.mode.aggregated and now - last_snap >= args.eval_interval:
             snapshot()
             losses.append([round(now - start, 3), float(loss.mean().asscalar())])
+            observer.loss_point(now - start, losses[-1][1], trainer.stats.rounds)
             last_snap = now
         if is_chief and now - last_log >= 10.0:
             LOG.info("%.0f s: %d rounds, %d local iterations", now - start,
                      trainer.stats.rounds, trainer.stats.iterations)
             last_log = now
     train_time = time.monotonic() - start
+    observer.set_phase("finishing", trainer.stats, elapsed_s=train_time)
     trainer.finish()  # every worker now holds the job's final global model
     if is_chief:
         snapshot()
@@ -276,23 +285,29 @@ def run(args, config=None):
         # Before leaving the job: PS-LITE's scheduler and servers stop once every
         # worker has left, and the launcher takes a worker still running long
         # after them for a hung one (evaluating a big model takes minutes).
+        observer.set_phase("evaluating", trainer.stats)
         summary = evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time, losses,
-                               train_set=(images, labels))
+                               train_set=(images, labels),
+                               on_point=lambda t, acc: observer.evaluated(t, acc, trainer.stats))
         _atomic_json(os.path.join(args.metrics_out, "summary.json"), summary)
+        observer.finished(summary)
         LOG.info("summary: final accuracy %.4f, time to %.2f: %s", summary["final_accuracy"],
                  args.target_accuracy, summary["time_to_target_s"])
+    observer.close(trainer.stats)
     trainer.close()
     return stats
 
 
-def evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time, losses, train_set, scores=()):
+def evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time, losses, train_set, scores=(),
+                 on_point=None):
     """Evaluate the snapshots of the global model and merge the worker files.
 
     Every snapshot is scored the same way in every mode (:mod:`mxhet.evaluation`):
     its BatchNorm statistics are recomputed on ``--bn-batches`` fixed training
     batches, then its accuracy is measured on the test set. ``scores`` holds
     accuracies already measured this way for the first snapshots (the last
-    one, scored on the whole test set, is always measured here).
+    one, scored on the whole test set, is always measured here). ``on_point(seconds,
+    accuracy)`` is called as each point is known (the live view and TensorBoard).
     """
     import mxnet as mx
 
@@ -310,6 +325,8 @@ def evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time
         last = i == len(snapshots) - 1
         if i < len(scores) and not last:
             curve.append([round(t, 3), round(float(scores[i]), 4)])
+            if on_point is not None:
+                on_point(*curve[-1])
             continue
         for name, arr in mx.nd.load(path).items():
             params[name].set_data(arr)
@@ -318,6 +335,8 @@ def evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time
         acc = data.evaluate(net, test_x, test_y, input_size=input_size, ctx=ctx,
                             limit=final_limit if last else args.eval_samples)
         curve.append([round(t, 3), round(float(acc), 4)])
+        if on_point is not None:
+            on_point(*curve[-1])
         if last:
             final_accuracy = float(acc)
     reached = [t for t, acc in curve if acc >= args.target_accuracy]

@@ -126,6 +126,8 @@ class WorkerObserver:
         if self.live is not None and stats is not None:
             self.phase = "done"
             self._write_live(stats, self._elapsed, 0.0, force=True)
+        if self.device_log is not None and stats is not None:
+            self.device_log.update(stats, self._elapsed, loss=self.last_loss)  # the rounds since the last write
         for log in (self.device_log, self.job_log):
             if log is not None:
                 log.close()

@@ -225,6 +225,9 @@ def run(args):
                       "max_iterations": job.max_iterations, "stopped_at_cap_s": sim.capped_at,
                       "command": ["python", "-m", "mxhet.sim"] + list(args.argv)}
     _atomic_json(os.path.join(args.metrics_out, "summary.json"), summary)
+    if args.tensorboard:  # the tags of a real job's event files, in virtual seconds
+        from ..observe.tensorboard import write_summary
+        write_summary(args.tensorboard, summary)
     return summary
 
 
