@@ -14,6 +14,10 @@ must stay below 2**31 / 9973 (about 215 000) or the product overflows.
 
 CONTROL_KEY_BASE = 90_000
 STOP_VOTE_KEY = CONTROL_KEY_BASE
+#: ``Trainer.allreduce_grads()`` in mode sync: parameter i's gradient sum at
+#: ``ALLREDUCE_KEY_BASE + i`` (a control key: the server stores the plain sum).
+ALLREDUCE_KEY_BASE = CONTROL_KEY_BASE + 1
+ALLREDUCE_KEY_END = 94_000
 PROBE_KEY_BASE = 95_000
 MAX_KEY = 100_000
 PROBE_STAMP = 4096.0

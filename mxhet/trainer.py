@@ -24,6 +24,22 @@ from .errors import ConfigError
 from .modes import get_mode
 
 
+def sorted_by_name(params):
+    """``params`` (a ``ParameterDict``, dict or list of Parameters) as a list
+    sorted by name, so every worker uses the same key order whatever order
+    its model registered them in (as Horovod's ``DistributedTrainer``).
+
+    Raises:
+        ConfigError: if two parameters share a name.
+    """
+    values = list(params.values()) if hasattr(params, "values") else list(params)
+    ordered = sorted(values, key=lambda p: p.name)
+    for a, b in zip(ordered, ordered[1:]):
+        if a.name == b.name:
+            raise ConfigError("two parameters are named %r; mxhet orders parameters by name" % a.name)
+    return ordered
+
+
 class Trainer(gluon.Trainer):
     """Applies an optimizer to a set of Parameters under a synchronization mode.
 
@@ -61,7 +77,8 @@ class Trainer(gluon.Trainer):
                           "update_on_kvstore=%r are ignored"
                           % (mode_cls.name, mode_cls.kvstore_type, kvstore, update_on_kvstore), stacklevel=2)
         # The local optimizer runs without a kvstore; the mode does all communication.
-        super().__init__(params, optimizer, optimizer_params, kvstore=None, update_on_kvstore=False)
+        super().__init__(sorted_by_name(params), optimizer, optimizer_params, kvstore=None,
+                         update_on_kvstore=False)
         self.config = config
         self.mode = mode_cls(self, config, on_nonfinite=on_nonfinite, **mode_options)
 
@@ -71,10 +88,24 @@ class Trainer(gluon.Trainer):
         self.mode.step(batch_size, ignore_stale_grad)
 
     def allreduce_grads(self):
-        raise ConfigError("mxhet.Trainer synchronizes inside step(); allreduce_grads() is not available")
+        """Make every parameter's gradient the one :meth:`update` applies.
+
+        As ``gluon.Trainer`` (and Horovod's ``DistributedTrainer``), so that
+        ``allreduce_grads()``, a transformation of the gradients (e.g.
+        ``gluon.utils.clip_global_norm``), then ``update()`` works. In ``sync``
+        the gradients become the mean of every worker's (one exchange through
+        the parameter servers; every worker calls it at the same step). In the
+        other modes each worker's own gradient is what its update applies --
+        pushed alone (``async``, ``ssp``, ``dcasgd``) or given to the local
+        optimizer (``esync``, ``localsgd``, ``adsp``, ``local``) -- so there is
+        nothing to exchange.
+        """
+        self.mode.allreduce_grads()
 
     def update(self, batch_size, ignore_stale_grad=False):
-        raise ConfigError("mxhet.Trainer synchronizes inside step(); update() is not available")
+        """Apply the (possibly transformed) gradients: what ``step()`` does
+        after ``allreduce_grads()``, in every mode."""
+        self.mode.step(batch_size, ignore_stale_grad)
 
     # -- mxhet additions -----------------------------------------------------
     def local_step(self, batch_size, ignore_stale_grad=False):

@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import re
 import sys
 import time
 
@@ -91,6 +92,21 @@ instead -- no contribution this round -- and resets its replica to the global mo
 
 
 def nonfinite_indices(arrays):
+def portable_names(names):
+    """Parameter names without their top-level block's instance counter
+    (``smallcnn3_conv0_weight`` -> ``smallcnn_conv0_weight``): removed only
+    when every name starts with the same counted prefix."""
+    names = list(names)
+    prefixes = {name.split("_", 1)[0] for name in names if "_" in name}
+    if len(prefixes) != 1 or not all("_" in name for name in names):
+        return names
+    prefix = prefixes.pop()
+    match = re.fullmatch(r"(.*[^\d])\d+", prefix)
+    if not match:
+        return names
+    return [match.group(1) + name[len(prefix):] for name in names]
+
+
     """Indices of the arrays holding a NaN or an Inf, checked element-wise.
 
     Each array is reduced to one flag on its own device (``all_finite``); only
@@ -351,6 +367,13 @@ class SyncMode:
         self.stats.wait_s += end - now
         self._t_last = end
 
+    def allreduce_grads(self):
+        """``Trainer.allreduce_grads()``: make the gradients the ones the next
+        ``step()`` applies. By default each worker's own gradient is (a local
+        optimizer, or a push applied alone): nothing to exchange."""
+        if self.stopped:
+            raise MxhetError("allreduce_grads() after training stopped (check trainer.should_stop)")
+
     def emulate_slowdown(self, seconds):
         """Heterogeneity emulation: the device takes ``seconds`` longer."""
         self.sleep(seconds)
@@ -396,8 +419,16 @@ class SyncMode:
         return [p.list_data()[0] for p in trainer_params(self.trainer)]
 
     def model_signature(self):
-        """A digest of the parameters' shapes and dtypes, in key order."""
-        text = ";".join("%s:%s" % (tuple(w.shape), np.dtype(w.dtype).name) for w in self.weights())
+        """A digest of the parameters' names, shapes and dtypes, in key order.
+
+        Names count, so two same-shaped parameters in swapped order are caught;
+        the top-level block's instance counter (``smallcnn0_`` vs
+        ``smallcnn1_``, which depends on how many models the process built
+        before) does not.
+        """
+        names = portable_names(p.name for p in trainer_params(self.trainer))
+        text = ";".join("%s:%s:%s" % (name, tuple(w.shape), np.dtype(w.dtype).name)
+                        for name, w in zip(names, self.weights()))
         return hashlib.sha256(text.encode()).hexdigest()
 
     def global_arrays(self):

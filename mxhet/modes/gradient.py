@@ -17,6 +17,7 @@ import mxnet as mx
 from kvstore_ext import keys as ps_keys
 from ..gluon_private import has_fresh_grad, mark_grad_used, trainer_params
 from ..dataplane import copy_all
+from ..errors import ConfigError
 from ..policy import specs
 from .base import SyncMode
 from .registry import register
@@ -37,9 +38,15 @@ class _GradientMode(SyncMode):
         return ServerOptimizer(num_workers, cls.optimizer_copy(optimizer, 1.0 / (batch_size * merged)))
 
     def local_update(self, batch_size, ignore_stale_grad):
-        if batch_size != self._batch_size:
-            raise ValueError("mode %r ships the gradient scale to the servers at the first step: "
-                             "batch_size must stay %d, got %d" % (self.name, self._batch_size, batch_size))
+    def allreduce_grads(self):
+        super().allreduce_grads()
+        if not self._ready:
+            # The servers divide by the first batch size; pushes of another
+            # batch size are scaled to it (communicate), so 1 is as good as any.
+            self.setup(1)
+
+        if not batch_size > 0:
+            raise ValueError("batch_size must be > 0, got %r" % (batch_size,))
         params = trainer_params(self.trainer)
         if not ignore_stale_grad:
             for i in self._grad_keys:
@@ -52,6 +59,9 @@ class _GradientMode(SyncMode):
         keys = list(self._grad_keys)
         copy_all([params[i].list_grad()[0] for i in keys], self._gbufs)
         self.check_finite(self._gbufs, "gradient", self.stats.rounds)
+        if batch_size != self._batch_size:  # the servers divide by the first step's batch size
+            for g in self._gbufs:
+                g *= self._batch_size / batch_size
         wbufs = [self.wbufs[i] for i in keys]
         self.stats.rounds += 1
         self.stats.local_iters.append(1)
@@ -84,6 +94,35 @@ class Sync(_GradientMode):
         self.channel.init([ps_keys.STOP_VOTE_KEY], [mx.nd.zeros((1,))])
 
     def control_values(self):
+    def allreduce_grads(self):
+        """Every worker's gradients become their mean over the workers: one
+        push/pull of the sums through control keys (the servers' optimizer is
+        not involved); ``update()`` then pushes the (transformed) mean, which
+        every worker holds alike, so the servers apply it as it is."""
+        super().allreduce_grads()
+        params = trainer_params(self.trainer)
+        grads = [params[i].list_grad()[0] for i in self._grad_keys]
+        if getattr(self, "_sum_keys", None) is None:
+            limit = ps_keys.ALLREDUCE_KEY_END - ps_keys.ALLREDUCE_KEY_BASE
+            if len(grads) > limit:
+                raise ConfigError("allreduce_grads() in mode sync handles at most %d parameters, got %d"
+                                  % (limit, len(grads)))
+            self._sum_keys = [ps_keys.ALLREDUCE_KEY_BASE + j for j in range(len(grads))]
+            self._sum_push = [mx.nd.zeros(g.shape, ctx=g.context, dtype=g.dtype) for g in grads]
+            self._sum_pull = [mx.nd.zeros(g.shape, ctx=g.context, dtype=g.dtype) for g in grads]
+            self.channel.init(self._sum_keys, self._sum_pull)  # every worker calls it at the same step
+        mx.nd.waitall()  # backward is done (compute time)
+        t0 = self.clock()
+        copy_all(grads, self._sum_push)
+        self.push_pull(self._sum_keys, self._sum_push, self._sum_pull)
+        num_workers = self.channel.num_workers
+        for total, grad in zip(self._sum_pull, grads):
+            grad[:] = total / num_workers
+        mx.nd.waitall()
+        spent = self.clock() - t0
+        self.stats.wait_s += spent
+        self.pause(spent)  # exchange time is not compute time
+
         # Every worker must run the same number of steps, or the others' next
         # push waits forever: the stop vote rides on each step's own push/pull.
         vote = mx.nd.full((1,), 1.0 if self.wants_stop() else 0.0)
