@@ -182,6 +182,54 @@ class Heartbeat(Request):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class ReduceJoin(Request):
+    """Partial Reduce: the worker's settings of the controller (every worker sends
+    the same; the first creates the controller): group size P, dynamic weights
+    with EMA factor ``alpha``, the group filter and its window T (0: default)."""
+    TYPE = "reduce_join"
+    group_size: int
+    dynamic: bool
+    alpha: float
+    avoid_frozen: bool
+    window: int
+
+    def validate(self):
+        super().validate()
+        _check_int("group_size", self.group_size, minimum=2)
+        _check_bool("dynamic", self.dynamic)
+        _check_bool("avoid_frozen", self.avoid_frozen)
+        _check_int("window", self.window)
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0 <= self.alpha < 1:
+            raise ProtocolError("field 'alpha' must be a number in [0, 1), got %r" % (self.alpha,))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReduceReady(Request):
+    """Partial Reduce: READY after a local step at iteration number ``k``. The
+    answer waits until the worker is in a group (or carries ``stop``)."""
+    TYPE = "reduce_ready"
+    k: int
+    want_stop: bool
+
+    def validate(self):
+        super().validate()
+        _check_int("k", self.k)
+        _check_bool("want_stop", self.want_stop)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReducePushed(Request):
+    """Partial Reduce: the worker's weighted model is in group ``group``'s slot.
+    The answer waits until every member's is (then the slot holds the sum)."""
+    TYPE = "reduce_pushed"
+    group: int
+
+    def validate(self):
+        super().validate()
+        _check_int("group", self.group)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Bye(Request):
     """The worker leaves the job."""
     TYPE = "bye"
@@ -212,6 +260,11 @@ class Reply:
     period_left: float = 0.0
     error: str = ""
     code: str = ""    # machine-readable kind of error: "not_registered", or "" 
+    # Partial Reduce's answer to READY: round = the group's id, its slot of keys
+    # on the servers, this member's weight and the iteration number to go on with
+    group_slot: int = -1
+    weight: float = 0.0
+    k: int = 0
 
     def validate(self):
         _check_int("seq", self.seq)
@@ -222,6 +275,10 @@ class Reply:
         _check_int("slowest", self.slowest, minimum=-1)
         _check_int("target", self.target)
         _check_seconds("period_left", self.period_left)
+        _check_int("group_slot", self.group_slot, minimum=-1)
+        _check_int("k", self.k)
+        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) or not 0 <= self.weight <= 1:
+            raise ProtocolError("field 'weight' must be a number in [0, 1], got %r" % (self.weight,))
         if not isinstance(self.code, str) or len(self.code) > 32:
             raise ProtocolError("field 'code' must be a short string")
         if not isinstance(self.error, str):
@@ -231,6 +288,9 @@ class Reply:
 REQUEST_TYPES = {cls.TYPE: cls for cls in (Register, Query, Reset, Clock, Commit, Notify, Merged, Heartbeat, Bye)}
 REPLAYABLE = {Register.TYPE, Reset.TYPE, Clock.TYPE, Commit.TYPE, Bye.TYPE, Query.TYPE, Notify.TYPE, Merged.TYPE}
 """Requests whose repeat (same incarnation and sequence number) gets the first answer again."""
+_REDUCE_TYPES = (ReduceJoin, ReduceReady, ReducePushed)   # Partial Reduce (mxhet.control.preduce)
+REQUEST_TYPES.update({cls.TYPE: cls for cls in _REDUCE_TYPES})
+REPLAYABLE.update(cls.TYPE for cls in _REDUCE_TYPES)
 ALL_TYPES = dict(REQUEST_TYPES, **{Reply.TYPE: Reply})
 _FIELDS = {cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in ALL_TYPES.values()}
 _FLOAT_FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls) if f.type in (float, "float"))

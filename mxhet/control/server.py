@@ -21,6 +21,7 @@ from ..errors import NotRegistered, ProtocolError
 from . import messages as m
 from . import adsp
 from .nodelay import TransferRule
+from .preduce import PartialReduceController
 from .state_rule import DEFAULT_EPSILON, LazyHeap, StateTable
 
 LOG = logging.getLogger("mxhet.state_server")
@@ -177,6 +178,8 @@ class StateService:
         self._release_clocks()
         if getattr(self, "transfers", None) is not None:
             self._release_transfers(self.transfers.leave(req.rank))
+        if getattr(self, "preduce", None) is not None:
+            self._reduce_groups(self.preduce.leave(req.rank))
         return m.Reply(seq=req.seq)
 
     def _on_heartbeat(self, req, now):
@@ -240,6 +243,64 @@ class StateService:
         released, self.released = self.released, []
         return released
 
+    # -- Partial Reduce (mxhet.control.preduce) --------------------------------
+    def _on_reduce_join(self, req, now):
+        self._registered(req.rank)
+        settings = (req.group_size, req.dynamic, float(req.alpha), req.avoid_frozen, req.window)
+        if getattr(self, "preduce", None) is None:
+            self.preduce = PartialReduceController(self.num_workers, req.group_size, dynamic=req.dynamic,
+                                                   alpha=req.alpha, avoid_frozen=req.avoid_frozen,
+                                                   window=req.window)
+            self._reduce_settings, self._reduce_waiting = settings, {}
+        elif settings != self._reduce_settings:
+            raise ProtocolError("rank %d joins Partial Reduce with %s, the job has %s"
+                                % (req.rank, settings, self._reduce_settings))
+        return m.Reply(seq=req.seq)
+
+    def _reduce(self, req):
+        self._registered(req.rank)
+        if getattr(self, "preduce", None) is None:
+            raise ProtocolError("%s from rank %d before any reduce_join" % (req.TYPE, req.rank))
+        return self.preduce
+
+    def _reduce_groups(self, groups, rank=None, seq=None):
+        """Answer the members of newly formed groups; returns ``rank``'s own answer, if it is in one."""
+        own = None
+        for g in groups:
+            for member, weight in zip(g.members, g.weights):
+                reply = m.Reply(seq=seq if member == rank else self._reduce_waiting.pop(member), round=g.id,
+                                group_slot=g.slot, weight=min(1.0, max(0.0, weight)), k=g.k)
+                if member == rank:
+                    own = reply
+                else:
+                    self.released.append((member, reply))
+        return own
+
+    def _on_reduce_ready(self, req, now):
+        ctl = self._reduce(req)
+        if req.want_stop and not ctl.stopping:
+            for rank in ctl.stop():   # the waiting workers stop too
+                self.released.append((rank, m.Reply(seq=self._reduce_waiting.pop(rank), stop=True)))
+        if ctl.stopping:
+            ctl.pulled(req.rank)
+            return m.Reply(seq=req.seq, stop=True)
+        groups = ctl.ready(req.rank, req.k)
+        own = self._reduce_groups(groups, req.rank, req.seq)
+        if own is None:
+            self._reduce_waiting[req.rank] = req.seq
+        return own
+
+    def _on_reduce_pushed(self, req, now):
+        ctl = self._reduce(req)
+        members = ctl.push_done(req.rank, req.group)
+        if not members:
+            self._reduce_waiting[req.rank] = req.seq
+            return None
+        for member in members:
+            if member != req.rank:
+                self.released.append((member, m.Reply(seq=self._reduce_waiting.pop(member), round=req.group)))
+        return m.Reply(seq=req.seq, round=req.group)
+
     # -- ADSP ------------------------------------------------------------------
     def _on_commit(self, req, now):
         self._registered(req.rank)
@@ -281,6 +342,7 @@ class StateService:
             "epsilon": self.table.epsilon,
             "ssp_clocks": {str(r): c for r, c in sorted(self.clocks.items())},
             "adsp": self.adsp.stats() if self.adsp is not None else None,
+            "preduce": self.preduce.stats() if getattr(self, "preduce", None) is not None else None,
             "nodelay": self.transfers.stats() if getattr(self, "transfers", None) is not None else None,
             "slots": {str(r): s for r, s in sorted(self.slots.items())},
             "rounds": [{"round": t, "slowest": info["slowest"],

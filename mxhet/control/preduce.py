@@ -1,0 +1,320 @@
+"""Partial Reduce's controller (the P-Reduce paper, Algorithm 2 and §4): a pure rule.
+
+Workers send READY (with their iteration number k) after every local step;
+the controller keeps them in a FIFO and, as soon as P are queued, pops them as
+a group. Several groups may be reducing at once. For each group it picks
+
+* a *slot*: a set of keys on the parameter servers that the group uses as its
+  rendezvous buffer (the members push their weighted models there and pull the
+  sum). A slot is reused only after every member of its previous group pulled,
+  which a member says with its next READY (or by leaving);
+* the members' weights β_j (:func:`constant_weights` or :func:`dynamic_weights`);
+* the iteration number every member continues with: max k_j.
+
+Group-frozen avoidance (§4): the sync-graph joins the members of each of the
+last T groups. Before adopting the FIFO group the filter checks that the
+window ending with it (the last T-1 groups plus this one) connects every live
+worker; if not, it builds the group across the components of the last T-1
+groups' graph: the queue head, then the earliest queued worker of each other
+component, then FIFO. When every queued worker is in the head's component the
+head is held until a worker of another component is queued. Every group that
+differs from the FIFO group counts as an intervention. The head is always
+taken, so a queued worker waits for at most as many groups as are ahead of it.
+
+No model data passes through here; times, sockets and MXNet stay outside. The
+State Server (:mod:`mxhet.control.server`) and the simulator call the same
+object.
+"""
+import collections
+import dataclasses
+import math
+
+DEFAULT_ALPHA = 0.5
+"""α of the EMA weights (eq. 9); the paper gives none. At 0.5 a model one
+iteration behind the newest gets half the newest position's weight, and the
+stalest member of a pair never gets more than about α in all."""
+
+
+def min_window(num_workers, group_size):
+    """⌈(N−1)/(P−1)⌉: the fewest groups whose sync-graph can connect N workers."""
+    return max(1, math.ceil((num_workers - 1) / (group_size - 1)))
+
+
+def default_window(num_workers, group_size):
+    """T used when none is given: twice the minimum, so that randomly formed groups
+    usually pass the filter and it only acts on a real freeze."""
+    return 2 * min_window(num_workers, group_size)
+
+
+def default_slots(num_workers, group_size):
+    """N − P + 1 slots: enough that a formed group never waits for one (each held
+    slot has a member that has not sent READY since, and the new group's P
+    members hold none)."""
+    return num_workers - group_size + 1
+
+
+def constant_weights(ks):
+    """1/P for each of the P members (Algorithm 2, line 7)."""
+    return [1.0 / len(ks)] * len(ks)
+
+
+def dynamic_weights(ks, alpha=DEFAULT_ALPHA):
+    """Staleness-aware weights (§3.3.3) for members at iteration numbers ``ks``.
+
+    Relative staleness k̂_j = max k − k_j + 1 ∈ [1, K]; position h ∈ [1, K]
+    has the EMA weight (1−α)·α^(h−1) / (1−α^K) (eq. 9 with k replaced by K,
+    h = 1 the newest). Positions no member occupies go to the stalest model
+    (the paper's approximation of the missing versions by the oldest one);
+    members on the same position split it equally. The weights sum to 1; with
+    all k equal they are 1/P.
+
+    Raises:
+        ValueError: for no members, a negative k or α outside [0, 1).
+    """
+    if not ks:
+        raise ValueError("a group needs at least one member")
+    if any(isinstance(k, bool) or not isinstance(k, int) or k < 0 for k in ks):
+        raise ValueError("iteration numbers must be integers >= 0, got %r" % (ks,))
+    if not 0.0 <= alpha < 1.0:
+        raise ValueError("alpha must be in [0, 1), got %r" % (alpha,))
+    newest = max(ks)
+    rel = [newest - k + 1 for k in ks]
+    depth = max(rel)
+    norm = 1.0 - alpha ** depth
+    position = [(1.0 - alpha) * alpha ** (h - 1) / norm for h in range(1, depth + 1)]
+    occupied = collections.Counter(rel)
+    for h in range(1, depth):
+        if h not in occupied:
+            position[depth - 1] += position[h - 1]
+            position[h - 1] = 0.0
+    return [position[h - 1] / occupied[h] for h in rel]
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """One partial reduce: ``members`` (ranks, in the order they were taken),
+    their ``weights``, the ``slot`` of keys they meet in, and ``k``, the
+    iteration number every member continues with."""
+    id: int
+    slot: int
+    members: tuple
+    weights: tuple
+    k: int
+    intervened: bool = False
+
+
+class _Components:
+    """Union-find over ranks."""
+
+    def __init__(self, ranks):
+        self.parent = {r: r for r in ranks}
+
+    def find(self, r):
+        root = r
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[r] != root:
+            self.parent[r], r = root, self.parent[r]
+        return root
+
+    def join(self, members):
+        members = [r for r in members if r in self.parent]
+        for r in members[1:]:
+            self.parent[self.find(r)] = self.find(members[0])
+
+    def count(self):
+        return len({self.find(r) for r in self.parent})
+
+
+class PartialReduceController:
+    """The signal queue, group filter, weight generator and slot table.
+
+    Args:
+        num_workers: N; ranks are 0..N-1.
+        group_size: P, 2 <= P <= N.
+        dynamic: staleness-aware weights (else 1/P).
+        alpha: α of the dynamic weights, in [0, 1).
+        avoid_frozen: run the group filter (§4).
+        window: T, groups in the sync-graph (0: :func:`default_window`);
+            at least :func:`min_window`.
+        num_slots: rendezvous slots (0: :func:`default_slots`).
+
+    Raises:
+        ValueError: naming a bad argument.
+    """
+
+    def __init__(self, num_workers, group_size, dynamic=False, alpha=DEFAULT_ALPHA, avoid_frozen=True, window=0,
+                 num_slots=0):
+        for name, value in (("num_workers", num_workers), ("group_size", group_size), ("window", window),
+                            ("num_slots", num_slots)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError("%s must be an integer >= 0, got %r" % (name, value))
+        if not 2 <= group_size <= num_workers:
+            raise ValueError("group_size P must be in [2, N=%d], got %r" % (num_workers, group_size))
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha < 1.0:
+            raise ValueError("alpha must be in [0, 1), got %r" % (alpha,))
+        least = min_window(num_workers, group_size)
+        if window and window < least:
+            raise ValueError("window T must be >= ceil((N-1)/(P-1)) = %d, got %d" % (least, window))
+        self.num_workers, self.group_size = num_workers, group_size
+        self.dynamic, self.alpha, self.avoid_frozen = bool(dynamic), float(alpha), bool(avoid_frozen)
+        self.window = window or default_window(num_workers, group_size)
+        self.num_slots = num_slots or default_slots(num_workers, group_size)
+        self.live = set(range(num_workers))
+        self.queue = []              # ranks in READY order
+        self.k = {}                  # rank -> iteration number it reported
+        self.recent = collections.deque(maxlen=self.window - 1)  # member tuples of the last T-1 groups
+        self.free_slots = list(range(self.num_slots))
+        self.slot_holders = {}       # slot -> members that have not pulled yet
+        self.holding = {}            # rank -> slot it has not pulled from yet
+        self.groups = {}             # id -> Group whose pushes are not all in
+        self.pushed = {}             # id -> ranks that pushed
+        self.next_id = 0
+        self.interventions = 0       # groups the filter formed differently from FIFO
+        self.holds = 0               # times the filter held the queue head
+        self._holding_head = None
+        self.stopping = False
+
+    # -- events ------------------------------------------------------------------
+    def ready(self, rank, k):
+        """READY from ``rank`` at iteration ``k``; returns the groups formed now.
+
+        Raises:
+            ValueError: unknown or departed rank, a rank already queued, one
+                whose group's pushes are not all in, or a bad ``k``.
+        """
+        self._check_rank(rank)
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise ValueError("iteration number k must be an integer >= 0, got %r" % (k,))
+        if rank in self.queue:
+            raise ValueError("rank %d is already waiting for a group" % rank)
+        if any(rank in g.members for g in self.groups.values()):
+            raise ValueError("rank %d sent READY before its group's pushes were all in" % rank)
+        self.pulled(rank)
+        self.k[rank] = k
+        self.queue.append(rank)
+        return self._form()
+
+    def pulled(self, rank):
+        """``rank`` pulled its last group's result: its share of the slot is free."""
+        slot = self.holding.pop(rank, None)
+        if slot is None:
+            return
+        holders = self.slot_holders[slot]
+        holders.discard(rank)
+        if not holders:
+            del self.slot_holders[slot]
+            self.free_slots.append(slot)
+            self.free_slots.sort()
+
+    def push_done(self, rank, group_id):
+        """``rank`` pushed its weighted model into group ``group_id``'s slot.
+
+        Returns the members (all of them) once every push is in, else ``[]``.
+
+        Raises:
+            ValueError: for an unknown group or a rank not in it.
+        """
+        group = self.groups.get(group_id)
+        if group is None or rank not in group.members:
+            raise ValueError("rank %d is not in a group %r waiting for pushes" % (rank, group_id))
+        done = self.pushed[group_id]
+        done.add(rank)
+        if len(done) < len(group.members):
+            return []
+        del self.groups[group_id], self.pushed[group_id]
+        return list(group.members)
+
+    def leave(self, rank):
+        """``rank`` left the job; returns the groups formed now (the filter may stop holding)."""
+        self._check_rank(rank, live=False)
+        self.pulled(rank)
+        self.live.discard(rank)
+        if rank in self.queue:
+            self.queue.remove(rank)
+        return self._form()
+
+    def stop(self):
+        """No more groups: returns the ranks that were waiting in the queue."""
+        self.stopping = True
+        waiting, self.queue = self.queue, []
+        return waiting
+
+    # -- the rule ----------------------------------------------------------------
+    def _check_rank(self, rank, live=True):
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.num_workers:
+            raise ValueError("rank must be in [0, %d), got %r" % (self.num_workers, rank))
+        if live and rank not in self.live:
+            raise ValueError("rank %d has left the job" % rank)
+
+    def _form(self):
+        formed = []
+        while not self.stopping and len(self.queue) >= self.group_size and self.free_slots:
+            members, intervened = self._choose()
+            if members is None:
+                break
+            for r in members:
+                self.queue.remove(r)
+            formed.append(self._make(members, intervened))
+        return formed
+
+    def _graph(self, groups):
+        comps = _Components(sorted(self.live))
+        for members in groups:
+            comps.join(members)
+        return comps
+
+    def _choose(self):
+        """The next group (members, intervened), or (None, False) to hold the head."""
+        fifo = self.queue[:self.group_size]
+        previous = list(self.recent)
+        if not self.avoid_frozen or len(previous) < self.window - 1:
+            return fifo, False   # warm-up: fewer than T-1 groups formed
+        if self._graph(previous + [fifo]).count() == 1:
+            self._holding_head = None
+            return fifo, False
+        comps = self._graph(previous)
+        head = self.queue[0]
+        group, seen = [head], {comps.find(head)}
+        for r in self.queue[1:]:
+            if len(group) < self.group_size and comps.find(r) not in seen:
+                group.append(r)
+                seen.add(comps.find(r))
+        if len(seen) == 1:
+            # Every queued worker is in the head's component: hold the head
+            # until a worker of another component is ready.
+            if self._holding_head != head:
+                self._holding_head = head
+                self.holds += 1
+            return None, False
+        self._holding_head = None
+        for r in self.queue[1:]:
+            if len(group) == self.group_size:
+                break
+            if r not in group:
+                group.append(r)
+        intervened = set(group) != set(fifo)
+        return group, intervened
+
+    def _make(self, members, intervened):
+        ks = [self.k[r] for r in members]
+        weights = dynamic_weights(ks, self.alpha) if self.dynamic else constant_weights(ks)
+        slot = self.free_slots.pop(0)
+        group = Group(id=self.next_id, slot=slot, members=tuple(members), weights=tuple(weights), k=max(ks),
+                      intervened=intervened)
+        self.next_id += 1
+        self.groups[group.id] = group
+        self.pushed[group.id] = set()
+        self.slot_holders[slot] = set(members)
+        for r in members:
+            self.holding[r] = slot
+        self.recent.append(tuple(members))
+        if intervened:
+            self.interventions += 1
+        return group
+
+    def stats(self):
+        """Plain data for the State Server's statistics."""
+        return {"group_size": self.group_size, "dynamic": self.dynamic, "alpha": self.alpha,
+                "avoid_frozen": self.avoid_frozen, "window": self.window, "slots": self.num_slots,
+                "groups": self.next_id, "interventions": self.interventions, "holds": self.holds}

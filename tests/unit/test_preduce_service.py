@@ -1,0 +1,75 @@
+"""Partial Reduce behind the State Server's request handling (no sockets, no MXNet)."""
+import pytest
+
+from mxhet.control import messages as m
+from mxhet.control.server import StateService
+
+JOIN = dict(group_size=2, dynamic=True, alpha=0.5, avoid_frozen=True, window=0)
+
+
+class Worker:
+    def __init__(self, service, rank):
+        self.service, self.rank, self.seq = service, rank, 0
+
+    def send(self, cls, **fields):
+        self.seq += 1
+        return self.service.handle(cls(rank=self.rank, seq=self.seq, incarnation=1, **fields), 0.0, sender=self.rank)
+
+
+@pytest.fixture
+def job():
+    service = StateService(4)
+    workers = [Worker(service, r) for r in range(4)]
+    for w in workers:
+        assert w.send(m.Register, slot=w.rank).ok
+        assert w.send(m.ReduceJoin, **JOIN).ok
+    return service, workers
+
+
+def test_ready_is_answered_when_the_group_forms_and_pushed_when_all_pushed(job):
+    service, (w0, w1, w2, w3) = job
+    assert w2.send(m.ReduceReady, k=10, want_stop=False) is None        # waits for a partner
+    reply = w0.send(m.ReduceReady, k=7, want_stop=False)
+    assert reply.ok and reply.k == 10 and reply.weight == pytest.approx(7 / 15)
+    (rank, late), = service.take_released()
+    assert rank == 2 and late.seq == 1 + 2 and late.round == reply.round and late.group_slot == reply.group_slot
+    assert late.weight == pytest.approx(8 / 15)
+    # the "all pushed" barrier
+    assert w0.send(m.ReducePushed, group=reply.round) is None
+    assert service.take_released() == []
+    assert w2.send(m.ReducePushed, group=reply.round).ok
+    (rank, late), = service.take_released()
+    assert rank == 0 and late.ok and late.round == reply.round
+    assert not w1.send(m.ReducePushed, group=reply.round).ok          # not a member
+    record = service.stats()["preduce"]
+    assert record["groups"] == 1 and record["group_size"] == 2
+
+
+def test_a_stop_wish_releases_the_waiting_and_answers_every_later_ready(job):
+    service, (w0, w1, w2, w3) = job
+    assert w1.send(m.ReduceReady, k=1, want_stop=False) is None
+    stop = w3.send(m.ReduceReady, k=1, want_stop=True)
+    assert stop.ok and stop.stop
+    (rank, late), = service.take_released()
+    assert rank == 1 and late.stop
+    assert w0.send(m.ReduceReady, k=1, want_stop=False).stop
+
+
+def test_settings_must_agree_and_ready_needs_a_join():
+    service = StateService(3)
+    w0, w1 = Worker(service, 0), Worker(service, 1)
+    w0.send(m.Register, slot=0)
+    w1.send(m.Register, slot=1)
+    assert not w0.send(m.ReduceReady, k=1, want_stop=False).ok
+    assert w0.send(m.ReduceJoin, **JOIN).ok
+    reply = w1.send(m.ReduceJoin, **dict(JOIN, group_size=3))
+    assert not reply.ok and "group_size" not in reply.error and "joins Partial Reduce" in reply.error
+
+
+def test_messages_round_trip():
+    for message in (m.ReduceJoin(rank=1, seq=2, **JOIN), m.ReduceReady(rank=0, seq=1, k=5, want_stop=True),
+                    m.ReducePushed(rank=3, seq=9, group=4),
+                    m.Reply(seq=3, round=2, group_slot=1, weight=0.25, k=7)):
+        assert m.decode(m.encode(message)) == message
+    with pytest.raises(Exception, match="alpha"):
+        m.decode(m.encode(m.ReduceJoin(rank=1, seq=2, **dict(JOIN, alpha=1.5))))
