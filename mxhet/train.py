@@ -48,6 +48,9 @@ def build_parser():
                    help="esync: ε of Algorithm 1, w += ε·mean(Δ); adsp: W += (ε/M)·Δ on each commit")
     g.add_argument("--local-steps", type=int, default=8, help="localsgd: local steps τ between averages")
     g.add_argument("--dc-lambda", type=float, default=0.04, help="dcasgd: delay-compensation strength λ")
+    g.add_argument("--max-staleness", type=int, default=16, metavar="TAU",
+                   help="nodelay: a worker waits once TAU of its gradients are missing from its global model "
+                        "(default %(default)s)")
     g.add_argument("--ack", choices=["blocking", "delayed"], default="blocking",
                    help="esync: wait for each State Server answer, or keep training (delayed ACKs, §4.2)")
     g.add_argument("--on-nonfinite", choices=["stop", "skip"], default="stop",
@@ -115,6 +118,7 @@ def mode_options(args, mode):
     from .policy import get_spec
     offered = {"global_lr": args.global_lr, "reset_optimizer_state": args.reset_optimizer_state,
                "ack": args.ack, "local_steps": args.local_steps, "lamda": args.dc_lambda}
+    offered["staleness"] = args.max_staleness
     takes = get_spec(mode).defaults()
     return {name: value for name, value in offered.items() if name in takes}
 

@@ -208,6 +208,14 @@ class StateClient:
         """Delayed-ACK QUERY-STATE: send and return at once."""
         self._send(self._query(round_, k, c, since_finish))
 
+    def send(self, cls, **fields):
+        """Send a request of message class ``cls`` and return at once (nodelay's
+        Notify and Merged); its answer comes from :meth:`poll`, whenever the State
+        Server gives it. Returns the request's sequence number."""
+        message = self._message(cls, **fields)
+        self._send(message)
+        return message.seq
+
     def poll(self, timeout=0.0):
         """Replies to delayed-ACK queries received so far (waiting up to ``timeout`` seconds
         for the first, never longer).

@@ -329,7 +329,7 @@ class SyncMode:
             raise MxhetError("step() after training stopped (check trainer.should_stop)")
         if not self._ready:
             self.setup(batch_size)
-        mx.nd.waitall()  # forward and backward are done
+        self.wait_compute()  # forward and backward are done
         now = self.clock()
         factor = self.config.slowdown_at(now - self._t_start)
         base = self.config.base_iter_s
@@ -356,7 +356,7 @@ class SyncMode:
             self._t_last = end
             return
         self.local_update(batch_size, ignore_stale_grad)
-        mx.nd.waitall()
+        self.wait_compute()
         now = self.clock()
         capability = now - self._t_last
         self.stats.compute_s += capability
@@ -373,6 +373,11 @@ class SyncMode:
         optimizer, or a push applied alone): nothing to exchange."""
         if self.stopped:
             raise MxhetError("allreduce_grads() after training stopped (check trainer.should_stop)")
+
+    def wait_compute(self):
+        """Wait for the iteration's own work (forward, backward, local update)
+        inside ``step()``; by default for everything MXNet has queued."""
+        mx.nd.waitall()
 
     def emulate_slowdown(self, seconds):
         """Heterogeneity emulation: the device takes ``seconds`` longer."""

@@ -37,7 +37,6 @@ class _GradientMode(SyncMode):
         merged = num_workers if cls.kvstore_type == "dist_sync" else 1  # dist_sync sums the workers' pushes
         return ServerOptimizer(num_workers, cls.optimizer_copy(optimizer, 1.0 / (batch_size * merged)))
 
-    def local_update(self, batch_size, ignore_stale_grad):
     def allreduce_grads(self):
         super().allreduce_grads()
         if not self._ready:
@@ -45,6 +44,7 @@ class _GradientMode(SyncMode):
             # batch size are scaled to it (communicate), so 1 is as good as any.
             self.setup(1)
 
+    def local_update(self, batch_size, ignore_stale_grad):
         if not batch_size > 0:
             raise ValueError("batch_size must be > 0, got %r" % (batch_size,))
         params = trainer_params(self.trainer)
@@ -58,10 +58,10 @@ class _GradientMode(SyncMode):
         params = trainer_params(self.trainer)
         keys = list(self._grad_keys)
         copy_all([params[i].list_grad()[0] for i in keys], self._gbufs)
-        self.check_finite(self._gbufs, "gradient", self.stats.rounds)
         if batch_size != self._batch_size:  # the servers divide by the first step's batch size
             for g in self._gbufs:
                 g *= self._batch_size / batch_size
+        self.check_finite(self._gbufs, "gradient", self.stats.rounds)
         wbufs = [self.wbufs[i] for i in keys]
         self.stats.rounds += 1
         self.stats.local_iters.append(1)
@@ -93,7 +93,6 @@ class Sync(_GradientMode):
         self._vote = [mx.nd.zeros((1,))]
         self.channel.init([ps_keys.STOP_VOTE_KEY], [mx.nd.zeros((1,))])
 
-    def control_values(self):
     def allreduce_grads(self):
         """Every worker's gradients become their mean over the workers: one
         push/pull of the sums through control keys (the servers' optimizer is
@@ -123,6 +122,7 @@ class Sync(_GradientMode):
         self.stats.wait_s += spent
         self.pause(spent)  # exchange time is not compute time
 
+    def control_values(self):
         # Every worker must run the same number of steps, or the others' next
         # push waits forever: the stop vote rides on each step's own push/pull.
         vote = mx.nd.full((1,), 1.0 if self.wants_stop() else 0.0)

@@ -11,6 +11,7 @@ dcasgd    dist_async    no            asynchronous SGD with delay compensation
 ssp       dist_async    yes           async SGD, at most s iterations ahead
 localsgd  dist_sync     no            τ local steps, then a synchronous model average
 adsp      dist_async    yes           ADSP: commits at scheduler-set rates, no waiting
+nodelay   dist_sync     yes           async SGD without gradient delay: merges run while workers compute
 local     (none)        no            standalone training on one device
 ========  ============  ============  ================================================
 """
@@ -57,5 +58,15 @@ LOCALSGD = register_spec(ModeSpec(
 ADSP = register_spec(ModeSpec(
     "adsp", "dist_async", "ADSP: train without waiting, commit accumulated updates at scheduler-set rates",
     needs_state_server=True, exchanges_deltas=True, uses_loss=True, options=(_GLOBAL_LR, _STATE_TIMEOUT)))
+
+NODELAY = register_spec(ModeSpec(
+    "nodelay", "dist_sync",
+    "asynchronous SGD without gradient delay: workers keep computing while their previous updates are "
+    "averaged; a worker waits only when tau of its gradients are missing from its global model",
+    needs_state_server=True, exchanges_deltas=True,
+    options=(Option("staleness", 16, "tau: the most gradients a worker holds that are not in the last global model "
+                                     "it received (the paper's maximal staleness; python -m mxhet.train "
+                                     "--max-staleness)"),
+             _STATE_TIMEOUT)))
 
 LOCAL = register_spec(ModeSpec("local", None, "standalone: one device, no parameter server"))
