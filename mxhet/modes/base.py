@@ -91,7 +91,6 @@ NONFINITE_POLICIES = ("stop", "skip")
 instead -- no contribution this round -- and resets its replica to the global model."""
 
 
-def nonfinite_indices(arrays):
 def portable_names(names):
     """Parameter names without their top-level block's instance counter
     (``smallcnn3_conv0_weight`` -> ``smallcnn_conv0_weight``): removed only
@@ -107,6 +106,7 @@ def portable_names(names):
     return [match.group(1) + name[len(prefix):] for name in names]
 
 
+def nonfinite_indices(arrays):
     """Indices of the arrays holding a NaN or an Inf, checked element-wise.
 
     Each array is reduced to one flag on its own device (``all_finite``); only
