@@ -58,3 +58,58 @@ def is_control_key(key):
 
 def is_probe_key(key):
     return PROBE_KEY_BASE <= key < MAX_KEY
+
+
+# G-CADA (kvstore_ext.gcada): ``[GROUP_KEY_BASE, GROUP_KEY_END)`` holds, per
+# parameter key i, the servers' norms of the last step (slot 0) and each
+# group's last uploaded gradient (slot g + 1). A slot's key and parameter i's
+# key go to the same server, so the updater of i reads them in one process.
+GROUP_KEY_BASE = 100_000
+GROUP_KEY_END = 215_000
+
+
+def _round_up(value, multiple):
+    return -(-value // multiple) * multiple
+
+
+def group_key_layout(num_params, groups, num_servers):
+    """``(base, stride)`` of the G-CADA key range: slot s of parameter i is
+    ``base + s * stride + i``. Both are multiples of ``num_servers``, so
+    :func:`server_of` gives every slot of i the server of i.
+
+    Raises:
+        ValueError: naming a bad argument, or when the range is too small.
+    """
+    for name, value in (("num_params", num_params), ("groups", groups), ("num_servers", num_servers)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError("%s must be a positive integer, got %r" % (name, value))
+    base = _round_up(GROUP_KEY_BASE, num_servers)
+    stride = _round_up(num_params, num_servers)
+    if base + (groups + 1) * stride > GROUP_KEY_END:
+        raise ValueError("G-CADA needs %d keys for %d parameters and %d groups; the range holds %d"
+                         % ((groups + 1) * stride, num_params, groups, GROUP_KEY_END - base))
+    return base, stride
+
+
+def group_grad_key(param, group, layout):
+    """The key of ``group``'s last gradient of parameter ``param``."""
+    base, stride = layout
+    return base + (group + 1) * stride + param
+
+
+def group_norm_key(param, layout):
+    """The key the servers write parameter ``param``'s step norms to."""
+    base, _ = layout
+    return base + param
+
+
+def split_group_key(key, layout):
+    """``(slot, param)`` of a G-CADA key (slot 0: norms, g + 1: group g), or None."""
+    base, stride = layout
+    if not base <= key < GROUP_KEY_END:
+        return None
+    return divmod(key - base, stride)
+
+
+def is_group_key(key):
+    return GROUP_KEY_BASE <= key < GROUP_KEY_END

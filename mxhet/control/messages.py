@@ -238,6 +238,79 @@ class Bye(Request):
         super().validate()
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _GroupRequest(Request):
+    """G-CADA (:mod:`mxhet.control.gcada`): a request about ``iteration`` from a member of ``group``."""
+    iteration: int
+    group: int
+
+    def validate(self):
+        super().validate()
+        _check_int("iteration", self.iteration)
+        _check_int("group", self.group)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GroupBegin(_GroupRequest):
+    """G-CADA: the worker is ready for iteration ``iteration`` or a later one.
+    The answer (deferred until that iteration's groups are selected) names the
+    iteration in ``round``; ``ready``: download θ and compute; ``target`` 1: no
+    group is selected, this worker triggers the servers' step; ``stop``: the
+    job ends. ``groups``, ``max_delay`` and ``c`` are the job's rule (the same
+    from every worker); ``want_stop`` asks to end training."""
+    TYPE = "group_begin"
+    groups: int
+    max_delay: int
+    c: float
+    want_stop: bool
+
+    def validate(self):
+        super().validate()
+        _check_int("groups", self.groups, minimum=1)
+        _check_int("max_delay", self.max_delay, minimum=1)
+        _check_seconds("c", self.c)  # a finite number >= 0
+        _check_bool("want_stop", self.want_stop)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GroupWatch(_GroupRequest):
+    """G-CADA: answered when a member of the group claims its upload of
+    ``iteration``: ``ready`` false tells the others to drop their work at once."""
+    TYPE = "group_watch"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GroupDone(_GroupRequest):
+    """G-CADA: the worker computed its gradient; ``ready`` true: it is the
+    group's first finisher and uploads, false: drop it."""
+    TYPE = "group_done"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GroupUploaded(_GroupRequest):
+    """G-CADA: the first finisher's gradient is on the servers; ``ready`` true:
+    it was the iteration's last upload and this worker triggers the step."""
+    TYPE = "group_uploaded"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GroupStepped(_GroupRequest):
+    """G-CADA: the servers applied the step of ``iteration`` and computed
+    ``delta_sq`` = ‖θ^{k+1} − θ^k‖² and, per group, ``group_sq`` =
+    ‖θ^{k+1} − θ^{(g)}‖² (θ^{(g)}: the model of the group's latest upload)."""
+    TYPE = "group_stepped"
+    delta_sq: float
+    group_sq: list
+
+    def validate(self):
+        super().validate()
+        _check_seconds("delta_sq", self.delta_sq)  # a finite number >= 0
+        if not isinstance(self.group_sq, list) or len(self.group_sq) > 1024:
+            raise ProtocolError("field 'group_sq' must be a list of at most 1024 numbers")
+        for value in self.group_sq:
+            _check_seconds("group_sq", value)
+
+
 @dataclasses.dataclass(frozen=True)
 class Reply:
     """The State Server's answer to any request.
@@ -246,7 +319,9 @@ class Reply:
     answers a query, with ``slowest`` the rank the State Server took for the
     slowest device (-1 when it does not apply); ``stop`` answers a reset;
     ``target`` (total commits due by the next checkpoint) and ``period_left``
-    (seconds until it) answer an ADSP commit report. ``code`` is
+    (seconds until it) answer an ADSP commit report. The G-CADA requests
+    (``Group*``) say in their docstrings what ``ready``, ``round`` and
+    ``target`` mean for them. ``code`` is
     ``not_registered`` when the State Server does not know the sender.
     """
     TYPE = "reply"
@@ -291,6 +366,9 @@ REPLAYABLE = {Register.TYPE, Reset.TYPE, Clock.TYPE, Commit.TYPE, Bye.TYPE, Quer
 _REDUCE_TYPES = (ReduceJoin, ReduceReady, ReducePushed)   # Partial Reduce (mxhet.control.preduce)
 REQUEST_TYPES.update({cls.TYPE: cls for cls in _REDUCE_TYPES})
 REPLAYABLE.update(cls.TYPE for cls in _REDUCE_TYPES)
+_GROUP_TYPES = (GroupBegin, GroupWatch, GroupDone, GroupUploaded, GroupStepped)
+REQUEST_TYPES.update({cls.TYPE: cls for cls in _GROUP_TYPES})
+REPLAYABLE.update(cls.TYPE for cls in _GROUP_TYPES)
 ALL_TYPES = dict(REQUEST_TYPES, **{Reply.TYPE: Reply})
 _FIELDS = {cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in ALL_TYPES.values()}
 _FLOAT_FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls) if f.type in (float, "float"))

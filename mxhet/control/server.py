@@ -20,6 +20,7 @@ import zmq
 from ..errors import NotRegistered, ProtocolError
 from . import messages as m
 from . import adsp
+from .gcada import GroupCoordinator
 from .nodelay import TransferRule
 from .preduce import PartialReduceController
 from .state_rule import DEFAULT_EPSILON, LazyHeap, StateTable
@@ -301,6 +302,46 @@ class StateService:
                 self.released.append((member, m.Reply(seq=self._reduce_waiting.pop(member), round=req.group)))
         return m.Reply(seq=req.seq, round=req.group)
 
+    # -- G-CADA (mxhet.control.gcada) ---------------------------------------------
+    def _groups(self, req):
+        self._registered(req.rank)
+        coordinator = getattr(self, "gcada", None)
+        if coordinator is None:
+            if req.TYPE != m.GroupBegin.TYPE:
+                raise ProtocolError("G-CADA %s before any group_begin" % req.TYPE)
+            coordinator = self.gcada = GroupCoordinator(self.num_workers, req.groups, req.max_delay, req.c)
+        if req.TYPE == m.GroupBegin.TYPE:
+            coordinator.check(req.groups, req.max_delay, req.c)
+        if req.group >= coordinator.rule.groups:
+            raise ProtocolError("group %d of rank %d: the job has %d groups"
+                                % (req.group, req.rank, coordinator.rule.groups))
+        return coordinator
+
+    def _group_reply(self, coordinator, reply):
+        self.released.extend(coordinator.released)
+        coordinator.released = []
+        return reply
+
+    def _on_group_begin(self, req, now):
+        c = self._groups(req)
+        return self._group_reply(c, c.begin(req.rank, req.seq, req.iteration, req.group, req.want_stop))
+
+    def _on_group_watch(self, req, now):
+        c = self._groups(req)
+        return self._group_reply(c, c.watch(req.rank, req.seq, req.iteration, req.group))
+
+    def _on_group_done(self, req, now):
+        c = self._groups(req)
+        return self._group_reply(c, c.done(req.rank, req.seq, req.iteration, req.group))
+
+    def _on_group_uploaded(self, req, now):
+        c = self._groups(req)
+        return self._group_reply(c, c.uploaded(req.rank, req.seq, req.iteration, req.group))
+
+    def _on_group_stepped(self, req, now):
+        c = self._groups(req)
+        return self._group_reply(c, c.stepped(req.rank, req.seq, req.iteration, req.delta_sq, req.group_sq, now))
+
     # -- ADSP ------------------------------------------------------------------
     def _on_commit(self, req, now):
         self._registered(req.rank)
@@ -341,6 +382,7 @@ class StateService:
         return {
             "epsilon": self.table.epsilon,
             "ssp_clocks": {str(r): c for r, c in sorted(self.clocks.items())},
+            "gcada": self.gcada.stats() if getattr(self, "gcada", None) is not None else None,
             "adsp": self.adsp.stats() if self.adsp is not None else None,
             "preduce": self.preduce.stats() if getattr(self, "preduce", None) is not None else None,
             "nodelay": self.transfers.stats() if getattr(self, "transfers", None) is not None else None,

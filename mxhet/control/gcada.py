@@ -1,0 +1,313 @@
+"""G-CADA's decisions on the State Server, as pure code (no I/O, no clock).
+
+The G-CADA paper (grouping-based CADA), Algorithm 1: M workers in G groups of
+M/G; every member of a group holds the same data shard. At iteration k the
+parameter server selects group g when
+
+* its age of information τ_g ≥ D, or
+* the lazy condition (eq. 9) is violated:
+  ``‖θ^k − θ^{k−τ_g}‖² > c · Σ_{d=1..D} ‖θ^{k+1−d} − θ^{k−d}‖²``
+
+(the paper's smoothness constant L_g is folded into c: L_g = 1). Every member
+of a selected group downloads θ^k and computes a gradient; only the first to
+finish uploads it (:meth:`GroupRule.claim`), the others drop their work. Once
+every selected group has uploaded, the servers apply the AMSGrad step over the
+fresh and the stale group gradients and report the squared norms the next
+selection needs (:meth:`GroupRule.stepped`). AoI: τ_g = 1 when selected, +1
+otherwise; every τ_g starts at D, so every group is selected at k = 0. With
+D = 1 every group is selected every iteration.
+
+CADA is the same rule with groups of one; distributed Adam/AMSGrad is CADA
+with D = 1.
+
+Counts (eqs. 5-6): per iteration the downloads |M_D^k| (members told they
+are selected, each pulls θ^k and computes one mini-batch gradient) and the
+uploads |M_U^k| (one per selected group); communication C = Σ(|M_D| + |M_U|),
+computation P = Σ|M_D| · μ (μ samples per mini-batch).
+"""
+import collections
+
+from . import messages as m
+
+DEFAULT_MAX_DELAY = 10
+"""D, the largest age of information (the paper gives none; LASG and CADA
+use D = 10 in their experiments' range of delays, and the window of eq. 9 is
+the last D steps)."""
+
+
+def check_groups(num_workers, groups):
+    """Validate a worker/group layout.
+
+    Raises:
+        ValueError: naming a bad ``groups`` (a positive divisor of ``num_workers``).
+    """
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+        raise ValueError("num_workers must be a positive integer, got %r" % (num_workers,))
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1 or num_workers % groups:
+        raise ValueError("groups must be a positive divisor of the %d workers, got %r" % (num_workers, groups))
+    return groups
+
+
+def group_of(slot, num_workers, groups):
+    """The group of worker ``slot``: contiguous slots, M/G per group
+    (slots 0..M/G−1 form group 0, as in the paper's Fig. 1).
+
+    Raises:
+        ValueError: for a bad layout or slot.
+    """
+    check_groups(num_workers, groups)
+    if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < num_workers:
+        raise ValueError("slot must be in 0..%d, got %r" % (num_workers - 1, slot))
+    return slot // (num_workers // groups)
+
+
+def lazy_selection(aoi, lhs, history, c, max_delay):
+    """The groups selected at one iteration (Algorithm 1, lines 2-3).
+
+    Args:
+        aoi: τ_g per group.
+        lhs: ‖θ^k − θ^{k−τ_g}‖² per group.
+        history: ‖θ^{k+1−d} − θ^{k−d}‖² for d = 1, 2, ... (newest first; terms
+            before θ^0 are absent and count 0).
+        c: the constant of eq. (9), > 0.
+        max_delay: D >= 1.
+
+    Returns:
+        the sorted list of selected group indices.
+    """
+    rhs = c * sum(list(history)[:max_delay])
+    return [g for g, (tau, left) in enumerate(zip(aoi, lhs)) if tau >= max_delay or left > rhs]
+
+
+class GroupRule:
+    """Selection, age of information and first-finisher arbitration.
+
+    Iterations advance one at a time: :attr:`iteration` is the one in
+    progress, :attr:`selected` its groups. The servers' step for it is
+    reported with :meth:`stepped`, which selects the groups of the next one.
+
+    Args:
+        groups: G >= 1.
+        max_delay: D >= 1.
+        c: eq. (9)'s constant, > 0 (L_g folded in).
+        group_size: workers per group (M/G), for the nominal counts.
+
+    Raises:
+        ValueError: naming a bad argument.
+    """
+
+    def __init__(self, groups, max_delay=DEFAULT_MAX_DELAY, c=0.3, group_size=1):
+        for name, value in (("groups", groups), ("max_delay", max_delay), ("group_size", group_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError("%s must be a positive integer, got %r" % (name, value))
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not c > 0 or c != c or c == float("inf"):
+            raise ValueError("c must be a finite number > 0, got %r" % (c,))
+        self.groups, self.max_delay, self.c, self.group_size = groups, max_delay, float(c), group_size
+        self.aoi = [max_delay] * groups          # τ_g^k: every group is selected at k = 0
+        self.lhs = [0.0] * groups                # ‖θ^k − θ^{k−τ_g}‖²
+        self.history = collections.deque(maxlen=max_delay)  # ‖θ^{k+1−d} − θ^{k−d}‖², newest first
+        self.iteration = 0
+        self.selected = lazy_selection(self.aoi, self.lhs, self.history, self.c, self.max_delay)
+        self.claims = {}       # group -> rank that uploads its gradient this iteration
+        self.uploaded = set()  # groups whose upload reached the servers this iteration
+        self.downloads = 0     # members told "selected" this iteration
+        self.log = []          # one record per finished iteration
+
+    def is_selected(self, group):
+        return group in self.selected
+
+    def open_for(self, group):
+        """True if ``group`` is selected in the current iteration and nobody claimed its upload yet."""
+        return group in self.selected and group not in self.claims
+
+    def download(self, group):
+        """A member of ``group`` asks for work in the current iteration.
+
+        Returns:
+            True if it should download θ^k and compute (its group is selected
+            and not yet claimed), else False.
+        """
+        self._check_group(group)
+        if not self.open_for(group):
+            return False
+        self.downloads += 1
+        return True
+
+    def claim(self, group, rank, iteration):
+        """A member of ``group`` finished its gradient of ``iteration``.
+
+        Returns:
+            True if it is the first finisher (it uploads); False: drop the work.
+        """
+        self._check_group(group)
+        if iteration != self.iteration or not self.open_for(group):
+            return False
+        self.claims[group] = rank
+        return True
+
+    def claimant(self, group):
+        """The rank uploading ``group``'s gradient this iteration, or None."""
+        return self.claims.get(group)
+
+    def upload_done(self, group, rank, iteration):
+        """The claimant's gradient reached the servers.
+
+        Returns:
+            True once every selected group's upload is in: the servers' step
+            for this iteration is due (the caller triggers it).
+
+        Raises:
+            ValueError: if ``rank`` did not claim ``group`` in ``iteration``.
+        """
+        if iteration != self.iteration or self.claims.get(group) != rank:
+            raise ValueError("rank %d did not claim group %d's upload in iteration %d (claims %s, iteration %d)"
+                             % (rank, group, iteration, self.claims, self.iteration))
+        self.uploaded.add(group)
+        return self.step_due
+
+    @property
+    def step_due(self):
+        """True when every selected group has uploaded (at once for an empty selection)."""
+        return self.uploaded.issuperset(self.selected)
+
+    def stepped(self, iteration, delta_sq, group_sq, now=0.0):
+        """The servers applied the step of ``iteration``: θ^{k+1} exists.
+
+        Args:
+            delta_sq: ‖θ^{k+1} − θ^k‖².
+            group_sq: per group, ‖θ^{k+1} − θ^{(g)}‖², θ^{(g)} the model its
+                latest upload was computed on (θ^k for this iteration's
+                selected groups).
+            now: a clock reading for the log (seconds).
+
+        Returns:
+            the groups selected for iteration k+1.
+
+        Raises:
+            ValueError: for the wrong iteration, a step before every upload,
+                or bad norms.
+        """
+        if iteration != self.iteration:
+            raise ValueError("step for iteration %d, the current one is %d" % (iteration, self.iteration))
+        if not self.step_due:
+            raise ValueError("step for iteration %d before every selected group uploaded (%s of %s)"
+                             % (iteration, sorted(self.uploaded), self.selected))
+        norms = [delta_sq] + list(group_sq)
+        if len(norms) != self.groups + 1 or not all(isinstance(x, (int, float)) and x >= 0 for x in norms):
+            raise ValueError("expected ‖Δθ‖² and %d group norms, all >= 0, got %r" % (self.groups, norms))
+        self.log.append({"k": iteration, "t": now, "selected": list(self.selected), "downloads": self.downloads,
+                         "uploads": len(self.uploaded)})
+        for g in range(self.groups):
+            self.aoi[g] = 1 if g in self.selected else self.aoi[g] + 1
+        self.history.appendleft(float(delta_sq))
+        self.lhs = [float(x) for x in group_sq]
+        self.iteration += 1
+        self.selected = lazy_selection(self.aoi, self.lhs, self.history, self.c, self.max_delay)
+        self.claims, self.uploaded, self.downloads = {}, set(), 0
+        return self.selected
+
+    def totals(self, batch_size=1):
+        """Counts of eqs. (5)-(6) over the finished iterations."""
+        downloads = sum(r["downloads"] for r in self.log)
+        uploads = sum(r["uploads"] for r in self.log)
+        selected = sum(len(r["selected"]) for r in self.log)
+        return {"iterations": len(self.log), "downloads": downloads, "uploads": uploads,
+                "communication": downloads + uploads, "computation": downloads * batch_size,
+                "group_selections": selected,
+                "nominal_communication": selected * (self.group_size + 1),
+                "nominal_computation": selected * self.group_size * batch_size}
+
+    def _check_group(self, group):
+        if isinstance(group, bool) or not isinstance(group, int) or not 0 <= group < self.groups:
+            raise ValueError("group must be in 0..%d, got %r" % (self.groups - 1, group))
+
+
+class GroupCoordinator:
+    """G-CADA's side of the State Server: a :class:`GroupRule` plus the
+    answers it defers (workers waiting for an iteration, watches waiting for a
+    group's first finisher). Every method returns the reply to its request
+    (None when deferred); answers that become due meanwhile are appended to
+    :attr:`released` as ``(rank, Reply)``.
+
+    Args:
+        num_workers: M.
+        groups, max_delay, c: the rule (see :class:`GroupRule`).
+
+    Raises:
+        ValueError: for a bad layout or rule.
+    """
+
+    def __init__(self, num_workers, groups, max_delay, c):
+        check_groups(num_workers, groups)
+        self.num_workers = num_workers
+        self.rule = GroupRule(groups, max_delay, c, group_size=num_workers // groups)
+        self.waiting = {}    # rank -> (seq, wanted iteration, group) of a deferred GroupBegin
+        self.watches = {}    # group -> {rank: seq} of deferred GroupWatch requests
+        self.triggers = {}   # iteration -> rank told to trigger the servers' step
+        self.stop_at = None  # first iteration every worker is told to stop at
+        self.released = []
+
+    def check(self, groups, max_delay, c):
+        """Raises ValueError if a worker names another rule than the job's."""
+        rule = self.rule
+        if (groups, max_delay, float(c)) != (rule.groups, rule.max_delay, rule.c):
+            raise ValueError("G-CADA rule mismatch: this worker has groups=%d, D=%d, c=%g; the job has "
+                             "groups=%d, D=%d, c=%g" % (groups, max_delay, c, rule.groups, rule.max_delay, rule.c))
+
+    def begin(self, rank, seq, wanted, group, want_stop):
+        if want_stop and self.stop_at is None:
+            self.stop_at = self.rule.iteration + 1
+        stopped = self.stop_at is not None and self.rule.iteration >= self.stop_at
+        if wanted > self.rule.iteration and not stopped:
+            self.waiting[rank] = (seq, wanted, group)
+            return None
+        return self._assign(rank, seq, group)
+
+    def _assign(self, rank, seq, group):
+        k = self.rule.iteration
+        if self.stop_at is not None and k >= self.stop_at:
+            return m.Reply(seq=seq, round=k, stop=True)
+        if self.rule.step_due and k not in self.triggers:  # nobody selected: this worker has the servers step
+            self.triggers[k] = rank
+            return m.Reply(seq=seq, round=k, target=1)
+        return m.Reply(seq=seq, round=k, ready=self.rule.download(group))
+
+    def watch(self, rank, seq, iteration, group):
+        claimant = self.rule.claimant(group)
+        if iteration != self.rule.iteration or claimant is not None or not self.rule.is_selected(group):
+            return m.Reply(seq=seq, round=iteration, ready=iteration == self.rule.iteration and claimant == rank)
+        self.watches.setdefault(group, {})[rank] = seq
+        return None
+
+    def done(self, rank, seq, iteration, group):
+        won = self.rule.claim(group, rank, iteration)
+        if won:
+            for other, other_seq in self.watches.pop(group, {}).items():
+                self.released.append((other, m.Reply(seq=other_seq, round=iteration, ready=other == rank)))
+        return m.Reply(seq=seq, round=iteration, ready=won)
+
+    def uploaded(self, rank, seq, iteration, group):
+        due = self.rule.upload_done(group, rank, iteration)
+        trigger = due and iteration not in self.triggers
+        if trigger:
+            self.triggers[iteration] = rank
+        return m.Reply(seq=seq, round=iteration, ready=trigger)
+
+    def stepped(self, rank, seq, iteration, delta_sq, group_sq, now):
+        if self.triggers.get(iteration) != rank:
+            raise ValueError("rank %d reports the step of iteration %d, which rank %s triggers"
+                             % (rank, iteration, self.triggers.get(iteration)))
+        self.rule.stepped(iteration, delta_sq, group_sq, now=now)
+        for group, watchers in self.watches.items():
+            self.released.extend((r, m.Reply(seq=s, round=iteration)) for r, s in watchers.items())
+        self.watches = {}
+        for waiter, (wseq, wanted, group) in list(self.waiting.items()):
+            if wanted <= self.rule.iteration:
+                del self.waiting[waiter]
+                self.released.append((waiter, self._assign(waiter, wseq, group)))
+        return m.Reply(seq=seq, round=iteration)
+
+    def stats(self, batch_size=1):
+        rule = self.rule
+        return {"groups": rule.groups, "max_delay": rule.max_delay, "c": rule.c, "group_size": rule.group_size,
+                "iterations": rule.log, "totals": rule.totals(batch_size)}
