@@ -4,7 +4,9 @@ MXNet routes a small array with integer key ``k`` to server
 ``(k * 9973) % num_servers`` (``kvstore_dist.h``), computed in a C ``int``: keys
 must stay below 2**31 / 9973 (about 215 000) or the product overflows.
 
-* ``[0, CONTROL_KEY_BASE)``: model parameters, in the Trainer's sorted order.
+* ``[0, PREDUCE_KEY_BASE)``: model parameters, in the Trainer's sorted order.
+* ``[PREDUCE_KEY_BASE, CONTROL_KEY_BASE)``: Partial Reduce's rendezvous slots
+  (:func:`preduce_keys`).
 * ``[CONTROL_KEY_BASE, PROBE_KEY_BASE)``: control values (e.g. the stop vote of
   synchronous modes). The server stores the plain sum of the pushes.
 * ``[PROBE_KEY_BASE, MAX_KEY)``: the updater probe, one key per server. The
@@ -49,7 +51,32 @@ def probe_keys(num_servers):
 
 
 def is_param_key(key):
-    return 0 <= key < CONTROL_KEY_BASE
+    return 0 <= key < PREDUCE_KEY_BASE
+
+
+#: Partial Reduce (mode ``preduce``): slot s of parameter i is ``PREDUCE_KEY_BASE + s * num_params + i``;
+#: a group's members push their weighted models there and pull the sum.
+PREDUCE_KEY_BASE = 60_000
+
+
+def preduce_keys(slot, num_params):
+    """The keys of rendezvous ``slot`` for a model of ``num_params`` arrays.
+
+    Raises:
+        ValueError: for a bad argument, or when the slot lies beyond the range.
+    """
+    for name, value in (("slot", slot), ("num_params", num_params)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError("%s must be an integer >= 0, got %r" % (name, value))
+    first = PREDUCE_KEY_BASE + slot * num_params
+    if first + num_params > CONTROL_KEY_BASE:
+        raise ValueError("Partial Reduce slot %d of a %d-array model lies beyond the key range (%d keys)"
+                         % (slot, num_params, CONTROL_KEY_BASE - PREDUCE_KEY_BASE))
+    return list(range(first, first + num_params))
+
+
+def is_preduce_key(key):
+    return PREDUCE_KEY_BASE <= key < CONTROL_KEY_BASE
 
 
 def is_control_key(key):

@@ -99,3 +99,45 @@ class ServerOptimizer(ServerUpdater):
 
     def apply(self, index, weight, grad, state):
         self.inner.update_multi_precision(index, weight, grad, state)
+
+
+@mx.optimizer.register
+class PartialReduceSum(ServerUpdater):
+    """Partial Reduce's rendezvous buffers (mode ``preduce``, on ``dist_async``).
+
+    A group's m = P members each push β_j·x_j to the keys of the group's slot;
+    the first push of a round overwrites what the slot held, the next m − 1 are
+    added, so after the m-th the slot holds Σ β_j·x_j for the members to pull.
+    The parameter keys work the same way with all N workers (each pushes x_i/N
+    once at the end: the average of all models, Algorithm 2's output). The
+    controller reuses a slot only after every member pulled, and the members
+    pull only after all m pushed (the State Server's barrier), so a round's
+    first push always finds the previous round fully read.
+
+    Args:
+        num_workers: N.
+        group_size: P, the pushes per round on a slot key.
+    """
+
+    def __init__(self, num_workers, group_size, **kwargs):
+        super().__init__(num_workers, **kwargs)
+        if isinstance(group_size, bool) or not isinstance(group_size, int) or not 2 <= group_size <= num_workers:
+            raise ValueError("group_size must be an integer in [2, %d], got %r" % (num_workers, group_size))
+        self.group_size = group_size
+        self.arrivals = {}   # key -> pushes received in its current round
+
+    def update(self, index, weight, grad, state):
+        if keys.is_preduce_key(index):
+            expected = self.group_size
+        elif keys.is_param_key(index):
+            expected = self.num_workers
+        else:
+            return super().update(index, weight, grad, state)
+        count = self.arrivals.get(index, 0)
+        if count == 0:
+            weight[:] = grad
+        else:
+            weight[:] += grad
+        count += 1
+        self.arrivals[index] = 0 if count == expected else count
+        return None

@@ -48,6 +48,14 @@ def build_parser():
                    help="esync: ε of Algorithm 1, w += ε·mean(Δ); adsp: W += (ε/M)·Δ on each commit")
     g.add_argument("--local-steps", type=int, default=8, help="localsgd: local steps τ between averages")
     g.add_argument("--dc-lambda", type=float, default=0.04, help="dcasgd: delay-compensation strength λ")
+    g.add_argument("--group-size", type=int, default=2, help="preduce: P, workers per partial reduce")
+    g.add_argument("--weights", choices=["constant", "dynamic"], default="dynamic",
+                   help="preduce: 1/P, or staleness-aware EMA weights (default %(default)s)")
+    g.add_argument("--alpha", type=float, default=0.5, help="preduce: α of the dynamic weights, in [0, 1)")
+    g.add_argument("--frozen-filter", choices=["on", "off"], default="on",
+                   help="preduce: group-frozen avoidance (default %(default)s)")
+    g.add_argument("--frozen-window", type=int, default=0,
+                   help="preduce: T, groups in the sync-graph (0: 2*ceil((N-1)/(P-1)))")
     g.add_argument("--max-staleness", type=int, default=16, metavar="TAU",
                    help="nodelay: a worker waits once TAU of its gradients are missing from its global model "
                         "(default %(default)s)")
@@ -119,6 +127,8 @@ def mode_options(args, mode):
     offered = {"global_lr": args.global_lr, "reset_optimizer_state": args.reset_optimizer_state,
                "ack": args.ack, "local_steps": args.local_steps, "lamda": args.dc_lambda}
     offered["staleness"] = args.max_staleness
+    offered.update(group_size=args.group_size, weights=args.weights, alpha=args.alpha,
+                   frozen_filter=args.frozen_filter == "on", frozen_window=args.frozen_window)
     takes = get_spec(mode).defaults()
     return {name: value for name, value in offered.items() if name in takes}
 

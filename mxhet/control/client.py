@@ -266,6 +266,20 @@ class StateClient:
                                            commit_cost=float(commit_cost)))
         return reply.target, reply.period_left
 
+    def reduce_join(self, group_size, dynamic, alpha, avoid_frozen, window):
+        """Partial Reduce: tell the controller the job's settings (the same on every worker)."""
+        self.request(self._message(m.ReduceJoin, group_size=int(group_size), dynamic=bool(dynamic),
+                                   alpha=float(alpha), avoid_frozen=bool(avoid_frozen), window=int(window)))
+
+    def reduce_ready(self, k, want_stop=False):
+        """Partial Reduce: READY at iteration ``k``; returns once in a group (``round``,
+        ``group_slot``, ``weight``, ``k``) or told to ``stop``."""
+        return self.request(self._message(m.ReduceReady, k=int(k), want_stop=bool(want_stop)))
+
+    def reduce_pushed(self, group):
+        """Partial Reduce: this worker's push to ``group``'s slot is in; returns once every member's is."""
+        self.request(self._message(m.ReducePushed, group=int(group)))
+
     def bye(self):
         self.request(self._message(m.Bye))
 

@@ -5,6 +5,7 @@ is in :mod:`mxhet.policy.specs`; its decisions are in :mod:`mxhet.policy.worker`
 from .base import SyncMode, WorkerStats
 from .registry import get_mode, mode_names, register
 from . import adsp, esync, gradient, local, localsgd  # noqa: F401  (register the built-in modes)
+from . import preduce  # noqa: F401
 from . import nodelay  # noqa: F401
 
 __all__ = ["SyncMode", "WorkerStats", "get_mode", "mode_names", "register"]

@@ -11,6 +11,7 @@ dcasgd    dist_async    no            asynchronous SGD with delay compensation
 ssp       dist_async    yes           async SGD, at most s iterations ahead
 localsgd  dist_sync     no            τ local steps, then a synchronous model average
 adsp      dist_async    yes           ADSP: commits at scheduler-set rates, no waiting
+preduce   dist_async    yes           Partial Reduce: average with the next P-1 ready workers
 nodelay   dist_sync     yes           async SGD without gradient delay: merges run while workers compute
 local     (none)        no            standalone training on one device
 ========  ============  ============  ================================================
@@ -67,6 +68,19 @@ NODELAY = register_spec(ModeSpec(
     options=(Option("staleness", 16, "tau: the most gradients a worker holds that are not in the last global model "
                                      "it received (the paper's maximal staleness; python -m mxhet.train "
                                      "--max-staleness)"),
+             _STATE_TIMEOUT)))
+
+PREDUCE = register_spec(ModeSpec(
+    "preduce", "dist_async",
+    "Partial Reduce: after every local step, average the model with the next P-1 ready workers (weights by "
+    "staleness if dynamic); a star through the servers, not the paper's ring all-reduce",
+    needs_state_server=True,
+    options=(Option("group_size", 2, "P, workers per partial reduce (2 <= P <= N)"),
+             Option("weights", "dynamic", "'constant': 1/P; 'dynamic': staleness-aware EMA weights (§3.3.3)"),
+             Option("alpha", 0.5, "α of the dynamic weights' EMA, in [0, 1) (the paper gives none)"),
+             Option("frozen_filter", True, "group-frozen avoidance (§4): keep the last T groups' sync-graph "
+                                           "connected"),
+             Option("frozen_window", 0, "T, groups in the sync-graph (0: 2*ceil((N-1)/(P-1)))"),
              _STATE_TIMEOUT)))
 
 LOCAL = register_spec(ModeSpec("local", None, "standalone: one device, no parameter server"))

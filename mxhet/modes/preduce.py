@@ -1,0 +1,163 @@
+"""Partial Reduce (``preduce``): the P-Reduce paper's Algorithm 2 on PS-LITE.
+
+Every worker takes one local SGD step on its own model, then sends READY (with
+its iteration number k) to the controller in the State Server
+(:mod:`mxhet.control.preduce`) and waits to be put in a group of P. The
+answer names the group, its *slot* (a set of keys on the servers), this
+member's weight β and the iteration number to continue with. Then:
+
+1. push β·x to the slot's keys (``dist_async``: only the members push; the
+   servers' :class:`kvstore_ext.updaters.PartialReduceSum` overwrites on the
+   round's first push and adds the others);
+2. tell the State Server and wait until every member has pushed (a server
+   answers a pull at once, with whatever the slot holds: the barrier must be
+   in the control plane);
+3. pull the slot: the model becomes Σ β_j·x_j, the same on every member.
+
+PS-LITE has no collective over a subset of workers, so this is a *star*
+through the servers (each member sends its model up and the sum down), not
+the paper's ring all-reduce among the members. The controller never sees
+model data. After the last step every worker pushes x_i/N to the parameter
+keys and pulls their sum: the job's output is the average of all N models.
+
+A wish to stop (time budget, rounds, a signal) travels with READY; the State
+Server then answers every READY with stop, groups already formed finish their
+reduce, and every worker meets the others at the final average.
+"""
+import mxnet as mx
+
+from kvstore_ext import keys as ps_keys
+from ..control.preduce import default_slots, min_window
+from ..dataplane import copy_all, nbytes
+from ..errors import ConfigError
+from ..policy import specs
+from .base import SyncMode
+from .registry import register
+
+WEIGHTINGS = ("constant", "dynamic")
+
+
+def check_options(opts, num_workers=None):
+    """Validate a ``preduce`` option dict (and P against N when known).
+
+    Raises:
+        ConfigError: naming the bad option and value.
+    """
+    p = opts["group_size"]
+    if isinstance(p, bool) or not isinstance(p, int) or p < 2:
+        raise ConfigError("group_size (P) must be an integer >= 2, got %r" % (p,))
+    if num_workers is not None and p > num_workers:
+        raise ConfigError("group_size (P) must be at most the number of workers %d, got %d" % (num_workers, p))
+    if opts["weights"] not in WEIGHTINGS:
+        raise ConfigError("weights must be one of %s, got %r" % (WEIGHTINGS, opts["weights"]))
+    alpha = opts["alpha"]
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha < 1:
+        raise ConfigError("alpha must be a number in [0, 1), got %r" % (alpha,))
+    if not isinstance(opts["frozen_filter"], bool):
+        raise ConfigError("frozen_filter must be True or False, got %r" % (opts["frozen_filter"],))
+    t = opts["frozen_window"]
+    if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+        raise ConfigError("frozen_window (T) must be an integer >= 0, got %r" % (t,))
+    if t and num_workers is not None and t < min_window(num_workers, p):
+        raise ConfigError("frozen_window (T) must be >= ceil((N-1)/(P-1)) = %d, got %d"
+                          % (min_window(num_workers, p), t))
+
+
+def join_fields(opts):
+    """The State Server's ReduceJoin fields from the mode's options."""
+    return dict(group_size=opts["group_size"], dynamic=opts["weights"] == "dynamic", alpha=float(opts["alpha"]),
+                avoid_frozen=opts["frozen_filter"], window=opts["frozen_window"])
+
+
+@register
+class PartialReduce(SyncMode):
+    """The executor of Partial Reduce on the real cluster."""
+    spec = specs.PREDUCE
+
+    def __init__(self, trainer, config, **options):
+        super().__init__(trainer, config, **options)
+        check_options(self.opts)
+        self.k = 0               # iteration number (max of the group's after each reduce)
+        self.groups = []         # (group id, slot, weight) of every reduce, for the record
+        self._send = self._recv = None
+
+    @classmethod
+    def updater_for(cls, num_workers, batch_size, optimizer, opts):
+        from kvstore_ext.updaters import PartialReduceSum
+        return PartialReduceSum(num_workers, opts["group_size"])
+
+    def on_connect(self):
+        check_options(self.opts, self.channel.num_workers)
+        self.client = self.join_state_server()
+        self.client.reduce_join(**join_fields(self.opts))
+
+    def on_setup(self, batch_size):
+        weights = self.weights()
+        n = self.channel.num_workers
+        try:
+            self.slot_keys = [ps_keys.preduce_keys(s, len(weights))
+                              for s in range(default_slots(n, self.opts["group_size"]))]
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        self._send = [mx.nd.zeros(w.shape, ctx=w.context, dtype=w.dtype) for w in weights]
+        self._recv = [mx.nd.zeros(w.shape, ctx=w.context, dtype=w.dtype) for w in weights]
+        # every worker takes part (rank 0 pushes the zeros, then a barrier)
+        self.channel.init([k for keys in self.slot_keys for k in keys], self._send * len(self.slot_keys))
+
+    def local_update(self, batch_size, ignore_stale_grad):
+        self.trainer.local_step(batch_size, ignore_stale_grad)
+        self.aggregated = False
+
+    def communicate(self, batch_size, capability, compute_end):
+        self.k += 1
+        t0 = self.clock()
+        reply = self.client.reduce_ready(self.k, want_stop=self.wants_stop())
+        self.stats.query_s += self.clock() - t0
+        if reply.stop:
+            self.stopped = True
+            return
+        self.reduce(reply.round, reply.group_slot, reply.weight)
+        self.k = reply.k
+        self.stats.rounds += 1
+        self.stats.local_iters.append(1)
+        self.aggregated = True
+
+    def reduce(self, group, slot, weight):
+        """Replace the model by the group's Σ β_j·x_j through slot ``slot``."""
+        keys = self.slot_keys[slot]
+        weights = self.weights()
+        for w, b in zip(weights, self._send):
+            b[:] = w * weight
+        self.check_finite(self._send, "weighted model", self.stats.rounds)
+        t0 = self.clock()
+        self.kv.push(keys, self._send)
+        mx.nd.waitall()   # a push completes once the server applied it
+        t1 = self.clock()
+        self.client.reduce_pushed(group)
+        t2 = self.clock()
+        self.kv.pull(keys, out=self._recv)
+        mx.nd.waitall()
+        copy_all(self._recv, weights)
+        mx.nd.waitall()
+        t3 = self.clock()
+        self.stats.sync_s += (t1 - t0) + (t3 - t2)
+        self.stats.query_s += t2 - t1
+        self.stats.bytes_pushed += nbytes(self._send)
+        self.stats.bytes_pulled += nbytes(self._recv)
+        self.groups.append((group, slot, weight))
+
+    def finish(self):
+        """The job's output, Algorithm 2's last line: every worker pushes x_i/N to
+        the parameter keys, and after a barrier pulls their sum, the average of
+        all N models (then records its digest, as every mode does)."""
+        if self.kv is not None and self._send is not None:
+            n = self.channel.num_workers
+            keys = self.global_keys()
+            weights = self.weights()
+            sends = [self._send[i] for i in keys]
+            for i, b in zip(keys, sends):
+                b[:] = weights[i] * (1.0 / n)
+            self.kv.push(keys, sends)
+            mx.nd.waitall()
+            self.stats.bytes_pushed += nbytes(sends)
+        super().finish()
