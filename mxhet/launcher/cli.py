@@ -8,6 +8,7 @@ import tempfile
 
 from ..config import parse_base_iter, parse_context, parse_delay_ms, parse_slowdown, parse_slowdown_schedule
 from ..errors import ConfigError
+from ..observe import launch as live_view
 from .plan import (DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_SYNC, EXIT_OK, EXIT_USAGE, _lookup_mode, build_plan,
                    read_hostfile)
 from .supervisor import run_plan
@@ -92,6 +93,7 @@ def build_parser():
                          help="Python interpreter of the scheduler, servers and State Server "
                               "(default: this one)")
 
+    live_view.add_arguments(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND",
                         help="the worker command, after --")
     return parser
@@ -212,6 +214,7 @@ def parse_args(argv=None):
             parser.error("%s must be >= %d, got %d" % (option, 0 if option == "--staleness" else 1, value))
     if args.state_stats is not None:
         args.state_stats = os.path.abspath(args.state_stats)
+    live_view.check(args, parser)
 
     if args.job_file is not None:
         directory = os.path.dirname(os.path.abspath(args.job_file))
@@ -251,16 +254,25 @@ def main(argv=None):
         if args.needs_state_server and not args.no_auth:
             keys = make_job_keys(args)
             args.control_keys = keys
+        live_view.make_live_dir(args)
         plan = build_plan(args)
     except OSError as exc:
         print("%s: cannot prepare the job: %s" % (_PROG, exc), file=sys.stderr)
+        live_view.stop(args, None)
         if keys:
             shutil.rmtree(keys, ignore_errors=True)
         return EXIT_USAGE
+    board = code = None
     try:
-        return run_plan(plan, timeout=args.timeout or None, job_file=args.job_file,
+        board = live_view.start(args, plan)
+        code = run_plan(plan, timeout=args.timeout or None, job_file=args.job_file,
                         state_server_restarts=args.state_server_restarts)
+        return code
+    except ConfigError as exc:  # the dashboard's address cannot be bound
+        print("%s: %s" % (_PROG, exc), file=sys.stderr)
+        return EXIT_USAGE
     finally:
+        live_view.stop(args, board, code)
         if keys:
             shutil.rmtree(keys, ignore_errors=True)
 

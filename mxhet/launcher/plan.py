@@ -258,6 +258,8 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
                "MXHET_CONTROL_KEYS": getattr(args, "control_keys", "") if state_server else ""}
         if slot in args.schedules:
             env["MXHET_SLOWDOWN_SCHEDULE"] = args.schedules[slot]
+        if getattr(args, "live_dir", ""):  # --dashboard: the workers' live feed
+            env["MXHET_LIVE_DIR"] = args.live_dir
         if dist:
             env.update(dmlc, DMLC_ROLE=WORKER, DMLC_NODE_HOST=host)
         processes.append(spec(WORKER, slot, host, args.command, env,

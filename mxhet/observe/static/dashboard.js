@@ -56,7 +56,7 @@
   }
 
   const layout = (title, xtitle, ytitle) => ({
-    title: {text: title, font: {size: 14}}, margin: {l: 50, r: 10, t: 35, b: 40},
+    title: {text: title, font: {size: 14}}, margin: {l: 55, r: 55, t: 35, b: 40},
     xaxis: {title: {text: xtitle}}, yaxis: {title: {text: ytitle}, rangemode: "tozero"},
     legend: {orientation: "h"},
   });
@@ -70,12 +70,12 @@
       name: "slot " + d.slot, mode: "lines+markers", type: "scatter",
     })), layout("local iterations per round (n\u1d62)", "round", "n\u1d62"), config);
     Plotly.react("chart-rate", devices.map((d) => ({
-      x: (rateHistory[d.slot] || {x: []}).x, y: (rateHistory[d.slot] || {y: []}).y,
-      name: "slot " + d.slot, mode: "lines", type: "scatter",
+      x: (rateHistory[d.slot] || {x: []}).x.slice(), y: (rateHistory[d.slot] || {y: []}).y.slice(),
+      name: "slot " + d.slot, mode: "lines+markers", type: "scatter",
     })), layout("samples/s per device", "elapsed (s)", "samples/s"), config);
     Plotly.react("chart-ratio", devices.map((d) => ({
-      x: (ratioHistory[d.slot] || {x: []}).x, y: (ratioHistory[d.slot] || {y: []}).y,
-      name: "slot " + d.slot, mode: "lines", type: "scatter",
+      x: (ratioHistory[d.slot] || {x: []}).x.slice(), y: (ratioHistory[d.slot] || {y: []}).y.slice(),
+      name: "slot " + d.slot, mode: "lines+markers", type: "scatter",
     })), layout("compute ratio per device", "elapsed (s)", "compute / (compute + wait)"), config);
     const job = state.job;
     Plotly.react("chart-accuracy", [
@@ -84,7 +84,7 @@
       {x: job.accuracy_curve.map((p) => p[0]), y: job.accuracy_curve.map((p) => p[1]), name: "test accuracy",
        mode: "lines+markers", type: "scatter", yaxis: "y2"},
     ], Object.assign(layout("loss and evaluated accuracy", "training time (s)", "loss"),
-      {yaxis2: {title: {text: "accuracy"}, overlaying: "y", side: "right", range: [0, 1]}}), config);
+      {yaxis2: {title: {text: "accuracy"}, overlaying: "y", side: "right", range: [0, 1], dtick: 0.2}}), config);
   }
 
   function render(state) {
