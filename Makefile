@@ -6,12 +6,12 @@ STAMP  := $(VENV)/.mxhet-installed
 FMNIST := /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test install data clean
+.PHONY: demo test install data browser clean
 
 demo: install data
 	$(VENV)/bin/mxhet-bench demo --out runs/demo
 
-test: install data
+test: install data browser
 	$(PY) -m pytest -q
 
 install: $(STAMP)
@@ -27,6 +27,13 @@ data:
 	@if [ -z "$$MXHET_DATA_DIR" ] && [ ! -f $(FMNIST) ]; then \
 		echo "installing Debian's dataset-fashion-mnist"; \
 		$(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q dataset-fashion-mnist; \
+	fi
+
+# Debian's chromium: the dashboard's tests drive it headless (tests/integration/test_dashboard.py).
+browser:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+		echo "installing Debian's chromium"; \
+		$(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q --no-install-recommends chromium fonts-liberation; \
 	fi
 
 clean:

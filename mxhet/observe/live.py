@@ -16,10 +16,12 @@ The limit: the launcher must see the workers' files (one host, or a shared
 directory); otherwise the page shows the launcher's own view of each device.
 """
 import json
+import logging
 import math
 import os
 import time
 
+LOG = logging.getLogger("mxhet.observe")
 FEED_FORMAT = "mxhet-live/1"
 STATE_FORMAT = "mxhet-dashboard/1"
 DEFAULT_INTERVAL_S = 1.0
@@ -69,6 +71,7 @@ class LiveWriter:
         self.interval = interval
         self.clock = clock
         self._last = None
+        self._warned = False
 
     def due(self):
         """True when the next :meth:`write` would write."""
@@ -81,9 +84,15 @@ class LiveWriter:
         self._last = self.clock()
         body = dict(record, format=FEED_FORMAT, written_unix=time.time())
         tmp = "%s.tmp.%d" % (self.path, os.getpid())
-        with open(tmp, "w") as f:
-            json.dump(body, f, allow_nan=False, default=_finite)
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "w") as f:
+                json.dump(body, f, allow_nan=False, default=_finite)
+            os.replace(tmp, self.path)
+        except OSError as exc:  # the feed must never stop training (e.g. its directory is gone at the end)
+            if not self._warned:
+                LOG.warning("live feed %s not written: %s", self.path, exc)
+                self._warned = True
+            return False
         return True
 
 
