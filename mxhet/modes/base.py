@@ -30,6 +30,7 @@ from ..dataplane import KVChannel, copy_all, nbytes
 from ..errors import ConfigError, MxhetError, NonFiniteError
 from ..policy.specs import DEFAULT_STATE_TIMEOUT
 from ..policy.speed import MovingAverage
+from ..policy.stop import StopRule
 
 LOG = logging.getLogger("mxhet.modes")
 
@@ -170,6 +171,7 @@ class SyncMode:
             cls.options = spec.defaults()
 
     name = ""
+    bucket_bytes = 0             # > 0: exchange flat buckets when the updater allows (every push/pull via the channel)
     kvstore_type = None
     exchanges_deltas = False
     uses_loss = False
@@ -195,8 +197,7 @@ class SyncMode:
         self.round_hook = None  # hook(round, w_before, deltas, w_after) for modes that exchange deltas
         self._loss = MovingAverage()
         self.stats = WorkerStats(slot=config.slot, context=config.context, slowdown=config.slowdown)
-        self.stop_requested = False
-        self.stop_condition = None  # callable(stats) -> bool, checked where the mode can stop
+        self.stop_rule = StopRule()
         self.stopped = False
         self.aggregated = True   # False while the replica holds unaggregated local work
         self._ready = False
@@ -230,7 +231,7 @@ class SyncMode:
             if not self.config.launched:
                 raise ConfigError("sync mode %r needs the parameter server: start the job with "
                                   "mxhet-launch (tools/launch.py), or use sync='local'" % self.name)
-            self.channel = KVChannel(self.kvstore_type, self.stats, clock=self.clock)
+            self.channel = KVChannel(self.kvstore_type, self.stats, clock=self.clock, bucket_bytes=self.bucket_bytes)
             self.channel.connect()
             _exit_on_uncaught_error()
             self.stats.rank = self.channel.rank
@@ -334,7 +335,7 @@ class SyncMode:
         factor = self.config.slowdown_at(now - self._t_start)
         base = self.config.base_iter_s
         if base > 0:  # pad the iteration to f x T
-            pad = factor * base - (now - self._t_last)
+            pad = factor * base * self.iteration_draw() - (now - self._t_last)
             if pad > 0:
                 self.emulate_slowdown(pad)
             else:
@@ -379,6 +380,15 @@ class SyncMode:
         inside ``step()``; by default for everything MXNet has queued."""
         mx.nd.waitall()
 
+    def iteration_draw(self):
+        """The factor on this iteration's time f x T: 1, or under
+        ``slowdown_dist="exp"`` a draw from Exp(1), seeded per worker slot."""
+        if self.config.slowdown_dist != "exp":
+            return 1.0
+        if getattr(self, "_draws", None) is None:
+            self._draws = np.random.RandomState([self.config.slot, 14])
+        return float(self._draws.exponential())
+
     def emulate_slowdown(self, seconds):
         """Heterogeneity emulation: the device takes ``seconds`` longer."""
         self.sleep(seconds)
@@ -413,11 +423,24 @@ class SyncMode:
 
     def request_stop(self):
         """Ask to stop; the mode stops when every worker can stop consistently."""
-        self.stop_requested = True
+        self.stop_rule.request()
+
+    @property
+    def stop_requested(self):
+        return self.stop_rule.requested
+
+    @property
+    def stop_condition(self):
+        """``callable(stats) -> bool``, checked where the mode can stop (or None)."""
+        return self.stop_rule.condition
+
+    @stop_condition.setter
+    def stop_condition(self, condition):
+        self.stop_rule.condition = condition
 
     def wants_stop(self):
-        """True if this worker asked to stop, or its stop condition holds now."""
-        return self.stop_requested or (self.stop_condition is not None and bool(self.stop_condition(self.stats)))
+        """True if this worker asked to stop, or its stop condition holds now (:class:`StopRule`)."""
+        return self.stop_rule.wants(self.stats)
 
     # -- helpers -----------------------------------------------------------
     def weights(self):

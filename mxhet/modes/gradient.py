@@ -19,6 +19,7 @@ from ..gluon_private import has_fresh_grad, mark_grad_used, trainer_params
 from ..dataplane import copy_all
 from ..errors import ConfigError
 from ..policy import specs
+from ..policy.stop import StopRule
 from .base import SyncMode
 from .registry import register
 
@@ -125,11 +126,11 @@ class Sync(_GradientMode):
     def control_values(self):
         # Every worker must run the same number of steps, or the others' next
         # push waits forever: the stop vote rides on each step's own push/pull.
-        vote = mx.nd.full((1,), 1.0 if self.wants_stop() else 0.0)
+        vote = mx.nd.full((1,), StopRule.ballot(self.wants_stop()))
         return [ps_keys.STOP_VOTE_KEY], [vote], self._vote
 
     def after_sync(self, control_outs):
-        if control_outs[0].asscalar() > 0:
+        if StopRule.agreed(control_outs[0].asscalar()):
             self.stopped = True
 
 

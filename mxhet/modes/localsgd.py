@@ -10,7 +10,9 @@ same round.
 import mxnet as mx
 
 from kvstore_ext import keys as ps_keys
+from ..dataplane.channel import DEFAULT_BUCKET_BYTES
 from ..policy import specs
+from ..policy.stop import StopRule
 from ..policy.worker import Action, LocalSGDPolicy
 from .base import SyncMode
 from .registry import register
@@ -20,6 +22,7 @@ from .registry import register
 class LocalSGD(SyncMode):
     """The executor of :class:`mxhet.policy.worker.LocalSGDPolicy` on the real cluster."""
     spec = specs.LOCALSGD
+    bucket_bytes = DEFAULT_BUCKET_BYTES
 
     def __init__(self, trainer, config, **options):
         super().__init__(trainer, config, **options)
@@ -44,8 +47,8 @@ class LocalSGD(SyncMode):
         round_index = self.stats.rounds
         self.stats.rounds += 1
         self.stats.local_iters.append(self.policy.aggregated())
-        vote = mx.nd.full((1,), 1.0 if self.wants_stop() else 0.0)
+        vote = mx.nd.full((1,), StopRule.ballot(self.wants_stop()))
         self.exchange_deltas(round_index, [ps_keys.STOP_VOTE_KEY], [vote], self._vote)
         self.aggregated = True
-        if self._vote[0].asscalar() > 0:
+        if StopRule.agreed(self._vote[0].asscalar()):
             self.stopped = True

@@ -41,7 +41,10 @@ from ..dataplane import copy_all, nbytes
 from ..errors import ConfigError
 from ..modes.base import WorkerStats
 from ..policy import get_spec
+from ..policy.aggregation import check_options as check_aggregation
+from ..policy.stop import StopRule
 from ..policy.worker import Action, ADSPPolicy, ESyncPolicy, LocalSGDPolicy
+from .aggregation import weigh_delta
 
 LOG = logging.getLogger("mxhet.sim")
 
@@ -142,6 +145,8 @@ class Device:
     def iteration_time(self, since_start, base, jitter):
         factor = self.config.slowdown_at(since_start)
         noise = math.exp(self.rng.normal(0.0, jitter)) if jitter > 0 else 1.0
+        if self.config.slowdown_dist == "exp":  # the G-CADA paper's exponential computing times
+            noise *= self.rng.exponential()
         return factor * base * noise
 
     def compute(self, local_step, read_loss=False):
@@ -365,16 +370,25 @@ class Simulation:
     # -- the modes -----------------------------------------------------------------
     def esync(self, dev):
         delayed = self.job.mode_options.get("ack", "blocking") == "delayed"
+        check_aggregation(self.spec.resolve(self.job.mode_options))
         policy = ESyncPolicy()
         yield from self.register(dev)
         ready = self.env.event()
         round_start = (0.0, 0, 0, 0)
+        stop = []   # the job's stop decision, from RESET's or the next query's answer (protocol v2)
+
+        def on_reset(reply):
+            if reply.stop:
+                stop.append(True)
+                if not ready.triggered:
+                    ready.succeed()
 
         def on_reply(reply):
             policy.answer(reply.round, reply.ready, reply.slowest)
             dev.stats.late_replies = policy.late_replies
-            if policy.before_update() is Action.ABORT and not ready.triggered:
+            if (policy.before_update() is Action.ABORT or reply.stop) and not ready.triggered:
                 ready.succeed()
+            on_reset(reply)
 
         while True:
             t0 = self.env.now
@@ -383,6 +397,8 @@ class Simulation:
                 yield self.env.timeout(duration) | ready
             else:
                 yield self.env.timeout(duration)
+            if stop:
+                break
             if policy.before_update() is Action.ABORT:
                 dev.stats.compute_s += self.env.now - t0
                 dev.stats.aborted += 1
@@ -405,19 +421,19 @@ class Simulation:
                 dev.stats.query_wait_max_s = max(dev.stats.query_wait_max_s, waited)
                 if dev.stats.query_wait_min_s is None or waited < dev.stats.query_wait_min_s:
                     dev.stats.query_wait_min_s = waited
+                if stop:
+                    break
                 if policy.after_query() is not Action.AGGREGATE:
                     continue
             # aggregate the round
+            yield from weigh_delta(self, dev, policy.round, policy.k)
             result, _ = yield from self.exchange(dev, ("esync", policy.round), self.deltas(dev),
                                                  list(range(len(dev.params))))
             self.take_global(dev, result)
             _, k, slowest = policy.aggregated()
             dev.stats.local_iters.append(k)
             dev.stats.rounds = policy.round
-            t1 = self.env.now
-            reply = yield from self.request(dev, dev.message(m.Reset, round=policy.round,
-                                                             want_stop=self.wants_stop(dev)))
-            self.blocked(dev, t1, query=True)
+            self.send(dev, dev.message(m.Reset, round=policy.round, want_stop=self.wants_stop(dev)), on_reset)
             blocked, queries, replies, aborted = round_start
             s = dev.stats
             s.round_blocked_s.append(s.query_s + s.sync_s - blocked)
@@ -427,9 +443,8 @@ class Simulation:
             s.round_slowest.append(slowest)
             s.round_end_s.append(self.env.now)
             round_start = (s.query_s + s.sync_s, s.state_queries, s.state_replies, s.aborted)
-            ready = self.env.event()
-            if reply.stop:
-                break
+            if not stop:
+                ready = self.env.event()
         yield from self.leave(dev)
 
     def localsgd(self, dev):
@@ -443,11 +458,11 @@ class Simulation:
             index = dev.stats.rounds
             result, votes = yield from self.exchange(dev, ("localsgd", index), self.deltas(dev),
                                                      list(range(len(dev.params))),
-                                                     vote=1.0 if self.wants_stop(dev) else 0.0)
+                                                     vote=StopRule.ballot(self.wants_stop(dev)))
             self.take_global(dev, result)
             dev.stats.rounds += 1
             dev.stats.local_iters.append(policy.aggregated())
-            if votes > 0:
+            if StopRule.agreed(votes):
                 break
         yield from self.leave(dev)
 
@@ -461,11 +476,11 @@ class Simulation:
             dev.compute(local_step=False)
             index = dev.stats.rounds
             result, votes = yield from self.exchange(dev, ("sync", index), self._gradients(dev), self.grad_keys,
-                                                     vote=1.0 if self.wants_stop(dev) else 0.0)
+                                                     vote=StopRule.ballot(self.wants_stop(dev)))
             self.take_global(dev, result, self.grad_keys)
             dev.stats.rounds += 1
             dev.stats.local_iters.append(1)
-            if votes > 0:
+            if StopRule.agreed(votes):
                 break
         yield from self.leave(dev)
 
@@ -580,7 +595,7 @@ def build_devices(job, model, input_size, images, labels, dist, optimizer, optim
         net = models.get_model(model, classes=10, input_size=input_size)
         net.initialize(mx.init.Xavier(), ctx=ctx)
         net.hybridize()
-        shard = data.partition(labels, n, slot, dist=dist, seed=job.seed)
+        shard = data.partition(labels, n, slot, dist=dist, seed=job.seed, groups=job.mode_options.get("groups"))
         batches = data.ShardIterator(images, labels, shard, job.batch_size, seed=job.seed + 1000 * slot,
                                      input_size=input_size, ctx=ctx)
         x, _ = next(batches)
