@@ -189,3 +189,54 @@ def test_write_summary_round_trips(tmp_path):
     job = tensorboard.read_scalars(str(tmp_path / "job"))
     assert [(s, round(v, 3)) for s, v, _ in job["job/accuracy"]] == [(0, 0.1), (2500, 0.6)]
     assert job["job/final_accuracy"][0][:2] == (3000, pytest.approx(0.65))
+
+
+# ---------------------------------------------------------------- the launcher's --dashboard
+
+
+def test_launcher_refuses_a_bad_dashboard_address(capsys):
+    from mxhet import launcher
+    for bad in ("localhost:8050", "127.0.0.1:99999"):
+        assert launcher.main(["-n", "2", "--sync", "sync", "--dashboard", bad, "--", "python", "x.py"]) == 2
+        assert "--dashboard" in capsys.readouterr().err
+
+
+def test_dashboard_gives_every_worker_the_live_dir_and_nothing_else(tmp_path):
+    from mxhet import launcher
+    from mxhet.observe import launch as live_view
+    args = launcher.parse_args(["-n", "2", "-s", "1", "--sync", "esync", "--slowdown", "1,3", "--dashboard", "0",
+                                "--", "python", "x.py"])
+    assert args.dashboard_address == ("127.0.0.1", 0)
+    live_dir = live_view.make_live_dir(args)
+    try:
+        ports = iter(range(9000, 9010))
+        plan = launcher.build_plan(args, free_port=lambda host: next(ports), cpu_count=2, environ={}, cwd="/job")
+        for spec in plan.processes:
+            assert spec.env.get("MXHET_LIVE_DIR") == (live_dir if spec.role == "worker" else None)
+        assert live_view.devices_of(plan) == [{"slot": 0, "host": "127.0.0.1", "context": "cpu", "slowdown": 1.0},
+                                              {"slot": 1, "host": "127.0.0.1", "context": "cpu", "slowdown": 3.0}]
+    finally:
+        live_view.stop(args, None)
+    assert not os.path.exists(live_dir)
+    plain = launcher.parse_args(["-n", "2", "--sync", "sync", "--", "python", "x.py"])
+    assert live_view.make_live_dir(plain) == "" and plain.dashboard_address is None
+
+
+# ---------------------------------------------------------------- the simulator's --tensorboard
+
+
+def test_simulator_writes_the_same_tags_in_virtual_time(tmp_path):
+    from mxhet.sim import cli
+    argv = ["-n", "2", "--sync", "esync", "--slowdown", "1,3", "--base-iter", "0.05", "--time-budget", "2",
+            "--model", "smallcnn", "--eval-samples", "100", "--final-eval-samples", "300", "--eval-interval", "1",
+            "--metrics-out", str(tmp_path / "m"), "--tensorboard", str(tmp_path / "tb"), "--no-progress"]
+    args = cli.build_parser().parse_args(argv)
+    args.argv = argv
+    summary = cli.run(args)
+    for w in summary["workers"]:
+        n_i = tensorboard.read_scalars(str(tmp_path / "tb" / ("device-%d" % w["slot"])))["device/local_iters"]
+        assert [int(v) for _, v, _ in n_i] == w["local_iters"] and len(n_i) == w["rounds"]
+        assert [wall for _, _, wall in n_i] == pytest.approx(w["round_end_s"])   # virtual seconds
+    job = tensorboard.read_scalars(str(tmp_path / "tb" / "job"))
+    assert [round(v, 4) for _, v, _ in job["job/accuracy"]] == [acc for _, acc in summary["curve"]]
+    assert job["job/final_accuracy"][0][1] == pytest.approx(summary["final_accuracy"], abs=1e-6)
