@@ -20,6 +20,10 @@ variables; the rest of the code receives a :class:`WorkerConfig`.
                        factor 1 for the first 60 s of training, 8 afterwards
                        (seconds since training started; outside every
                        segment ``MXHET_SLOWDOWN`` applies)
+``MXHET_SLOWDOWN_DIST`` ``fixed`` (default) or ``exp``: under a base
+                       iteration time, each iteration lasts f x T x X with X
+                       drawn from Exp(1), seeded per worker (the G-CADA
+                       paper's model of computing times)
 ``MXHET_NET_DELAY_MS`` emulated one-way delay of this worker's control-plane
                        link, milliseconds (added in each direction)
 ``MXHET_CONTROL_KEYS`` directory of the job's CURVE keys for the State Server
@@ -113,6 +117,20 @@ def parse_delay_ms(text):
     return _non_negative(text, "network delay", "milliseconds")
 
 
+SLOWDOWN_DISTS = ("fixed", "exp")
+
+
+def parse_slowdown_dist(text):
+    """Parse the distribution of iteration times: ``fixed`` or ``exp``.
+
+    Raises:
+        ConfigError: for anything else.
+    """
+    if text not in SLOWDOWN_DISTS:
+        raise ConfigError("slowdown distribution must be one of %s, got %r" % (", ".join(SLOWDOWN_DISTS), text))
+    return text
+
+
 def parse_base_iter(text):
     """Parse a base iteration time in seconds (finite, >= 0; 0 = off).
 
@@ -132,6 +150,7 @@ class WorkerConfig:
     slowdown: float = 1.0
     slowdown_schedule: tuple = ()
     base_iter_s: float = 0.0
+    slowdown_dist: str = "fixed"
     net_delay_ms: float = 0.0
     state_server: str = ""
     control_keys: str = ""
@@ -188,6 +207,7 @@ def worker_config(env=None):
         slowdown_schedule=parse_slowdown_schedule(env["MXHET_SLOWDOWN_SCHEDULE"])
         if env.get("MXHET_SLOWDOWN_SCHEDULE") else (),
         base_iter_s=parse_base_iter(env.get("MXHET_BASE_ITER_S", "0") or "0"),
+        slowdown_dist=parse_slowdown_dist(env.get("MXHET_SLOWDOWN_DIST", "fixed") or "fixed"),
         net_delay_ms=parse_delay_ms(env.get("MXHET_NET_DELAY_MS", "0") or "0"),
         state_server=env.get("MXHET_STATE_SERVER", ""),
         control_keys=env.get("MXHET_CONTROL_KEYS", ""),

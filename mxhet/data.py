@@ -34,7 +34,7 @@ _FILES = {
 }
 _IMAGES_MAGIC = 0x00000803  # idx: unsigned byte, 3 dimensions
 _LABELS_MAGIC = 0x00000801  # idx: unsigned byte, 1 dimension
-_DISTRIBUTIONS = ("iid", "non-iid")
+_DISTRIBUTIONS = ("iid", "non-iid", "group")
 
 _cache = {}
 _cache_lock = threading.Lock()
@@ -129,7 +129,7 @@ def _check_int(name, value, minimum, maximum=None):
     return int(value)
 
 
-def partition(labels, num_parts, part, dist="iid", seed=0):
+def partition(labels, num_parts, part, dist="iid", seed=0, groups=None):
     """Indices of worker ``part``'s shard of a data set.
 
     ``"iid"``: a seeded permutation of all samples, cut into ``num_parts``
@@ -138,12 +138,19 @@ def partition(labels, num_parts, part, dist="iid", seed=0):
     from ``(seed, part)``, so each shard holds few classes. In both cases the
     ``len(labels) % num_parts`` left-over samples are dropped, shards are
     disjoint, and every process with the same arguments gets the same shards.
+    ``"group"`` (G-CADA): the workers form ``groups`` groups of contiguous
+    parts (``num_parts / groups`` each); every member of a group gets the
+    same shard, the group's ``"iid"`` shard of ``groups`` parts: identical
+    within a group, disjoint across groups, together all but the
+    ``len(labels) % groups`` left-over samples.
 
     Returns:
-        int64 array of ``len(labels) // num_parts`` sample indices.
+        int64 array of ``len(labels) // num_parts`` sample indices
+        (``len(labels) // groups`` for ``"group"``).
 
     Raises:
-        ConfigError: naming a bad ``num_parts``, ``part``, ``dist`` or ``seed``,
+        ConfigError: naming a bad ``num_parts``, ``part``, ``dist``, ``seed``
+            or ``groups`` (``"group"`` needs a divisor of ``num_parts``),
             or labels that are not 1-D or too few for ``num_parts``.
     """
     labels = np.asarray(labels)
@@ -154,6 +161,13 @@ def partition(labels, num_parts, part, dist="iid", seed=0):
     seed = _check_int("seed", seed, 0, 2**32 - 1)
     if dist not in _DISTRIBUTIONS:
         raise ConfigError("unknown dist %r; expected one of %s" % (dist, ", ".join(_DISTRIBUTIONS)))
+    if dist == "group":
+        if groups is None:
+            raise ConfigError("dist 'group' needs the number of groups (--groups)")
+        groups = _check_int("groups", groups, 1, num_parts)
+        if num_parts % groups:
+            raise ConfigError("groups=%d must divide the %d workers" % (groups, num_parts))
+        return partition(labels, groups, part // (num_parts // groups), dist="iid", seed=seed)
     size = len(labels) // num_parts
     if size == 0:
         raise ConfigError("num_parts=%d exceeds the %d samples" % (num_parts, len(labels)))

@@ -21,7 +21,7 @@ from .errors import ConfigError
 from .gluon_private import block_children
 
 MODEL_NAMES = ("smallcnn", "alexnet", "resnet18_v1", "resnet50_v1", "resnet50_v2",
-               "mobilenet1.0", "inceptionv3")
+               "mobilenet1.0", "inceptionv3", "linear")
 
 _Spec = collections.namedtuple("_Spec", "build default_size min_size")
 
@@ -35,6 +35,15 @@ def _smallcnn(classes):
                 nn.MaxPool2D(pool_size=2),
                 nn.Dense(128, activation="relu"),
                 nn.Dense(classes))
+    return net
+
+
+def _linear(classes):
+    """A linear model on the flattened pixels (multinomial logistic regression
+    under the softmax loss): the G-CADA paper's experiment uses a linear model."""
+    net = nn.HybridSequential(prefix="linear_")
+    with net.name_scope():
+        net.add(nn.Dense(classes))
     return net
 
 
@@ -69,6 +78,7 @@ _SPECS = {
     "mobilenet1.0": _Spec(_zoo_builder("mobilenet1.0"), 32, 1),
     # With the global pool; the original fixed 8x8 pool needs 299.
     "inceptionv3": _Spec(_inceptionv3, 75, 75),
+    "linear": _Spec(_linear, 28, 1),
 }
 
 

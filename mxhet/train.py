@@ -34,7 +34,9 @@ def build_parser():
     g = p.add_argument_group("model and data")
     g.add_argument("--model", default="smallcnn", help="model name (mxhet.models.MODEL_NAMES)")
     g.add_argument("--input-size", type=int, default=None, help="input image side in pixels (default: per model)")
-    g.add_argument("--dist", choices=["iid", "non-iid"], default="iid", help="how the training set is split")
+    g.add_argument("--dist", choices=["iid", "non-iid", "group"], default="iid",
+                   help="how the training set is split ('group': the same shard for every member of a "
+                        "group, disjoint across groups; needs --groups)")
     g.add_argument("--data-dir", default=None, help="Fashion-MNIST directory (default: MXHET_DATA_DIR or Debian's)")
     g.add_argument("--seed", type=int, default=0, help="seed of initialization, split and shuffling")
     g = p.add_argument_group("optimization")
@@ -48,6 +50,13 @@ def build_parser():
                    help="esync: ε of Algorithm 1, w += ε·mean(Δ); adsp: W += (ε/M)·Δ on each commit")
     g.add_argument("--local-steps", type=int, default=8, help="localsgd: local steps τ between averages")
     g.add_argument("--dc-lambda", type=float, default=0.04, help="dcasgd: delay-compensation strength λ")
+    g.add_argument("--groups", type=int, default=None,
+                   help="gcada: G, groups of M/G workers (and the groups of --dist group)")
+    g.add_argument("--max-delay", type=int, default=None, help="gcada, cada: D, the largest age of information")
+    g.add_argument("--lazy-c", type=float, default=None, help="gcada, cada: c of the lazy condition (eq. 9)")
+    g.add_argument("--step-size", type=float, default=None, help="gcada, cada: AMSGrad's α on the servers")
+    g.add_argument("--beta1", type=float, default=None, help="gcada, cada: AMSGrad's β1")
+    g.add_argument("--beta2", type=float, default=None, help="gcada, cada: AMSGrad's β2")
     g.add_argument("--group-size", type=int, default=2, help="preduce: P, workers per partial reduce")
     g.add_argument("--weights", choices=["constant", "dynamic"], default="dynamic",
                    help="preduce: 1/P, or staleness-aware EMA weights (default %(default)s)")
@@ -121,6 +130,11 @@ def optimizer_params(args):
     return params
 
 
+def _mode_spec(mode):
+    from .policy import get_spec
+    return get_spec(mode)
+
+
 def mode_options(args, mode):
     """Every option mode ``mode`` takes, by name, from the command line."""
     from .policy import get_spec
@@ -129,6 +143,10 @@ def mode_options(args, mode):
     offered["staleness"] = args.max_staleness
     offered.update(group_size=args.group_size, weights=args.weights, alpha=args.alpha,
                    frozen_filter=args.frozen_filter == "on", frozen_window=args.frozen_window)
+    for name, flag in (("groups", "groups"), ("max_delay", "max_delay"), ("c", "lazy_c"), ("step_size", "step_size"),
+                       ("beta1", "beta1"), ("beta2", "beta2")):
+        if getattr(args, flag, None) is not None:  # G-CADA's: given on the command line, else the spec's default
+            offered[name] = getattr(args, flag)
     takes = get_spec(mode).defaults()
     return {name: value for name, value in offered.items() if name in takes}
 
@@ -194,7 +212,8 @@ def run(args, config=None):
     net.hybridize()
 
     images, labels = data.load_fashion_mnist("train", args.data_dir or config.data_dir)
-    shard = data.partition(labels, config.num_slots, config.slot, dist=args.dist, seed=args.seed)
+    shard = data.partition(labels, config.num_slots, config.slot, dist=args.dist, seed=args.seed,
+                           groups=_mode_spec(mode).resolve(mode_options(args, mode)).get("groups", args.groups))
     batches = data.ShardIterator(images, labels, shard, args.batch_size, seed=args.seed + 1000 * config.slot,
                                  input_size=input_size, ctx=ctx)
     x, _ = next(batches)

@@ -51,6 +51,9 @@ def build_parser():
     het.add_argument("--base-iter", type=float, default=0.0, metavar="SECONDS",
                      help="emulate speeds exactly: a worker of slowdown f pads each iteration to f x SECONDS "
                           "(default 0: it sleeps (f - 1) x its compute time)")
+    het.add_argument("--slowdown-dist", choices=["fixed", "exp"], default="fixed",
+                     help="with --base-iter: 'exp' draws each iteration's time from an exponential law of mean "
+                          "f x SECONDS, seeded per worker (the G-CADA paper's model; default %(default)s)")
     het.add_argument("--omp-threads", type=int, default=None, metavar="N",
                      help="OMP_NUM_THREADS of each worker (default: CPUs of its host / its workers)")
 
@@ -195,6 +198,8 @@ def parse_args(argv=None):
         parse_base_iter(args.base_iter)
     except ConfigError as exc:
         parser.error("--base-iter: %s" % exc)
+    if args.slowdown_dist == "exp" and not args.base_iter > 0:
+        parser.error("--slowdown-dist exp needs --base-iter (the mean of the exponential iteration time)")
     if args.omp_threads is not None and args.omp_threads < 1:
         parser.error("--omp-threads must be >= 1, got %d" % args.omp_threads)
     _check_port(parser, "--state-server-port", args.state_server_port)

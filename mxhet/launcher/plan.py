@@ -255,6 +255,7 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
                "MXHET_CONTEXT": args.contexts[slot], "MXHET_SLOWDOWN": repr(args.slowdowns[slot]),
                "MXHET_STATE_SERVER": state_server, "MXHET_NET_DELAY_MS": repr(args.net_delays[slot]),
                "MXHET_BASE_ITER_S": repr(args.base_iter),
+               "MXHET_SLOWDOWN_DIST": getattr(args, "slowdown_dist", "fixed"),
                "MXHET_CONTROL_KEYS": getattr(args, "control_keys", "") if state_server else ""}
         if slot in args.schedules:
             env["MXHET_SLOWDOWN_SCHEDULE"] = args.schedules[slot]

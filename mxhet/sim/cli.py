@@ -58,6 +58,9 @@ def build_parser():
                    help="fixed cost of one key's message in a push or pull, ms (default %(default)s)")
     g.add_argument("--bandwidth-gbps", type=float, default=DEFAULT_BANDWIDTH_GBPS,
                    help="bandwidth of every device's link to the servers, Gbit/s (default %(default)s)")
+    g.add_argument("--slowdown-dist", choices=["fixed", "exp"], default="fixed",
+                   help="'exp': each iteration's virtual time is exponential with mean slowdown x --base-iter, "
+                        "seeded per device (the G-CADA paper's model; default %(default)s)")
     g.add_argument("--jitter", type=float, default=0.0,
                    help="sigma of a log-normal factor on every iteration time (default 0: none)")
     g.add_argument("--stop-at-target", action="store_true",
@@ -143,6 +146,7 @@ def make_job(args):
         schedules[int(slot_text)] = parse_slowdown_schedule(text)
     configs = tuple(WorkerConfig(sync=mode, slot=i, num_slots=n, context=args.contexts, slowdown=slowdowns[i],
                                  slowdown_schedule=schedules.get(i, ()), base_iter_s=base,
+                                 slowdown_dist=args.slowdown_dist,
                                  net_delay_ms=delays[i]) for i in range(n))
     network = Network(latency_s=tuple((args.latency_ms + d) / 1000.0 for d in delays),
                       bandwidth=args.bandwidth_gbps * 1e9 / 8, per_key_s=args.per_key_ms / 1000.0)

@@ -14,7 +14,7 @@ def _forward(net, size, batch=2):
 
 def test_model_names():
     assert models.MODEL_NAMES == ("smallcnn", "alexnet", "resnet18_v1", "resnet50_v1",
-                                  "resnet50_v2", "mobilenet1.0", "inceptionv3")
+                                  "resnet50_v2", "mobilenet1.0", "inceptionv3", "linear")
 
 
 @pytest.mark.parametrize("name", models.MODEL_NAMES)
