@@ -1,0 +1,117 @@
+"""nodelay in the virtual-time engine (real Gluon replicas, the real policy,
+StateService and server updater): tau = 1 is one-step model averaging,
+the global model conserves every transferred update, the staleness bound holds."""
+import json
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from mxhet.policy.nodelay import NoDelayPolicy
+from mxhet.sim import cli
+from mxhet.sim.drivers import nodelay as driver
+
+pytestmark = pytest.mark.timeout(300)
+
+FAST = ("--model", "smallcnn", "--eval-samples", "100", "--final-eval-samples", "300", "--eval-interval", "1",
+        "--lr", "0.1")
+
+
+def _sim(tmp_path, name, *argv):
+    out = tmp_path / name
+    args = cli.build_parser().parse_args([*argv, *FAST, "--metrics-out", str(out), "--no-progress"])
+    args.argv = list(argv)
+    summary = cli.run(args)
+    final = mx.nd.load(str(sorted((out / "snapshots").glob("*.params"))[-1]))
+    return summary, {w["slot"]: w for w in summary["workers"]}, final
+
+
+def test_tau_1_is_localsgd_with_one_local_step(tmp_path):
+    common = ("-n", "3", "--slowdown", "1,2,3", "--base-iter", "0.05", "--time-budget", "60")
+    ls, ls_workers, ls_final = _sim(tmp_path, "localsgd", *common, "--sync", "localsgd", "--local-steps", "1",
+                                    "--max-rounds", "6")
+    rounds = len(ls_workers[0]["local_iters"])  # (the simulator's localsgd averages once more than --max-rounds)
+    nd, nd_workers, nd_final = _sim(tmp_path, "nodelay", *common, "--sync", "nodelay", "--max-staleness", "1",
+                                    "--max-rounds", str(rounds))
+    assert rounds >= 6
+    assert [w["local_iters"] for w in nd_workers.values()] == [[1] * rounds] * 3
+    assert [w["local_iters"] for w in ls_workers.values()] == [[1] * rounds] * 3
+    assert sorted(nd_final) == sorted(ls_final)
+    for name in nd_final:
+        np.testing.assert_allclose(nd_final[name].asnumpy(), ls_final[name].asnumpy(), rtol=1e-5, atol=1e-6)
+    assert nd["final_accuracy"] == pytest.approx(ls["final_accuracy"], abs=0.01)
+
+
+class _Checked(NoDelayPolicy):
+    """The policy, recording the staleness after each step and at each wait."""
+    log = []
+
+    def completed(self):
+        action = super().completed()
+        _Checked.log.append(("step", self.tau, self.s, self.blocked))
+        return action
+
+
+def test_conservation_and_the_staleness_bound(tmp_path, monkeypatch):
+    tau, n = 2, 3
+    handed, merged, kept = [], [], []
+    real_hand_over, real_take_in = driver.hand_over, driver.take_in
+
+    def hand_over(sim, dev, policy, x_init, mailbox):
+        # x - x_init is exactly the local work since the last transfer (or since the initial model)
+        round_, wx = real_hand_over(sim, dev, policy, x_init, mailbox)
+        handed.append((round_, dev.slot, [a.asnumpy() for a in wx]))
+        for x, xi in zip(dev.weights(), x_init):
+            assert np.array_equal(x.asnumpy(), xi.asnumpy())   # w.x = 0 right after the hand-over
+        return round_, wx
+
+    def take_in(sim, dev, policy, x_init, round_, result):
+        before = [(x - xi).asnumpy() for x, xi in zip(dev.weights(), x_init)]
+        real_take_in(sim, dev, policy, x_init, round_, result)
+        after = [(x - xi).asnumpy() for x, xi in zip(dev.weights(), x_init)]
+        kept.append(all(np.allclose(b, a, atol=1e-6) for b, a in zip(before, after)))   # w.x survives
+        merged.append((round_, [g.asnumpy() for g in result]))
+
+    monkeypatch.setattr(driver, "hand_over", hand_over)
+    monkeypatch.setattr(driver, "take_in", take_in)
+    monkeypatch.setattr(driver, "NoDelayPolicy", _Checked)
+    _Checked.log = []
+    summary, workers, final = _sim(tmp_path, "run", "-n", str(n), "--sync", "nodelay", "--slowdown", "1,1,5",
+                                   "--base-iter", "0.05", "--net-delay-ms", "20", "--max-staleness", str(tau),
+                                   "--time-budget", "3")
+    first = mx.nd.load(str(tmp_path / "run" / "snapshots" / "000000.params"))   # the initial model, at t = 0
+    x0 = [first[k].asnumpy() for k in sorted(first)]   # keys are the parameters sorted by name
+    # conservation: after every merge, global = x0 + (1/N) * every w.x handed over so far
+    rounds = sorted({r for r, _ in merged})
+    assert len(rounds) >= 5
+    for r in rounds:
+        expected = [x.copy() for x in x0]
+        contributors = [(rr, slot, wx) for rr, slot, wx in handed if rr <= r]
+        assert len(contributors) == n * (r + 1)
+        for _, _, wx in contributors:
+            for e, d in zip(expected, wx):
+                e += d / n
+        result = next(arrays for rr, arrays in merged if rr == r)
+        for e, g in zip(expected, result):
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5)
+    assert all(kept)
+    # the staleness bound: never above tau, reached, and a worker that reached it waited
+    steps = [s for kind, t, s, _ in _Checked.log if kind == "step"]
+    assert max(steps) == tau and min(steps) >= 1
+    assert all(blocked == (s == tau) for _, _, s, blocked in _Checked.log)
+    assert all(max(w["local_iters"]) <= tau for w in workers.values())
+    assert workers[0]["wait_s"] > 0 and workers[0]["waited_iterations"] > 0
+    assert len({w["final_model_sha256"] for w in workers.values()}) == 1
+
+
+def test_a_large_tau_hides_the_merge(tmp_path):
+    """With a 40 ms link each way and 50 ms iterations, tau = 1 idles every
+    device at every round; tau = 8 leaves the fast devices computing."""
+    ratios = {}
+    for tau in (1, 8):
+        _, workers, _ = _sim(tmp_path, "tau%d" % tau, "-n", "3", "--sync", "nodelay", "--slowdown", "1,1,1",
+                             "--base-iter", "0.05", "--net-delay-ms", "40", "--max-staleness", str(tau),
+                             "--time-budget", "3")
+        ratios[tau] = min(w["compute_ratio"] for w in workers.values())
+    assert ratios[1] < 0.6
+    assert ratios[8] > 0.95
