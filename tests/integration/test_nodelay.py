@@ -1,0 +1,63 @@
+"""nodelay on the real cluster (PS-LITE dist_sync, State Server, data-plane
+thread) on loopback: tau = 1 is localsgd with one local step, the staleness
+bound holds with a slow device, every worker ends with the same model.
+Iteration times are pinned with --base-iter."""
+import json
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from .jobs import launch, load_summary, train_command
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _job(tmp_path, child_pids, name, launcher, *train_args):
+    out = tmp_path / name
+    (tmp_path / ("job-" + name)).mkdir()
+    proc = launch(["-s", "1", *launcher], train_command(out, "--eval-samples", "200", "--final-eval-samples", "300",
+                                                        *train_args), tmp_path / ("job-" + name), child_pids)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not child_pids.alive()
+    summary = load_summary(out)
+    final = mx.nd.load(str(sorted((out / "snapshots").glob("*.params"))[-1]))
+    return summary, {w["slot"]: w for w in summary["workers"]}, final
+
+
+def test_tau_1_gives_the_model_of_localsgd_with_one_local_step(tmp_path, child_pids):
+    launcher = ["-n", "2", "--slowdown", "1,2", "--base-iter", "0.05"]
+    common = ("--time-budget", "60", "--lr", "0.1")
+    ls, ls_workers, ls_final = _job(tmp_path, child_pids, "localsgd", [*launcher, "--sync", "localsgd"],
+                                    *common, "--local-steps", "1", "--max-rounds", "5")
+    rounds = len(ls_workers[0]["local_iters"])
+    nd, nd_workers, nd_final = _job(tmp_path, child_pids, "nodelay", [*launcher, "--sync", "nodelay"],
+                                    *common, "--max-staleness", "1", "--max-rounds", str(rounds))
+    assert rounds == 5
+    for workers in (ls_workers, nd_workers):
+        assert [w["local_iters"] for w in workers.values()] == [[1] * rounds] * 2
+        assert len({w["final_model_sha256"] for w in workers.values()}) == 1
+    assert sorted(nd_final) == sorted(ls_final)
+    for name in nd_final:
+        np.testing.assert_allclose(nd_final[name].asnumpy(), ls_final[name].asnumpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_staleness_bound_with_a_slow_device(tmp_path, child_pids):
+    tau = 2
+    stats = tmp_path / "state.json"
+    summary, workers, _ = _job(tmp_path, child_pids, "run",
+                               ["-n", "3", "--sync", "nodelay", "--slowdown", "1,1,4", "--base-iter", "0.05",
+                                "--state-stats", str(stats)],
+                               "--time-budget", "4", "--max-staleness", str(tau))
+    assert summary["mode"] == "nodelay"
+    rounds = {w["rounds"] for w in workers.values()}
+    assert len(rounds) == 1 and rounds.pop() >= 3
+    assert len({w["final_model_sha256"] for w in workers.values()}) == 1
+    for w in workers.values():
+        assert 1 <= min(w["local_iters"]) and max(w["local_iters"]) <= tau   # never more than tau per transfer
+        assert sum(w["local_iters"]) == w["iterations"]                     # every gradient was merged
+    fast = [w for w in workers.values() if w["slowdown"] == 1.0]
+    assert all(w["waited_iterations"] > 0 for w in fast)   # 4x faster with tau = 2: they reach the bound
+    record = json.loads(stats.read_text())["nodelay"]
+    assert record["rounds"] == workers[0]["rounds"] and record["stopped"]
+    assert all(r["ranks"] == [0, 1, 2] for r in record["requests"])
