@@ -16,6 +16,7 @@ must stay below 2**31 / 9973 (about 215 000) or the product overflows.
 
 CONTROL_KEY_BASE = 90_000
 STOP_VOTE_KEY = CONTROL_KEY_BASE
+ESYNC_COUNT_KEY = 94_999  # ESync: the devices' step and sample counts (their sum); the last control key
 #: ``Trainer.allreduce_grads()`` in mode sync: parameter i's gradient sum at
 #: ``ALLREDUCE_KEY_BASE + i`` (a control key: the server stores the plain sum).
 ALLREDUCE_KEY_BASE = CONTROL_KEY_BASE + 1

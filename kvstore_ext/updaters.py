@@ -141,3 +141,71 @@ class PartialReduceSum(ServerUpdater):
         count += 1
         self.arrivals[index] = 0 if count == expected else count
         return None
+
+
+@mx.optimizer.register
+class ESyncAggregate(ESyncAverage):
+    """ESync's aggregation with an outer optimizer (``--outer-optimizer``).
+
+    The servers receive the sum of the (already weighted, see
+    :mod:`mxhet.policy.aggregation`) deltas; ``a = ε·sum/p`` is the combined
+    delta. ``outer="none"``: ``w += a``. ``outer="nesterov"`` (DiLoCo): the
+    pseudo-gradient ``g = -a`` drives Nesterov momentum kept here, one buffer
+    per key: ``m = μ·m + g``, ``w -= lr·(g + μ·m)``. Keys in ``plain_keys``
+    (BatchNorm running statistics) always take ``w += a``.
+
+    Args:
+        num_workers: p.
+        epsilon: ε (> 0).
+        outer: ``"none"`` or ``"nesterov"``.
+        outer_lr: the outer learning rate (> 0).
+        outer_momentum: μ in [0, 1).
+        plain_keys: keys updated by the plain mean.
+        initial_momentum: key -> numpy array, the buffers to start from
+            (resuming a checkpoint); other keys start at zero.
+
+    Raises:
+        ValueError: naming the bad argument.
+    """
+
+    def __init__(self, num_workers, epsilon=1.0, outer="none", outer_lr=1.0, outer_momentum=0.0,
+                 plain_keys=(), initial_momentum=None, **kwargs):
+        super().__init__(num_workers, epsilon=epsilon, **kwargs)
+        if outer not in ("none", "nesterov"):
+            raise ValueError("outer must be 'none' or 'nesterov', got %r" % (outer,))
+        if not outer_lr > 0:
+            raise ValueError("outer_lr must be > 0, got %r" % (outer_lr,))
+        if not 0 <= outer_momentum < 1:
+            raise ValueError("outer_momentum must be in [0, 1), got %r" % (outer_momentum,))
+        self.outer = outer
+        self.outer_lr = float(outer_lr)
+        self.outer_momentum = float(outer_momentum)
+        self.plain_keys = frozenset(int(k) for k in plain_keys)
+        self.initial_momentum = dict(initial_momentum or {})
+
+    def create_param_state(self, index, weight):
+        if self.outer == "none" or index in self.plain_keys:
+            return None
+        start = self.initial_momentum.pop(index, None)
+        if start is None:
+            return mx.nd.zeros(weight.shape, ctx=weight.context, dtype=weight.dtype)
+        if tuple(start.shape) != tuple(weight.shape):
+            # PS-LITE splits a large array across several servers: this one holds a part.
+            raise ValueError("the saved outer momentum of key %d has shape %s, this server holds %s; resume "
+                             "with one server or without --outer-optimizer" % (index, start.shape, weight.shape))
+        return mx.nd.array(start, ctx=weight.context, dtype=weight.dtype)
+
+    @property
+    def elementwise(self):
+        """Flat buckets only without an outer optimizer: its momentum is one
+        buffer per parameter key (checkpointed by key)."""
+        return self.outer == "none"
+
+    def apply(self, index, weight, grad, state):
+        if state is None:
+            weight[:] += grad * (self.epsilon / self.num_workers)
+            return
+        agg = grad * (self.epsilon / self.num_workers)
+        mu = self.outer_momentum
+        state[:] = mu * state - agg
+        weight[:] += self.outer_lr * (agg - mu * state)

@@ -70,6 +70,13 @@ def build_parser():
                         "(default %(default)s)")
     g.add_argument("--ack", choices=["blocking", "delayed"], default="blocking",
                    help="esync: wait for each State Server answer, or keep training (delayed ACKs, §4.2)")
+    g.add_argument("--aggregation", choices=["mean", "normalized", "weighted"], default="mean",
+                   help="esync: combine deltas by plain mean (Algorithm 1), per local step (FedNova) or by samples")
+    g.add_argument("--outer-optimizer", choices=["none", "nesterov"], default="none",
+                   help="esync: apply the combined delta as is, or as DiLoCo's pseudo-gradient with Nesterov "
+                        "momentum on the servers")
+    g.add_argument("--outer-lr", type=float, default=0.7, help="esync: outer learning rate (default %(default)s)")
+    g.add_argument("--outer-momentum", type=float, default=0.9, help="esync: outer momentum (default %(default)s)")
     g.add_argument("--on-nonfinite", choices=["stop", "skip"], default="stop",
                    help="NaN/Inf in a delta or gradient about to be pushed: stop the job with an error "
                         "naming the worker and round, or push zeros instead (default %(default)s)")
@@ -139,7 +146,9 @@ def mode_options(args, mode):
     """Every option mode ``mode`` takes, by name, from the command line."""
     from .policy import get_spec
     offered = {"global_lr": args.global_lr, "reset_optimizer_state": args.reset_optimizer_state,
-               "ack": args.ack, "local_steps": args.local_steps, "lamda": args.dc_lambda}
+               "ack": args.ack, "local_steps": args.local_steps, "lamda": args.dc_lambda,
+               "aggregation": args.aggregation, "outer_optimizer": args.outer_optimizer,
+               "outer_lr": args.outer_lr, "outer_momentum": args.outer_momentum}
     offered["staleness"] = args.max_staleness
     offered.update(group_size=args.group_size, weights=args.weights, alpha=args.alpha,
                    frozen_filter=args.frozen_filter == "on", frozen_window=args.frozen_window)

@@ -27,8 +27,11 @@ carry on, as if the local optimizer ran continuously on the replica); with
 ``reset_optimizer_state=True`` it starts afresh every round.
 """
 from ..errors import ConfigError
+from ..gluon_private import trainer_optimizer, trainer_params
 from ..policy import specs
+from ..policy.aggregation import check_options as check_aggregation
 from ..policy.worker import Action, ESyncPolicy
+from .esync_weighting import DeltaWeighting
 from .base import SyncMode
 from .registry import register
 
@@ -47,6 +50,9 @@ class ESync(SyncMode):
         if self.opts["ack"] not in ACK_MODES:
             raise ConfigError("ack must be one of %s, got %r" % (ACK_MODES, self.opts["ack"]))
         self.delayed = self.opts["ack"] == "delayed"
+        check_aggregation(self.opts)
+        self.weighting = DeltaWeighting(self.opts["aggregation"])
+        self._batch_size = 0
         self.policy = ESyncPolicy()
         self._round_start = (0.0, 0, 0, 0)
 
@@ -59,18 +65,28 @@ class ESync(SyncMode):
         return self.policy.k
 
     @classmethod
-    def updater_for(cls, num_workers, batch_size, optimizer, opts):
-        from kvstore_ext.updaters import ESyncAverage
-        return ESyncAverage(num_workers, epsilon=opts["global_lr"])
+    def updater_for(cls, num_workers, batch_size, optimizer, opts, plain_keys=()):
+        from kvstore_ext.updaters import ESyncAggregate
+        return ESyncAggregate(num_workers, epsilon=opts["global_lr"], outer=opts["outer_optimizer"],
+                              outer_lr=opts["outer_lr"], outer_momentum=opts["outer_momentum"],
+                              plain_keys=plain_keys)
+
+    def server_updater(self, batch_size):
+        # BatchNorm statistics (no gradient) are averaged, never moved by the outer optimizer.
+        plain = [i for i, p in enumerate(trainer_params(self.trainer)) if p.grad_req == "null"]
+        return self.updater_for(self.channel.num_workers, batch_size, trainer_optimizer(self.trainer), self.opts,
+                                plain_keys=plain)
 
     def on_connect(self):
         self.client = self.join_state_server()
 
     def on_setup(self, batch_size):
+        self.weighting.setup(self.channel)
         self._mark_round_start()
 
     # -- the local iteration -------------------------------------------------
     def local_update(self, batch_size, ignore_stale_grad):
+        self._batch_size = batch_size
         self.trainer.local_step(batch_size, ignore_stale_grad)
         self.aggregated = False
 
@@ -124,6 +140,7 @@ class ESync(SyncMode):
     # -- aggregation -----------------------------------------------------------
     def aggregate(self):
         """Push Δ for every key in one batch, pull w_t+1, reset the replica, RESET."""
+        self.weighting.weigh(self, self.policy.k, self._batch_size)
         self.exchange_deltas(self.round)
         if self.opts["reset_optimizer_state"]:
             self.reset_optimizer_state()

@@ -34,7 +34,13 @@ ESYNC = register_spec(ModeSpec(
              Option("reset_optimizer_state", False, "clear the local optimizer state at every round boundary"),
              _STATE_TIMEOUT,
              Option("ack", "blocking", "'blocking': wait for every answer (Algorithm 1); 'delayed': keep "
-                                       "training, no answer yet means NOT-READY (§4.2)"))))
+                                       "training, no answer yet means NOT-READY (§4.2)"),
+             Option("aggregation", "mean", "how deltas are combined: 'mean' (Algorithm 1), 'normalized' (FedNova: "
+                                           "per local step), 'weighted' (by samples); see mxhet.policy.aggregation"),
+             Option("outer_optimizer", "none", "'none': w += combined delta; 'nesterov': DiLoCo's outer Nesterov "
+                                               "momentum on the servers"),
+             Option("outer_lr", 0.7, "learning rate of the outer optimizer"),
+             Option("outer_momentum", 0.9, "momentum of the outer optimizer"))))
 
 SYNC = register_spec(ModeSpec(
     "sync", "dist_sync", "synchronous SGD: gradients averaged every step; everyone waits for the slowest"))

@@ -183,6 +183,8 @@ def run(args):
     if spec.distributed:
         optimizer = mx.optimizer.create(args.optimizer, **optimizer_params(args))
         updater = get_mode(job.mode).updater_for(len(devices), args.batch_size, optimizer, job.mode_options)
+        if hasattr(updater, "plain_keys"):  # esync: BatchNorm statistics are averaged, never extrapolated
+            updater.plain_keys = frozenset(k for k, p in enumerate(first.params) if p.grad_req == "null")
     servers = engine.Servers([mx.nd.array(p.data().asnumpy(), ctx=ctx) for p in first.params],
                              updater if updater is not None else mx.optimizer.create("sgd"))
     sim = engine.Simulation(job, devices, servers, grad_keys)
