@@ -71,6 +71,8 @@ def build_parser():
                      help="launcher --slowdown-schedule, SLOT:SPEC (default %(default)s)")
     dyn.add_argument("--ack", choices=["blocking", "delayed"], default="blocking")
     dyn.add_argument("--window", type=float, default=2.5, help="seconds per line of the printed table")
+    sub.add_parser("scale", add_help=False,
+                   help="ESync, SSP and ADSP with 100 to 10,000 simulated devices (options: mxhet-bench scale -h)")
     cp = sub.add_parser("control-plane", help="State Server: queries/s and latency under closed-loop load")
     load = cp.add_argument_group("load")
     load.add_argument("--clients", type=int, default=64, help="closed-loop client sockets (default %(default)s)")
@@ -459,6 +461,10 @@ def run_rescore(args):
 
 
 def main(argv=None):
+    raw = list(sys.argv[1:] if argv is None else argv)
+    if raw[:1] == ["scale"]:  # its own parser (bench/scale.py)
+        from . import scale
+        return scale.main(raw[1:])
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
     runners = {"demo": run_demo, "epsilon": run_epsilon, "acks": run_acks, "dynamic": run_dynamic,

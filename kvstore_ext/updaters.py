@@ -74,6 +74,16 @@ class ESyncAverage(ServerUpdater):
     def apply(self, index, weight, grad, state):
         weight[:] += grad * (self.epsilon / self.num_workers)
 
+    @property
+    def elementwise(self):
+        """True when every element of every parameter key gets the same
+        arithmetic and no per-key state, so a worker may exchange many
+        parameters as one flat bucket key (:mod:`mxhet.dataplane.channel`). A
+        subclass that overrides the rule is per-key unless it says otherwise."""
+        cls = type(self)
+        return (cls.apply is ESyncAverage.apply and cls.update is ServerUpdater.update
+                and cls.create_param_state is ServerUpdater.create_param_state)
+
 
 @mx.optimizer.register
 class ServerOptimizer(ServerUpdater):

@@ -8,6 +8,11 @@ Two ways to ask QUERY-STATE:
   send and keep training; answers are picked up later without waiting, and
   no answer yet means NOT-READY (the paper's §4.2).
 
+RESET goes out without waiting either (:meth:`StateClient.send_reset`,
+protocol v2): its answer is taken whenever replies are read, and the job's
+decision to stop after a round also comes back with the first query of the
+next round; :attr:`StateClient.stop_decided` says when it came.
+
 Messages go through a :class:`~mxhet.control.transport.Transport` (a
 background I/O thread), so waiting is always bounded by a timeout, and
 replies are matched by sequence number. The client measures the round-trip
@@ -69,6 +74,8 @@ class StateClient:
         self.reregistrations = 0
         self._register_seq = 0        # seq of the latest Register sent
         self._register_replies = set()  # seqs of Registers sent by poll(), whose replies poll() takes
+        self._resets = set()    # seqs of RESETs sent without waiting, not answered yet
+        self.stop_decided = False  # an answer said: the job stops after the round just aggregated
         self._sent_at = {}
         self._pending = []   # replies to queries, received while waiting for something else
         self._transport = transport if transport is not None else Transport(address, delay=delay, clock=clock,
@@ -88,7 +95,7 @@ class StateClient:
         if message.TYPE == m.Register.TYPE:
             self._register_seq = message.seq
         self._sent_at[message.seq] = self._clock()
-        self.max_in_flight = max(self.max_in_flight, len(self._sent_at))
+        self.max_in_flight = max(self.max_in_flight, len(self._sent_at) - len(self._resets))
         self._transport.send(data)
 
     def _decode(self, received):
@@ -99,6 +106,8 @@ class StateClient:
             sample = arrived - sent
             self._rtt.update(sample)
             self.replies += 1
+        if reply.ok and reply.stop:
+            self.stop_decided = True
         return reply
 
     def request(self, message):
@@ -147,7 +156,7 @@ class StateClient:
             reply = self._decode(received)
             if reply.seq == seq:
                 return reply
-            if not self._took_register_reply(reply):
+            if not self._took_register_reply(reply) and not self._took_reset_reply(reply):
                 self._pending.append(reply)
 
     def _register_again(self):
@@ -169,6 +178,22 @@ class StateClient:
         if not reply.ok:
             raise ProtocolError("State Server refused the new registration: %s" % reply.error)
         return True
+
+    def _took_reset_reply(self, reply):
+        """True if ``reply`` answers a RESET sent by :meth:`send_reset` (and is thereby handled).
+
+        A "not registered" answer is left to the caller (the State Server was
+        restarted: the next query's answer says so too).
+
+        Raises:
+            ProtocolError: the server refused the RESET for another reason.
+        """
+        if reply.seq not in self._resets:
+            return False
+        self._resets.discard(reply.seq)
+        if reply.ok or reply.code == "not_registered":
+            return reply.ok
+        raise ProtocolError("State Server refused RESET: %s" % reply.error)
 
     def _next_seq(self):
         self._seq += 1
@@ -237,7 +262,7 @@ class StateClient:
             raw = self._transport.recv(0.0)
         replies, forgotten = [], False
         for reply in received:
-            if self._took_register_reply(reply):
+            if self._took_register_reply(reply) or self._took_reset_reply(reply):
                 continue
             if reply.ok:
                 replies.append(reply)
@@ -255,6 +280,14 @@ class StateClient:
     def reset(self, round_, want_stop=False):
         """RESET after pulling the model of ``round_``; True means stop training now."""
         return self.request(self._message(m.Reset, round=round_, want_stop=bool(want_stop))).stop
+
+    def send_reset(self, round_, want_stop=False):
+        """RESET without waiting: its answer is taken by a later :meth:`poll` or
+        request, and the stop decision also comes with the next query's answer
+        (:attr:`stop_decided`)."""
+        message = self._message(m.Reset, round=round_, want_stop=bool(want_stop))
+        self._resets.add(message.seq)
+        self._send(message)
 
     def clock(self, iterations):
         """SSP: report ``iterations`` done; returns when the staleness bound allows the next."""

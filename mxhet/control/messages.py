@@ -20,7 +20,12 @@ import orjson
 
 from ..errors import ProtocolError
 
-VERSION = 1
+VERSION = 2
+"""Written in every message. v2: workers send RESET without waiting for its
+answer, and the answer to a query carries ``stop`` once the job decided to
+stop after the previous round; a v1 worker (which waits for RESET's answer)
+is still served."""
+SUPPORTED_VERSIONS = frozenset((1, 2))
 MAX_MESSAGE_BYTES = 16 * 1024
 """Cap enforced on the socket (ZMQ_MAXMSGSIZE) and again when decoding."""
 
@@ -317,7 +322,8 @@ class Reply:
 
     ``ok`` is False for a refused request, with ``error`` saying why. ``ready``
     answers a query, with ``slowest`` the rank the State Server took for the
-    slowest device (-1 when it does not apply); ``stop`` answers a reset;
+    slowest device (-1 when it does not apply); ``stop`` answers a reset, and
+    a query of a round after which the job decided to stop (v2);
     ``target`` (total commits due by the next checkpoint) and ``period_left``
     (seconds until it) answer an ADSP commit report. The G-CADA requests
     (``Group*``) say in their docstrings what ``ready``, ``round`` and
@@ -421,8 +427,8 @@ def decode(data, allowed=None):
         raise ProtocolError("not a JSON message: %s" % exc) from None
     if not isinstance(body, dict):
         raise ProtocolError("a message must be a JSON object")
-    if body.pop("v", None) != VERSION:
-        raise ProtocolError("unsupported protocol version (expected %d)" % VERSION)
+    if body.pop("v", None) not in SUPPORTED_VERSIONS:
+        raise ProtocolError("unsupported protocol version (expected one of %s)" % sorted(SUPPORTED_VERSIONS))
     kind = body.pop("type", None)
     cls = allowed.get(kind) if isinstance(kind, str) else None
     if cls is None:

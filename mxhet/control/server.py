@@ -156,6 +156,12 @@ class StateService:
         record = self._registered(req.rank)
         if req.round != record.round:
             raise ProtocolError("query for round %d, rank %d is in round %d" % (req.round, req.rank, record.round))
+        if self.stop_decisions.get(req.round):
+            # Protocol v2: workers send RESET without waiting for its answer, so
+            # the job's decision to stop after the round just aggregated comes
+            # back with the first query of the next one (never READY: no worker
+            # pushes again, every worker stops after the same round).
+            return m.Reply(seq=req.seq, round=req.round, stop=True)
         ready = self.table.query(req.rank, req.k, req.c, now - req.since_finish, now, present_only=True)
         slowest = self.table.slowest_rank()
         if ready:

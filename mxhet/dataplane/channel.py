@@ -1,10 +1,29 @@
-"""A worker's channel to the parameter servers."""
+"""A worker's channel to the parameter servers.
+
+Bucketing: PS-LITE sends one message per key and server and a server calls
+the Python updater once per key and round, so a model of many small
+parameters pays a fixed cost per key (ResNet-18: 122 keys). When the updater
+shipped to the servers is elementwise (``updater.elementwise``: the same
+arithmetic for every element whatever its key, as ESync's average), the
+channel lays the parameters out in a few flat buckets (consecutive keys of one
+dtype and context, up to ``bucket_bytes`` each) and exchanges the buckets
+instead: one concat to pack, one split to unpack, and the updater runs once
+per bucket. Every element sees the same additions and the same update as with
+one key per parameter, so the model is the same; modes do not change. Other
+updaters (optimizers with per-key learning-rate or weight-decay multipliers,
+per-key state) keep one key per parameter.
+"""
 import time
 
 import mxnet as mx
 import numpy as np
 
-from ..gluon_private import kvstore_barrier
+from ..gluon_private import kvstore_barrier, split_into
+
+DEFAULT_BUCKET_BYTES = 16 << 20
+"""Bytes per bucket at most (a parameter larger than this gets a bucket of its
+own). MXNet splits an array of over ``MXNET_KVSTORE_BIGARRAY_BOUND`` elements
+(1M by default) over every server, so large buckets still spread the load."""
 
 
 def nbytes(arrays):
@@ -16,6 +35,65 @@ def copy_all(sources, targets):
     """Copy arrays pairwise (converting memory layouts as needed)."""
     for src, dst in zip(sources, targets):
         src.copyto(dst)
+
+
+class BucketLayout:
+    """Which parameter goes where in the flat buckets.
+
+    Args:
+        keys: the parameter keys, in order.
+        arrays: one array per key (shapes, dtypes and contexts are read).
+        bucket_bytes: bytes per bucket at most (> 0).
+
+    Raises:
+        ValueError: for a bad ``bucket_bytes`` or mismatched lists.
+    """
+
+    def __init__(self, keys, arrays, bucket_bytes):
+        if not isinstance(bucket_bytes, int) or bucket_bytes < 1:
+            raise ValueError("bucket_bytes must be a positive integer, got %r" % (bucket_bytes,))
+        if len(keys) != len(arrays):
+            raise ValueError("%d keys for %d arrays" % (len(keys), len(arrays)))
+        self.keys = list(keys)
+        self.position = {k: i for i, k in enumerate(self.keys)}
+        self.buckets = []   # [(dtype, context, [member indices], [offsets], elements)]
+        for i, a in enumerate(arrays):
+            size, kind = int(a.size), (np.dtype(a.dtype), a.context)
+            last = self.buckets[-1] if self.buckets else None
+            if (last is None or (last[0], last[1]) != kind
+                    or (last[4] + size) * kind[0].itemsize > bucket_bytes):
+                last = (kind[0], kind[1], [], [], 0)
+                self.buckets.append(last)
+            last[2].append(i)
+            last[3].append(last[4])
+            self.buckets[-1] = (last[0], last[1], last[2], last[3], last[4] + size)
+        # bucket b is kvstore key b: keys in the parameter range, none left for per-parameter keys
+        self.bucket_keys = list(range(len(self.buckets)))
+
+    def flat_buffers(self):
+        return [mx.nd.zeros((n,), ctx=ctx, dtype=dtype) for dtype, ctx, _, _, n in self.buckets]
+
+    def pack(self, arrays, flats):
+        """Copy ``arrays`` (one per key, in key order) into the buckets ``flats``."""
+        for (_, _, members, _, _), flat in zip(self.buckets, flats):
+            mx.nd.concat(*[arrays[i].reshape((-1,)) for i in members], dim=0, out=flat)
+
+    def unpack(self, flats, arrays):
+        """Copy the buckets ``flats`` into ``arrays`` (one per key, in key order)."""
+        for (_, _, members, offsets, _), flat in zip(self.buckets, flats):
+            split_into(flat, offsets, [arrays[i] for i in members])
+
+    def split(self, keys):
+        """``keys`` as (positions of the parameter keys, positions of the others).
+
+        Raises:
+            ValueError: the parameter keys are not exactly this layout's keys, in order.
+        """
+        params = [j for j, k in enumerate(keys) if k in self.position]
+        if params and [keys[j] for j in params] != self.keys:
+            raise ValueError("a bucketed channel exchanges every parameter key at once, in order; got %d of %d"
+                             % (len(params), len(self.keys)))
+        return params, [j for j, k in enumerate(keys) if k not in self.position]
 
 
 class KVChannel:
@@ -30,12 +108,22 @@ class KVChannel:
         counters: an object with ``bytes_pushed``, ``bytes_pulled`` and
             ``sync_s`` attributes, updated in place (the worker's stats).
         clock: monotonic clock in seconds.
+        bucket_bytes: bytes per flat bucket when the updater allows buckets
+            (see the module's docstring); 0 = one key per parameter always.
+
+    Raises:
+        ValueError: for a negative or non-integer ``bucket_bytes``.
     """
 
-    def __init__(self, kvstore_type, counters, clock=time.monotonic):
+    def __init__(self, kvstore_type, counters, clock=time.monotonic, bucket_bytes=DEFAULT_BUCKET_BYTES):
+        if not isinstance(bucket_bytes, int) or bucket_bytes < 0:
+            raise ValueError("bucket_bytes must be an integer >= 0, got %r" % (bucket_bytes,))
         self.kvstore_type = kvstore_type
         self.counters = counters
         self.clock = clock
+        self.bucket_bytes = bucket_bytes
+        self.layout = None      # a BucketLayout once the model is shared in buckets
+        self._flats = None      # (send buffers, receive buffers), one per bucket
         self.kv = None
 
     def connect(self):
@@ -65,14 +153,32 @@ class KVChannel:
         from kvstore_ext.probe import verify_server_updater
         bufs = [mx.nd.zeros(w.shape, ctx=w.context, dtype=w.dtype) for w in weights]
         copy_all(weights, bufs)
-        self.kv.init(keys, bufs)
+        if self.bucket_bytes and getattr(updater, "elementwise", False) and len(keys) > 1:
+            self.layout = BucketLayout(keys, bufs, self.bucket_bytes)
+            self._flats = (self.layout.flat_buffers(), self.layout.flat_buffers())
+            self.layout.pack(bufs, self._flats[0])
+            self.kv.init(self.layout.bucket_keys, self._flats[0])
+        else:
+            self.kv.init(keys, bufs)
         self.kv.set_optimizer(updater)
         verify_server_updater(self.kv, num_servers, self.kvstore_type == "dist_sync")
-        self.kv.pull(keys, out=bufs)
-        self.counters.bytes_pulled += nbytes(bufs)
+        self.pull(keys, bufs)
         copy_all(bufs, weights)
         mx.nd.waitall()
         return bufs
+
+    def _bucketed(self, keys, values, outs):
+        """The kvstore's keys, values and outs for a call on ``keys``: the
+        buckets (values packed) in place of the parameter keys, then the others."""
+        params, others = self.layout.split(keys)
+        sends, recvs = self._flats
+        if not params:  # control keys only
+            sends, recvs = [], []
+        if values is not None:
+            self.layout.pack([values[j] for j in params], sends)
+        kv_keys = (self.layout.bucket_keys if params else []) + [keys[j] for j in others]
+        kv_values = None if values is None else sends + [values[j] for j in others]
+        return kv_keys, kv_values, recvs + [outs[j] for j in others], [outs[j] for j in params]
 
     def init(self, keys, values):
         """Initialize extra (control) keys."""
@@ -81,8 +187,15 @@ class KVChannel:
     def push_pull(self, keys, values, outs):
         """Push ``values`` and pull into ``outs`` (one batch), waiting for both."""
         t0 = self.clock()
-        self.kv.push(keys, values)
-        self.kv.pull(keys, out=outs)
+        if self.layout is None:
+            self.kv.push(keys, values)
+            self.kv.pull(keys, out=outs)
+        else:
+            kv_keys, kv_values, kv_outs, param_outs = self._bucketed(keys, values, outs)
+            self.kv.push(kv_keys, kv_values)
+            self.kv.pull(kv_keys, out=kv_outs)
+            if param_outs:
+                self.layout.unpack(self._flats[1], param_outs)
         mx.nd.waitall()
         self.counters.sync_s += self.clock() - t0
         self.counters.bytes_pushed += nbytes(values)
@@ -90,7 +203,13 @@ class KVChannel:
 
     def pull(self, keys, outs):
         """Pull into ``outs``, waiting for it (bytes counted; the time is the caller's to count)."""
-        self.kv.pull(keys, out=outs)
+        if self.layout is None:
+            self.kv.pull(keys, out=outs)
+        else:
+            kv_keys, _, kv_outs, param_outs = self._bucketed(keys, None, outs)
+            self.kv.pull(kv_keys, out=kv_outs)
+            if param_outs:
+                self.layout.unpack(self._flats[1], param_outs)
         mx.nd.waitall()
         self.counters.bytes_pulled += nbytes(outs)
 
@@ -100,3 +219,4 @@ class KVChannel:
 
     def close(self):
         self.kv = None
+        self._flats = None

@@ -16,6 +16,7 @@ commit so that all workers reach the checkpoint with the same count). Commits
 happen between iterations, at the boundary nearest to the due time. The worker's recent training loss goes with each
 report and feeds the commit-rate search.
 """
+from ..dataplane.channel import DEFAULT_BUCKET_BYTES
 from ..errors import ConfigError
 from ..policy import specs
 from ..policy.worker import Action, ADSPPolicy
@@ -27,6 +28,7 @@ from .registry import register
 class ADSP(SyncMode):
     """The executor of :class:`mxhet.policy.worker.ADSPPolicy` on the real cluster."""
     spec = specs.ADSP
+    bucket_bytes = DEFAULT_BUCKET_BYTES
 
     def __init__(self, trainer, config, **options):
         super().__init__(trainer, config, **options)

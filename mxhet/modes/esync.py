@@ -5,7 +5,10 @@ iteration it asks the State Server whether to keep training (NOT-READY) or to
 aggregate (READY). On READY it pushes Δ = w_local - w_t for every parameter
 (BatchNorm running statistics included), the servers apply
 ``w_t+1 = w_t + ε·mean(Δ)`` (:class:`kvstore_ext.updaters.ESyncAverage`), the
-worker pulls w_t+1 into its replica and sends RESET.
+worker pulls w_t+1 into its replica and sends RESET without waiting for its
+answer: the job's decision to stop after that round comes back with the answer
+to the next query (protocol v2), so a round costs one blocking exchange, the
+push/pull, and no State Server round trip.
 
 ``ack="blocking"`` waits for every answer (Algorithm 1). ``ack="delayed"`` is
 the non-blocking mode of §4.2: the query is sent and training goes on; no
@@ -26,6 +29,7 @@ Optimizer state at a round boundary: kept by default (momentum or Adam moments
 carry on, as if the local optimizer ran continuously on the replica); with
 ``reset_optimizer_state=True`` it starts afresh every round.
 """
+from ..dataplane.channel import DEFAULT_BUCKET_BYTES
 from ..errors import ConfigError
 from ..gluon_private import trainer_optimizer, trainer_params
 from ..policy import specs
@@ -42,6 +46,7 @@ ACK_MODES = ("blocking", "delayed")
 class ESync(SyncMode):
     """The executor of :class:`mxhet.policy.worker.ESyncPolicy` on the real cluster."""
     spec = specs.ESYNC
+    bucket_bytes = DEFAULT_BUCKET_BYTES
 
     def __init__(self, trainer, config, **options):
         super().__init__(trainer, config, **options)
@@ -91,6 +96,8 @@ class ESync(SyncMode):
         self.aggregated = False
 
     def communicate(self, batch_size, capability, compute_end):
+        if self.stopped:  # the job stops after the round last aggregated: this iteration is dropped
+            return
         self.policy.completed()
         c = capability + self.client.rtt
         t0 = self.clock()
@@ -114,6 +121,8 @@ class ESync(SyncMode):
         for reply in replies:
             self.policy.answer(reply.round, reply.ready, reply.slowest)
         self.stats.late_replies = self.policy.late_replies
+        if self.client.stop_decided:
+            self.stopped = True
 
     def should_abort(self):
         if self.delayed and self.client is not None:
@@ -131,7 +140,7 @@ class ESync(SyncMode):
         # The emulated rest of a slow device's computation: a READY that comes
         # meanwhile ends it at once, as the paper's devices abort immediately.
         deadline = self.clock() + seconds
-        while self.policy.before_update() is Action.CONTINUE:
+        while self.policy.before_update() is Action.CONTINUE and not self.stopped:
             left = deadline - self.clock()
             if left <= 0:
                 break
@@ -149,8 +158,7 @@ class ESync(SyncMode):
         self.stats.rounds = self.round
         self.aggregated = True
         t0 = self.clock()
-        if self.client.reset(self.round, want_stop=self.wants_stop()):
-            self.stopped = True
+        self.client.send_reset(self.round, want_stop=self.wants_stop())
         self.stats.query_s += self.clock() - t0
         self._close_round(slowest)
 

@@ -14,7 +14,7 @@ def test_round_trip():
 
 
 @pytest.mark.parametrize("raw", [
-    b"\xff\xfe", b"[1,2]", b"{}", b'{"v":2,"type":"bye","rank":0,"seq":1}',
+    b"\xff\xfe", b"[1,2]", b"{}", b'{"v":3,"type":"bye","rank":0,"seq":1}',
     b'{"v":1,"type":"nope","rank":0,"seq":1}',
     b'{"v":1,"type":"bye","rank":0}',
     b'{"v":1,"type":"bye","rank":0,"seq":1,"extra":1}',
