@@ -49,7 +49,8 @@ setup(
         "tensorboardX>=2.6,<3",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-timeout>=2"],
+        # websocket-client: the dashboard's browser test drives headless chromium over DevTools
+        "test": ["pytest>=7", "pytest-timeout>=2", "websocket-client>=1.6,<2"],
     },
     entry_points={
         "console_scripts": [
