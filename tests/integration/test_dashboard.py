@@ -25,7 +25,7 @@ from .jobs import ROOT, load_summary, train_command
 
 pytestmark = pytest.mark.timeout(400)
 SLOWDOWNS = [1.0, 1.0, 4.0]
-TRAIN_SECONDS = 24
+TRAIN_SECONDS = 30
 
 
 class Job:
@@ -41,7 +41,8 @@ class Job:
                 "-n", "3", "-s", "1", "--sync", "esync", "--slowdown", ",".join(map(str, SLOWDOWNS)),
                 "--base-iter", "0.05", "--dashboard", "127.0.0.1:0", "--timeout", "300", "--",
                 *train_command(self.metrics, "--time-budget", str(TRAIN_SECONDS), "--eval-interval", "3",
-                               "--eval-samples", "300", "--tensorboard", str(self.tensorboard))]
+                               "--eval-samples", "300", "--final-eval-samples", "1000",
+                               "--tensorboard", str(self.tensorboard))]
         self.proc = subprocess.Popen(argv, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         threading.Thread(target=self._read, daemon=True).start()
