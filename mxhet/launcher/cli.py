@@ -12,6 +12,7 @@ from ..observe import launch as live_view
 from .plan import (DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_SYNC, EXIT_OK, EXIT_USAGE, _lookup_mode, build_plan,
                    read_hostfile)
 from .supervisor import run_plan
+from .watch import DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S
 
 _PROG = "mxhet-launch"
 
@@ -56,6 +57,9 @@ def build_parser():
                           "f x SECONDS, seeded per worker (the G-CADA paper's model; default %(default)s)")
     het.add_argument("--omp-threads", type=int, default=None, metavar="N",
                      help="OMP_NUM_THREADS of each worker (default: CPUs of its host / its workers)")
+    het.add_argument("--server-omp-threads", type=int, default=None, metavar="N",
+                     help="OMP_NUM_THREADS of the scheduler and servers (default: inherited from this "
+                          "launcher's environment, as under MXNet's tools/launch.py)")
 
     state = parser.add_argument_group("State Server (modes that need one, e.g. esync)")
     state.add_argument("--state-server-port", type=int, default=None, metavar="PORT",
@@ -95,6 +99,34 @@ def build_parser():
     cluster.add_argument("--python", default=sys.executable, metavar="PATH",
                          help="Python interpreter of the scheduler, servers and State Server "
                               "(default: this one)")
+    cluster.add_argument("--ssh-port", type=int, default=None, metavar="PORT",
+                         help="port of the hosts' ssh servers (default: the ssh client's own, e.g. from "
+                              "~/.ssh/config)")
+    cluster.add_argument("--ssh-identity", default=None, metavar="KEYFILE",
+                         help="private key the ssh client logs in with (only this one is offered)")
+    cluster.add_argument("--ssh-option", action="append", default=None, metavar="KEY=VALUE",
+                         help="an ssh client option (ssh -o), e.g. StrictHostKeyChecking=accept-new; repeatable")
+    cluster.add_argument("--sync-dst-dir", default=None, metavar="DIR",
+                         help="with --launcher ssh: rsync this working directory to DIR on every host first, "
+                              "and run the processes there (as MXNet's tools/launch.py)")
+
+    mxenv = parser.add_argument_group("environment (as MXNet's tools/launch.py)")
+    mxenv.add_argument("--env", action="append", default=None, metavar="NAME[,NAME...]",
+                       help="pass these variables' values from this environment to every process (local "
+                            "processes inherit the whole environment anyway); repeatable")
+    mxenv.add_argument("--env-server", action="append", default=None, metavar="NAME:VALUE[,...]",
+                       help="set variables for the servers, e.g. OMP_NUM_THREADS:3; repeatable")
+    mxenv.add_argument("--env-worker", action="append", default=None, metavar="NAME:VALUE[,...]",
+                       help="set variables for the workers, e.g. OMP_NUM_THREADS:3; repeatable")
+
+    watch = parser.add_argument_group("failure detection")
+    watch.add_argument("--hang-grace", type=float, default=DEFAULT_HANG_GRACE_S, metavar="SECONDS",
+                       help="a worker whose output ends in an uncaught Python exception and that neither "
+                            "exits, writes nor uses CPU for this long fails the job (MXNet keeps such a "
+                            "worker in PS-LITE's exit barrier; 0 = off; default: %(default)s)")
+    watch.add_argument("--orphan-grace", type=float, default=DEFAULT_ORPHAN_GRACE_S, metavar="SECONDS",
+                       help="the last running worker, idle (no CPU) this long after every other worker "
+                            "exited, fails the job (local processes only; 0 = off; default: %(default)s)")
 
     live_view.add_arguments(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND",
@@ -129,6 +161,46 @@ def _check_port(parser, option, value):
 def _check_seconds(parser, option, value):
     if value is not None and not (0 <= value < float("inf")):
         parser.error("%s must be a finite number of seconds >= 0, got %r" % (option, value))
+
+
+def _env_pairs(parser, option, values):
+    """``NAME:VALUE[,NAME:VALUE...]`` items (repeatable) as a dict; the value may hold ':'."""
+    pairs = {}
+    for text in values or ():
+        for item in filter(None, text.split(",")):
+            name, sep, value = item.partition(":")
+            if not sep or not name.strip() or "=" in name:
+                parser.error("%s %r: expected NAME:VALUE (e.g. OMP_NUM_THREADS:3)" % (option, item))
+            pairs[name.strip()] = value
+    return pairs
+
+
+def _check_mxnet_env(parser, args, environ=None):
+    """MXNet's --env, --env-server, --env-worker; --server-omp-threads; the failure watch."""
+    environ = os.environ if environ is None else environ
+    args.env_pass = []
+    for text in args.env or ():
+        for name in filter(None, (n.strip() for n in text.split(","))):
+            if ":" in name or "=" in name:
+                parser.error("--env %r: expected variable names (use --env-worker/--env-server NAME:VALUE "
+                             "to set a value)" % (name,))
+            if name not in environ:
+                parser.error("--env %s: the variable is not set in this environment" % name)
+            args.env_pass.append(name)
+    args.env_server_pairs = _env_pairs(parser, "--env-server", args.env_server)
+    args.env_worker_pairs = _env_pairs(parser, "--env-worker", args.env_worker)
+    if args.server_omp_threads is not None and args.server_omp_threads < 1:
+        parser.error("--server-omp-threads must be >= 1, got %d" % args.server_omp_threads)
+    _check_seconds(parser, "--hang-grace", args.hang_grace)
+    _check_seconds(parser, "--orphan-grace", args.orphan_grace)
+    _check_port(parser, "--ssh-port", args.ssh_port)
+    if args.ssh_identity is not None:
+        if not os.path.isfile(args.ssh_identity):
+            parser.error("--ssh-identity %r: no such file" % (args.ssh_identity,))
+        args.ssh_identity = os.path.abspath(args.ssh_identity)
+    for option in args.ssh_option or ():
+        if "=" not in option or option.startswith("="):
+            parser.error("--ssh-option %r: expected KEY=VALUE" % (option,))
 
 
 def parse_args(argv=None):
@@ -219,6 +291,7 @@ def parse_args(argv=None):
             parser.error("%s must be >= %d, got %d" % (option, 0 if option == "--staleness" else 1, value))
     if args.state_stats is not None:
         args.state_stats = os.path.abspath(args.state_stats)
+    _check_mxnet_env(parser, args)
     live_view.check(args, parser)
 
     if args.job_file is not None:

@@ -12,6 +12,7 @@ import sysconfig
 from typing import Optional
 
 from ..errors import ConfigError
+from .watch import DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S
 
 SCHEDULER = "scheduler"
 SERVER = "server"
@@ -66,6 +67,7 @@ class ProcessSpec:
     context: Optional[str] = None
     slowdown: Optional[float] = None
     remote: bool = False
+    ssh: tuple = ()               # the ssh client argv up to the host (remote processes only)
 
     @property
     def name(self):
@@ -83,6 +85,17 @@ class Plan:
     root_port: Optional[int]
     state_server: str             # "tcp://HOST:PORT", or "" without a State Server
     processes: tuple              # of ProcessSpec, in start order
+    #: commands run one after the other before any process starts (e.g.
+    #: ``--sync-dst-dir``'s rsync to every host); a failure ends the launch
+    prepare: tuple = ()
+    #: how :func:`~mxhet.launcher.run` supervises the job (from the command line)
+    timeout: Optional[float] = None
+    job_file: Optional[str] = None
+    state_server_restarts: int = DEFAULT_STATE_SERVER_RESTARTS
+    hang_grace: float = DEFAULT_HANG_GRACE_S
+    orphan_grace: float = DEFAULT_ORPHAN_GRACE_S
+    #: directories the job owns (its CURVE keys, ...), removed when it ends
+    scratch: tuple = ()
 
     def by_role(self, role):
         """The process specs of one role, in start order."""
@@ -154,15 +167,58 @@ def _bind_address(host, port, launcher):
     return "tcp://%s:%d" % (host, port)
 
 
-def ssh_argv(ssh_command, host, cwd, env, argv):
+#: The first line a remote process writes to stderr: its pid, which is also
+#: its process group (sshd starts the command in a session of its own), so
+#: that the launcher can end it and its children over ssh.
+REMOTE_PID_MARK = "__mxhet_remote_pid__="
+
+
+def ssh_prefix(ssh_command, options=()):
+    """The ssh client argv up to the host: ``ssh_command`` split, then
+    ``-o BatchMode=yes`` (never prompt) and ``options``."""
+    return (*shlex.split(ssh_command), "-o", "BatchMode=yes", *options)
+
+
+def ssh_argv(ssh_command, host, cwd, env, argv, options=()):
     """The local command that runs ``argv`` on ``host`` in ``cwd`` with ``env``.
 
-    ``[*ssh_command, "-o", "BatchMode=yes", host, "cd CWD && env K=V ... ARGV"]``,
+    ``[*ssh_command, "-o", "BatchMode=yes", *options, host,
+    "cd CWD && echo __mxhet_remote_pid__=$$ >&2 && exec env K=V ... ARGV"]``,
     every part shell-quoted for the remote shell.
     """
     assignments = " ".join(shlex.quote("%s=%s" % (key, env[key])) for key in sorted(env))
-    remote = "cd %s && env %s %s" % (shlex.quote(cwd), assignments, shlex.join(argv))
-    return (*shlex.split(ssh_command), "-o", "BatchMode=yes", host, remote)
+    remote = "cd %s && echo %s$$ >&2 && exec env %s %s" % (shlex.quote(cwd), REMOTE_PID_MARK, assignments,
+                                                           shlex.join(argv))
+    return (*ssh_prefix(ssh_command, options), host, remote)
+
+
+#: Variables MXNet's ssh launcher (dmlc-tracker) passes to remote processes
+#: when they are set here; ``--env NAME`` adds others. (It also passes AWS
+#: credentials; mxhet does not put secrets on a command line unless asked.)
+SSH_DEFAULT_ENV = ("OMP_NUM_THREADS", "LD_LIBRARY_PATH", "DMLC_INTERFACE")
+
+
+def ssh_options(args):
+    """``-o`` options for the ssh client from ``--ssh-port``, ``--ssh-identity``, ``--ssh-option``."""
+    options = []
+    if getattr(args, "ssh_port", None):
+        options += ["-o", "Port=%d" % args.ssh_port]
+    if getattr(args, "ssh_identity", None):
+        options += ["-o", "IdentityFile=%s" % args.ssh_identity, "-o", "IdentitiesOnly=yes"]
+    for option in getattr(args, "ssh_option", None) or ():
+        options += ["-o", option]
+    return tuple(options)
+
+
+def sync_commands(args, hosts, cwd):
+    """``--sync-dst-dir``: rsync the working directory to DIR on every host (as
+    MXNet's ssh launcher), over the job's ssh client and options."""
+    if not getattr(args, "sync_dst_dir", None) or args.launcher != "ssh":
+        return ()
+    rsh = shlex.join(ssh_prefix(args.ssh_command, ssh_options(args)))
+    source = cwd.rstrip("/") + "/"
+    return tuple(("rsync", "-az", "--rsh", rsh, source, "%s:%s" % (host, args.sync_dst_dir))
+                 for host in dict.fromkeys(hosts))
 
 
 def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, cwd=None):
@@ -180,12 +236,26 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
     cwd = os.getcwd() if cwd is None else cwd
     remote = args.launcher == "ssh"
     hosts = list(args.hosts) if remote else [LOCAL_HOST]
+    options = ssh_options(args) if remote else ()
+    prepare = sync_commands(args, hosts, cwd) if remote else ()
+    if prepare:
+        cwd = args.sync_dst_dir  # the processes run in the synchronized copy
     first = hosts[0]
     n = args.num_workers
     dist = args.kvstore_type is not None
     num_servers = args.num_servers if dist else 0
 
     base = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": _child_pythonpath(environ)}
+    # MXNet's --env NAME: pass this launcher's value to every process (they
+    # inherit it anyway when local); over ssh also SSH_DEFAULT_ENV, when set.
+    passed = {}
+    if remote:
+        passed.update((name, environ[name]) for name in SSH_DEFAULT_ENV if name in environ)
+    passed.update((name, environ[name]) for name in getattr(args, "env_pass", ()) or () if name in environ)
+    env_server = dict(getattr(args, "env_server_pairs", {}) or {})
+    env_worker = dict(getattr(args, "env_worker_pairs", {}) or {})
+    server_threads = getattr(args, "server_omp_threads", None)
+    ps_threads = {"OMP_NUM_THREADS": str(server_threads)} if server_threads else {}
     taken = set()
 
     def port(given):
@@ -213,21 +283,25 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
 
     def spec(role, slot, host, argv, env, **extra):
         argv = tuple(argv)
+        ssh = ()
         if remote:
-            argv = ssh_argv(args.ssh_command, host, cwd, env, argv)
-        return ProcessSpec(role=role, slot=slot, host=host, argv=argv, env=env, remote=remote, **extra)
+            argv = ssh_argv(args.ssh_command, host, cwd, env, argv, options)
+            ssh = ssh_prefix(args.ssh_command, options)
+        return ProcessSpec(role=role, slot=slot, host=host, argv=argv, env=env, remote=remote, ssh=ssh, **extra)
 
     server_argv = (args.python, "-m", "kvstore_ext.server")
     processes = []
     if dist:
+        # OMP threads of the scheduler and servers: inherited, as under MXNet's
+        # launcher, unless --server-omp-threads; --env-server applies to servers.
         processes.append(spec(SCHEDULER, None, first, server_argv,
-                              {**base, **dmlc, "DMLC_ROLE": SCHEDULER, "DMLC_NODE_HOST": first,
-                               "OMP_NUM_THREADS": "1"}))
+                              {**base, **passed, **ps_threads, **dmlc, "DMLC_ROLE": SCHEDULER,
+                               "DMLC_NODE_HOST": first}))
         for index in range(num_servers):
             host = hosts[index % len(hosts)]
             processes.append(spec(SERVER, index, host, server_argv,
-                                  {**base, **dmlc, "DMLC_ROLE": SERVER, "DMLC_NODE_HOST": host,
-                                   "OMP_NUM_THREADS": "1"}))
+                                  {**base, **passed, **ps_threads, **env_server, **dmlc, "DMLC_ROLE": SERVER,
+                                   "DMLC_NODE_HOST": host}))
 
     state_server = ""
     if args.needs_state_server:
@@ -245,12 +319,12 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
             if value is not None:
                 flag = "--stats-out" if option == "state_stats" else "--" + option.replace("_", "-")
                 argv += [flag, str(value)]
-        processes.append(spec(STATE_SERVER, None, first, argv, {**base, "OMP_NUM_THREADS": "1"}))
+        processes.append(spec(STATE_SERVER, None, first, argv, {**base, **passed, "OMP_NUM_THREADS": "1"}))
 
     worker_hosts = [hosts[slot % len(hosts)] for slot in range(n)]
     for slot, host in enumerate(worker_hosts):
         threads = args.omp_threads or max(1, cpu_count // worker_hosts.count(host))
-        env = {**base, "OMP_NUM_THREADS": str(threads),
+        env = {**base, **passed, "OMP_NUM_THREADS": str(threads), **env_worker,
                "MXHET_SYNC": args.sync, "MXHET_SLOT": str(slot), "MXHET_NUM_SLOTS": str(n),
                "MXHET_CONTEXT": args.contexts[slot], "MXHET_SLOWDOWN": repr(args.slowdowns[slot]),
                "MXHET_STATE_SERVER": state_server, "MXHET_NET_DELAY_MS": repr(args.net_delays[slot]),
@@ -268,4 +342,9 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
 
     return Plan(mode=args.sync, kvstore=args.kvstore_type, launcher=args.launcher,
                 root_uri=first if dist else None, root_port=root_port,
-                state_server=state_server, processes=tuple(processes))
+                state_server=state_server, processes=tuple(processes), prepare=prepare,
+                timeout=getattr(args, "timeout", None) or None, job_file=getattr(args, "job_file", None),
+                state_server_restarts=getattr(args, "state_server_restarts", DEFAULT_STATE_SERVER_RESTARTS),
+                hang_grace=getattr(args, "hang_grace", DEFAULT_HANG_GRACE_S),
+                orphan_grace=getattr(args, "orphan_grace", DEFAULT_ORPHAN_GRACE_S),
+                scratch=tuple(d for d in (getattr(args, "control_keys", ""),) if d))

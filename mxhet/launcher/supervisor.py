@@ -1,8 +1,18 @@
 """The supervisor: start a plan's processes, forward their output, watch them
-and end them together."""
+and end them together.
+
+It is the executor of :class:`~mxhet.launcher.watch.JobWatch`: at each poll
+it observes the children (exit codes, last output, an uncaught exception at
+the end of their stderr, their CPU time) and carries out the decision. Remote
+processes (``--launcher ssh``) report their pid first (see
+:data:`~mxhet.launcher.plan.REMOTE_PID_MARK`); when the job ends the
+launcher ends their process groups over ssh as well as the local ssh clients.
+"""
 import collections
+import dataclasses
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -10,37 +20,33 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Optional
 
 from .plan import (DEFAULT_KILL_GRACE_S, DEFAULT_POLL_INTERVAL_S, DEFAULT_SERVER_GRACE_S,
                    DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_WORKER_GRACE_S, EXIT_FAILED, EXIT_OK, EXIT_SIGINT,
-                   EXIT_SIGTERM, EXIT_STATE_SERVER_SILENT_WORKER, EXIT_TIMEOUT, EXIT_USAGE, JOB_FILE_FORMAT,
-                   OUTPUT_DRAIN_S, SCHEDULER, SERVER, STATE_SERVER, STDERR_TAIL_LINES, WORKER)
+                   EXIT_SIGTERM, EXIT_TIMEOUT, JOB_FILE_FORMAT, OUTPUT_DRAIN_S, REMOTE_PID_MARK,
+                   STDERR_TAIL_LINES, WORKER)
+from .watch import DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S, JobWatch, Observation, describe_exit
 
 _PROG = "mxhet-launch"
-
-
-def describe_exit(returncode):
-    """``exited with code 3`` / ``was killed by signal SIGKILL (9)``."""
-    if returncode is None:
-        return "is still running"
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = "signal"
-        return "was killed by signal %s (%d)" % (name, -returncode)
-    return "exited with code %d" % returncode
+#: Seconds between two reads of the children's CPU time (/proc).
+CPU_PROBE_INTERVAL_S = 1.0
+#: Seconds an ssh call that ends remote processes may take.
+REMOTE_KILL_TIMEOUT_S = 15.0
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Warning)\b")
 
 
 class _Console:
-    """Line-atomic writes of the children's and the launcher's messages."""
+    """Line-atomic writes of the children's and the launcher's messages, to
+    this process's stdout/stderr or, with ``out``, all to one text stream."""
 
-    def __init__(self):
+    def __init__(self, out=None):
         self._lock = threading.Lock()
+        self._out = out
 
     def write(self, stream_name, text):
         with self._lock:
-            stream = getattr(sys, stream_name)
+            stream = self._out if self._out is not None else getattr(sys, stream_name)
             stream.write(text)
             stream.flush()
 
@@ -49,13 +55,19 @@ class _Console:
 
 
 class _Child:
-    """A started process, its output readers and its last stderr lines."""
+    """A started process, its output readers, its last stderr lines, when it
+    last wrote, whether its stderr ends in an uncaught exception, and (remote)
+    its pid on its host."""
 
     def __init__(self, spec, popen, console):
         self.spec = spec
         self.popen = popen
         self.ended_by_launcher = False
         self.stderr_tail = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self.last_output = time.monotonic()
+        self.exception = False
+        self.remote_pid = None
+        self._in_traceback = False
         self._console = console
         self.readers = [
             threading.Thread(target=self._forward, args=(popen.stdout, "stdout", None),
@@ -70,11 +82,31 @@ class _Child:
     def pid(self):
         return self.popen.pid
 
+    def _classify(self, line, stream_name):
+        # A Python traceback: "Traceback (most recent call last):", indented
+        # frames, then the exception's own line ("RuntimeError: ...").
+        if stream_name == "stderr" and line.startswith("Traceback (most recent call last):"):
+            self._in_traceback, self.exception = True, False
+        elif self._in_traceback and stream_name == "stderr" and line and not line.startswith(" "):
+            self._in_traceback = False
+            self.exception = bool(_EXCEPTION_LINE.match(line))
+        elif line.strip() and not self._in_traceback:
+            self.exception = False  # it went on writing after the exception
+
     def _forward(self, pipe, stream_name, tail):
         prefix = "[%s] " % self.spec.name
         try:
             for raw in iter(pipe.readline, b""):
                 line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                if self.spec.remote and self.remote_pid is None and line.startswith(REMOTE_PID_MARK):
+                    try:
+                        self.remote_pid = int(line[len(REMOTE_PID_MARK):])
+                    except ValueError:
+                        pass
+                    else:
+                        continue
+                self.last_output = time.monotonic()
+                self._classify(line, stream_name)
                 if tail is not None:
                     tail.append(line)
                 self._console.write(stream_name, prefix + line + "\n")
@@ -96,6 +128,36 @@ class _Child:
         except (ProcessLookupError, PermissionError):
             pass
 
+    def cpu_seconds(self):
+        """CPU seconds used by this child's process group so far (local
+        processes; None when unknown). Exited members no longer count, which
+        only makes a group look idler than it was."""
+        if self.spec.remote:
+            return None
+        return process_group_cpu(self.pid)
+
+
+def process_group_cpu(pgid):
+    """CPU seconds (user + system) of the live processes in group ``pgid``, from /proc; None without /proc."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry, "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # after "(comm)": state ppid pgrp session ... utime(12) stime(13)
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks
+
 
 def _start(spec, console):
     env = dict(os.environ)
@@ -106,12 +168,45 @@ def _start(spec, console):
     return _Child(spec, popen, console)
 
 
+def _end_remote(children, signum, timeout=REMOTE_KILL_TIMEOUT_S):
+    """Signal the process groups of remote children on their hosts, one ssh
+    call per host (in parallel), bounded by ``timeout`` seconds."""
+    by_host = collections.defaultdict(list)
+    for child in children:
+        if child.spec.remote and child.remote_pid and child.spec.ssh:
+            by_host[(child.spec.ssh, child.spec.host)].append(child.remote_pid)
+    calls = []
+    for (ssh, host), pids in by_host.items():
+        command = "; ".join("kill -%d -- -%d 2>/dev/null" % (signum, pid) for pid in pids) + "; true"
+        try:
+            calls.append(subprocess.Popen([*ssh, host, command], stdin=subprocess.DEVNULL,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          start_new_session=True))
+        except OSError:
+            pass
+    deadline = time.monotonic() + timeout
+    for call in calls:
+        try:
+            call.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(call.pid, signal.SIGKILL)
+            call.wait()
+
+
 def end_children(children, kill_grace=DEFAULT_KILL_GRACE_S):
     """End every child's process group: SIGTERM, then SIGKILL after ``kill_grace`` s.
 
     Groups whose leader has already exited are signalled too, so that a
-    grandchild left behind (e.g. under a shell) is ended as well.
+    grandchild left behind (e.g. under a shell) is ended as well. Remote
+    children are ended on their hosts over ssh first (ending the local ssh
+    client does not end the remote command: ssh forwards no signal without a
+    terminal).
     """
+    # Remote commands still running (their ssh client is): a remote command
+    # that ended has closed its channel, and its client has exited with it.
+    remote = [c for c in children if c.spec.remote and c.remote_pid and c.popen.poll() is None]
+    if remote:
+        _end_remote(remote, signal.SIGTERM)
     for child in children:
         if child.popen.poll() is None:
             child.ended_by_launcher = True
@@ -119,6 +214,8 @@ def end_children(children, kill_grace=DEFAULT_KILL_GRACE_S):
     deadline = time.monotonic() + kill_grace
     while time.monotonic() < deadline and any(c.popen.poll() is None for c in children):
         time.sleep(0.05)
+    if remote:
+        _end_remote(remote, signal.SIGKILL)
     for child in children:
         child.signal_group(signal.SIGKILL)
     for child in children:
@@ -146,16 +243,61 @@ def _write_json_atomic(path, data):
         raise
 
 
-def job_record(plan, children, status, exit_code, started):
+@dataclasses.dataclass(frozen=True)
+class ProcessResult:
+    """One process of a finished job."""
+    role: str
+    slot: Optional[int]
+    host: str
+    pid: int                      # of the local process (the ssh client for a remote one)
+    exit_code: Optional[int]      # negative: killed by that signal
+    ended_by_launcher: bool
+    context: Optional[str] = None
+    slowdown: Optional[float] = None
+    remote_pid: Optional[int] = None
+    failure: str = ""             # why the launcher blamed it, "" if it did not
+
+    @property
+    def name(self):
+        return self.role if self.slot is None else "%s %d" % (self.role, self.slot)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobResult:
+    """What :func:`run` returns: the job's exit code and status, and every process."""
+    exit_code: int
+    status: str                   # succeeded, failed, timeout, interrupted
+    processes: tuple              # of ProcessResult, in start order
+    started_unix: float
+    elapsed_s: float
+
+    @property
+    def ok(self):
+        return self.exit_code == EXIT_OK
+
+    def by_role(self, role):
+        return [p for p in self.processes if p.role == role]
+
+    @property
+    def failures(self):
+        """The processes the launcher blamed for a failure."""
+        return [p for p in self.processes if p.failure]
+
+
+def job_record(plan, children, status, exit_code, started, failures=None):
     """The JSON-ready job description written to ``--job-file``."""
+    failures = failures or {}
     processes = []
     for child in children:
         spec, code = child.spec, child.popen.returncode
-        processes.append({
-            "role": spec.role, "slot": spec.slot, "host": spec.host, "pid": child.pid,
-            "context": spec.context, "slowdown": spec.slowdown,
-            "exit_code": code, "ended_by_launcher": child.ended_by_launcher,
-        })
+        entry = {"role": spec.role, "slot": spec.slot, "host": spec.host, "pid": child.pid,
+                 "context": spec.context, "slowdown": spec.slowdown,
+                 "exit_code": code, "ended_by_launcher": child.ended_by_launcher}
+        if spec.remote:
+            entry["remote_pid"] = child.remote_pid
+        if id(child) in failures:
+            entry["failure"] = failures[id(child)]
+        processes.append(entry)
     return {
         "format": JOB_FILE_FORMAT, "mode": plan.mode, "kvstore": plan.kvstore, "launcher": plan.launcher,
         "root_uri": plan.root_uri, "root_port": plan.root_port, "state_server": plan.state_server,
@@ -163,42 +305,87 @@ def job_record(plan, children, status, exit_code, started):
     }
 
 
-class _Job:
-    """State of one :func:`run_plan` call."""
+STATUS_OF = {EXIT_OK: "succeeded", EXIT_TIMEOUT: "timeout", EXIT_SIGINT: "interrupted", EXIT_SIGTERM: "interrupted"}
 
-    def __init__(self, plan, timeout, job_file, server_grace, worker_grace, kill_grace, poll_interval,
-                 state_server_restarts=0):
+
+class Supervisor:
+    """One run of a plan: starts, observes, decides (through :class:`JobWatch`), ends.
+
+    ``hooks``: objects with optional methods ``started(plan, supervisor)``
+    (after every process started), ``polled(supervisor)`` (each poll) and
+    ``finished(result)``; a hook's exception is reported and ignored.
+    """
+
+    def __init__(self, plan, *, timeout=None, job_file=None, server_grace=DEFAULT_SERVER_GRACE_S,
+                 worker_grace=DEFAULT_WORKER_GRACE_S, kill_grace=DEFAULT_KILL_GRACE_S,
+                 poll_interval=DEFAULT_POLL_INTERVAL_S, state_server_restarts=DEFAULT_STATE_SERVER_RESTARTS,
+                 hang_grace=DEFAULT_HANG_GRACE_S, orphan_grace=DEFAULT_ORPHAN_GRACE_S, out=None, hooks=()):
         self.plan = plan
-        self.state_server_restarts = state_server_restarts
-        self.worker_grace = worker_grace
         self.timeout = timeout
         self.job_file = job_file
-        self.server_grace = server_grace
         self.kill_grace = kill_grace
         self.poll_interval = poll_interval
-        self.console = _Console()
+        self.watch = JobWatch(server_grace=server_grace, worker_grace=worker_grace, hang_grace=hang_grace,
+                              orphan_grace=orphan_grace, state_server_restarts=state_server_restarts)
+        self.console = _Console(out)
+        self.hooks = tuple(hooks)
         self.children = []
+        self.failures = {}            # id(child) -> why
         self.signal_received = None
         self.started = time.time()
+        self._cpu = {}                # id(child) -> (cpu_s, read at)
+
+    # -- helpers ---------------------------------------------------------------
+    def _hook(self, method, *args):
+        for hook in self.hooks:
+            function = getattr(hook, method, None)
+            if function is not None:
+                try:
+                    function(*args)
+                except Exception as exc:  # a hook must not take the job down
+                    self.console.say("hook %s.%s failed: %s" % (type(hook).__name__, method, exc))
 
     def write_job_file(self, status, exit_code):
         if not self.job_file:
             return
         try:
             _write_json_atomic(self.job_file, job_record(self.plan, self.children, status, exit_code,
-                                                         self.started))
+                                                         self.started, self.failures))
         except OSError as exc:
             self.console.say("cannot write the job file %r: %s" % (self.job_file, exc))
 
     def report_failure(self, child, why):
         child.drain(OUTPUT_DRAIN_S)
         spec = child.spec
+        self.failures[id(child)] = why
         self.console.say("%s (pid %d on %s) %s; ending the job" % (spec.name, child.pid, spec.host, why))
         if child.stderr_tail:
             self.console.say("last %d stderr lines of %s:" % (len(child.stderr_tail), spec.name))
             self.console.write("stderr", "".join("  | %s\n" % line for line in child.stderr_tail))
         else:
             self.console.say("%s wrote nothing to stderr" % spec.name)
+
+    def _cpu_of(self, child, now):
+        cached = self._cpu.get(id(child))
+        if cached is None or now - cached[1] >= CPU_PROBE_INTERVAL_S:
+            cached = (child.cpu_seconds(), now)
+            self._cpu[id(child)] = cached
+        return cached[0]
+
+    def observe(self, now):
+        """One :class:`Observation` per child (CPU read only where a rule needs it)."""
+        for child in self.children:
+            child.popen.poll()
+        running_workers = [c for c in self.children if c.spec.role == WORKER and c.popen.returncode is None]
+        observations = []
+        for child in self.children:
+            needs_cpu = (child.spec.role == WORKER and child.popen.returncode is None
+                         and (child.exception or len(running_workers) == 1))
+            observations.append(Observation(
+                name=child.spec.name, role=child.spec.role, returncode=child.popen.returncode,
+                last_output=child.last_output, exception=child.exception,
+                cpu_s=self._cpu_of(child, now) if needs_cpu else None))
+        return observations
 
     def _interrupted(self, deadline):
         """The exit code when the job must stop now for a signal or the timeout, else None."""
@@ -211,87 +398,98 @@ class _Job:
             return EXIT_TIMEOUT
         return None
 
-    def watch(self):
+    # -- the run -------------------------------------------------------------------
+    def prepare(self):
+        """Run the plan's preparation commands (e.g. rsync); False if one failed."""
+        for argv in self.plan.prepare:
+            self.console.say("preparing: %s" % shlex.join(argv))
+            try:
+                done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                      timeout=self.timeout or None)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                self.console.say("cannot run %s: %s" % (argv[0], exc))
+                return False
+            if done.returncode != 0:
+                self.console.say("%s %s:\n%s" % (argv[0], describe_exit(done.returncode),
+                                                  (done.stderr or done.stdout).strip()))
+                return False
+        return True
+
+    def watch_loop(self):
         """Poll the children until the job is over; returns the exit code."""
         deadline = None if not self.timeout else time.monotonic() + self.timeout
-        workers = [c for c in self.children if c.spec.role == WORKER]
-        others = [c for c in self.children if c.spec.role != WORKER]
-        ps_nodes = [c for c in others if c.spec.role in (SCHEDULER, SERVER)]
-        grace_deadline = None
-        restarts_left = self.state_server_restarts
-        early = None  # (service that exited 0 before the workers, deadline for the workers)
         while True:
             code = self._interrupted(deadline)
             if code is not None:
                 return code
-            for child in self.children:
-                child.popen.poll()
-            workers_done = all(c.popen.returncode == 0 for c in workers)
-            if not workers_done:
-                restarts_left = self._restart_state_server(others, restarts_left)
-            failed = [(c, describe_exit(c.popen.returncode)) for c in self.children
-                      if c.popen.returncode not in (None, 0)
-                      # once the workers are done, the State Server's fate no longer matters
-                      and not (workers_done and c.spec.role == STATE_SERVER)]
-            if not workers_done:
-                # A service may legitimately stop a moment before the last worker
-                # process is gone (PS-LITE's final barrier, the State Server's
-                # goodbyes); the workers get a short grace to follow it.
-                # The State Server exits 0 once every worker said goodbye, which
-                # a worker does before its last work (rank 0 then evaluates).
-                stopped = [c for c in others if c.popen.returncode == 0 and c.spec.role != STATE_SERVER]
-                if stopped and early is None:
-                    early = (stopped[0], time.monotonic() + self.worker_grace)
-                if early is not None and time.monotonic() >= early[1]:
-                    running = ", ".join(c.spec.name for c in workers if c.popen.returncode is None)
-                    failed.append((early[0], "exited with code 0 while workers were still running (%s)"
-                                   % running))
-            if failed:
-                for child, why in failed:
-                    self.report_failure(child, why)
-                return EXIT_FAILED
-            if grace_deadline is None and workers_done:
-                self.console.say("all %d workers finished" % len(workers))
-                grace_deadline = time.monotonic() + self.server_grace
-            if grace_deadline is not None:
-                running = [c for c in ps_nodes if c.popen.returncode is None]
-                if not running:
-                    return EXIT_OK
-                if time.monotonic() >= grace_deadline:
-                    self.console.say("%s still running %g s after the workers finished; ending them"
-                                     % (", ".join(c.spec.name for c in running), self.server_grace))
-                    return EXIT_OK
-            time.sleep(self.poll_interval)
-
-    def _restart_state_server(self, others, restarts_left):
-        """Start a State Server that died unexpectedly again, on the same address.
-
-        Workers retry their requests with back-off and register again. Not
-        restarted: a clean exit (0), a usage error (2) or a hung worker (4).
-        """
-        for index, child in enumerate(self.children):
-            code = child.popen.returncode
-            if child.spec.role != STATE_SERVER or code in (None, 0, EXIT_USAGE, EXIT_STATE_SERVER_SILENT_WORKER):
+            now = time.monotonic()
+            decision = self.watch.decide(self.observe(now), now)
+            self._hook("polled", self)
+            if decision.action == "restart":
+                old = self.children[decision.index]
+                old.drain(OUTPUT_DRAIN_S)
+                self.console.say("%s (pid %d) %s" % (old.spec.name, old.pid, decision.note))
+                self.children[decision.index] = _start(old.spec, self.console)
+                self.write_job_file("running", None)
                 continue
-            if restarts_left <= 0:
-                return restarts_left
-            child.drain(OUTPUT_DRAIN_S)
-            self.console.say("state-server (pid %d) %s; restarting it on the same address (%d restart(s) left)"
-                             % (child.pid, describe_exit(code), restarts_left - 1))
-            fresh = _start(child.spec, self.console)
-            self.children[index] = fresh
-            others[others.index(child)] = fresh
-            self.write_job_file("running", None)
-            return restarts_left - 1
-        return restarts_left
+            if decision.note:
+                self.console.say(decision.note)
+            if decision.action == "finish":
+                for index, why in decision.failures:
+                    self.report_failure(self.children[index], why)
+                return decision.exit_code
+            time.sleep(self.poll_interval)
 
     def on_signal(self, signum, _frame):
         self.signal_received = signum
 
+    def run(self):
+        """Start, watch and end the job; returns its :class:`JobResult`."""
+        handled = (signal.SIGINT, signal.SIGTERM)
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in handled:
+                previous[signum] = signal.signal(signum, self.on_signal)
+        code, status = EXIT_FAILED, "failed"
+        t0 = time.monotonic()
+        try:
+            if not self.prepare():
+                return self._result(code, status, t0)
+            for spec in self.plan.processes:
+                try:
+                    self.children.append(_start(spec, self.console))
+                except OSError as exc:
+                    self.console.say("cannot start %s (%s): %s" % (spec.name, shlex.join(spec.argv), exc))
+                    return self._result(code, status, t0)
+            self.write_job_file("running", None)
+            self._hook("started", self.plan, self)
+            code = self.watch_loop()
+            status = STATUS_OF.get(code, "failed")
+        finally:
+            end_children(self.children, self.kill_grace)
+            for child in self.children:
+                child.drain(OUTPUT_DRAIN_S)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            self.write_job_file(status, code)
+            self.console.say("job %s (exit code %d)" % (status, code))
+        result = self._result(code, status, t0)
+        self._hook("finished", result)
+        return result
+
+    def _result(self, code, status, t0):
+        return JobResult(
+            exit_code=code, status=status, started_unix=self.started, elapsed_s=time.monotonic() - t0,
+            processes=tuple(ProcessResult(
+                role=c.spec.role, slot=c.spec.slot, host=c.spec.host, pid=c.pid, exit_code=c.popen.returncode,
+                ended_by_launcher=c.ended_by_launcher, context=c.spec.context, slowdown=c.spec.slowdown,
+                remote_pid=c.remote_pid, failure=self.failures.get(id(c), "")) for c in self.children))
+
 
 def run_plan(plan, timeout=None, job_file=None, *, server_grace=DEFAULT_SERVER_GRACE_S,
              worker_grace=DEFAULT_WORKER_GRACE_S, kill_grace=DEFAULT_KILL_GRACE_S,
-             poll_interval=DEFAULT_POLL_INTERVAL_S, state_server_restarts=DEFAULT_STATE_SERVER_RESTARTS):
+             poll_interval=DEFAULT_POLL_INTERVAL_S, state_server_restarts=DEFAULT_STATE_SERVER_RESTARTS,
+             hang_grace=None, orphan_grace=None, out=None, hooks=()):
     """Start ``plan``'s processes, forward their output, wait for the job to end.
 
     Args:
@@ -302,43 +500,23 @@ def run_plan(plan, timeout=None, job_file=None, *, server_grace=DEFAULT_SERVER_G
             rewritten at the end with every exit code; None for none.
         server_grace: seconds the scheduler and servers get to exit on their own
             after every worker exited 0.
-        worker_grace: seconds the workers get to exit 0 after the scheduler, a
-            server or the State Server exited 0 before them; past it the job
-            has failed.
+        worker_grace: seconds the workers get to exit 0 after the scheduler or
+            a server exited 0 before them; past it the job has failed.
         kill_grace: seconds between SIGTERM and SIGKILL when ending a process.
         poll_interval: seconds between two checks of the children.
         state_server_restarts: how often a State Server that died (crashed or
             was killed) is started again on the same address while workers
             run; workers retry and register again (0 = the job fails instead).
+        hang_grace, orphan_grace: seconds (see :mod:`.watch`); None: the plan's.
+        out: a text stream for all output (default: this process's stdout and stderr).
+        hooks: see :class:`Supervisor`.
 
     Returns:
-        The exit code: 0, 1, 124, 130 or 143 (see the module docstring).
+        The exit code: 0, 1, 124, 130 or 143 (see the package docstring).
     """
-    job = _Job(plan, timeout, job_file, server_grace, worker_grace, kill_grace, poll_interval,
-               state_server_restarts)
-    handled = (signal.SIGINT, signal.SIGTERM)
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in handled:
-            previous[signum] = signal.signal(signum, job.on_signal)
-    code, status = EXIT_FAILED, "failed"
-    try:
-        for spec in plan.processes:
-            try:
-                job.children.append(_start(spec, job.console))
-            except OSError as exc:
-                job.console.say("cannot start %s (%s): %s" % (spec.name, shlex.join(spec.argv), exc))
-                return code
-        job.write_job_file("running", None)
-        code = job.watch()
-        status = {EXIT_OK: "succeeded", EXIT_TIMEOUT: "timeout", EXIT_SIGINT: "interrupted",
-                  EXIT_SIGTERM: "interrupted"}.get(code, "failed")
-        return code
-    finally:
-        end_children(job.children, kill_grace)
-        for child in job.children:
-            child.drain(OUTPUT_DRAIN_S)
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        job.write_job_file(status, code)
-        job.console.say("job %s (exit code %d)" % (status, code))
+    return Supervisor(
+        plan, timeout=timeout, job_file=job_file, server_grace=server_grace, worker_grace=worker_grace,
+        kill_grace=kill_grace, poll_interval=poll_interval, state_server_restarts=state_server_restarts,
+        hang_grace=plan.hang_grace if hang_grace is None else hang_grace,
+        orphan_grace=plan.orphan_grace if orphan_grace is None else orphan_grace,
+        out=out, hooks=hooks).run().exit_code

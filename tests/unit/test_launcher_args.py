@@ -155,7 +155,7 @@ def test_scheduler_and_server_environment():
         assert env["DMLC_NUM_WORKER"] == "2"
         assert env["DMLC_NUM_SERVER"] == "1"
         assert env["DMLC_NODE_HOST"] == "127.0.0.1"
-        assert env["OMP_NUM_THREADS"] == "1"
+        assert "OMP_NUM_THREADS" not in env  # inherited, as under MXNet's launcher
         assert env["PYTHONUNBUFFERED"] == "1"
         assert not any(key.startswith("MXHET_") for key in env)
 
@@ -244,8 +244,8 @@ def _remote(spec):
     """Split an ssh argv into (ssh part, host, cwd, env dict, remote command)."""
     *ssh, host, remote = spec.argv
     words = shlex.split(remote)
-    assert words[0] == "cd" and words[2:4] == ["&&", "env"]
-    env, rest = {}, words[4:]
+    assert words[0] == "cd" and words[2:9] == ["&&", "echo", "__mxhet_remote_pid__=$$", ">&2", "&&", "exec", "env"]
+    env, rest = {}, words[9:]
     while rest and "=" in rest[0] and not rest[0].startswith("/"):
         key, value = rest.pop(0).split("=", 1)
         env[key] = value
@@ -298,7 +298,8 @@ def test_ssh_state_server_binds_a_numeric_first_host(tmp_path):
 
 def test_ssh_argv_helper():
     argv = launcher.ssh_argv("ssh", "h1", "/w", {"B": "2", "A": "x y"}, ["python", "-c", "print(1)"])
-    assert argv == ("ssh", "-o", "BatchMode=yes", "h1", "cd /w && env 'A=x y' B=2 python -c 'print(1)'")
+    assert argv == ("ssh", "-o", "BatchMode=yes", "h1",
+                    "cd /w && echo __mxhet_remote_pid__=$$ >&2 && exec env 'A=x y' B=2 python -c 'print(1)'")
 
 
 # -------------------------------------------------------------------- helpers

@@ -1,0 +1,212 @@
+"""The supervisor's decisions as a small state machine over plain data.
+
+:class:`JobWatch` sees, at each poll, one :class:`Observation` per process
+(role, exit code, when it last wrote, whether its output ends in an uncaught
+Python exception, how much CPU it used) and returns a :class:`Decision`:
+continue, restart the State Server, or finish with an exit code and the
+processes to blame. It starts nothing and reads no clock of its own, so unit
+tests drive it with made-up observations (:mod:`.supervisor` is the executor).
+
+Phases: ``running`` (workers at work) -> ``draining`` (every worker exited 0;
+the scheduler and servers get ``server_grace`` s to stop on their own) ->
+``finished``.
+
+Rules, in order:
+
+1. a process that exited non-zero fails the job (the State Server is started
+   again instead while restarts are left, and no longer matters once every
+   worker is done);
+2. the scheduler or a server that exited 0 while workers run fails the job
+   unless the workers follow within ``worker_grace`` s;
+3. a *stuck* worker fails the job: one whose output ends in an uncaught Python
+   exception and that has neither written nor used CPU for ``hang_grace`` s
+   (MXNet 1.9.1 keeps such a worker alive in PS-LITE's exit barrier, and a
+   plain MXNet worker never talks to the State Server, whose heartbeat watch
+   would catch it otherwise);
+4. an *orphaned* worker fails the job: every other worker has exited, and it
+   has used no CPU for ``orphan_grace`` s (waiting for peers that are gone).
+
+Rules 3 and 4 need the worker's CPU time; where it is unknown (a remote
+process) rule 3 goes by output alone and rule 4 does not apply.
+"""
+import dataclasses
+from typing import Optional
+
+#: Seconds a worker whose output ends in an uncaught exception may stay silent
+#: and idle before the job is declared failed.
+DEFAULT_HANG_GRACE_S = 10.0
+#: Seconds a worker whose peers have all exited may stay idle (no CPU).
+DEFAULT_ORPHAN_GRACE_S = 30.0
+#: CPU seconds below which a process counts as idle over a grace period.
+IDLE_CPU_S = 0.05
+
+SCHEDULER = "scheduler"
+SERVER = "server"
+STATE_SERVER = "state-server"
+WORKER = "worker"
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_STATE_SERVER_SILENT_WORKER = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    """What the supervisor knows about one process at one poll.
+
+    ``returncode`` is None while it runs; ``last_output`` the monotonic time
+    of its last output line (or its start); ``exception`` True when its last
+    stderr lines are an uncaught Python exception's traceback; ``cpu_s`` its
+    process group's CPU seconds so far, None when unknown.
+    """
+    name: str
+    role: str
+    returncode: Optional[int] = None
+    last_output: float = 0.0
+    exception: bool = False
+    cpu_s: Optional[float] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """``action`` is ``continue``, ``restart`` (``index``: the State Server to
+    start again) or ``finish`` (``exit_code``; ``failures``: (index, why)
+    pairs; ``note``: a line for the console)."""
+    action: str
+    exit_code: Optional[int] = None
+    failures: tuple = ()
+    index: Optional[int] = None
+    note: str = ""
+
+
+CONTINUE = Decision("continue")
+
+
+def describe_exit(returncode):
+    """``exited with code 3`` / ``was killed by signal SIGKILL (9)``."""
+    import signal
+    if returncode is None:
+        return "is still running"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "signal"
+        return "was killed by signal %s (%d)" % (name, -returncode)
+    return "exited with code %d" % returncode
+
+
+class JobWatch:
+    """Decides, poll by poll, whether the job goes on (see the module docstring).
+
+    Args:
+        server_grace, worker_grace, hang_grace, orphan_grace: seconds (see the
+            rules); 0 turns rule 3 or 4 off.
+        state_server_restarts: how often a State Server that died is started again.
+
+    Raises:
+        ValueError: for a negative grace or restart count.
+    """
+
+    def __init__(self, *, server_grace, worker_grace, hang_grace=DEFAULT_HANG_GRACE_S,
+                 orphan_grace=DEFAULT_ORPHAN_GRACE_S, state_server_restarts=0):
+        for name, value in (("server_grace", server_grace), ("worker_grace", worker_grace),
+                            ("hang_grace", hang_grace), ("orphan_grace", orphan_grace),
+                            ("state_server_restarts", state_server_restarts)):
+            if value is None or value < 0:
+                raise ValueError("%s must be >= 0, got %r" % (name, value))
+        self.server_grace = server_grace
+        self.worker_grace = worker_grace
+        self.hang_grace = hang_grace
+        self.orphan_grace = orphan_grace
+        self.restarts_left = state_server_restarts
+        self.phase = "running"
+        self._early = None          # (index of a service that exited 0 early, deadline)
+        self._drain_deadline = None
+        self._cpu_marks = {}        # index -> (cpu_s, since): CPU use at the start of an idle stretch
+
+    def restarted(self, index):
+        """The supervisor started process ``index`` again: forget what was known of it."""
+        self._cpu_marks.pop(index, None)
+
+    def _idle_since(self, index, obs, now):
+        """Since when process ``index`` has used no CPU (None if unknown)."""
+        if obs.cpu_s is None:
+            return None
+        mark = self._cpu_marks.get(index)
+        if mark is None or obs.cpu_s - mark[0] > IDLE_CPU_S:
+            self._cpu_marks[index] = (obs.cpu_s, now)
+            return now
+        return mark[1]
+
+    def decide(self, observations, now):
+        """One poll: ``observations`` in process order, ``now`` monotonic seconds."""
+        if self.phase == "finished":
+            raise RuntimeError("the job is already finished")
+        workers = [i for i, o in enumerate(observations) if o.role == WORKER]
+        workers_done = all(observations[i].returncode == 0 for i in workers)
+        if not workers_done:
+            for i, o in enumerate(observations):
+                if (o.role == STATE_SERVER and o.returncode not in (None, 0, EXIT_USAGE,
+                                                                    EXIT_STATE_SERVER_SILENT_WORKER)
+                        and self.restarts_left > 0):
+                    self.restarts_left -= 1
+                    self.restarted(i)
+                    return Decision("restart", index=i,
+                                    note="state-server %s; restarting it on the same address (%d restart(s) left)"
+                                    % (describe_exit(o.returncode), self.restarts_left))
+        failures = [(i, describe_exit(o.returncode)) for i, o in enumerate(observations)
+                    if o.returncode not in (None, 0) and not (workers_done and o.role == STATE_SERVER)]
+        if not workers_done:
+            failures += self._early_service_exit(observations, workers, now)
+            failures += self._stuck_workers(observations, workers, now)
+        if failures:
+            return self._finish(EXIT_FAILED, failures)
+        if workers_done:
+            if self.phase == "running":
+                self.phase = "draining"
+                self._drain_deadline = now + self.server_grace
+                note = "all %d workers finished" % len(workers)
+            else:
+                note = ""
+            running = [o.name for o in observations if o.role in (SCHEDULER, SERVER) and o.returncode is None]
+            if not running:
+                return self._finish(EXIT_OK, (), note)
+            if now >= self._drain_deadline:
+                return self._finish(EXIT_OK, (), "%s still running %g s after the workers finished; ending them"
+                                    % (", ".join(running), self.server_grace))
+            return Decision("continue", note=note)
+        return CONTINUE
+
+    def _finish(self, code, failures, note=""):
+        self.phase = "finished"
+        return Decision("finish", exit_code=code, failures=tuple(failures), note=note)
+
+    def _early_service_exit(self, observations, workers, now):
+        # PS-LITE's final barrier or the State Server's goodbyes may let a
+        # service stop a moment before the last worker: the workers get a grace.
+        stopped = [i for i, o in enumerate(observations)
+                   if o.role in (SCHEDULER, SERVER) and o.returncode == 0]
+        if stopped and self._early is None:
+            self._early = (stopped[0], now + self.worker_grace)
+        if self._early is not None and now >= self._early[1]:
+            running = ", ".join(observations[i].name for i in workers if observations[i].returncode is None)
+            return [(self._early[0], "exited with code 0 while workers were still running (%s)" % running)]
+        return []
+
+    def _stuck_workers(self, observations, workers, now):
+        found = []
+        running = [i for i in workers if observations[i].returncode is None]
+        for i in running:
+            o = observations[i]
+            idle_since = self._idle_since(i, o, now)
+            quiet_since = o.last_output if idle_since is None else max(o.last_output, idle_since)
+            if self.hang_grace and o.exception and now - quiet_since >= self.hang_grace:
+                found.append((i, "printed an uncaught exception and has neither exited nor written for %g s "
+                                 "(held in PS-LITE's exit barrier?)" % (now - o.last_output)))
+            elif (self.orphan_grace and idle_since is not None and len(workers) > 1 and running == [i]
+                  and now - idle_since >= self.orphan_grace):
+                found.append((i, "is the last worker running, idle for %g s after every other worker exited "
+                                 "(waiting for peers that are gone?)" % (now - idle_since)))
+        return found
