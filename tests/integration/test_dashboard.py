@@ -3,8 +3,10 @@
 While the job trains: ``/api/state`` over HTTP has every device, then the page
 in Debian's headless chromium (driven over the DevTools protocol, see
 ``headless.py``; nothing fetched from the network) renders the devices and
-its charts, polls by itself and shows new rounds, and a screenshot is taken. After the job: the TensorBoard event files hold every
-device's n_i per round and the job's accuracy curve, equal to the summary.
+its charts, polls by itself and shows new rounds, and a screenshot is taken.
+After training, the evaluated accuracy appears as rank 0 scores the
+snapshots. After the job: the TensorBoard event files hold every device's n_i
+per round and the job's accuracy curve, equal to the summary.
 """
 import json
 import os
@@ -162,6 +164,24 @@ def test_page_renders_the_devices_and_updates_in_a_headless_browser(job, module_
     with open(str(shot), "rb") as f:
         png = f.read()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20000   # a rendered page, not a blank one
+
+
+def test_accuracy_appears_as_rank_0_scores_the_snapshots(job):
+    seen = []   # (phase, accuracy) while the job lasts; snapshots are scored after training
+    deadline = time.monotonic() + 240
+    while job.proc.poll() is None and time.monotonic() < deadline:
+        try:
+            state = job.state()
+        except (urllib.error.URLError, ConnectionError):
+            break   # the job has ended and the dashboard with it
+        seen.append((state["job"]["phase"], state["job"]["accuracy"], len(state["job"]["accuracy_curve"])))
+        time.sleep(0.2)
+    assert job.proc.wait(timeout=240) == 0, job.log()
+    summary = load_summary(job.metrics)
+    scored = [(phase, acc, n) for phase, acc, n in seen if acc is not None]
+    assert scored, "no evaluated accuracy was ever shown: %s" % seen[-10:]
+    assert all(phase in ("evaluating", "done") for phase, _, _ in scored)
+    assert all(acc == summary["curve"][n - 1][1] for _, acc, n in scored)   # the latest point scored so far
 
 
 def test_tensorboard_event_files_match_the_summary(job):
