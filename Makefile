@@ -22,11 +22,16 @@ $(STAMP): setup.py
 	$(PY) -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
-# Fashion-MNIST from Debian's package, unless MXHET_DATA_DIR points elsewhere.
+# Fashion-MNIST from Debian's package, unless MXHET_DATA_DIR points elsewhere;
+# OpenSSH server and rsync for the real multi-host launch test (tests/integration/test_ssh_launch.py).
 data:
 	@if [ -z "$$MXHET_DATA_DIR" ] && [ ! -f $(FMNIST) ]; then \
 		echo "installing Debian's dataset-fashion-mnist"; \
 		$(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q dataset-fashion-mnist; \
+	fi
+	@if [ ! -x /usr/sbin/sshd ] || ! command -v rsync >/dev/null; then \
+		echo "installing Debian's openssh-server and rsync"; \
+		$(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q openssh-server openssh-client rsync; \
 	fi
 
 # Debian's chromium: the dashboard's tests drive it headless (tests/integration/test_dashboard.py).

@@ -1,0 +1,169 @@
+"""``--launcher ssh`` against a real OpenSSH server that the test starts itself.
+
+sshd runs as a non-daemon child (``-D -e -f CONFIG``) with its own host key,
+key-only login and a free port, listening on 127.0.0.2 and 127.0.0.3 only; the
+hostfile names those two addresses, so the job's roles live on two "hosts" and
+each binds and advertises its own address. The client options (port, key, no
+host-key prompt) are the launcher's ``--ssh-port``, ``--ssh-identity`` and
+``--ssh-option``. ``make test`` installs Debian's openssh-server.
+
+Every process of a job carries a unique token in its environment (``--env``),
+so the test can tell, from /proc, that none survives the launcher.
+"""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+
+from tests.conftest import pid_alive
+from tests.integration.jobs import ROOT
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+HOSTS = ("127.0.0.2", "127.0.0.3")
+LAUNCH_TIMEOUT_S = 180
+
+pytestmark = pytest.mark.skipif(not (os.path.exists(SSHD) and shutil.which("ssh") and shutil.which("ssh-keygen")),
+                                reason="needs OpenSSH (make test installs Debian's openssh-server)")
+
+WORKER = textwrap.dedent('''
+    import os, sys
+    import mxnet as mx
+
+    def main(behaviour):
+        slot = int(os.environ["MXHET_SLOT"])
+        if behaviour == "fail" and slot == 1:
+            sys.exit("slot 1 fails before joining: the others wait for it in PS-LITE")
+        kv = mx.kv.create("dist_sync")
+        kv.init(5, mx.nd.zeros((4,)))
+        kv.push(5, mx.nd.ones((4,)) * (slot + 1))
+        out = mx.nd.zeros((4,))
+        kv.pull(5, out=out)
+        print("slot %d on %s pulled %s" % (slot, os.environ["DMLC_NODE_HOST"], out.asnumpy().tolist()))
+
+    if __name__ == "__main__":
+        main(sys.argv[1])
+''')
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind((HOSTS[0], 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def sshd(tmp_path, child_pids):
+    """A private sshd on HOSTS:port; returns (port, client key path)."""
+    d = tmp_path / "ssh"
+    d.mkdir(mode=0o700)
+    for name in ("host", "client"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True)
+    (d / "authorized_keys").write_text((d / "client.pub").read_text())
+    os.chmod(d / "authorized_keys", 0o600)
+    os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege-separation directory
+    port = _free_port()
+    config = d / "sshd_config"
+    config.write_text("\n".join([
+        *("ListenAddress %s:%d" % (host, port) for host in HOSTS),
+        "HostKey %s" % (d / "host"),
+        "AuthorizedKeysFile %s" % (d / "authorized_keys"),
+        "PasswordAuthentication no", "KbdInteractiveAuthentication no", "PubkeyAuthentication yes",
+        "PermitRootLogin prohibit-password", "UsePAM no", "StrictModes no",
+        "PidFile %s" % (d / "sshd.pid"), "LogLevel ERROR", ""]))
+    log = open(d / "sshd.log", "w")
+    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    child_pids.add(proc.pid)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection((HOSTS[1], port), timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.close()
+                pytest.fail("sshd did not start: %s" % (d / "sshd.log").read_text())
+            time.sleep(0.1)
+    yield port, str(d / "client")
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    log.close()
+
+
+def _processes_with(token):
+    """Pids whose environment holds ``token`` (every process of the job gets it)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open("/proc/%s/environ" % entry, "rb") as handle:
+                    if token.encode() in handle.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return [pid for pid in found if pid_alive(pid)]
+
+
+def _launch(tmp_path, child_pids, sshd, behaviour, *extra):
+    port, key = sshd
+    src = tmp_path / "src"
+    src.mkdir(exist_ok=True)
+    (src / "worker.py").write_text(WORKER)
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("\n".join(HOSTS) + "\n")
+    token = "mxhet-ssh-test-%s" % uuid.uuid4().hex
+    job_file = tmp_path / "job.json"
+    argv = [sys.executable, os.path.join(ROOT, "tools", "launch.py"), "-n", "2", "-s", "2", "--sync", "sync",
+            "-H", str(hostfile), "--ssh-port", str(port), "--ssh-identity", key,
+            "--ssh-option", "StrictHostKeyChecking=no", "--ssh-option", "UserKnownHostsFile=/dev/null",
+            "--ssh-option", "LogLevel=ERROR", "--env", "MXHET_TEST_TOKEN", "--job-file", str(job_file),
+            "--timeout", "120", *extra, "--", sys.executable, "worker.py", behaviour]
+    env = dict(os.environ, PYTHONPATH=ROOT, MXHET_TEST_TOKEN=token)
+    try:
+        proc = subprocess.run(argv, cwd=str(src), env=env, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
+    finally:
+        if job_file.exists():
+            record = child_pids.add_job_file(str(job_file))
+            child_pids.add(*(p.get("remote_pid") for p in record["processes"]))
+    return proc, json.loads(job_file.read_text()), token
+
+
+@pytest.mark.timeout(300)
+def test_real_ssh_job_runs_on_two_loopback_hosts(tmp_path, child_pids, sshd):
+    remote_dir = tmp_path / "synced"
+    proc, record, token = _launch(tmp_path, child_pids, sshd, "ok", "--sync-dst-dir", str(remote_dir))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    # --sync-dst-dir: the working directory was copied there, and the processes ran in the copy.
+    assert (remote_dir / "worker.py").read_text() == WORKER
+    placed = {(p["role"], p["slot"]): p["host"] for p in record["processes"]}
+    assert placed == {("scheduler", None): "127.0.0.2", ("server", 0): "127.0.0.2", ("server", 1): "127.0.0.3",
+                      ("state-server", None): "127.0.0.2", ("worker", 0): "127.0.0.2", ("worker", 1): "127.0.0.3"}
+    assert record["state_server"].startswith("tcp://127.0.0.2:")
+    assert all(p["remote_pid"] for p in record["processes"])
+    # Each worker advertised its own host, and the sum went through both hosts' servers.
+    assert "[worker 0] slot 0 on 127.0.0.2 pulled [3.0, 3.0, 3.0, 3.0]" in proc.stdout
+    assert "[worker 1] slot 1 on 127.0.0.3 pulled [3.0, 3.0, 3.0, 3.0]" in proc.stdout
+    assert _processes_with(token) == []
+
+
+@pytest.mark.timeout(300)
+def test_failed_ssh_job_leaves_no_remote_process(tmp_path, child_pids, sshd):
+    proc, record, token = _launch(tmp_path, child_pids, sshd, "fail")
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    assert "worker 1" in proc.stderr and "exited with code 1" in proc.stderr
+    remote = {p["remote_pid"] for p in record["processes"]}
+    assert None not in remote and len(remote) == 6
+    # The launcher has returned: no process of the job may be left, remote ones included.
+    assert _processes_with(token) == []
+    assert not [pid for pid in remote if pid_alive(pid)]
