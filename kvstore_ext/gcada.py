@@ -2,7 +2,7 @@
 
 Runs inside the PS-LITE servers (``dist_async``: every push is applied on
 arrival), shipped with ``kv.set_optimizer`` like the other rules. Three kinds of
-pushes reach it (key layout in :func:`kvstore_ext.keys.group_key_layout`):
+pushes reach it (key layout in :mod:`kvstore_ext.keys`):
 
 * group g's gradient of parameter i, at ``group_grad_key(i, g)``: stored there
   (the group's *last* gradient, the stale one of later iterations), and g is
@@ -39,8 +39,7 @@ class GroupAMSGrad(ServerUpdater):
     Args:
         num_workers: number of workers.
         groups: G, number of groups (M for CADA).
-        num_params: number of parameter keys (the key layout depends on it).
-        num_servers: number of server processes (the key layout depends on it).
+        num_servers: number of server processes (must divide the key layout's stride).
         alpha, beta1, beta2, epsilon: AMSGrad's α > 0, β1 and β2 in [0, 1), ε > 0.
         rescale: factor turning a pushed gradient into the one summed (> 0).
 
@@ -48,10 +47,10 @@ class GroupAMSGrad(ServerUpdater):
         ValueError: naming a bad argument.
     """
 
-    def __init__(self, num_workers, groups, num_params, num_servers=1, alpha=0.01, beta1=0.9, beta2=0.999,
+    def __init__(self, num_workers, groups, num_servers=1, alpha=0.01, beta1=0.9, beta2=0.999,
                  epsilon=1e-8, rescale=1.0, **kwargs):
         super().__init__(num_workers, **kwargs)
-        self.layout = keys.group_key_layout(num_params, groups, num_servers)
+        self.layout = keys.group_key_layout(groups, num_servers)
         for name, value in (("alpha", alpha), ("epsilon", epsilon), ("rescale", rescale)):
             if not value > 0:
                 raise ValueError("%s must be > 0, got %r" % (name, value))

@@ -90,33 +90,35 @@ def is_probe_key(key):
 
 # G-CADA (kvstore_ext.gcada): ``[GROUP_KEY_BASE, GROUP_KEY_END)`` holds, per
 # parameter key i, the servers' norms of the last step (slot 0) and each
-# group's last uploaded gradient (slot g + 1). A slot's key and parameter i's
-# key go to the same server, so the updater of i reads them in one process.
-GROUP_KEY_BASE = 100_000
+# group's last uploaded gradient (slot g + 1), slot s at
+# ``GROUP_KEY_BASE + s * GROUP_STRIDE + i``. Base and stride are multiples of
+# 5040 = 7!, hence of every server count up to 10 (and 12, 14, 15, 16, ...): a
+# slot's key and parameter i's key go to the same server, so the updater of i
+# reads them in one process.
+GROUP_STRIDE = 5040
+GROUP_KEY_BASE = 20 * GROUP_STRIDE   # 100 800
 GROUP_KEY_END = 215_000
+MAX_GROUPS = (GROUP_KEY_END - GROUP_KEY_BASE) // GROUP_STRIDE - 1   # 21
 
 
-def _round_up(value, multiple):
-    return -(-value // multiple) * multiple
-
-
-def group_key_layout(num_params, groups, num_servers):
-    """``(base, stride)`` of the G-CADA key range: slot s of parameter i is
-    ``base + s * stride + i``. Both are multiples of ``num_servers``, so
-    :func:`server_of` gives every slot of i the server of i.
+def group_key_layout(groups, num_servers=1, num_params=None):
+    """``(base, stride)`` of the G-CADA key range, checked for ``groups``
+    groups, ``num_servers`` servers and ``num_params`` parameter keys (None:
+    not checked here).
 
     Raises:
         ValueError: naming a bad argument, or when the range is too small.
     """
-    for name, value in (("num_params", num_params), ("groups", groups), ("num_servers", num_servers)):
+    for name, value in (("groups", groups), ("num_servers", num_servers)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError("%s must be a positive integer, got %r" % (name, value))
-    base = _round_up(GROUP_KEY_BASE, num_servers)
-    stride = _round_up(num_params, num_servers)
-    if base + (groups + 1) * stride > GROUP_KEY_END:
-        raise ValueError("G-CADA needs %d keys for %d parameters and %d groups; the range holds %d"
-                         % ((groups + 1) * stride, num_params, groups, GROUP_KEY_END - base))
-    return base, stride
+    if groups > MAX_GROUPS:
+        raise ValueError("G-CADA's key range holds at most %d groups, got %d" % (MAX_GROUPS, groups))
+    if GROUP_STRIDE % num_servers:
+        raise ValueError("G-CADA's key layout needs a server count dividing %d, got %d" % (GROUP_STRIDE, num_servers))
+    if num_params is not None and not 0 < num_params <= GROUP_STRIDE:
+        raise ValueError("G-CADA's key range holds at most %d parameter keys, got %r" % (GROUP_STRIDE, num_params))
+    return GROUP_KEY_BASE, GROUP_STRIDE
 
 
 def group_grad_key(param, group, layout):

@@ -354,6 +354,7 @@ def evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time
     import mxnet as mx
 
     from . import data, evaluation
+    from .control.gcada import loads_of
 
     test_x, test_y = data.load_fashion_mnist("test", args.data_dir or config.data_dir)
     params = net.collect_params()
@@ -413,6 +414,7 @@ def evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time
             "seconds": round(time.monotonic() - t0, 3),
         },
         "workers": workers,
+        "loads": loads_of(workers, args.batch_size),   # G-CADA eqs. (5)-(6); None in other modes
     }
 
 

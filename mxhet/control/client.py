@@ -313,6 +313,17 @@ class StateClient:
         """Partial Reduce: this worker's push to ``group``'s slot is in; returns once every member's is."""
         self.request(self._message(m.ReducePushed, group=int(group)))
 
+    def ask(self, cls, **fields):
+        """A blocking request of message type ``cls`` (e.g. G-CADA's); returns the reply."""
+        return self.request(self._message(cls, **fields))
+
+    def send_request(self, cls, **fields):
+        """Send a request of message type ``cls`` without waiting; its answer
+        comes with :meth:`poll`, matched by the returned sequence number."""
+        message = self._message(cls, **fields)
+        self._send(message)
+        return message.seq
+
     def bye(self):
         self.request(self._message(m.Bye))
 

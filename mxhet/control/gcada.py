@@ -27,12 +27,8 @@ computation P = Σ|M_D| · μ (μ samples per mini-batch).
 """
 import collections
 
+from ..policy.specs import DEFAULT_MAX_DELAY
 from . import messages as m
-
-DEFAULT_MAX_DELAY = 10
-"""D, the largest age of information (the paper gives none; LASG and CADA
-use D = 10 in their experiments' range of delays, and the window of eq. 9 is
-the last D steps)."""
 
 
 def check_groups(num_workers, groups):
@@ -311,3 +307,15 @@ class GroupCoordinator:
         rule = self.rule
         return {"groups": rule.groups, "max_delay": rule.max_delay, "c": rule.c, "group_size": rule.group_size,
                 "iterations": rule.log, "totals": rule.totals(batch_size)}
+
+
+def loads_of(workers, batch_size):
+    """Eqs. (5)-(6) from the workers' counters (``downloads``, ``uploads``):
+    communication C = Σ downloads + uploads, computation P = Σ downloads · μ
+    (μ = ``batch_size`` samples); None when no worker downloaded (other modes)."""
+    downloads = sum(int(w.get("downloads", 0)) for w in workers)
+    uploads = sum(int(w.get("uploads", 0)) for w in workers)
+    if not downloads:
+        return None
+    return {"downloads": downloads, "uploads": uploads, "communication": downloads + uploads,
+            "computation": downloads * batch_size, "computation_unit": "samples"}

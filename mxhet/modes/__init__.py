@@ -7,5 +7,6 @@ from .registry import get_mode, mode_names, register
 from . import adsp, esync, gradient, local, localsgd  # noqa: F401  (register the built-in modes)
 from . import preduce  # noqa: F401
 from . import nodelay  # noqa: F401
+from . import gcada  # noqa: F401
 
 __all__ = ["SyncMode", "WorkerStats", "get_mode", "mode_names", "register"]

@@ -56,6 +56,8 @@ class WorkerStats:
     state_replies: int = 0
     skipped_pushes: int = 0    # pushes replaced by zeros because of NaN/Inf (on_nonfinite=skip)
     aborted: int = 0           # local iterations abandoned on a delayed READY (ESync §4.2)
+    downloads: int = 0         # G-CADA: models pulled to compute a gradient on (eq. 5's |M_D|)
+    uploads: int = 0           # G-CADA: gradients uploaded as a group's first finisher (eq. 5's |M_U|)
     waited_iterations: int = 0  # local iterations after which the worker waited for a State Server reply
     late_replies: int = 0      # State Server replies for an earlier round, ignored
     overruns: int = 0          # iterations slower than f x T under MXHET_BASE_ITER_S (contention)

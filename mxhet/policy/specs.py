@@ -13,6 +13,8 @@ localsgd  dist_sync     no            τ local steps, then a synchronous model a
 adsp      dist_async    yes           ADSP: commits at scheduler-set rates, no waiting
 preduce   dist_async    yes           Partial Reduce: average with the next P-1 ready workers
 nodelay   dist_sync     yes           async SGD without gradient delay: merges run while workers compute
+gcada     dist_async    yes           G-CADA: lazily selected groups, first finisher uploads, AMSGrad
+cada      dist_async    yes           CADA: G-CADA with groups of one (D=1: distributed AMSGrad)
 local     (none)        no            standalone training on one device
 ========  ============  ============  ================================================
 """
@@ -88,5 +90,34 @@ PREDUCE = register_spec(ModeSpec(
                                            "connected"),
              Option("frozen_window", 0, "T, groups in the sync-graph (0: 2*ceil((N-1)/(P-1)))"),
              _STATE_TIMEOUT)))
+
+DEFAULT_MAX_DELAY = 10
+"""G-CADA's D when not given (the paper gives none): the largest age of
+information, and the window of the lazy condition (eq. 9)."""
+
+
+def _amsgrad_options(c):
+    return (Option("max_delay", DEFAULT_MAX_DELAY, "D: a group whose age of information reaches D is selected; "
+                                                   "eq. (9)'s window (D = 1: every group, every iteration)"),
+            Option("c", c, "c of the lazy condition (eq. 9), the smoothness constant L_g folded in"),
+            Option("step_size", 0.01, "α, AMSGrad's step size on the servers (eq. 8c)"),
+            Option("beta1", 0.9, "β1, AMSGrad's momentum weight (eq. 8a)"),
+            Option("beta2", 0.999, "β2, AMSGrad's second-moment weight (eq. 8b)"),
+            _STATE_TIMEOUT)
+
+
+GCADA = register_spec(ModeSpec(
+    "gcada", "dist_async",
+    "G-CADA: groups of workers sharing a shard, selected lazily each iteration; all members of a selected group "
+    "compute, the first to finish uploads; the servers apply AMSGrad to fresh and stale group gradients",
+    needs_state_server=True,
+    options=(Option("groups", 1, "G, groups of M/G workers (contiguous slots; use --dist group)"),)
+    + _amsgrad_options(0.3)))
+
+CADA = register_spec(ModeSpec(
+    "cada", "dist_async",
+    "CADA: workers selected lazily each iteration, the servers wait for every selected one and apply AMSGrad; "
+    "max_delay=1 is distributed AMSGrad",
+    needs_state_server=True, options=_amsgrad_options(2.0)))
 
 LOCAL = register_spec(ModeSpec("local", None, "standalone: one device, no parameter server"))

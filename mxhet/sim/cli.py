@@ -230,6 +230,8 @@ def run(args):
                       "stopped_at_target_s": sim.target_reached_at,
                       "max_iterations": job.max_iterations, "stopped_at_cap_s": sim.capped_at,
                       "command": ["python", "-m", "mxhet.sim"] + list(args.argv)}
+    gcada = getattr(sim.service, "gcada", None)   # G-CADA: every iteration's selection and counts
+    summary["gcada"] = gcada.stats(args.batch_size) if gcada is not None else None
     _atomic_json(os.path.join(args.metrics_out, "summary.json"), summary)
     if args.tensorboard:  # the tags of a real job's event files, in virtual seconds
         from ..observe.tensorboard import write_summary

@@ -178,6 +178,7 @@ class Servers:
 
     def __init__(self, arrays, updater):
         self.weights = arrays
+        self.updater = updater   # the rule itself (a second Servers over other keys can share it)
         self._apply = mx.optimizer.get_updater(updater)
 
     def apply(self, key, value):

@@ -21,7 +21,7 @@ def numpy_amsgrad(theta, h, v_hat, g, alpha, beta1, beta2, eps):
 def test_server_update_equals_numpy_amsgrad_on_the_summed_gradient():
     rng = np.random.RandomState(0)
     groups, params, batch = 3, 2, 4
-    upd = GroupAMSGrad(6, groups=groups, num_params=params, alpha=0.01, beta1=0.9, beta2=0.999,
+    upd = GroupAMSGrad(6, groups=groups, alpha=0.01, beta1=0.9, beta2=0.999,
                        epsilon=1e-8, rescale=1.0 / batch)
     layout = upd.layout
     apply = mx.optimizer.get_updater(upd)
@@ -55,8 +55,8 @@ def test_server_update_equals_numpy_amsgrad_on_the_summed_gradient():
 
 
 def test_group_keys_share_their_parameter_server_and_stay_in_range():
-    for servers in (1, 2, 3, 5):
-        layout = keys.group_key_layout(40, 4, servers)
+    for servers in (1, 2, 3, 5, 8):
+        layout = keys.group_key_layout(4, servers, num_params=40)
         for i in range(40):
             for g in range(4):
                 key = keys.group_grad_key(i, g, layout)
@@ -64,8 +64,12 @@ def test_group_keys_share_their_parameter_server_and_stay_in_range():
                 assert keys.server_of(key, servers) == keys.server_of(i, servers)
                 assert keys.split_group_key(key, layout) == (g + 1, i)
             assert keys.server_of(keys.group_norm_key(i, layout), servers) == keys.server_of(i, servers)
-    with pytest.raises(ValueError, match="range holds"):
-        keys.group_key_layout(50_000, 12, 1)
+    with pytest.raises(ValueError, match="at most 21 groups"):
+        keys.group_key_layout(22)
+    with pytest.raises(ValueError, match="parameter keys"):
+        keys.group_key_layout(3, num_params=6000)
+    with pytest.raises(ValueError, match="server count"):
+        keys.group_key_layout(3, num_servers=11)
 
 
 def test_aoi_at_least_d_forces_selection_and_a_lazy_group_is_skipped():

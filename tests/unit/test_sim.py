@@ -46,6 +46,10 @@ def test_every_mode_runs_in_virtual_time(tmp_path, mode):
     elif mode == "esync":
         assert set(workers[2]["local_iters"]) == {1}     # the slowest does one iteration per round
         assert min(workers[0]["local_iters"][1:]) >= 3   # the others fill its 4 x 0.05 s
+    elif mode == "gcada":                                # one group of three: the 4x slower device is never first
+        assert workers[2]["uploads"] == 0 and workers[0]["uploads"] + workers[1]["uploads"] > 0
+    elif mode == "cada":                                 # groups of one: every selected device uploads
+        assert all(w["uploads"] == w["downloads"] > 0 for w in workers.values())
     elif n == 3:
         assert iters[0] > 3 * iters[2] - 3               # nobody waits: 4x faster, exactly
 

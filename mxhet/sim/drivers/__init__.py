@@ -5,4 +5,5 @@ importing this package registers them all. The first modes' drivers are methods
 of :class:`mxhet.sim.engine.Simulation`.
 """
 from . import preduce  # noqa: F401
+from . import gcada  # noqa: F401
 from . import nodelay  # noqa: F401

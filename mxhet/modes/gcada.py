@@ -1,0 +1,237 @@
+"""G-CADA (``gcada``) and CADA (``cada``) on the real parameter server.
+
+The decisions are the State Server's (:mod:`mxhet.control.gcada`): which
+groups compute in iteration k, which member uploads, when the servers step.
+The servers (``dist_async``: only a subset pushes each iteration) keep every
+group's last gradient in a reserved key range and apply AMSGrad over the
+fresh and stale ones (:class:`kvstore_ext.gcada.GroupAMSGrad`). A worker:
+
+1. asks to take part in the next iteration (``GroupBegin``; answered once its
+   groups are selected): if its group is selected it pulls θ^k (a download,
+   eq. 5), sends a ``GroupWatch`` without waiting and computes one mini-batch
+   gradient (the training loop's forward and backward); if not, it asks for
+   the next iteration -- it computes nothing meanwhile;
+2. during its emulated computing time (``--base-iter``, optionally
+   exponential) it polls the watch: when a teammate claimed the group's
+   upload first, it drops its work at once (the iteration is abandoned; a
+   straggler never holds its group);
+3. else claims the upload (``GroupDone``); the first finisher pushes its
+   gradient to its group's keys and reports it (``GroupUploaded``); the last
+   upload of the iteration triggers the servers' step: a push to the
+   parameter keys (its value is not used), a pull of θ^{k+1}, a push and pull
+   of the norm keys, whose sums go back to the State Server (``GroupStepped``),
+   which selects the next iteration's groups.
+
+CADA is the same with groups of one (the servers then wait for every selected
+worker); with ``max_delay=1`` every worker is selected every iteration:
+distributed AMSGrad. The trainer's own optimizer is not used (AMSGrad runs on
+the servers with ``step_size``, ``beta1``, ``beta2``); BatchNorm statistics
+stay local, as in the other gradient modes.
+"""
+import math
+import os
+
+import mxnet as mx
+
+from kvstore_ext import keys as ps_keys
+from ..control import messages as m
+from ..control.gcada import check_groups, group_of
+from ..dataplane import copy_all
+from ..errors import ConfigError
+from ..gluon_private import has_fresh_grad, mark_grad_used, trainer_params
+from ..policy import specs
+from .base import SyncMode
+from .registry import register
+
+WATCH_POLL_S = 0.005
+"""Seconds between two looks at the group's watch while the emulated computing time runs."""
+_BIGARRAY_BOUND = 1_000_000  # MXNet's default MXNET_KVSTORE_BIGARRAY_BOUND (elements)
+
+
+def check_rule_options(opts):
+    """Raises ConfigError naming a bad G-CADA option."""
+    d = opts["max_delay"]
+    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+        raise ConfigError("max_delay (D) must be an integer >= 1, got %r" % (d,))
+    for name in ("c", "step_size"):
+        if not (isinstance(opts[name], (int, float)) and math.isfinite(opts[name]) and opts[name] > 0):
+            raise ConfigError("%s must be a finite number > 0, got %r" % (name, opts[name]))
+    for name in ("beta1", "beta2"):
+        if not (isinstance(opts[name], (int, float)) and 0 <= opts[name] < 1):
+            raise ConfigError("%s must be in [0, 1), got %r" % (name, opts[name]))
+
+
+@register
+class GCADA(SyncMode):
+    """The executor of G-CADA's State Server rule on the real cluster."""
+    spec = specs.GCADA
+
+    def __init__(self, trainer, config, **options):
+        super().__init__(trainer, config, **options)
+        check_rule_options(self.opts)
+        try:
+            self.groups = self.groups_for(config.num_slots, self.opts)
+            check_groups(config.num_slots, self.groups)
+            self.group = group_of(config.slot, config.num_slots, self.groups)
+            ps_keys.group_key_layout(self.groups, max(1, config.num_servers))
+        except ValueError as exc:
+            raise ConfigError("%s: %s" % (self.name, exc)) from None
+        self.iteration = None   # the iteration whose gradient this worker computes
+        self._watch = None      # seq of the GroupWatch of that iteration
+        self._dropped = False
+
+    @classmethod
+    def groups_for(cls, num_workers, opts):
+        return opts["groups"]
+
+    @classmethod
+    def updater_for(cls, num_workers, batch_size, optimizer, opts, num_servers=1):
+        from kvstore_ext.gcada import GroupAMSGrad
+        return GroupAMSGrad(num_workers, groups=cls.groups_for(num_workers, opts), num_servers=num_servers,
+                            alpha=opts["step_size"], beta1=opts["beta1"], beta2=opts["beta2"],
+                            rescale=1.0 / batch_size)
+
+    def server_updater(self, batch_size):
+        return self.updater_for(self.channel.num_workers, batch_size, None, self.opts,
+                                num_servers=self.config.num_servers)
+
+    def on_connect(self):
+        self.client = self.join_state_server()
+
+    def on_setup(self, batch_size):
+        self._batch_size = batch_size
+        params = trainer_params(self.trainer)
+        self._grad_keys = [i for i, p in enumerate(params) if p.grad_req != "null"]
+        layout = self._layout = ps_keys.group_key_layout(self.groups, self.config.num_servers,
+                                                         num_params=len(self.keys))
+        if self.config.num_servers > 1 and any(self.wbufs[i].size >= int(os.environ.get(
+                "MXNET_KVSTORE_BIGARRAY_BOUND", _BIGARRAY_BOUND)) for i in self._grad_keys):
+            raise ConfigError("%s with %d servers: a parameter above MXNet's big-array bound is split across "
+                              "servers, but its step norms are kept on one; use one server"
+                              % (self.name, self.config.num_servers))
+        like = [self.wbufs[i] for i in self._grad_keys]
+        self._gbufs = [mx.nd.zeros(w.shape, ctx=w.context, dtype=w.dtype) for w in like]
+        self._trigger_bufs = [mx.nd.zeros(w.shape, ctx=w.context, dtype=w.dtype) for w in like]
+        self._group_keys = [ps_keys.group_grad_key(i, self.group, layout) for i in self._grad_keys]
+        self._norm_keys = [ps_keys.group_norm_key(i, layout) for i in self._grad_keys]
+        self._norm_bufs = [mx.nd.zeros((self.groups + 1,)) for _ in self._grad_keys]
+        all_group_keys = [ps_keys.group_grad_key(i, g, layout) for g in range(self.groups) for i in self._grad_keys]
+        self.channel.init(all_group_keys + self._norm_keys,
+                          [mx.nd.zeros(w.shape, dtype=w.dtype) for _ in range(self.groups) for w in like]
+                          + [mx.nd.zeros((self.groups + 1,)) for _ in self._grad_keys])
+        self._await_selection(0)
+
+    # -- the State Server ------------------------------------------------------------
+    def _ask(self, cls, **fields):
+        t0 = self.clock()
+        reply = self.client.ask(cls, group=self.group, **fields)
+        self.stats.query_s += self.clock() - t0
+        self.stats.state_queries += 1
+        return reply
+
+    def _await_selection(self, wanted):
+        """Ask for iterations from ``wanted`` on until this worker's group is
+        selected in one (then download θ^k and return) or the job stops."""
+        self.iteration = None
+        while True:
+            reply = self._ask(m.GroupBegin, iteration=wanted, groups=self.groups, max_delay=self.opts["max_delay"],
+                              c=float(self.opts["c"]), want_stop=self.wants_stop())
+            self.stats.rounds = reply.round     # iterations the job finished
+            if reply.stop:
+                self.stopped = True
+                return
+            if reply.target:                    # nobody selected: this worker has the servers step
+                self._trigger(reply.round)
+            elif reply.ready:
+                self._download(reply.round)
+                return
+            wanted = reply.round + 1
+
+    def _download(self, k):
+        keys = self._grad_keys
+        outs = [self.wbufs[i] for i in keys]
+        self.channel.pull(keys, outs)
+        params = trainer_params(self.trainer)
+        copy_all(outs, [params[i].list_data()[0] for i in keys])
+        mx.nd.waitall()
+        self.stats.downloads += 1
+        self.iteration = k
+        self._dropped = False
+        self._watch = self.client.send_request(m.GroupWatch, iteration=k, group=self.group)
+
+    def _look_at_watch(self, timeout=0.0):
+        for reply in self.client.poll(timeout):
+            if reply.seq == self._watch and reply.round == self.iteration and not reply.ready:
+                self._dropped = True
+
+    # -- the iteration -----------------------------------------------------------------
+    def emulate_slowdown(self, seconds):
+        end = self.clock() + seconds
+        while not self._dropped:
+            left = end - self.clock()
+            if left <= 0:
+                return
+            self._look_at_watch(min(left, WATCH_POLL_S))
+
+    def should_abort(self):
+        if self.iteration is None:
+            return False
+        if not self._dropped:
+            self._look_at_watch()
+        return self._dropped
+
+    def on_abort(self):
+        self._await_selection(self.iteration + 1)
+
+    def local_update(self, batch_size, ignore_stale_grad):
+        if batch_size != self._batch_size:
+            raise ValueError("mode %r ships the gradient scale to the servers at the first step: "
+                             "batch_size must stay %d, got %d" % (self.name, self._batch_size, batch_size))
+        params = trainer_params(self.trainer)
+        if not ignore_stale_grad:
+            for i in self._grad_keys:
+                if not has_fresh_grad(params[i].list_data()[0]):
+                    raise UserWarning("Gradient of Parameter `%s` has not been updated by backward since "
+                                      "last `step`" % params[i].name)
+
+    def communicate(self, batch_size, capability, compute_end):
+        k = self.iteration
+        params = trainer_params(self.trainer)
+        grads = [params[i].list_grad()[0] for i in self._grad_keys]
+        if self._ask(m.GroupDone, iteration=k).ready:
+            copy_all(grads, self._gbufs)
+            self.check_finite(self._gbufs, "gradient", k)
+            self.channel.push_pull(self._group_keys, self._gbufs, self._gbufs)  # applied once the pull returns
+            self.stats.uploads += 1
+            if self._ask(m.GroupUploaded, iteration=k).ready:
+                self._trigger(k)
+        else:
+            self.stats.aborted += 1   # a teammate finished first: this gradient is dropped
+        self.stats.local_iters.append(1)
+        for i in self._grad_keys:
+            mark_grad_used(params[i].list_data()[0])
+        self._await_selection(k + 1)
+
+    def _trigger(self, k):
+        """The servers' step of iteration ``k``, then its norms to the State Server."""
+        keys = self._grad_keys
+        self.channel.push_pull(keys, self._trigger_bufs, [self.wbufs[i] for i in keys])  # the value is not used
+        self.channel.push_pull(self._norm_keys, [mx.nd.zeros(b.shape) for b in self._norm_bufs], self._norm_bufs)
+        total = sum(b.asnumpy().astype("float64") for b in self._norm_bufs)
+        self._ask(m.GroupStepped, iteration=k, delta_sq=float(total[0]), group_sq=[float(x) for x in total[1:]])
+
+    def global_keys(self):
+        return list(self._grad_keys)
+
+
+@register
+class CADA(GCADA):
+    """CADA: G-CADA with groups of one (every worker its own group and shard)."""
+    spec = specs.CADA
+
+    @classmethod
+    def groups_for(cls, num_workers, opts):
+        return num_workers
+
+
+__all__ = ["GCADA", "CADA"]
