@@ -24,6 +24,7 @@ from tqdm import tqdm
 from mxhet.errors import ConfigError
 
 from . import presets, profiles
+from . import nodelay as nodelay_bench
 from .metrics import run_record
 from .runner import JobFailed, JobSpec, machine_info, run_with_bar as _with_bar
 
@@ -109,6 +110,7 @@ def build_parser():
     val.add_argument("--lr", type=float, default=0.05)
     val.add_argument("--seed", type=int, default=0)
     val.add_argument("--out", default="runs/validate-sim", help="output directory (default %(default)s)")
+    nodelay_bench.add_parser(sub)
     res = sub.add_parser("rescore", help="score a finished bench's runs again with the current evaluation "
                                          "protocol and rebuild its JSON, report and figures")
     res.add_argument("--out", required=True, help="the bench's output directory (with runs/)")
@@ -469,6 +471,7 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, _terminate)
     runners = {"demo": run_demo, "epsilon": run_epsilon, "acks": run_acks, "dynamic": run_dynamic,
                "control-plane": run_control_plane, "validate-sim": run_validate_sim, "rescore": run_rescore}
+    runners["nodelay"] = nodelay_bench.run
     return runners.get(args.experiment, run_paper_experiment)(args)
 
 

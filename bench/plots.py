@@ -1,9 +1,9 @@
 """PNG figures in the style of the ESync paper's Table 1 and Figures 3-5."""
 import os
 
-MODE_ORDER = ("sync", "async", "esync", "adsp", "ssp", "localsgd", "dcasgd", "local")
+MODE_ORDER = ("sync", "async", "esync", "adsp", "ssp", "localsgd", "dcasgd", "nodelay", "local")
 LABELS = {"sync": "Sync", "async": "Async", "esync": "ESync", "adsp": "ADSP", "ssp": "SSP",
-          "localsgd": "Local SGD", "dcasgd": "DC-ASGD", "local": "Standalone"}
+          "localsgd": "Local SGD", "dcasgd": "DC-ASGD", "nodelay": "No-delay ASGD", "local": "Standalone"}
 
 
 def _plt():

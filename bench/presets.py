@@ -16,7 +16,7 @@ import dataclasses
 
 from mxhet.errors import ConfigError
 
-ALL_MODES = ("sync", "async", "esync", "adsp", "ssp", "localsgd", "dcasgd")
+ALL_MODES = ("sync", "async", "esync", "adsp", "ssp", "localsgd", "dcasgd", "nodelay")
 STANDALONE = "local"
 
 # Table 1 of the ESync paper: speedup of ESync over Sync to 0.8 test accuracy,

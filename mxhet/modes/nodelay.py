@@ -19,7 +19,9 @@ this module moves the arrays:
   sets ``x_init = x`` (``w.x`` is zero from then on; the pseudo-code's line
   23) and hands the buffer to a data-plane thread that pushes it and pulls the
   merged model through ``dist_sync`` with the ESync averaging updater
-  (``PS.x += mean(w.x)``), one round after the other (FIFO);
+  (``PS.x += mean(w.x)``), one round after the other (FIFO); an emulated
+  link delay (``--net-delay-ms``) holds the push and the merged model back
+  by that much each way, as in the simulator;
 * when the merged model has arrived, at the end of a step:
   ``x_init = PS.x`` and ``x = x_init + w.x`` (the steps since the transfer stay
   on top of it), and the worker reports the arrival (Merged).
@@ -33,6 +35,7 @@ same global model.
 """
 import queue
 import threading
+import time
 
 import mxnet as mx
 
@@ -59,10 +62,16 @@ class Courier:
         kv: the dist kvstore.
         keys: the parameter keys.
         clock: monotonic clock in seconds.
+        delay: emulated one-way delay of the link, seconds: the push leaves
+            and the merged model is handed over this much later (the
+            launcher's ``--net-delay-ms``, as the simulator models it).
+        sleep: the sleep function.
     """
 
-    def __init__(self, kv, keys, clock):
-        self.kv, self.keys, self.clock = kv, list(keys), clock
+    def __init__(self, kv, keys, clock, delay=0.0, sleep=time.sleep):
+        if not delay >= 0:
+            raise ValueError("delay must be >= 0 seconds, got %r" % (delay,))
+        self.kv, self.keys, self.clock, self.delay, self.sleep = kv, list(keys), clock, float(delay), sleep
         self._jobs = queue.Queue()
         self._done = queue.Queue()
         self.busy = False
@@ -77,10 +86,14 @@ class Courier:
             round_, sends, recvs = job
             t0 = self.clock()
             try:
+                if self.delay:
+                    self.sleep(self.delay)
                 self.kv.push(self.keys, sends)
                 self.kv.pull(self.keys, out=recvs)
                 for r in recvs:
                     r.wait_to_read()
+                if self.delay:
+                    self.sleep(self.delay)
                 self._done.put((round_, self.clock() - t0, None))
             except BaseException as exc:  # noqa: BLE001  (handed to the training thread)
                 self._done.put((round_, 0.0, exc))
@@ -136,7 +149,7 @@ class NoDelay(SyncMode):
         copy_all(self.wbufs, self._xinit)
         mx.nd.waitall()
         self.policy.arrived(-1)   # lines 6-11: the initial global model is in x and x_init
-        self.courier = Courier(self.kv, self.keys, self.clock)
+        self.courier = Courier(self.kv, self.keys, self.clock, delay=self.config.net_delay_ms / 1000.0)
 
     def wait_compute(self):
         # Only this worker's own arrays: the pull in flight must not be waited for.

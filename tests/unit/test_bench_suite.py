@@ -106,7 +106,7 @@ def test_all_plans_each_run_once_and_shares_runs_between_experiments():
     keys = suite.unique_runs(planned)
     assert len(keys) == len(set(keys))
     # resnet18 iid sync/esync/local feed Table 1 and Figure 3; sync/async/esync iid also Figures 4-5
-    assert len(keys) == 3 * 2 + 3 + (7 - 2)
+    assert len(keys) == 3 * 2 + 3 + (len(presets.ALL_MODES) - 2)
 
 
 def test_modes_option_replaces_each_experiments_modes():
