@@ -96,19 +96,21 @@ class JobView:
                            elapsed_s=self.clock() - self.started, status=status)
 
 
-def create_app(view, host=DEFAULT_HOST, port=0):
+def create_app(view, host=DEFAULT_HOST):
     """The Flask app over ``view`` (a :class:`JobView` or anything with ``state()``).
 
-    ``host`` and ``port`` are where it is served: only requests naming them
-    (or ``localhost`` for a loopback address) in their ``Host`` header are answered.
+    ``host`` is the address it is served on: only requests naming it (or
+    ``localhost`` for a loopback address) in their ``Host`` header are answered.
     """
     from flask import Flask, jsonify, render_template, send_from_directory
 
     app = Flask("mxhet.observe.dashboard", static_folder=os.path.join(_HERE, "static"),
                 template_folder=os.path.join(_HERE, "templates"))
-    if port:
+    # The Host header's name must be the address served (Werkzeug compares names, not ports);
+    # on 0.0.0.0 / :: every name this machine answers to is possible, so none is checked.
+    if not ipaddress.ip_address(host).is_unspecified:
         names = {host, "[%s]" % host} | ({"localhost", "127.0.0.1", "[::1]"} if is_loopback(host) else set())
-        app.config["TRUSTED_HOSTS"] = sorted(names | {"%s:%d" % (n, port) for n in names})
+        app.config["TRUSTED_HOSTS"] = sorted(names)
     vendor = plotly_js_dir()
 
     @app.after_request
@@ -158,13 +160,16 @@ class Dashboard:
             LOG.warning("the dashboard listens on %s, not on loopback: anyone who can reach it sees the "
                         "job's state (read-only)", host)
         self.view = view
+        def not_yet(environ, start_response):  # replaced before the server thread starts
+            start_response("503 Service Unavailable", [])
+            return [b""]
         try:
             # bind first (port 0 = a free port), then build the app for the port actually bound
-            self._server = make_server(host, port, create_app(view, host, port or 1), threaded=True)
+            self._server = make_server(host, port, not_yet, threaded=True)
         except OSError as exc:
             raise ConfigError("--dashboard cannot listen on %s:%d: %s" % (host, port, exc)) from None
         self.host, self.port = host, self._server.socket.getsockname()[1]
-        self._server.app = create_app(view, host, self.port)
+        self._server.app = create_app(view, host)
         self._thread = threading.Thread(target=self._server.serve_forever, name="mxhet-dashboard", daemon=True)
 
     @property

@@ -105,7 +105,7 @@ def test_app_serves_state_and_page_and_changes_nothing(tmp_path):
     _feed(tmp_path, fake_stats(0, 0, 4), samples_per_s=50.0)
     view = JobView([{"slot": 0, "host": "127.0.0.1", "context": "cpu", "slowdown": 1.0},
                     {"slot": 1, "host": "127.0.0.1", "context": "cpu", "slowdown": 4.0}], str(tmp_path), "esync")
-    client = create_app(view, "127.0.0.1", 8050).test_client()
+    client = create_app(view, "127.0.0.1").test_client()
     headers = {"Host": "127.0.0.1:8050"}
     state = client.get("/api/state", headers=headers).get_json()
     assert [d["slot"] for d in state["devices"]] == [0, 1] and state["devices"][0]["round"] == 4
@@ -117,7 +117,8 @@ def test_app_serves_state_and_page_and_changes_nothing(tmp_path):
     js.close()
     for method in (client.post, client.put, client.delete):
         assert method("/api/state", headers=headers).status_code == 405
-    assert client.get("/api/state", headers={"Host": "attacker.example:8050"}).status_code == 400
+    for path in ("/api/state", "/", "/vendor/plotly.min.js", "/static/dashboard.js"):
+        assert client.get(path, headers={"Host": "attacker.example:8050"}).status_code == 400, path
     assert client.get("/api/state", headers={"Host": "localhost:8050"}).status_code == 200
 
 
