@@ -23,8 +23,9 @@ from tqdm import tqdm
 
 from mxhet.errors import ConfigError
 
-from . import presets, profiles
+from . import aggregation, presets, profiles
 from . import nodelay as nodelay_bench
+from . import preduce as preduce_bench
 from .metrics import run_record
 from .runner import JobFailed, JobSpec, machine_info, run_with_bar as _with_bar
 
@@ -110,11 +111,15 @@ def build_parser():
     val.add_argument("--lr", type=float, default=0.05)
     val.add_argument("--seed", type=int, default=0)
     val.add_argument("--out", default="runs/validate-sim", help="output directory (default %(default)s)")
+    aggregation.add_parser(sub)
     nodelay_bench.add_parser(sub)
+    preduce_bench.add_parser(sub)
     res = sub.add_parser("rescore", help="score a finished bench's runs again with the current evaluation "
                                          "protocol and rebuild its JSON, report and figures")
     res.add_argument("--out", required=True, help="the bench's output directory (with runs/)")
     res.add_argument("--models", default=None, help="only the runs of these models (default: every run)")
+    res.add_argument("--rebuild-only", action="store_true",
+                     help="score nothing again: rebuild the JSON, report and figures from the runs' summaries")
     for name in EXPERIMENT_NAMES:
         help_text = {"table1": "Table 1: ESync vs Sync speedup to the target, ESync vs standalone accuracy",
                      "curves": "Figure 3: test accuracy over time, i.i.d. and non-i.i.d.",
@@ -454,7 +459,7 @@ def run_rescore(args):
     from . import rescore
     try:
         models = _names(args.models, MODEL_NAMES, "models") if args.models else None
-        result = rescore.rescore(args.out, models=models, log=tqdm.write)
+        result = rescore.rescore(args.out, models=models, log=tqdm.write, score=not args.rebuild_only)
     except ConfigError as exc:
         print("mxhet-bench: error: %s" % exc, file=sys.stderr)
         return 2
@@ -468,10 +473,13 @@ def main(argv=None):
         from . import scale
         return scale.main(raw[1:])
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, _terminate)
     runners = {"demo": run_demo, "epsilon": run_epsilon, "acks": run_acks, "dynamic": run_dynamic,
-               "control-plane": run_control_plane, "validate-sim": run_validate_sim, "rescore": run_rescore}
+               "control-plane": run_control_plane, "validate-sim": run_validate_sim, "rescore": run_rescore,
+               "aggregation": aggregation.run}
     runners["nodelay"] = nodelay_bench.run
+    runners["preduce"] = preduce_bench.run
     return runners.get(args.experiment, run_paper_experiment)(args)
 
 

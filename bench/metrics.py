@@ -50,4 +50,7 @@ def run_record(summary):
         "curve": summary["curve"],
         "command": summary.get("command"),
         "evaluation": summary.get("evaluation"),
+        "engine": summary.get("engine", "cluster"),
+        # simulator runs: when the compute cap (max real iterations) ended the run, virtual seconds
+        "stopped_at_cap_s": (summary.get("sim") or {}).get("stopped_at_cap_s"),
     }

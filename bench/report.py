@@ -116,6 +116,22 @@ def _evaluation_line(result):
     return text + "."
 
 
+def _stopping_line(result):
+    """How runs end, and what the whole bench cost in wall time."""
+    text = []
+    if result.get("engine") == "sim" and any(r.get("stopped_at_cap_s") is not None or r["time_to_target_s"]
+                                             and r["train_time_s"] < result["time_budget_s"]
+                                             for r in result["runs"]):
+        text.append("Each run stops at the first snapshot that reaches the target, at the budget in virtual "
+                    "time, or once its devices ran %d real iterations in all (a compute cap), whichever "
+                    "comes first." % result.get("max_iterations", 0) if result.get("max_iterations") else
+                    "Each run stops at the first snapshot that reaches the target, or at the budget.")
+    if result.get("suite_wall_s"):
+        text.append("The whole bench took %.0f min of wall time (%d run(s) at once)."
+                    % (result["suite_wall_s"] / 60.0, result.get("jobs", 1)))
+    return " ".join(text)
+
+
 def _header(result):
     m, p = result["machine"], result["profile"]
     devices = ", ".join("%s ×%g" % (d["context"], d["slowdown"]) for d in p["devices"])
@@ -132,6 +148,7 @@ def _header(result):
                  p["name"], len(p["devices"]), devices, result["batch_size"], result["seed"],
                  result["time_budget_s"], result["target_accuracy"]),
              "", _evaluation_line(result),
+             "", _stopping_line(result),
              "", "Calibration (one iteration on one core or device; base iteration T: a device of slowdown f "
              "runs an iteration in f × T):", ""]
     rows = []
@@ -168,7 +185,10 @@ def _table1(result):
 def _runs_table(result):
     rows = []
     for r in result["runs"]:
-        rows.append([r["model"], r["mode"], r["dist"], _t(r["time_to_target_s"]), _acc(r["final_accuracy"]),
+        reached = _t(r["time_to_target_s"])
+        if r["time_to_target_s"] is None and r.get("stopped_at_cap_s") is not None:
+            reached = "not reached (compute cap at %.0f s)" % r["stopped_at_cap_s"]
+        rows.append([r["model"], r["mode"], r["dist"], reached, _acc(r["final_accuracy"]),
                      "%.0f" % r["samples_per_s"], "%.2f" % (r["bytes_per_s"] / 1e6),
                      " ".join("%.2f" % x for x in r["compute_ratio"]),
                      " ".join("%.1f" % x for x in r["local_iters_mean"])])

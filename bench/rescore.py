@@ -57,8 +57,9 @@ def rescore_run(run_dir):
     return new
 
 
-def rescore(out, models=None, log=print):
-    """Re-score the runs of the bench in ``out`` (only ``models`` if given) and rebuild every experiment."""
+def rescore(out, models=None, log=print, score=True):
+    """Re-score the runs of the bench in ``out`` (only ``models`` if given) and rebuild every experiment
+    (``score=False``: only rebuild, from the runs' summaries as they are)."""
     results = {}
     for name in suite.EXPERIMENTS:
         path = os.path.join(out, "%s.json" % name)
@@ -72,7 +73,7 @@ def rescore(out, models=None, log=print):
     for data in results.values():
         for run in data["runs"]:
             records[run["run_dir"]] = run
-    chosen = [r for r in records.values() if models is None or r["model"] in models]
+    chosen = [r for r in records.values() if score and (models is None or r["model"] in models)]
     for run in chosen:
         run_dir = os.path.join(out, run["run_dir"])
         log("re-scoring %s" % run["run_dir"])
@@ -103,7 +104,8 @@ def rescore(out, models=None, log=print):
                                      + [m for m in seconds if m not in preset.models]))
     return suite.run_suite(tuple(results), preset, profile, out, models=models_run, budget=first["time_budget_s"],
                            seed=first["seed"], command=first["command"], measure=recorded, run=finished,
-                           log=log, engine=first.get("engine", "cluster"))
+                           log=log, engine=first.get("engine", "cluster"), jobs=first.get("jobs", 1),
+                           wall_s=first.get("suite_wall_s"))
 
 
 def main(argv=None):

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 from tqdm import tqdm
 
@@ -255,14 +256,17 @@ class SuiteResult:
 
 
 def run_suite(experiments, preset, profile, out, models=None, modes=None, budget=None, seed=0,
-              command=None, measure=calibrate.measure, run=run_with_bar, log=print, engine=None, jobs=1):
+              command=None, measure=calibrate.measure, run=run_with_bar, log=print, engine=None, jobs=1,
+              wall_s=None):
     """Calibrate, run the union of the experiments' runs, write JSON, report and figures.
 
     ``engine``: ``cluster`` (real processes) or ``sim`` (virtual time); default the preset's.
     ``jobs``: simulator runs at once, each with one compute thread (``OMP_NUM_THREADS=1``).
+    ``wall_s``: the bench's wall time to record (default: measured here; a rebuild passes the original's).
     """
     from . import plots, report
 
+    started = time.monotonic()
     budget = budget or preset.time_budget
     engine = engine or preset.engine
     if jobs > 1:
@@ -291,7 +295,8 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
         keys, lambda k: job_spec(k, preset, profile, calibration[k.model], budget, seed, engine=engine), out,
         run=run, jobs=jobs)
 
-    common = {"engine": engine, "jobs": jobs, "preset": preset.name, "command": list(command or sys.argv), "machine": machine_info(profile.contexts),
+    common = {"engine": engine, "jobs": jobs, "suite_wall_s": wall_s or round(time.monotonic() - started, 1),
+              "max_iterations": preset.max_iterations if engine == "sim" else 0, "preset": preset.name, "command": list(command or sys.argv), "machine": machine_info(profile.contexts),
               "profile": dict(profile.as_dict(), calibration=calibration), "target_accuracy": preset.target_accuracy,
               "seed": seed, "time_budget_s": budget, "batch_size": preset.batch_size, "figure_model": figure_model,
               "skipped": skipped}

@@ -15,6 +15,7 @@ and writes the same ``summary.json`` (times in virtual seconds, marked
 ``"engine": "sim"``). ``--base-iter`` is required: it is the virtual time of a
 slowdown-1 iteration.
 """
+import glob
 import json
 import logging
 import os
@@ -188,6 +189,17 @@ def run(args):
     servers = engine.Servers([mx.nd.array(p.data().asnumpy(), ctx=ctx) for p in first.params],
                              updater if updater is not None else mx.optimizer.create("sgd"))
     sim = engine.Simulation(job, devices, servers, grad_keys)
+    snap_dir = os.path.join(args.metrics_out, "snapshots")
+    os.makedirs(snap_dir, exist_ok=True)
+    for old in glob.glob(os.path.join(snap_dir, "*.params")):  # a previous run's
+        os.remove(old)
+    names = [p.name for p in first.params]
+
+    def save(index, t, arrays):  # to disk at once: a long run's snapshots would not fit in memory
+        path = os.path.join(snap_dir, "%06d.params" % index)
+        mx.nd.save(path, dict(zip(names, arrays)))
+        return path
+    sim.keep_snapshot = save
     if args.stop_at_target:
         sim.target_check = target_check(args, first.params, ctx, input_size, images, labels)
     with tqdm(total=round(job.time_budget, 1), unit="virtual s", desc="%s %s" % (job.mode, args.model),
@@ -199,7 +211,7 @@ def run(args):
     # The job's final global model, as every worker would pull it.
     global_keys = grad_keys if not spec.exchanges_deltas and spec.distributed else list(range(len(first.params)))
     final = servers.snapshot()
-    sim.snapshots.append((virtual, final))
+    sim.snapshots.append((virtual, save(len(sim.snapshots), virtual, final)))
     digest = engine.model_digest([final[k] for k in global_keys])
     for dev in devices:
         dev.stats.final_model_sha256 = digest
@@ -208,14 +220,7 @@ def run(args):
         stats["train_time_s"] = virtual
         _atomic_json(os.path.join(args.metrics_out, "worker-%d.json" % dev.slot), stats)
 
-    snap_dir = os.path.join(args.metrics_out, "snapshots")
-    os.makedirs(snap_dir, exist_ok=True)
-    names = [p.name for p in first.params]
-    snapshots = []
-    for i, (t, arrays) in enumerate(sim.snapshots):
-        path = os.path.join(snap_dir, "%06d.params" % i)
-        mx.nd.save(path, dict(zip(names, arrays)))
-        snapshots.append((t, path))
+    snapshots = list(sim.snapshots)
     config = WorkerConfig(sync=job.mode, num_slots=len(devices), data_dir=args.data_dir or WorkerConfig().data_dir)
     # Points scored during the run (stop at the target) are not scored again.
     summary = train.evaluate_run(args, config, job.mode, first.net, snapshots, ctx, input_size, virtual, [],
@@ -227,6 +232,7 @@ def run(args):
                       "base_iter_s": job.base_iter_s, "latency_ms": args.latency_ms, "per_key_ms": args.per_key_ms,
                       "bandwidth_gbps": args.bandwidth_gbps, "jitter": job.jitter,
                       "state_server_decisions": sim.decisions,
+                      "preduce": sim.service.stats().get("preduce"),   # Partial Reduce's groups and interventions
                       "stopped_at_target_s": sim.target_reached_at,
                       "max_iterations": job.max_iterations, "stopped_at_cap_s": sim.capped_at,
                       "command": ["python", "-m", "mxhet.sim"] + list(args.argv)}

@@ -197,6 +197,7 @@ class SyncRound:
         self.env, self.servers, self.keys, self.workers = env, servers, keys, workers
         self.sums = None
         self.count = 0
+        self.taken = 0      # workers that took the result (the round is forgotten after the last)
         self.votes = 0.0
         self.done = env.event()
         self.on_done = on_done
@@ -213,6 +214,7 @@ class SyncRound:
             for key, value in zip(self.keys, self.sums):
                 self.servers.apply(key, value)
             self.result = self.servers.snapshot(self.keys)
+            self.sums = None
             self.done.succeed()
 
 
@@ -236,7 +238,8 @@ class Simulation:
         self.service = StateService(n, **kwargs)
         self._deferred = {}   # (rank, seq) -> event of a deferred State Server answer
         self._rounds = {}     # dist_sync rounds by index
-        self.snapshots = []   # (virtual time, [arrays]) of the global model
+        self.snapshots = []   # (virtual time, [arrays] or what keep_snapshot returned) of the global model
+        self.keep_snapshot = None  # callable(index, virtual time, arrays) -> handle, e.g. save to disk
         self.decisions = 0
         self.target_check = None   # callable(arrays) -> bool, asked at every snapshot (stop at the target)
         self.target_reached_at = None
@@ -329,6 +332,9 @@ class Simulation:
         rnd = self.sync_round(index, keys)
         rnd.arrive(values, vote)
         yield rnd.done
+        rnd.taken += 1
+        if rnd.taken == rnd.workers:  # every worker has it: free the round's arrays
+            self._rounds.pop(index, None)
         yield self.env.timeout(transfer)
         dev.stats.bytes_pushed += size + 4
         dev.stats.bytes_pulled += size + 4
@@ -555,7 +561,9 @@ class Simulation:
                 arrays = self.servers.snapshot()
             else:
                 arrays = [w.copy() for w in self.devices[0].weights()]
-            self.snapshots.append((self.env.now, arrays))
+            kept = arrays if self.keep_snapshot is None else self.keep_snapshot(len(self.snapshots), self.env.now,
+                                                                                  arrays)
+            self.snapshots.append((self.env.now, kept))
             if self.progress is not None:
                 self.progress(self.env.now)
             if self.target_check is not None:
