@@ -11,12 +11,27 @@ The per-period commit ``rate`` is searched online, once per epoch
 second reward is higher, repeat from ``rate + 1``, else keep ``rate`` for the
 rest of the epoch. Training never pauses for the search.
 
-The reward of a window is the loss decrease speed: the (time, loss) samples
-are fitted with ``loss = 1 / (a1² t + a2) + a3`` (scipy's ``curve_fit``, t
-from the window start) and the reward is ``1 / t*``, where t* is when the
-fitted curve has dropped by ``drop`` (5%) from its value at the window start;
-0 when the fit says it never will. A window with too few samples or a failed
-fit has no reward, which ends the climb.
+The reward of a window is the paper's (§4.2): the window's (time, loss)
+samples are fitted with ``loss = 1 / (a1² t + a2) + a3`` (scipy's
+``curve_fit``) and the reward is the speed of reaching one loss threshold ℓ,
+``r = a1² / (1/(ℓ - a3) - a2) = 1 / t*(ℓ)``. ℓ is fixed for every
+configuration one search compares: ``(1 - LEVEL_DROP)`` times the lowest loss
+of the search's first window. t is measured from the start of the search for
+every window, so the windows' t* are on one clock: a later window, which
+starts lower on the same curve, gets the same reward as the earlier one, not
+a higher or a lower one. (The previous rule -- the time to drop 5% below each
+window's own start -- gave the later, flatter part of one curve a lower
+reward and ended the climb early.) The reward is 0 when the fit never reaches
+ℓ; a window with too few samples or a failed fit has no reward, which ends
+the climb.
+
+The loss is what the workers report with their commits: the smoothed
+training loss of their replicas. The paper's figures plot the global model's
+loss, but its reward section only asks for "(time t, loss ℓ) pairs when the
+system is running"; evaluating the global model would need a forward pass
+that PS-LITE's servers cannot run (they hold arrays, not the network) and a
+worker would have to stop training for, against ADSP's no-waiting premise.
+Replicas are at most one commit (Γ/ΔC seconds) away from the global model.
 """
 import dataclasses
 import math
@@ -35,12 +50,21 @@ def loss_curve(t, a1, a2, a3):
     return 1.0 / (a1 * a1 * t + a2) + a3
 
 
-def fit_reward(samples, drop=0.05):
-    """Reward of a window from its ``(seconds since window start, loss)`` samples.
+LEVEL_DROP = 0.1
+MIN_GAIN = 1e-6
+"""rate + 1 wins when its reward is higher by more than this share: equal
+curves fitted in two windows differ by rounding, and a tie keeps the rate."""
+"""ℓ = (1 - LEVEL_DROP) x the lowest loss of a search's first window."""
+_INSTANT = 1e9
+"""Reward of a fit that is below ℓ already at the search start (finite: it travels as JSON)."""
+
+
+def fit_curve(samples):
+    """Fit ``loss = 1 / (a1² t + a2) + a3`` to ``(t, loss)`` samples, t in seconds.
 
     Returns:
-        ``1 / t*`` (a speed, 1/s), 0.0 if the fitted loss never drops by
-        ``drop``, or None when there are too few samples or the fit fails.
+        ``(a1, a2, a3)`` with t measured from the first sample's origin (the
+        samples' own zero), or None for too few samples or a failed fit.
     """
     points = [(float(t), float(l)) for t, l in samples if math.isfinite(t) and math.isfinite(l)]
     if len(points) < MIN_SAMPLES or len({t for t, _ in points}) < 3:
@@ -61,11 +85,41 @@ def fit_reward(samples, drop=0.05):
         return None
     if not all(math.isfinite(v) for v in (a1, a2, a3)):
         return None
-    level = loss_curve(0.0, a1, a2, a3) * (1.0 - drop)
+    return float(a1), float(a2), float(a3)
+
+
+def reward_at(params, level, offset=0.0):
+    """The paper's reward ``r = a1² / (1/(ℓ - a3) - a2)`` of a fitted curve.
+
+    Args:
+        params: ``(a1, a2, a3)`` of :func:`fit_curve`, fitted with t from the
+            window's start.
+        level: the loss threshold ℓ.
+        offset: seconds from the search's start to the window's start: the
+            reward is ``1 / t*`` with t* on the search's clock, so windows
+            that start at different times are compared on one clock.
+
+    Returns:
+        ``1 / t*`` in 1/s; 0.0 if the curve never reaches ``level``.
+    """
+    a1, a2, a3 = params
     if level <= a3 or a1 == 0:
         return 0.0
-    t_star = (1.0 / (level - a3) - a2) / (a1 * a1)
-    return 1.0 / max(t_star, 1e-9)
+    t_star = offset + (1.0 / (level - a3) - a2) / (a1 * a1)
+    return 1.0 / t_star if t_star > 1.0 / _INSTANT else _INSTANT
+
+
+def fit_reward(samples, level, offset=0.0):
+    """Reward of a window from its ``(seconds since window start, loss)`` samples,
+    for the threshold ``level`` (see :func:`reward_at`); None when the fit fails."""
+    params = fit_curve(samples)
+    return None if params is None else reward_at(params, level, offset)
+
+
+def search_level(samples, drop=LEVEL_DROP):
+    """ℓ for a search, from its first window's samples: ``(1 - drop)`` x their lowest loss (None if none)."""
+    losses = [float(l) for _, l in samples if math.isfinite(l)]
+    return (1.0 - drop) * min(losses) if losses else None
 
 
 class CommitRateSearch:
@@ -75,9 +129,12 @@ class CommitRateSearch:
     :meth:`window_done` with the reward of each finished window.
     """
 
-    def __init__(self, start=1):
+    def __init__(self, start=1, min_gain=MIN_GAIN):
         if not isinstance(start, int) or start < 1:
             raise ValueError("the start rate must be a positive integer, got %r" % (start,))
+        if not min_gain >= 0:
+            raise ValueError("min_gain must be >= 0, got %r" % (min_gain,))
+        self.min_gain = float(min_gain)
         self.restart(start)
 
     def restart(self, start=1):
@@ -100,7 +157,8 @@ class CommitRateSearch:
             self.base_reward = reward
             self.phase = "next"
         elif self.phase == "next":
-            if reward is not None and self.base_reward is not None and reward > self.base_reward:
+            if (reward is not None and self.base_reward is not None
+                    and reward > self.base_reward * (1.0 + self.min_gain)):
                 self.base += 1           # DECIDECOMMITRATE(C_target + 1): evaluate it again against +2
                 self.phase = "base"
             else:
@@ -143,6 +201,8 @@ class ADSPScheduler:
         self.epoch_start = 0           # checkpoint index where the current epoch began
         self.window_start = 0          # checkpoint index where the current evaluation window began
         self.samples = []              # (seconds since window start, loss) of the current window
+        self.level = None              # the search's loss threshold ℓ, fixed after its first window
+        self.levels = []               # ℓ of every search so far
         self.c_target = self.search.rate
         self.log = []                  # one record per checkpoint
 
@@ -158,13 +218,19 @@ class ADSPScheduler:
     def _on_checkpoint(self):
         commits = {r: w.commits for r, w in self.workers.items()}
         if self.search.searching and self.checkpoint - self.window_start >= self.window_periods:
-            self.search.window_done(fit_reward(self.samples))
+            if self.level is None:
+                self.level = search_level(self.samples)
+                if self.level is not None:
+                    self.levels.append(self.level)
+            offset = (self.window_start - self.epoch_start) * self.period
+            self.search.window_done(None if self.level is None else fit_reward(self.samples, self.level, offset))
             self.window_start = self.checkpoint
             self.samples = []
         if (self.checkpoint - self.epoch_start) * self.period >= self.epoch:
             self.search.restart()
             self.epoch_start = self.window_start = self.checkpoint
             self.samples = []
+            self.level = None
         self.c_target = max(commits.values()) + self.search.rate
         self.log.append({"checkpoint": self.checkpoint, "time": self.checkpoint * self.period,
                          "commits": {str(r): c for r, c in sorted(commits.items())},
@@ -198,4 +264,5 @@ class ADSPScheduler:
     def stats(self):
         return {"period": self.period, "epoch": self.epoch, "window_periods": self.window_periods,
                 "search": [{"rate": r, "reward": w} for r, w in self.search.history],
+                "loss_thresholds": list(self.levels),
                 "checkpoints": self.log}

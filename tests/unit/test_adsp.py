@@ -4,7 +4,8 @@ import math
 import pytest
 
 from mxhet.control import messages as m
-from mxhet.control.adsp import ADSPScheduler, CommitRateSearch, fit_reward, loss_curve
+from mxhet.control.adsp import (ADSPScheduler, CommitRateSearch, fit_curve, fit_reward, loss_curve, reward_at,
+                                search_level)
 from mxhet.control.server import StateService
 
 
@@ -13,15 +14,58 @@ def _samples(a1, a2=1.0, a3=0.2, n=8, span=4.0):
 
 
 def test_reward_grows_with_loss_decrease_speed():
-    slow, fast = fit_reward(_samples(0.5)), fit_reward(_samples(1.5))
+    # One threshold for both (the paper's ℓ, fixed for the configurations compared).
+    slow, fast = fit_reward(_samples(0.5), 0.5), fit_reward(_samples(1.5), 0.5)
     assert slow is not None and fast is not None and fast > slow > 0
 
 
+def test_reward_is_the_papers_formula():
+    a1, a2, a3 = 0.8, 1.3, 0.2
+    params = fit_curve(_samples(a1, a2, a3))
+    assert params[0] ** 2 == pytest.approx(a1 ** 2, rel=1e-3) and params[1:] == pytest.approx((a2, a3), rel=1e-3)
+    level = 0.4
+    assert reward_at((a1, a2, a3), level) == pytest.approx(a1 ** 2 / (1 / (level - a3) - a2))
+    # the time at which the curve reaches ℓ, on the search's clock
+    assert loss_curve(1 / reward_at((a1, a2, a3), level), a1, a2, a3) == pytest.approx(level)
+    assert reward_at((a1, a2, a3), 0.1) == 0.0                    # below the asymptote: never
+
+
 def test_reward_guards():
-    assert fit_reward([(0, 1.0), (1, 0.9)]) is None               # too few samples
-    assert fit_reward([(0, 1.0)] * 6) is None                      # no time spread
-    assert fit_reward([(t, 1.0) for t in range(6)]) < 1e-6          # a flat loss (practically) never drops
-    assert fit_reward([(0, 1.0), (1, math.nan), (2, 0.8), (3, 0.7), (4, 0.65)]) is not None
+    assert fit_reward([(0, 1.0), (1, 0.9)], 0.5) is None           # too few samples
+    assert fit_reward([(0, 1.0)] * 6, 0.5) is None                  # no time spread
+    assert fit_reward([(t, 1.0) for t in range(6)], 0.9) < 1e-6      # a flat loss (practically) never gets there
+    assert fit_reward([(0, 1.0), (1, math.nan), (2, 0.8), (3, 0.7), (4, 0.65)], 0.5) is not None
+
+
+def test_one_curve_gets_one_reward_whatever_the_window():
+    # Two consecutive windows on the same loss curve (the same configuration):
+    # on the search's clock with one ℓ they get the same reward. The previous
+    # rule (the time to drop 5% below each window's own start) rated the later,
+    # flatter window lower: the climb to rate + 1 was biased to stop.
+    a1, a2, a3, span = 1.0, 1.0, 0.2, 4.0
+    first = [(t, loss_curve(t, a1, a2, a3)) for t in (0.5 * i for i in range(9))]
+    second = [(t, loss_curve(span + t, a1, a2, a3)) for t in (0.5 * i for i in range(9))]
+    level = search_level(first)
+    assert level == pytest.approx(0.9 * first[-1][1])
+    r1, r2 = fit_reward(first, level), fit_reward(second, level, offset=span)
+    assert r1 == pytest.approx(r2, rel=1e-3)
+
+    def old_reward(samples, drop=0.05):   # the rule this replaced
+        b1, b2, b3 = fit_curve(samples)
+        target = loss_curve(0.0, b1, b2, b3) * (1.0 - drop)
+        return 1.0 / ((1.0 / (target - b3) - b2) / (b1 * b1))
+    assert old_reward(second) < 0.8 * old_reward(first)
+
+
+def test_a_steeper_second_window_wins_on_the_common_clock():
+    span = 4.0
+    first = [(t, loss_curve(t, 1.0, 1.0, 0.2)) for t in (0.5 * i for i in range(9))]
+    start = first[-1][1]
+    # from the same loss on, the next configuration descends faster
+    a2 = 1.0 / (start - 0.2)
+    second = [(t, loss_curve(t, 2.0, a2, 0.2)) for t in (0.5 * i for i in range(9))]
+    level = search_level(first)
+    assert fit_reward(second, level, offset=span) > fit_reward(first, level)
 
 
 def _search(rewards_by_rate):
@@ -33,7 +77,7 @@ def _search(rewards_by_rate):
 
 def test_search_climbs_while_the_reward_grows_and_stops_when_it_falls():
     speeds = {1: 0.1, 2: 0.2, 3: 0.3, 4: 0.25, 5: 0.4}
-    search = _search(lambda rate: fit_reward(_samples(speeds[rate])))
+    search = _search(lambda rate: fit_reward(_samples(speeds[rate]), 0.5))
     assert search.rate == 3
     assert [r for r, _ in search.history] == [1, 2, 2, 3, 3, 4]
 
@@ -62,6 +106,11 @@ def test_search_runs_online_over_checkpoints():
         t += 0.1
     assert [h["rate"] for h in sched.stats()["search"]][:2] == [1, 2]
     assert all(c["c_target"] >= c["rate"] for c in sched.log)
+    # one threshold for the whole search, below the first window's losses
+    assert len(sched.stats()["loss_thresholds"]) == 1
+    assert sched.stats()["loss_thresholds"][0] < loss_curve(1.0, 1.0, 1.0, 0.1)
+    # the loss follows one curve whatever the rate: no rate is better, the climb stops at once
+    assert sched.search.rate == 1 and not sched.search.searching
 
 
 def test_bad_scheduler_arguments():
