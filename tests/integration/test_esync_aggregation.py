@@ -1,0 +1,84 @@
+"""ESync's aggregation options end to end on the real cluster (scheduler, server,
+State Server, three workers on 127.0.0.1): the count exchange through the
+control key, the weighted pushes and the servers' outer Nesterov momentum."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from mxhet.policy import aggregation as agg
+
+from .jobs import launch, load_summary, train_command
+
+pytestmark = pytest.mark.timeout(300)
+
+ROUNDS = 3
+GLOBAL_LR = 0.5
+
+
+def _run(tmp_path, child_pids, *options):
+    out = tmp_path / "esync"
+    proc = launch(["-n", "3", "-s", "1", "--sync", "esync", "--slowdown", "1,1,4", "--base-iter", "0.05"],
+                  train_command(out, "--max-rounds", str(ROUNDS), "--time-budget", "120", "--dump-rounds",
+                                str(ROUNDS), "--global-lr", str(GLOBAL_LR), *options),
+                  tmp_path, child_pids)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not child_pids.alive()
+    summary = load_summary(out)
+    workers = {w["slot"]: w for w in summary["workers"]}
+    assert sorted(workers) == [0, 1, 2]
+    for w in workers.values():
+        assert w["rounds"] == ROUNDS and len(w["local_iters"]) == ROUNDS
+    assert len({w["final_model_sha256"] for w in workers.values()}) == 1
+    return out, workers
+
+
+def _round(out, t):
+    dumps = [np.load(os.path.join(str(out), "dump", "slot%d_round%d.npz" % (s, t))) for s in range(3)]
+    n_keys = len([k for k in dumps[0].files if k.startswith("after_")])
+    assert n_keys > 0
+    rows = []
+    for i in range(n_keys):
+        before = [d["before_%d" % i] for d in dumps]
+        after = [d["after_%d" % i] for d in dumps]
+        for b, a in zip(before[1:], after[1:]):   # every worker holds the same global model
+            np.testing.assert_array_equal(b, before[0])
+            np.testing.assert_array_equal(a, after[0])
+        rows.append((before[0], [d["delta_%d" % i] for d in dumps], after[0]))
+    return rows
+
+
+def test_weighted_pushes_are_combined_by_the_servers(tmp_path, child_pids):
+    out, workers = _run(tmp_path, child_pids, "--aggregation", "weighted")
+    for t in range(ROUNDS):
+        steps = [workers[s]["local_iters"][t] for s in range(3)]
+        counts = [agg.count_vector(k, 64 * k) for k in steps]
+        totals = np.sum(counts, axis=0).tolist()
+        factors = [agg.push_scale("weighted", c, totals, 3) for c in counts]
+        assert sum(factors) == pytest.approx(3.0)      # the weights c_i = f_i / n sum to 1
+        for before, pushed, after in _round(out, t):
+            np.testing.assert_allclose(after, before + GLOBAL_LR * np.mean(pushed, axis=0), rtol=1e-5, atol=1e-6)
+    fast = np.mean(workers[0]["local_iters"] + workers[1]["local_iters"])
+    assert fast > np.mean(workers[2]["local_iters"])   # the weights were not all equal
+
+
+def test_normalized_with_outer_nesterov_keeps_momentum_on_the_servers(tmp_path, child_pids):
+    lr, mu = 0.7, 0.9
+    out, workers = _run(tmp_path, child_pids, "--aggregation", "normalized", "--outer-optimizer", "nesterov",
+                        "--outer-lr", str(lr), "--outer-momentum", str(mu))
+    momentum = None
+    moved_by_momentum = False
+    for t in range(ROUNDS):
+        rows = _round(out, t)
+        if momentum is None:
+            momentum = [np.zeros_like(before, dtype="f8") for before, _, _ in rows]
+        for i, (before, pushed, after) in enumerate(rows):
+            combined = GLOBAL_LR * np.mean(np.asarray(pushed, dtype="f8"), axis=0)
+            expected, momentum[i] = agg.nesterov_step(before.astype("f8"), momentum[i], combined, lr, mu)
+            np.testing.assert_allclose(after, expected, rtol=1e-4, atol=1e-5)
+            if t > 0 and not np.allclose(after, before + lr * (1 + mu) * combined, atol=1e-6):
+                moved_by_momentum = True   # the state of earlier rounds counted
+    assert moved_by_momentum
+    with open(os.path.join(str(out), "worker-0.json")) as f:
+        assert json.load(f)["rounds"] == ROUNDS
