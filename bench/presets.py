@@ -17,6 +17,8 @@ import dataclasses
 from mxhet.errors import ConfigError
 
 ALL_MODES = ("sync", "async", "esync", "adsp", "ssp", "localsgd", "dcasgd", "nodelay")
+ALL_MODES += ("preduce",)   # Partial Reduce (bench/preduce.py has its own experiment)
+ALL_MODES += ("gcada", "cada")   # G-CADA and CADA (bench/gcada.py has the paper's experiment)
 STANDALONE = "local"
 
 # Table 1 of the ESync paper: speedup of ESync over Sync to 0.8 test accuracy,
@@ -60,6 +62,9 @@ class Preset:
     eval_interval_s: float = 0.0  # seconds between snapshots (0: the budget over eval_points)
     eval_slowest_share: float = 0.0  # sim: snapshots every this share of the slowest device's iteration...
     eval_growth: float = 0.0      # ... or this share of the time so far, whichever is longer
+    iteration_s: dict = dataclasses.field(default_factory=dict)
+    # sim: model -> seconds of one iteration of a slowdown-1 device, fixed instead of measured, so that
+    # virtual times do not depend on how loaded the machine is when the bench starts
     max_iterations: int = 0       # sim: stop a run once its devices ran this many real iterations in all
                                   # (a compute cap, deterministic; 0: none)
 
@@ -93,7 +98,10 @@ PRESETS = {
         engine="sim", stop_at_target=True, eval_slowest_share=0.5, eval_growth=0.1,
         # A compute cap for runs that never reach the target (non-i.i.d. data, a standalone device on
         # a few labels): ESync to 0.8 took 2,751 iterations on ResNet-18 and 5,041 on MobileNet here.
-        max_iterations=6000),
+        max_iterations=6000,
+        # measured by the cpu preset's calibration on this 2-core machine, idle (bench/results/report.md)
+        iteration_s={"alexnet": 0.148, "inceptionv3": 0.54, "resnet18_v1": 0.115, "resnet50_v1": 0.302,
+                     "resnet50_v2": 0.311, "mobilenet1.0": 0.103}),
     "paper": Preset(
         name="paper", models=PAPER_ORDER,
         input_sizes={"alexnet": 224, "inceptionv3": 299, "resnet18_v1": 224, "resnet50_v1": 224,

@@ -281,6 +281,14 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
     figure_model = preset.figure_model if preset.figure_model in models else models[0]
     if needs_figures and figure_model not in candidates:
         candidates.append(figure_model)
+    if engine == "sim" and preset.iteration_s and measure is calibrate.measure:
+        measured = measure
+
+        def measure(model, size, batch, context):  # noqa: F811  (the preset's fixed times first)
+            fixed = preset.iteration_s.get(model)
+            return fixed if fixed is not None else measured(model, size, batch, context)
+        log("base iterations from the preset where it fixes them: %s"
+            % ", ".join("%s %.3f s" % kv for kv in sorted(preset.iteration_s.items())))
     log("calibrating %d model(s) on profile %s (%d devices)" % (len(candidates), profile.name, len(profile.devices)))
     calibration, skipped = calibrate_models(preset, profile, candidates, budget, measure=measure, log=log,
                                             engine=engine)
