@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -64,6 +65,100 @@ def summarize(summary):
     }
 
 
+def format_report(runs, model, slowdowns, budget):
+    """Markdown: one line per run, then the median of each (label, ack) over repeats."""
+    lines = ["ESync on the cluster: %s, slowdown %s, %g s per run. Blocked = State Server waits + push/pull, per "
+             "round, mean of the fast devices; ratio = blocked / the fastest device's mean iteration." % (
+                 model, ",".join("%g" % f for f in slowdowns), budget), "",
+             "| run | fast blocked / round (ms) | fastest iteration (ms) | ratio | fast compute ratio "
+             "| State Server / round per device (ms) | push/pull / round per device (ms) | n_i per device |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        lines.append("| %s-%s-%d | %.1f | %.1f | %.2f | %.2f | %s | %s | %s |" % (
+            r["label"], r["ack"], r["repeat"], 1000 * r["fast_blocked_per_round_s"], 1000 * r["fastest_iteration_s"],
+            r["blocked_over_iteration"], r["fast_compute_ratio"],
+            " / ".join("%.1f" % (1000 * d["query_per_round_s"]) for d in r["devices"]),
+            " / ".join("%.1f" % (1000 * d["sync_per_round_s"]) for d in r["devices"]),
+            " / ".join("%.1f" % d["mean_n_i"] for d in r["devices"])))
+    lines += ["", "| code | ack | runs | median fast blocked / round (ms) | median ratio | median fast compute ratio "
+                  "| median State Server / round, fast (ms) | median push/pull / round, slowest device (ms) |",
+              "|---|---|---|---|---|---|---|---|"]
+    groups = {}
+    for r in runs:
+        groups.setdefault((r["ack"], r["label"]), []).append(r)
+    for (ack, label), rs in sorted(groups.items()):
+        fast = [d for r in rs for d in r["devices"] if d["slowdown"] == min(x["slowdown"] for x in r["devices"])]
+        slow = [d for r in rs for d in r["devices"] if d["slowdown"] == max(x["slowdown"] for x in r["devices"])]
+        lines.append("| %s | %s | %d | %.1f | %.2f | %.2f | %.1f | %.1f |" % (
+            label, ack, len(rs), 1000 * statistics.median(r["fast_blocked_per_round_s"] for r in rs),
+            statistics.median(r["blocked_over_iteration"] for r in rs),
+            statistics.median(r["fast_compute_ratio"] for r in rs),
+            1000 * statistics.median(d["query_per_round_s"] for d in fast),
+            1000 * statistics.median(d["sync_per_round_s"] for d in slow)))
+    return "\n".join(lines) + "\n"
+
+
+def free_port():
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def client_costs(count=2000, warmup=200):
+    """A worker's State Server costs on loopback, seconds: a blocking query's round
+    trip (StateClient.query against a State Server process), and what the training
+    thread spends with delayed ACKs: sending a query, polling, sending RESET."""
+    from mxhet.control.client import StateClient
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "mxhet.state_server", "--bind", "tcp://127.0.0.1:%d" % port,
+                               "--num-workers", "1", "--heartbeat-timeout", "0"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        client = StateClient("tcp://127.0.0.1:%d" % port, rank=0, slot=0, timeout=30)
+        client.register(heartbeat=0)
+        blocking, send, poll, reset = [], [], [], []
+        k = 0
+        for i in range(warmup + count):
+            k += 1
+            t0 = time.perf_counter()
+            client.query(0, k, 0.01)
+            t1 = time.perf_counter()
+            if i >= warmup:
+                blocking.append(t1 - t0)
+        for i in range(count):
+            k += 1
+            t0 = time.perf_counter()
+            client.send_query(0, k, 0.01)
+            t1 = time.perf_counter()
+            client.poll()
+            t2 = time.perf_counter()
+            send.append(t1 - t0)
+            poll.append(t2 - t1)
+            time.sleep(0.0005)
+        client.poll(timeout=1.0)
+        for r in range(1, 200):
+            t0 = time.perf_counter()
+            client.send_reset(r)
+            reset.append(time.perf_counter() - t0)
+            time.sleep(0.0005)
+            client.poll(timeout=0.5)
+            client.send_query(r, 1, 0.01)
+            client.poll(timeout=0.5)
+        client.bye()
+        client.close()
+    finally:
+        server.terminate()
+        server.wait(10)
+
+    def pct(xs):
+        xs = sorted(xs)
+        return {"p50": xs[len(xs) // 2], "p90": xs[int(len(xs) * 0.9)], "p99": xs[int(len(xs) * 0.99)],
+                "mean": statistics.mean(xs)}
+    return {"blocking_query_s": pct(blocking), "delayed_send_query_s": pct(send), "delayed_poll_s": pct(poll),
+            "send_reset_s": pct(reset), "count": count}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.round_cost", description=__doc__.splitlines()[0])
     p.add_argument("--code", type=_pairs, default=[("current", os.getcwd())],
@@ -76,9 +171,20 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--extra", default="", help="more training flags, space-separated")
     p.add_argument("--out", default="runs/round-cost")
+    p.add_argument("--client-only", action="store_true",
+                   help="only measure a worker's State Server costs on loopback (no training job)")
     args = p.parse_args(argv)
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
+    if args.client_only:
+        costs = client_costs()
+        with open(os.path.join(out, "client-costs.json"), "w") as f:
+            json.dump(dict(costs, command=sys.argv, machine=machine_info()), f, indent=1)
+        for name in ("blocking_query_s", "delayed_send_query_s", "delayed_poll_s", "send_reset_s"):
+            c = costs[name]
+            print("%-22s p50 %7.1f µs  p90 %7.1f µs  p99 %7.1f µs  mean %7.1f µs" % (
+                name, 1e6 * c["p50"], 1e6 * c["p90"], 1e6 * c["p99"], 1e6 * c["mean"]))
+        return 0
     slowdowns = tuple(float(x) for x in args.slowdown.split(","))
     acks = [a for a in args.ack.split(",") if a]
     results = []
@@ -115,6 +221,8 @@ def main(argv=None):
                           "/".join("%.1f" % (1000 * d["sync_per_round_s"]) for d in row["devices"]),
                           "/".join("%.1f" % d["mean_n_i"] for d in row["devices"]),
                           row["final_accuracy"]), flush=True)
+    with open(os.path.join(out, "round-cost.md"), "w") as f:
+        f.write(format_report(results, args.model, slowdowns, args.time_budget))
     with open(os.path.join(out, "round-cost.json"), "w") as f:
         json.dump({"experiment": "round-cost", "command": sys.argv, "machine": machine_info(),
                    "model": args.model, "slowdown": list(slowdowns), "time_budget": args.time_budget,

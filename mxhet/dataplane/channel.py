@@ -58,7 +58,7 @@ class BucketLayout:
         self.position = {k: i for i, k in enumerate(self.keys)}
         self.buckets = []   # [(dtype, context, [member indices], [offsets], elements)]
         for i, a in enumerate(arrays):
-            size, kind = int(a.size), (np.dtype(a.dtype), a.context)
+            size, kind = int(a.size), (np.dtype(a.dtype), getattr(a, "context", None))
             last = self.buckets[-1] if self.buckets else None
             if (last is None or (last[0], last[1]) != kind
                     or (last[4] + size) * kind[0].itemsize > bucket_bytes):

@@ -19,7 +19,11 @@ points: right after the query is sent, and at the start of the next ``step()``
 device's computation). When a READY for the current round is there, the
 iteration in progress is abandoned -- its gradients are dropped, no part of it
 reaches the replica -- and the worker aggregates the iterations it completed.
-Answers for an earlier round (late or duplicated) are ignored.
+Answers for an earlier round (late or duplicated) are ignored. One exception
+to not waiting: the device the latest answer named the slowest waits a few
+round trips (``SLOWEST_WAIT_RTTS``) for the answer to its query -- READY at once
+under Algorithm 2 -- rather than start an iteration the READY would abandon
+while every other device waits for its push.
 
 The capability the worker reports is its compute time per iteration plus the
 measured round-trip time of its State Server queries (§4.2), so a device on a
@@ -40,6 +44,10 @@ from .base import SyncMode
 from .registry import register
 
 ACK_MODES = ("blocking", "delayed")
+SLOWEST_WAIT_RTTS = 4
+SLOWEST_WAIT_MAX_S = 0.02
+"""Delayed ACKs: after its query, the device last named slowest waits for the
+answer up to this many smoothed round trips (at most this many seconds)."""
 
 
 @register
@@ -60,6 +68,7 @@ class ESync(SyncMode):
         self._batch_size = 0
         self.policy = ESyncPolicy()
         self._round_start = (0.0, 0, 0, 0)
+        self._named_slowest = False   # the latest answer named this device the slowest
 
     @property
     def round(self):
@@ -103,7 +112,12 @@ class ESync(SyncMode):
         t0 = self.clock()
         if self.delayed:
             self.client.send_query(self.round, self.k, c, since_finish=t0 - compute_end)
-            self.take_replies(self.client.poll())
+            # The device the State Server last named slowest is READY as soon as
+            # its query arrives (Algorithm 2), and every other device is then
+            # waiting for its push: a few round trips for the answer beat
+            # starting a forward/backward pass that the READY would abandon.
+            wait = min(SLOWEST_WAIT_RTTS * self.client.rtt, SLOWEST_WAIT_MAX_S) if self._named_slowest else 0.0
+            self.take_replies(self.client.poll(timeout=wait))
         else:
             self.take_replies([self.client.query(self.round, self.k, c, since_finish=t0 - compute_end)])
             self.stats.waited_iterations += 1
@@ -120,6 +134,7 @@ class ESync(SyncMode):
         """Hand the State Server's answers to the policy."""
         for reply in replies:
             self.policy.answer(reply.round, reply.ready, reply.slowest)
+            self._named_slowest = reply.slowest == self.stats.rank
         self.stats.late_replies = self.policy.late_replies
         if self.client.stop_decided:
             self.stopped = True

@@ -236,6 +236,7 @@ class Simulation:
             kwargs["staleness"] = job.staleness
         kwargs.update({"adsp_" + k: v for k, v in job.adsp.items() if v is not None})
         self.service = StateService(n, **kwargs)
+        self._bucket_bytes = self._wire = None   # see wire_keys
         self._deferred = {}   # (rank, seq) -> event of a deferred State Server answer
         self._rounds = {}     # dist_sync rounds by index
         self.snapshots = []   # (virtual time, [arrays] or what keep_snapshot returned) of the global model
@@ -323,11 +324,29 @@ class Simulation:
             self._rounds[index] = SyncRound(self.env, self.servers, keys, len(self.devices))
         return self._rounds[index]
 
+    def wire_keys(self, values, keys):
+        """Keys a push or a pull of ``values`` costs on the wire: the data-plane
+        channel's flat buckets when the mode buckets and the servers' updater
+        is elementwise (:mod:`mxhet.dataplane.channel`), else one per key."""
+        if self._bucket_bytes is None:
+            from ..modes import get_mode
+            try:
+                self._bucket_bytes = getattr(get_mode(self.job.mode), "bucket_bytes", 0)
+            except ConfigError:  # a mode only the simulator models
+                self._bucket_bytes = 0
+        if (not self._bucket_bytes or len(keys) < 2 or not getattr(self.servers.updater, "elementwise", False)
+                or list(keys) != list(range(len(self.servers.weights)))):
+            return len(keys)
+        if self._wire is None:
+            from ..dataplane.channel import BucketLayout
+            self._wire = len(BucketLayout(keys, values, self._bucket_bytes).buckets)
+        return self._wire
+
     def exchange(self, dev, index, values, keys, vote=0.0):
         """``dist_sync``: push ``values`` for ``keys``, wait for the others, pull the result."""
         t0 = self.env.now
         size = nbytes(values)
-        transfer = self.job.network.transfer(dev.slot, size + 4, len(keys) + 1)
+        transfer = self.job.network.transfer(dev.slot, size + 4, self.wire_keys(values, keys) + 1)
         yield self.env.timeout(transfer)
         rnd = self.sync_round(index, keys)
         rnd.arrive(values, vote)
@@ -345,7 +364,7 @@ class Simulation:
         """``dist_async``: push, applied on arrival; pull the model as it is then."""
         t0 = self.env.now
         size = nbytes(values)
-        transfer = self.job.network.transfer(dev.slot, size, len(keys))
+        transfer = self.job.network.transfer(dev.slot, size, self.wire_keys(values, keys))
         yield self.env.timeout(transfer)
         for key, value in zip(keys, values):
             self.servers.apply(key, value)

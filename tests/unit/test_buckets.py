@@ -115,3 +115,18 @@ def test_a_bucketed_channel_refuses_part_of_the_model_and_passes_control_keys():
         layout.split([0, 2])
     with pytest.raises(ValueError, match="bucket_bytes"):
         ch.KVChannel("dist_sync", Counters(), bucket_bytes=-1)
+
+
+def test_the_simulator_charges_the_buckets_the_cluster_sends():
+    from mxhet.sim import engine
+    values = [mx.nd.zeros(s) for s in SHAPES]
+    keys = list(range(len(SHAPES)))
+
+    def sim(mode, updater):
+        return types.SimpleNamespace(job=types.SimpleNamespace(mode=mode), _bucket_bytes=None, _wire=None,
+                                     servers=types.SimpleNamespace(updater=updater, weights=values))
+    esync = sim("esync", ESyncAverage(3))
+    assert engine.Simulation.wire_keys(esync, values, keys) == 1
+    assert engine.Simulation.wire_keys(esync, values[:1], [0]) == 1
+    assert engine.Simulation.wire_keys(sim("sync", ServerOptimizer(3, mx.optimizer.SGD())), values, keys) == len(keys)
+    assert engine.Simulation.wire_keys(sim("nodelay", ESyncAverage(3)), values, keys) == len(keys)

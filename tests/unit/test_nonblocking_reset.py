@@ -108,3 +108,33 @@ def test_aggregation_never_waits_for_resets_answer():
     assert len(resets) == 1 and resets[0].round == 1 and mode.round == 1
     assert mode.client._resets == {resets[0].seq}  # sent, not waited for
     assert not trainer.should_stop
+
+
+class OneMillisecond(FakeTransport):
+    """Answers every query 1 ms later: NOT-READY for k = 1, READY from k = 2, naming ``slowest``."""
+
+    def __init__(self, clock, slowest):
+        super().__init__(clock)
+        self.slowest = slowest
+
+    def send(self, data):
+        msg = m.decode(data)
+        self.sent.append(msg)
+        if isinstance(msg, m.Query):
+            self.deliver(_reply(msg, msg.k >= 2, slowest=self.slowest), at=self.clock() + 0.001)
+
+
+@pytest.mark.parametrize("slowest, aborted", [(0, 0), (1, 1)])
+def test_only_the_device_named_slowest_waits_a_round_trip_for_its_answer(slowest, aborted):
+    clock = FakeClock()
+    transport = OneMillisecond(clock, slowest)
+    net, trainer, aggregations = _esync("delayed", clock, transport)
+    _iteration(net, trainer, clock)           # k = 1: sent, answered 1 ms later (NOT-READY)
+    _iteration(net, trainer, clock)           # k = 2: the answer READY
+    if slowest == 0:                          # this device (rank 0) was named: it waited 1 ms, then aggregated
+        assert aggregations and aggregations[0][0] == 2 and clock() == pytest.approx(0.201)
+    else:                                     # another: it went on, and abandons the next iteration
+        assert not aggregations and clock() == pytest.approx(0.2)
+        _iteration(net, trainer, clock)
+        assert aggregations[0][0] == 2
+    assert trainer.stats.aborted == aborted
