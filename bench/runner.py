@@ -8,6 +8,8 @@ import time
 
 from tqdm import tqdm
 
+from mxhet.errors import ConfigError
+
 
 @dataclasses.dataclass
 class JobSpec:
@@ -59,7 +61,13 @@ class JobSpec:
             return ([sys.executable, "-m", "mxhet.sim", "-n", str(n), "--sync", self.mode, "--slowdown", slowdowns,
                      "--contexts", gpus[0] if gpus else "cpu"] + _sim_options(self.launcher_args)
                     + list(self.sim_args) + self.train_argv(out_dir))
-        argv = [sys.executable, "-m", "mxhet.launcher", "-n", str(n), "--sync", self.mode, "--slowdown", slowdowns,
+        return [sys.executable, "-m", "mxhet.launcher"] + self.launcher_argv(out_dir)
+
+    def launcher_argv(self, out_dir):
+        """``mxhet-launch``'s arguments for the cluster engine (for :func:`mxhet.launcher.plan`)."""
+        n = 1 if self.mode == "local" else len(self.slowdowns)
+        slowdowns = ",".join("%g" % f for f in self.slowdowns[:n])
+        argv = ["-n", str(n), "--sync", self.mode, "--slowdown", slowdowns,
                 "--contexts", ",".join(self.contexts[:n] if len(self.contexts) > 1 else self.contexts),
                 "--timeout", "%d" % (self.time_budget + self.startup_allowance),
                 "--job-file", os.path.join(out_dir, "job.json")]
@@ -103,6 +111,8 @@ def run_job(spec, out_dir, progress=None):
     log_path = os.path.join(out_dir, "job.log")
     argv = spec.launch_argv(out_dir)
     start = time.monotonic()
+    if spec.engine != "sim":
+        return _run_cluster_job(spec, out_dir, argv, log_path, summary_path, progress, start)
     with open(log_path, "w") as log:
         log.write("$ %s\n" % " ".join(argv))
         log.flush()
@@ -121,6 +131,49 @@ def run_job(spec, out_dir, progress=None):
             tail = "".join(f.readlines()[-25:])
         raise JobFailed("%s exited with code %s; last lines of %s:\n%s"
                         % (spec.label, proc.returncode, log_path, tail))
+    with open(summary_path) as f:
+        summary = json.load(f)
+    summary["command"] = argv
+    summary["wall_s"] = time.monotonic() - start
+    return summary
+
+
+class _Progress:
+    """Launcher hook: calls ``progress(elapsed_seconds)`` about twice a second."""
+
+    def __init__(self, progress, start):
+        self.progress, self.start, self.last = progress, start, 0.0
+
+    def polled(self, _supervisor):
+        now = time.monotonic()
+        if self.progress is not None and now - self.last >= 0.5:
+            self.last = now
+            self.progress(now - self.start)
+
+
+def _run_cluster_job(spec, out_dir, argv, log_path, summary_path, progress, start):
+    """The cluster engine through the launcher's API (in this process): plan,
+    run with the output in ``job.log``, and the per-process exit codes from
+    the returned JobResult."""
+    from mxhet import launcher
+    with open(log_path, "w") as log:
+        log.write("$ %s\n" % " ".join(argv))
+        log.flush()
+        try:
+            result = launcher.run(launcher.plan(spec.launcher_argv(out_dir)), out=log,
+                                  hooks=[_Progress(progress, start)])
+        except ConfigError as exc:
+            raise JobFailed("%s: bad launcher arguments: %s" % (spec.label, exc)) from None
+    if result.status == "interrupted":  # the launcher took the bench's SIGINT/SIGTERM and ended the job
+        if result.exit_code == launcher.EXIT_SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(result.exit_code)
+    if not result.ok or not os.path.exists(summary_path):
+        with open(log_path) as f:
+            tail = "".join(f.readlines()[-25:])
+        blamed = "; ".join("%s on %s %s" % (p.name, p.host, p.failure) for p in result.failures)
+        raise JobFailed("%s exited with code %s%s; last lines of %s:\n%s"
+                        % (spec.label, result.exit_code, " (%s)" % blamed if blamed else "", log_path, tail))
     with open(summary_path) as f:
         summary = json.load(f)
     summary["command"] = argv
