@@ -173,6 +173,8 @@ class PartialReduceController:
         self.interventions = 0       # groups the filter formed differently from FIFO
         self.holds = 0               # times the filter held the queue head
         self._holding_head = None
+        self.grouped = set()         # ranks that have been in a group
+        self.stop_wanted = False
         self.stopping = False
 
     # -- events ------------------------------------------------------------------
@@ -233,6 +235,21 @@ class PartialReduceController:
         if rank in self.queue:
             self.queue.remove(rank)
         return self._form()
+
+    def want_stop(self):
+        """A worker wishes to end training. The job stops (:meth:`stop`) once
+        every live worker has been in a group, so that none leaves without
+        having contributed; until then groups form as usual. Returns
+        :meth:`stop`'s ranks when it stops now, else ``[]``."""
+        self.stop_wanted = True
+        return self.check_stop()
+
+    def check_stop(self):
+        """Stop now if a stop is wanted and every live worker has been in a group;
+        returns the ranks waiting in the queue then (else ``[]``)."""
+        if self.stop_wanted and not self.stopping and self.live <= self.grouped:
+            return self.stop()
+        return []
 
     def stop(self):
         """No more groups: returns the ranks that were waiting in the queue."""
@@ -309,6 +326,7 @@ class PartialReduceController:
         for r in members:
             self.holding[r] = slot
         self.recent.append(tuple(members))
+        self.grouped.update(members)
         if intervened:
             self.interventions += 1
         return group

@@ -187,6 +187,7 @@ class StateService:
             self._release_transfers(self.transfers.leave(req.rank))
         if getattr(self, "preduce", None) is not None:
             self._reduce_groups(self.preduce.leave(req.rank))
+            self._reduce_stopped(self.preduce.check_stop())
         return m.Reply(seq=req.seq)
 
     def _on_heartbeat(self, req, now):
@@ -283,19 +284,38 @@ class StateService:
                     self.released.append((member, reply))
         return own
 
+    def _reduce_stopped(self, ranks, rank=None, seq=None):
+        """Answer the waiting ``ranks`` with stop; returns ``rank``'s own answer if it is one of them."""
+        own = None
+        for r in ranks:
+            reply = m.Reply(seq=seq if r == rank else self._reduce_waiting.pop(r), stop=True)
+            if r == rank:
+                own = reply
+            else:
+                self.released.append((r, reply))
+        return own
+
     def _on_reduce_ready(self, req, now):
+        # A stop wish ends the job once every live worker has been in a group
+        # (none leaves without having contributed); groups already formed
+        # finish their reduce, every later READY is answered with stop.
         ctl = self._reduce(req)
-        if req.want_stop and not ctl.stopping:
-            for rank in ctl.stop():   # the waiting workers stop too
-                self.released.append((rank, m.Reply(seq=self._reduce_waiting.pop(rank), stop=True)))
         if ctl.stopping:
             ctl.pulled(req.rank)
             return m.Reply(seq=req.seq, stop=True)
-        groups = ctl.ready(req.rank, req.k)
-        own = self._reduce_groups(groups, req.rank, req.seq)
+        if req.want_stop:
+            self._reduce_stopped(ctl.want_stop())   # stops now if everyone has been in a group
+            if ctl.stopping:
+                ctl.pulled(req.rank)
+                return m.Reply(seq=req.seq, stop=True)
+        own = self._reduce_groups(ctl.ready(req.rank, req.k), req.rank, req.seq)
         if own is None:
             self._reduce_waiting[req.rank] = req.seq
-        return own
+        stopped = self._reduce_stopped(ctl.check_stop(), req.rank, req.seq)
+        if stopped is not None:
+            self._reduce_waiting.pop(req.rank, None)
+            ctl.pulled(req.rank)
+        return own or stopped
 
     def _on_reduce_pushed(self, req, now):
         ctl = self._reduce(req)

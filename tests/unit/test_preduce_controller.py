@@ -160,3 +160,18 @@ def test_with_the_filter_every_window_is_connected_and_nobody_waits_forever(wind
     assert longest <= 1.0     # nobody waited even one iteration for a group
     counts = {r: sum(r in g for g in groups) for r in range(4)}
     assert min(counts.values()) >= len(groups) * 2 // 4 - 2    # everyone keeps reducing
+
+
+def test_a_stop_waits_until_every_live_worker_has_been_in_a_group():
+    ctl = PartialReduceController(4, 2, avoid_frozen=False)
+    ctl.ready(0, 1)
+    (first,) = ctl.ready(1, 1)
+    ctl.push_done(0, first.id)
+    ctl.push_done(1, first.id)
+    assert ctl.want_stop() == [] and not ctl.stopping     # ranks 2 and 3 never reduced
+    assert ctl.ready(2, 1) == []
+    (g,) = ctl.ready(3, 1)
+    assert ctl.check_stop() == [] and ctl.stopping        # now everyone has; nobody was waiting
+    for r in g.members:
+        ctl.push_done(r, g.id)
+    assert ctl.ready(0, 2) == []                          # no group forms after the stop

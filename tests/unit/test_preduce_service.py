@@ -45,14 +45,37 @@ def test_ready_is_answered_when_the_group_forms_and_pushed_when_all_pushed(job):
     assert record["groups"] == 1 and record["group_size"] == 2
 
 
-def test_a_stop_wish_releases_the_waiting_and_answers_every_later_ready(job):
+def test_a_stop_wish_ends_the_job_once_everyone_has_been_in_a_group(job):
     service, (w0, w1, w2, w3) = job
     assert w1.send(m.ReduceReady, k=1, want_stop=False) is None
-    stop = w3.send(m.ReduceReady, k=1, want_stop=True)
+    first = w3.send(m.ReduceReady, k=1, want_stop=True)      # ranks 0 and 2 never reduced: go on
+    assert first.ok and not first.stop and first.weight == 0.5
+    service.take_released()
+    for w in (w1, w3):
+        w.send(m.ReducePushed, group=first.round)
+    service.take_released()
+    assert w0.send(m.ReduceReady, k=1, want_stop=False) is None
+    second = w2.send(m.ReduceReady, k=1, want_stop=False)      # now everyone has reduced once: stop
+    assert second.ok and not second.stop                        # (this group still reduces)
+    service.take_released()
+    assert w1.send(m.ReduceReady, k=2, want_stop=False).stop
+    assert w3.send(m.ReduceReady, k=2, want_stop=False).stop
+
+
+def test_a_stop_wish_releases_the_waiting(job):
+    service, (w0, w1, w2, w3) = job
+    for a, b in ((w0, w1), (w2, w3)):                           # everyone reduces once
+        a.send(m.ReduceReady, k=1, want_stop=False)
+        group = b.send(m.ReduceReady, k=1, want_stop=False).round
+        a.send(m.ReducePushed, group=group)
+        b.send(m.ReducePushed, group=group)
+    service.take_released()
+    assert w1.send(m.ReduceReady, k=2, want_stop=False) is None
+    stop = w3.send(m.ReduceReady, k=2, want_stop=True)
     assert stop.ok and stop.stop
     (rank, late), = service.take_released()
     assert rank == 1 and late.stop
-    assert w0.send(m.ReduceReady, k=1, want_stop=False).stop
+    assert w0.send(m.ReduceReady, k=2, want_stop=False).stop
 
 
 def test_settings_must_agree_and_ready_needs_a_join():
