@@ -147,6 +147,9 @@ def build_parser():
         e.add_argument("--jobs", type=int, default=1,
                        help="simulator runs at once, each a process with one compute thread "
                             "(default 1; the cluster engine runs one job at a time)")
+        e.add_argument("--resume", action="store_true",
+                       help="keep simulator runs already finished in --out with the same command "
+                            "(a long bench stopped part-way goes on where it was)")
     return p
 
 
@@ -185,7 +188,7 @@ def run_paper_experiment(args):
         started = time.time()
         result = suite.run_suite(experiments, preset, profile, out, models=model_list, modes=mode_list,
                                  budget=args.time_budget, seed=args.seed, command=["mxhet-bench"] + sys.argv[1:],
-                                 engine=args.engine, jobs=args.jobs)
+                                 engine=args.engine, jobs=args.jobs, resume=args.resume)
     except ConfigError as exc:
         print("mxhet-bench: error: %s" % exc, file=sys.stderr)
         return 2

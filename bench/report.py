@@ -129,6 +129,9 @@ def _stopping_line(result):
     if result.get("suite_wall_s"):
         text.append("The whole bench took %.0f min of wall time (%d run(s) at once)."
                     % (result["suite_wall_s"] / 60.0, result.get("jobs", 1)))
+        if result.get("resumed_runs"):
+            text.append("It went on from a stopped bench, keeping %d finished run(s) (%s); their own wall time "
+                        "is in each run's record." % (len(result["resumed_runs"]), ", ".join(result["resumed_runs"])))
     return " ".join(text)
 
 

@@ -188,7 +188,23 @@ def record_of(summary, key, spec, record, run_dir, out_dir):
     return rec
 
 
-def execute(keys, spec_for, out, run=run_with_bar, jobs=1):
+def finished_run(spec, run_dir):
+    """The summary of a simulator run already finished in ``run_dir`` with exactly
+    ``spec``'s command (what ``--resume`` reuses), or None."""
+    path = os.path.join(run_dir, "summary.json")
+    if spec.engine != "sim" or not os.path.exists(path):
+        return None
+    with open(path) as f:
+        summary = json.load(f)
+    argv = spec.launch_argv(run_dir)
+    done = (summary.get("sim") or {}).get("command") or []
+    if [str(a) for a in done[3:]] != [str(a) for a in argv[3:]]:
+        return None
+    summary["command"], summary["wall_s"], summary["resumed"] = argv, summary["sim"]["wall_s"], True
+    return summary
+
+
+def execute(keys, spec_for, out, run=run_with_bar, jobs=1, resume=False):
     """Run every key once; returns ``(records, failures)``, both keyed by RunKey.
 
     Args:
@@ -196,6 +212,7 @@ def execute(keys, spec_for, out, run=run_with_bar, jobs=1):
         run: ``(spec, run_dir, desc, position, leave) -> summary``; raises JobFailed.
         jobs: runs at once (each its own process; for the simulator, whose runs
             are independent single processes).
+        resume: keep a simulator run already finished with the same command.
 
     Raises:
         ValueError: if ``jobs`` < 1.
@@ -215,7 +232,9 @@ def execute(keys, spec_for, out, run=run_with_bar, jobs=1):
             with lock:
                 row = free_rows.pop()
             try:
-                summary = run(spec, run_dir, run_name(key).ljust(width), row, False)
+                summary = finished_run(spec, run_dir) if resume else None
+                if summary is None:
+                    summary = run(spec, run_dir, run_name(key).ljust(width), row, False)
                 with lock:
                     records[key] = (summary, spec, run_dir)
                     tqdm.write("%s: final accuracy %.4f, time to %.2f: %s" % (
@@ -257,12 +276,13 @@ class SuiteResult:
 
 def run_suite(experiments, preset, profile, out, models=None, modes=None, budget=None, seed=0,
               command=None, measure=calibrate.measure, run=run_with_bar, log=print, engine=None, jobs=1,
-              wall_s=None):
+              wall_s=None, resume=False):
     """Calibrate, run the union of the experiments' runs, write JSON, report and figures.
 
     ``engine``: ``cluster`` (real processes) or ``sim`` (virtual time); default the preset's.
     ``jobs``: simulator runs at once, each with one compute thread (``OMP_NUM_THREADS=1``).
     ``wall_s``: the bench's wall time to record (default: measured here; a rebuild passes the original's).
+    ``resume``: keep simulator runs already finished in ``out`` with the same command.
     """
     from . import plots, report
 
@@ -301,9 +321,10 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
     log("%d run(s) of %.0f s training each: %s" % (len(keys), budget, ", ".join(run_name(k) for k in keys)))
     records, failures = execute(
         keys, lambda k: job_spec(k, preset, profile, calibration[k.model], budget, seed, engine=engine), out,
-        run=run, jobs=jobs)
+        run=run, jobs=jobs, resume=resume)
 
     common = {"engine": engine, "jobs": jobs, "suite_wall_s": wall_s or round(time.monotonic() - started, 1),
+              "resumed_runs": sorted(run_name(k) for k, (summary, _, _) in records.items() if summary.get("resumed")),
               "max_iterations": preset.max_iterations if engine == "sim" else 0, "preset": preset.name, "command": list(command or sys.argv), "machine": machine_info(profile.contexts),
               "profile": dict(profile.as_dict(), calibration=calibration), "target_accuracy": preset.target_accuracy,
               "seed": seed, "time_budget_s": budget, "batch_size": preset.batch_size, "figure_model": figure_model,

@@ -206,3 +206,24 @@ def test_whole_pipeline_writes_every_key_report_and_figure(tmp_path):
     for png in ("table1.png", "fig3-curves.png", "fig4-throughput.png", "fig5-compute-ratio.png"):
         with open(os.path.join(out, png), "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_resume_keeps_only_a_simulator_run_finished_with_the_same_command(tmp_path):
+    import json as _json
+
+    from bench.runner import JobSpec
+    from bench.suite import finished_run
+
+    spec = JobSpec(mode="esync", slowdowns=(117, 1), engine="sim", sim_args=("--max-iterations", "6000"))
+    run_dir = str(tmp_path / "run")
+    assert finished_run(spec, run_dir) is None                      # nothing there yet
+    (tmp_path / "run").mkdir()
+    argv = spec.launch_argv(run_dir)
+    summary = {"final_accuracy": 0.8, "sim": {"wall_s": 12.5, "command": ["python", "-m", "mxhet.sim"] + argv[3:]}}
+    (tmp_path / "run" / "summary.json").write_text(_json.dumps(summary))
+    kept = finished_run(spec, run_dir)
+    assert kept["resumed"] and kept["wall_s"] == 12.5 and kept["command"] == argv
+    other = JobSpec(mode="esync", slowdowns=(117, 1), engine="sim", sim_args=("--max-iterations", "3000"))
+    assert finished_run(other, run_dir) is None                     # another command: run again
+    cluster = JobSpec(mode="esync", slowdowns=(117, 1))
+    assert finished_run(cluster, run_dir) is None                   # the cluster's runs are never reused
