@@ -3,7 +3,7 @@ import os
 
 MODE_ORDER = ("sync", "async", "esync", "adsp", "ssp", "localsgd", "dcasgd", "nodelay", "local")
 LABELS = {"sync": "Sync", "async": "Async", "esync": "ESync", "adsp": "ADSP", "ssp": "SSP",
-          "localsgd": "Local SGD", "dcasgd": "DC-ASGD", "nodelay": "No-delay ASGD", "local": "Standalone"}
+          "localsgd": "Local SGD", "dcasgd": "DC-ASGD", "preduce": "Partial Reduce", "nodelay": "No-delay ASGD", "local": "Standalone"}
 
 
 def _plt():
