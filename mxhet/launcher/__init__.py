@@ -6,7 +6,7 @@ wrappers over :func:`main`. The package:
 
 * :mod:`.cli` -- :func:`parse_args` reads and validates the command line (exit
   code 2 with a message naming the bad value), :func:`main`;
-* :mod:`.plan` -- :func:`build_plan` turns the options into a :class:`Plan`,
+* :mod:`.jobplan` -- :func:`build_plan` turns the options into a :class:`Plan`,
   the list of :class:`ProcessSpec` to start; it starts nothing, so unit tests
   can check every command line and environment variable;
 * :mod:`.supervisor` -- :func:`run_plan` starts the processes, prefixes their
@@ -33,8 +33,8 @@ launcher got SIGINT / SIGTERM. :func:`main` returns 2 for a usage error.
 """
 from .api import launch, plan, run
 from .cli import build_parser, main, make_job_keys, parse_args
-from .plan import *  # noqa: F401,F403  (the constants)
-from .plan import (Plan, ProcessSpec, _bind_address, _child_pythonpath, _lookup_mode, _source_root,
+from .jobplan import *  # noqa: F401,F403  (the constants)
+from .jobplan import (Plan, ProcessSpec, _bind_address, _child_pythonpath, _lookup_mode, _source_root,
                    build_plan, find_free_port, read_hostfile, ssh_argv)
 from .supervisor import JobResult, ProcessResult, Supervisor, end_children, job_record, run_plan
 from .watch import Decision, JobWatch, Observation, describe_exit

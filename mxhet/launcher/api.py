@@ -8,7 +8,7 @@
     result.exit_code, [(p.role, p.host, p.exit_code) for p in result.processes]
 
 :func:`plan` takes ``mxhet-launch``'s own command line, so everything the
-tool accepts the API accepts; the :class:`~mxhet.launcher.plan.Plan` it
+tool accepts the API accepts; the :class:`~mxhet.launcher.jobplan.Plan` it
 returns is plain data (commands, environments, hosts) that starts nothing.
 :func:`run` is what ``mxhet-launch`` does after parsing.
 """
@@ -18,7 +18,7 @@ import shutil
 
 from ..errors import ConfigError
 from .cli import make_job_keys, parse_args
-from .plan import build_plan
+from .jobplan import build_plan
 from .supervisor import JobResult, ProcessResult, Supervisor  # noqa: F401  (part of the API)
 
 

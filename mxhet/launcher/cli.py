@@ -9,7 +9,7 @@ import tempfile
 from ..config import parse_base_iter, parse_context, parse_delay_ms, parse_slowdown, parse_slowdown_schedule
 from ..errors import ConfigError
 from ..observe import launch as live_view
-from .plan import (DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_SYNC, EXIT_OK, EXIT_USAGE, _lookup_mode, build_plan,
+from .jobplan import (DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_SYNC, EXIT_OK, EXIT_USAGE, _lookup_mode, build_plan,
                    read_hostfile)
 from .supervisor import run_plan
 from .watch import DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S

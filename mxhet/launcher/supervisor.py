@@ -5,7 +5,7 @@ It is the executor of :class:`~mxhet.launcher.watch.JobWatch`: at each poll
 it observes the children (exit codes, last output, an uncaught exception at
 the end of their stderr, their CPU time) and carries out the decision. Remote
 processes (``--launcher ssh``) report their pid first (see
-:data:`~mxhet.launcher.plan.REMOTE_PID_MARK`); when the job ends the
+:data:`~mxhet.launcher.jobplan.REMOTE_PID_MARK`); when the job ends the
 launcher ends their process groups over ssh as well as the local ssh clients.
 """
 import collections
@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Optional
 
-from .plan import (DEFAULT_KILL_GRACE_S, DEFAULT_POLL_INTERVAL_S, DEFAULT_SERVER_GRACE_S,
+from .jobplan import (DEFAULT_KILL_GRACE_S, DEFAULT_POLL_INTERVAL_S, DEFAULT_SERVER_GRACE_S,
                    DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_WORKER_GRACE_S, EXIT_FAILED, EXIT_OK, EXIT_SIGINT,
                    EXIT_SIGTERM, EXIT_TIMEOUT, JOB_FILE_FORMAT, OUTPUT_DRAIN_S, REMOTE_PID_MARK,
                    STDERR_TAIL_LINES, WORKER)
