@@ -26,7 +26,7 @@ WORKER_KEYS = {"rank", "slot", "context", "slowdown", "rounds", "local_iters", "
 SUMMARY_KEYS = {"mode", "model", "input_size", "final_accuracy", "curve", "time_to_target_s", "evaluation",
                 "workers", "train_time_s"}
 RESNET18_BN_LAYERS = 20
-ZOO = [name for name in MODEL_NAMES if name != "smallcnn"]
+ZOO = [name for name in MODEL_NAMES if name not in ("smallcnn", "linear")]   # the ESync paper's networks
 TINY = {name: max(8, min_input_size(name)) for name in ZOO}
 EVAL = ("--eval-interval", "1000", "--eval-samples", "100", "--final-eval-samples", "300", "--bn-batches", "2")
 
@@ -47,7 +47,9 @@ def _check_contract(summary, mode, model, workers):
     assert len(summary["workers"]) == workers
     for w in summary["workers"]:
         assert WORKER_KEYS <= set(w), sorted(WORKER_KEYS - set(w))
-        assert w["rounds"] > 0 and w["samples"] > 0 and w["final_model_keys"] > 0
+        assert w["rounds"] > 0 and w["final_model_keys"] > 0
+        # gcada: a member slower than its whole group never finishes first; all its work is dropped
+        assert w["samples"] > 0 or (mode == "gcada" and w["aborted"] > 0 and w["downloads"] > 0)
     assert len({w["final_model_sha256"] for w in summary["workers"]}) == 1, "workers ended with different models"
     assert 0.0 <= summary["final_accuracy"] <= 1.0
     assert summary["curve"][-1][1] == pytest.approx(summary["final_accuracy"], abs=1e-4)

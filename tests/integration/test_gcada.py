@@ -1,0 +1,43 @@
+"""G-CADA on the real parameter server: first-finisher uploads, a straggler's work dropped."""
+import json
+
+import pytest
+
+from .jobs import launch, load_summary, train_command
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def check_first_finishers(iterations, workers, slow_slot, group_size):
+    """Every iteration: exactly one upload per selected group; the slowed
+    member never uploads and every gradient it started was dropped before it
+    finished; every worker ends with the same model."""
+    assert len(iterations) >= 5
+    for record in iterations:
+        assert record["uploads"] == len(record["selected"]), record
+        assert record["downloads"] <= group_size * len(record["selected"]), record
+    assert sum(w["uploads"] for w in workers) == sum(r["uploads"] for r in iterations)
+    slow = next(w for w in workers if w["slot"] == slow_slot)
+    assert slow["downloads"] >= 1 and slow["uploads"] == 0
+    assert slow["aborted"] == slow["downloads"] and slow["iterations"] == 0   # dropped at once, every time
+    teammate = next(w for w in workers if w["slot"] == slow_slot - 1)
+    assert teammate["uploads"] >= 1
+    assert len({w["final_model_sha256"] for w in workers}) == 1
+
+
+def test_one_upload_per_selected_group_and_a_straggler_is_dropped(tmp_path, child_pids):
+    out, stats = tmp_path / "gcada", tmp_path / "state.json"
+    # groups {0, 1} and {2, 3}; slot 1 is 20x slower (1 s against 0.05 s per iteration)
+    proc = launch(["-n", "4", "-s", "1", "--sync", "gcada", "--slowdown", "1,20,1,1", "--base-iter", "0.05",
+                   "--state-stats", str(stats)],
+                  train_command(out, "--model", "linear", "--groups", "2", "--dist", "group", "--time-budget", "6"),
+                  tmp_path, child_pids)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(stats.read_text())["gcada"]
+    assert record["groups"] == 2 and record["max_delay"] == 10 and record["c"] == 0.3
+    summary = load_summary(out)
+    check_first_finishers(record["iterations"], summary["workers"], slow_slot=1, group_size=2)
+    loads = summary["loads"]
+    assert loads["communication"] == loads["downloads"] + loads["uploads"]
+    assert loads["downloads"] == record["totals"]["downloads"]
+    assert summary["final_accuracy"] > 0.5
