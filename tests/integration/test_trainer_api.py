@@ -7,8 +7,11 @@ Two workers, one weight vector w = [1, 1]; worker slot s has the gradient
 * sync: allreduce_grads() gives both the mean [1.5, 0]; clipped [1, 0];
   w[0] = 1 - 0.1 = 0.9. (Clipping each worker's own gradient would give
   0.95, no clipping 0.85.)
-* async: each worker's own gradient is applied alone: [0, 0] and [3, 0]
-  clipped to [1, 0]; w[0] = 0.9 (no clipping: 0.7).
+* ssp, dcasgd (both asynchronous SGD, gated or compensated; plain async
+  takes the same path): each worker's own gradient is applied alone: [0, 0]
+  and [3, 0] clipped to [1, 0]; w[0] = 0.9 (no clipping: 0.7). DCASGD's
+  compensation term is zero here: the zero gradient leaves the weight as it
+  was, and the first update of a key compensates nothing.
 """
 import json
 import os
@@ -55,7 +58,8 @@ WORKER = textwrap.dedent('''
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("mode,reduced", [("sync", [[1.5, 0.0], [1.5, 0.0]]),
-                                          ("async", [[0.0, 0.0], [3.0, 0.0]])])
+                                          ("ssp", [[0.0, 0.0], [3.0, 0.0]]),
+                                          ("dcasgd", [[0.0, 0.0], [3.0, 0.0]])])
 def test_allreduce_clip_update(tmp_path, child_pids, mode, reduced):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
