@@ -114,3 +114,19 @@ def test_a_plain_worker_stuck_after_an_error_ends_the_job_before_the_timeout(tmp
     record = json.loads((tmp_path / "job.json").read_text())
     assert record["status"] == "failed"
     assert [p for p in record["processes"] if p.get("failure")][0]["role"] == "worker"
+
+
+@pytest.mark.timeout(300)
+def test_the_last_worker_idle_after_its_peers_exited_ends_the_job(tmp_path, child_pids):
+    # Worker 0 is done; worker 1 waits, idle, for something that will never come.
+    program = textwrap.dedent('''
+        import os, time
+        if os.environ["MXHET_SLOT"] == "1":
+            time.sleep(3600)
+    ''')
+    proc = _run(tmp_path, child_pids, program, "-n", "2", "-s", "1", "--sync", "sync", "--timeout", "150",
+                "--orphan-grace", "3", "--", sys.executable, "prog.py")
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    assert "worker 1" in proc.stderr and "every other worker exited" in proc.stderr
+    record = json.loads((tmp_path / "job.json").read_text())
+    assert [(p["role"], p["slot"]) for p in record["processes"] if p.get("failure")] == [("worker", 1)]
