@@ -126,7 +126,7 @@ def build_parser():
                             "worker in PS-LITE's exit barrier; 0 = off; default: %(default)s)")
     watch.add_argument("--orphan-grace", type=float, default=DEFAULT_ORPHAN_GRACE_S, metavar="SECONDS",
                        help="the last running worker, idle (no CPU) this long after every other worker "
-                            "exited, fails the job (local processes only; 0 = off; default: %(default)s)")
+                            "exited, fails the job (0 = off; default: %(default)s)")
 
     live_view.add_arguments(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND",

@@ -29,8 +29,12 @@ from .jobplan import (DEFAULT_KILL_GRACE_S, DEFAULT_POLL_INTERVAL_S, DEFAULT_SER
 from .watch import DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S, JobWatch, Observation, describe_exit
 
 _PROG = "mxhet-launch"
-#: Seconds between two reads of the children's CPU time (/proc).
+#: Seconds between two reads of a child's CPU time (/proc here; over ssh for
+#: a remote child, and then only while a failure rule needs it).
 CPU_PROBE_INTERVAL_S = 1.0
+REMOTE_CPU_PROBE_INTERVAL_S = 5.0
+#: Seconds one remote CPU probe may take.
+REMOTE_PROBE_TIMEOUT_S = 5.0
 #: Seconds an ssh call that ends remote processes may take.
 REMOTE_KILL_TIMEOUT_S = 15.0
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Warning)\b")
@@ -129,12 +133,37 @@ class _Child:
             pass
 
     def cpu_seconds(self):
-        """CPU seconds used by this child's process group so far (local
-        processes; None when unknown). Exited members no longer count, which
-        only makes a group look idler than it was."""
-        if self.spec.remote:
+        """CPU seconds used by this child's process group so far: from /proc
+        here, or on its host over ssh for a remote one; None when unknown.
+        Exited members no longer count, which only makes a group look idler
+        than it was."""
+        if not self.spec.remote:
+            return process_group_cpu(self.pid)
+        if not (self.remote_pid and self.spec.ssh):
             return None
-        return process_group_cpu(self.pid)
+        try:
+            done = subprocess.run([*self.spec.ssh, self.spec.host, remote_cpu_command(self.remote_pid)],
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=REMOTE_PROBE_TIMEOUT_S)
+            return parse_remote_cpu(done.stdout) if done.returncode == 0 else None
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+
+
+def remote_cpu_command(pgid):
+    """A POSIX shell command printing the clock tick rate, then the user + system
+    ticks of the processes in group ``pgid`` (from /proc; see :func:`process_group_cpu`)."""
+    return ("getconf CLK_TCK; cat /proc/[0-9]*/stat 2>/dev/null | "
+            "awk -v g=%d '{sub(/^.*\\) /, \"\"); if ($3 == g) s += $12 + $13} END {print s + 0}'" % pgid)
+
+
+def parse_remote_cpu(text):
+    """Seconds from :func:`remote_cpu_command`'s output, or None."""
+    try:
+        ticks, total = text.split()
+        return float(total) / float(ticks)
+    except ValueError:
+        return None
 
 
 def process_group_cpu(pgid):
@@ -367,7 +396,8 @@ class Supervisor:
 
     def _cpu_of(self, child, now):
         cached = self._cpu.get(id(child))
-        if cached is None or now - cached[1] >= CPU_PROBE_INTERVAL_S:
+        interval = REMOTE_CPU_PROBE_INTERVAL_S if child.spec.remote else CPU_PROBE_INTERVAL_S
+        if cached is None or now - cached[1] >= interval:
             cached = (child.cpu_seconds(), now)
             self._cpu[id(child)] = cached
         return cached[0]

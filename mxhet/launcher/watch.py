@@ -26,8 +26,9 @@ Rules, in order:
 4. an *orphaned* worker fails the job: every other worker has exited, and it
    has used no CPU for ``orphan_grace`` s (waiting for peers that are gone).
 
-Rules 3 and 4 need the worker's CPU time; where it is unknown (a remote
-process) rule 3 goes by output alone and rule 4 does not apply.
+Rules 3 and 4 need the worker's CPU time (read from /proc, on the worker's
+host over ssh for a remote one); where it is unknown (no /proc, or the probe
+failed) rule 3 goes by output alone and rule 4 does not apply.
 """
 import dataclasses
 from typing import Optional

@@ -38,10 +38,11 @@ WORKER = textwrap.dedent('''
 
     def main(behaviour):
         slot = int(os.environ["MXHET_SLOT"])
-        if behaviour == "fail" and slot == 1:
-            sys.exit("slot 1 fails before joining: the others wait for it in PS-LITE")
         kv = mx.kv.create("dist_sync")
         kv.init(5, mx.nd.zeros((4,)))
+        if behaviour == "fail" and slot == 1:
+            # MXNet keeps this worker alive in PS-LITE's exit barrier; the other waits for its push
+            raise RuntimeError("slot 1 fails before its push")
         kv.push(5, mx.nd.ones((4,)) * (slot + 1))
         out = mx.nd.zeros((4,))
         kv.pull(5, out=out)
@@ -162,9 +163,12 @@ def test_real_ssh_job_runs_on_two_loopback_hosts(tmp_path, child_pids, sshd):
 
 @pytest.mark.timeout(300)
 def test_failed_ssh_job_leaves_no_remote_process(tmp_path, child_pids, sshd):
-    proc, record, token = _launch(tmp_path, child_pids, sshd, "fail")
+    # Every process hangs (PS-LITE); the launcher must see the stuck worker
+    # (its CPU probed on its host over ssh) and end every remote process.
+    proc, record, token = _launch(tmp_path, child_pids, sshd, "fail", "--hang-grace", "5")
     assert proc.returncode == 1, proc.stderr[-4000:]
-    assert "worker 1" in proc.stderr and "exited with code 1" in proc.stderr
+    assert "worker 1" in proc.stderr and "printed an uncaught exception" in proc.stderr
+    assert [(p["role"], p["slot"]) for p in record["processes"] if p.get("failure")] == [("worker", 1)]
     remote = {p["remote_pid"] for p in record["processes"]}
     assert None not in remote and len(remote) == 6
     # The launcher has returned: no process of the job may be left, remote ones included.

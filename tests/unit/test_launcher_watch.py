@@ -175,3 +175,23 @@ def test_api_plan_is_data_and_carries_the_run_settings(tmp_path):
     assert plan.scratch == ()
     with pytest.raises(ConfigError, match="bsp"):
         launcher.plan(["-n", "2", "--sync", "bsp", "--", "x"])
+
+
+def test_remote_cpu_probe_reads_a_process_group_like_the_local_one():
+    """The command the launcher runs over ssh, run here by a POSIX shell."""
+    import subprocess
+    import sys
+
+    from mxhet.launcher.supervisor import parse_remote_cpu, process_group_cpu, remote_cpu_command
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    try:
+        out = subprocess.run(["sh", "-c", remote_cpu_command(child.pid)], capture_output=True, text=True,
+                             timeout=30).stdout
+        remote, local = parse_remote_cpu(out), process_group_cpu(child.pid)
+        assert remote is not None and local is not None
+        assert abs(remote - local) < 0.5  # the same group, read a moment apart
+    finally:
+        child.kill()
+        child.wait()
+    assert parse_remote_cpu("100\n250\n") == 2.5
+    assert parse_remote_cpu("garbage") is None
