@@ -26,6 +26,7 @@ from mxhet.errors import ConfigError
 from . import aggregation, presets, profiles
 from . import nodelay as nodelay_bench
 from . import preduce as preduce_bench
+from . import gcada as gcada_bench
 from .metrics import run_record
 from .runner import JobFailed, JobSpec, machine_info, run_with_bar as _with_bar
 
@@ -114,6 +115,7 @@ def build_parser():
     aggregation.add_parser(sub)
     nodelay_bench.add_parser(sub)
     preduce_bench.add_parser(sub)
+    gcada_bench.add_parser(sub)
     res = sub.add_parser("rescore", help="score a finished bench's runs again with the current evaluation "
                                          "protocol and rebuild its JSON, report and figures")
     res.add_argument("--out", required=True, help="the bench's output directory (with runs/)")
@@ -483,6 +485,7 @@ def main(argv=None):
                "aggregation": aggregation.run}
     runners["nodelay"] = nodelay_bench.run
     runners["preduce"] = preduce_bench.run
+    runners["gcada"] = gcada_bench.run
     return runners.get(args.experiment, run_paper_experiment)(args)
 
 
