@@ -95,6 +95,7 @@ def rescore(out, models=None, log=print, score=True):
             summary = json.load(f)
         old = records[os.path.relpath(run_dir, out)]
         summary["command"], summary["wall_s"] = old["command"], old.get("wall_s")
+        summary["resumed"] = old.get("resumed", False)
         return summary
 
     preset = presets.get(first["preset"])
@@ -105,7 +106,8 @@ def rescore(out, models=None, log=print, score=True):
     return suite.run_suite(tuple(results), preset, profile, out, models=models_run, budget=first["time_budget_s"],
                            seed=first["seed"], command=first["command"], measure=recorded, run=finished,
                            log=log, engine=first.get("engine", "cluster"), jobs=first.get("jobs", 1),
-                           wall_s=first.get("suite_wall_s"))
+                           wall_s=first.get("suite_wall_s"),
+                           only={os.path.basename(r) for r in records})
 
 
 def main(argv=None):

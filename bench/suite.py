@@ -184,7 +184,7 @@ def record_of(summary, key, spec, record, run_dir, out_dir):
                base_iteration_s=record["base_iteration_s"], contexts=[w["context"] for w in workers],
                overruns=[w.get("overruns", 0) for w in workers],
                iterations=[w["iterations"] for w in workers], run_dir=os.path.relpath(run_dir, out_dir),
-               wall_s=summary.get("wall_s"))
+               wall_s=summary.get("wall_s"), resumed=bool(summary.get("resumed")))
     return rec
 
 
@@ -276,13 +276,14 @@ class SuiteResult:
 
 def run_suite(experiments, preset, profile, out, models=None, modes=None, budget=None, seed=0,
               command=None, measure=calibrate.measure, run=run_with_bar, log=print, engine=None, jobs=1,
-              wall_s=None, resume=False):
+              wall_s=None, resume=False, only=None):
     """Calibrate, run the union of the experiments' runs, write JSON, report and figures.
 
     ``engine``: ``cluster`` (real processes) or ``sim`` (virtual time); default the preset's.
     ``jobs``: simulator runs at once, each with one compute thread (``OMP_NUM_THREADS=1``).
     ``wall_s``: the bench's wall time to record (default: measured here; a rebuild passes the original's).
     ``resume``: keep simulator runs already finished in ``out`` with the same command.
+    ``only``: run names to keep from the plan (a rebuild keeps the runs the original bench made).
     """
     from . import plots, report
 
@@ -317,6 +318,8 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
         figure_model = runnable[0] if runnable else None
     table_models = [m for m in models if m in calibration] if "table1" in experiments else []
     planned = plan(experiments, table_models, figure_model, preset, modes)
+    if only is not None:
+        planned = {name: [k for k in keys if run_name(k) in only] for name, keys in planned.items()}
     keys = unique_runs(planned)
     log("%d run(s) of %.0f s training each: %s" % (len(keys), budget, ", ".join(run_name(k) for k in keys)))
     records, failures = execute(
