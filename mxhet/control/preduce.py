@@ -174,6 +174,7 @@ class PartialReduceController:
         self.holds = 0               # times the filter held the queue head
         self._holding_head = None
         self.grouped = set()         # ranks that have been in a group
+        self.max_concurrent = 0      # most slots held at once (groups reducing or not yet fully pulled)
         self.stop_wanted = False
         self.stopping = False
 
@@ -323,6 +324,7 @@ class PartialReduceController:
         self.groups[group.id] = group
         self.pushed[group.id] = set()
         self.slot_holders[slot] = set(members)
+        self.max_concurrent = max(self.max_concurrent, len(self.slot_holders))
         for r in members:
             self.holding[r] = slot
         self.recent.append(tuple(members))
@@ -335,4 +337,5 @@ class PartialReduceController:
         """Plain data for the State Server's statistics."""
         return {"group_size": self.group_size, "dynamic": self.dynamic, "alpha": self.alpha,
                 "avoid_frozen": self.avoid_frozen, "window": self.window, "slots": self.num_slots,
-                "groups": self.next_id, "interventions": self.interventions, "holds": self.holds}
+                "groups": self.next_id, "interventions": self.interventions, "holds": self.holds,
+                "max_concurrent": self.max_concurrent}

@@ -24,7 +24,7 @@ def test_several_groups_at_once_members_distinct_no_worker_in_two_live_groups():
     for r in range(6):
         formed += ctl.ready(r, 5)
     assert [g.members for g in formed] == [(0, 1, 2), (3, 4, 5)]
-    assert formed[0].slot != formed[1].slot
+    assert formed[0].slot != formed[1].slot and ctl.stats()["max_concurrent"] == 2
     with pytest.raises(ValueError, match="before its group's pushes"):
         ctl.ready(0, 6)
     assert ctl.push_done(0, formed[0].id) == []
