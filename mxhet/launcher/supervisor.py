@@ -10,10 +10,12 @@ launcher ends their process groups over ssh as well as the local ssh clients.
 """
 import collections
 import dataclasses
+import errno
 import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -188,11 +190,37 @@ def process_group_cpu(pgid):
     return total / ticks
 
 
+#: Run before a child's command (which replaces it, same pid): ask the kernel
+#: to send SIGTERM when the launcher's thread that started it dies (Linux
+#: PR_SET_PDEATHSIG), so that a launcher killed with SIGKILL -- or a bench
+#: running jobs through the API -- leaves no job behind; exit if the launcher
+#: is already gone. Elsewhere the command starts as it is.
+_DIE_WITH_LAUNCHER = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    os._exit(1)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n")
+
+
+def _command(argv):
+    """``argv`` behind the :data:`_DIE_WITH_LAUNCHER` shim on Linux.
+
+    Raises:
+        FileNotFoundError: if ``argv[0]`` cannot be found (as Popen would).
+    """
+    if not sys.platform.startswith("linux"):
+        return list(argv)
+    if shutil.which(argv[0]) is None:
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", argv[0])
+    return [sys.executable, "-S", "-c", _DIE_WITH_LAUNCHER, str(os.getpid()), *argv]
+
+
 def _start(spec, console):
     env = dict(os.environ)
     if not spec.remote:
         env.update(spec.env)
-    popen = subprocess.Popen(list(spec.argv), env=env, stdin=subprocess.DEVNULL,
+    popen = subprocess.Popen(_command(spec.argv), env=env, stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     return _Child(spec, popen, console)
 

@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from tests.conftest import pid_alive
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAUNCH_TIMEOUT_S = 120
 FAILURE_BOUND_S = 30
@@ -261,3 +263,27 @@ def test_command_that_cannot_start(tmp_path, child_pids, capsys):
     assert _run(plan, tmp_path, child_pids) == 1
     assert "cannot start worker 0" in capsys.readouterr().err
     _assert_nothing_left(child_pids)
+
+
+def test_a_launcher_killed_with_sigkill_takes_its_job_along(tmp_path, child_pids):
+    """SIGKILL cannot be caught: the children die with the launcher (PR_SET_PDEATHSIG)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    job_file = tmp_path / "job.json"
+    program = ("import sys; from mxhet import launcher; "
+               "launcher.run(launcher.plan(['-n', '1', '--sync', 'local', '--job-file', sys.argv[1], "
+               "'--', 'sleep', '300']))")
+    api = subprocess.Popen([sys.executable, "-c", program, str(job_file)], cwd=ROOT,
+                           env=dict(os.environ, PYTHONPATH=ROOT))
+    child_pids.add(api.pid)
+    deadline = time.monotonic() + 60
+    while not job_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    worker = child_pids.add_job_file(str(job_file))["processes"][0]["pid"]
+    assert pid_alive(worker)
+    api.kill()
+    api.wait()
+    deadline = time.monotonic() + 30
+    while pid_alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pid_alive(worker)
