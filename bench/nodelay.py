@@ -117,6 +117,13 @@ def plan(args):
     return runs
 
 
+def portable(argv):
+    """``argv`` without this machine's paths: the interpreter as ``python``, paths under the working directory
+    relative to it."""
+    cwd = os.getcwd() + os.sep
+    return ["python" if a == sys.executable else a.replace(cwd, "") for a in argv or ()]
+
+
 def _row(part, label, spec, summary):
     record = run_record(summary)
     ratios = record["compute_ratio"]
@@ -128,7 +135,8 @@ def _row(part, label, spec, summary):
                                                                          key=lambda w: w["slot"])],
             "iterations": sum(w["iterations"] for w in summary["workers"]),
             **{k: record[k] for k in ("time_to_target_s", "final_accuracy", "compute_ratio", "rounds",
-                                      "local_iters_mean", "train_time_s", "samples_per_s", "slowdown", "command")}}
+                                      "local_iters_mean", "train_time_s", "samples_per_s", "slowdown")},
+            "command": portable(record["command"])}
 
 
 def format_report(result):

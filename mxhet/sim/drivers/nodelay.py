@@ -137,6 +137,8 @@ def nodelay(sim, dev):
         take_arrivals()
         take_requests(stop_ok=True)
         t0 = sim.env.now
+        if policy.blocked:
+            dev.stats.waited_iterations += 1   # this step ended with the worker waiting at s = tau
         while policy.blocked or (policy.stopping and not policy.done):
             mailbox.rearm()
             yield mailbox.wake
@@ -161,5 +163,4 @@ def nodelay(sim, dev):
             dev.stats.rounds -= 1
             send(sim, dev, dev.message(m.Notify, round=policy.round, pending=policy.pending,
                                        want_stop=bool(want_stop)), on_request)
-        dev.stats.waited_iterations = policy.blocks
     yield from sim.leave(dev)
