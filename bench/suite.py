@@ -143,7 +143,7 @@ def job_spec(key, preset, profile, record, budget, seed, extra_launcher=(), engi
         batch_size=preset.batch_size, lr=preset.lrs.get(key.model, 0.05), dist=key.dist,
         target_accuracy=preset.target_accuracy, seed=seed, input_size=record["input_size"],
         eval_interval=preset.eval_interval(budget, base * max(slowdowns)), startup_allowance=preset.startup_allowance,
-        extra_train_args=("--eval-samples", str(preset.eval_samples)), engine=engine,
+        extra_train_args=("--eval-samples", str(preset.eval_samples)) + _mode_train_args(key.mode), engine=engine,
         sim_args=_sim_args(preset) if engine == "sim" else (),
         launcher_args=("--base-iter", "%.6f" % base, "--omp-threads", "1") + _mode_args(key.mode, slowdowns, base,
                                                                                         budget)
@@ -156,6 +156,20 @@ def _sim_args(preset):
     if preset.max_iterations:
         args += ("--max-iterations", str(preset.max_iterations))
     return args + (("--eval-growth", "%g" % preset.eval_growth) if preset.eval_growth else ())
+
+
+def _mode_train_args(mode):
+    """Training options of a mode beyond the preset's. gcada and cada run AMSGrad on the servers, which
+    ignores the preset's SGD learning rate; their default α (the G-CADA paper's 0.01, for its linear model)
+    leaves a CNN at chance after the few iterations of a short run, Adam's usual 0.001 learns. cada runs
+    as distributed AMSGrad (D = 1): lazy CADA (D = 10, c = 2) computes a fresh gradient in about one
+    iteration in five and stays near chance in a smoke run's seconds (it is tested in
+    tests/integration/test_model_contract.py and tests/unit/test_sim.py)."""
+    if mode == "gcada":
+        return ("--step-size", "0.001")
+    if mode == "cada":
+        return ("--step-size", "0.001", "--max-delay", "1")
+    return ()
 
 
 def _mode_args(mode, slowdowns, base, budget):
