@@ -170,6 +170,8 @@ def main(argv=None):
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--extra", default="", help="more training flags, space-separated")
+    p.add_argument("--allowance", type=float, default=600.0,
+                   help="seconds for start-up and evaluation beyond the budget before a job counts as hung")
     p.add_argument("--out", default="runs/round-cost")
     p.add_argument("--client-only", action="store_true",
                    help="only measure a worker's State Server costs on loopback (no training job)")
@@ -194,7 +196,7 @@ def main(argv=None):
             for label, code in args.code:
                 name = "%s-%s-%d" % (label, ack, rep)
                 spec = JobSpec(mode="esync", slowdowns=slowdowns, model=args.model, time_budget=args.time_budget,
-                               batch_size=args.batch_size,
+                               batch_size=args.batch_size, startup_allowance=args.allowance,
                                extra_train_args=("--ack", ack) + tuple(args.extra.split()))
                 env_before = os.environ.get("PYTHONPATH")
                 os.environ["PYTHONPATH"] = code

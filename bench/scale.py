@@ -65,7 +65,7 @@ LR = 0.1
 
 def budget_for(n):
     """Virtual seconds per run: enough rounds to see the slowdown, few enough for 10,000 devices."""
-    return {100: 20.0}.get(n, 8.0 if n <= 1000 else 2.5)
+    return {100: 20.0}.get(n, 8.0 if n <= 1000 else 1.5)
 
 
 def speeds(n, seed, sigma=SIGMA):
@@ -391,11 +391,23 @@ def main(argv=None):
     from tqdm import tqdm
     os.makedirs(args.out, exist_ok=True)
     records, unfinished = [], []
+    done_path = os.path.join(args.out, "runs.jsonl")   # one finished run a line: a restarted bench resumes
+    done = {}
+    if os.path.exists(done_path):
+        with open(done_path) as f:
+            for line in f:
+                r = json.loads(line)
+                done[(r["mode"], r["devices"], r["seed"])] = r
     with tqdm(total=len(sizes) * len(modes), desc="scale", unit="run") as bar:
         for n in sizes:
             for mode in modes:
                 bar.set_postfix_str("%s N=%d" % (mode, n))
-                record = _child(mode, n, args.seed, args.budget, args.timeout)
+                record = done.get((mode, n, args.seed))
+                if record is None:
+                    record = _child(mode, n, args.seed, args.budget, args.timeout)
+                    if record is not None:
+                        with open(done_path, "a") as f:
+                            f.write(json.dumps(record) + "\n")
                 bar.update(1)
                 if record is None:
                     unfinished.append({"mode": mode, "devices": n, "timeout_s": args.timeout})

@@ -46,11 +46,3 @@ def block_children(block):
     """A block's child blocks, name -> block, in order."""
     return block._children
 
-
-def split_into(flat, offsets, outs):
-    """Copy consecutive pieces of the 1-D ``flat`` into ``outs`` in one operator:
-    piece i starts at ``offsets[i]`` and fills ``outs[i]`` (any shape, default layout).
-    ``mx.nd.split_v2``'s public wrapper takes no ``out``."""
-    import mxnet as mx
-    mx.nd._internal._split_v2(flat, indices=tuple(offsets), axis=0, squeeze_axis=False, sections=0,
-                              out=[o.reshape((-1,)) for o in outs])

@@ -7,8 +7,8 @@ shipped to the servers is elementwise (``updater.elementwise``: the same
 arithmetic for every element whatever its key, as ESync's average), the
 channel lays the parameters out in a few flat buckets (consecutive keys of one
 dtype and context, up to ``bucket_bytes`` each) and exchanges the buckets
-instead: one concat to pack, one split to unpack, and the updater runs once
-per bucket. Every element sees the same additions and the same update as with
+instead: a copy per parameter into and out of the flat buffers, and the
+updater runs once per bucket. Every element sees the same additions and the same update as with
 one key per parameter, so the model is the same; modes do not change. Other
 updaters (optimizers with per-key learning-rate or weight-decay multipliers,
 per-key state) keep one key per parameter.
@@ -18,12 +18,15 @@ import time
 import mxnet as mx
 import numpy as np
 
-from ..gluon_private import kvstore_barrier, split_into
+from ..gluon_private import kvstore_barrier
 
-DEFAULT_BUCKET_BYTES = 16 << 20
-"""Bytes per bucket at most (a parameter larger than this gets a bucket of its
-own). MXNet splits an array of over ``MXNET_KVSTORE_BIGARRAY_BOUND`` elements
-(1M by default) over every server, so large buckets still spread the load."""
+DEFAULT_BUCKET_BYTES = 256 << 10
+"""Bytes per bucket at most. A parameter larger than this travels alone, as
+itself (no copy): measured on ResNet-18 (one worker, one server, 2 loaded
+cores; ``bench/dataplane_cost.py``), merging the large parameters too (16 MiB
+buckets) made an exchange 1.6-2x slower than one key per parameter, while
+merging only the small ones (102 keys -> 21) costs the same; on the small CNN
+(8 keys -> 1) the exchange took half the time."""
 
 
 def nbytes(arrays):
@@ -71,17 +74,32 @@ class BucketLayout:
         self.bucket_keys = list(range(len(self.buckets)))
 
     def flat_buffers(self):
-        return [mx.nd.zeros((n,), ctx=ctx, dtype=dtype) for dtype, ctx, _, _, n in self.buckets]
+        """One flat buffer per bucket of several parameters; None for a parameter alone
+        (it travels as itself, viewed flat: no copy)."""
+        return [mx.nd.zeros((n,), ctx=ctx, dtype=dtype) if len(members) > 1 else None
+                for dtype, ctx, members, _, n in self.buckets]
 
+    def wire(self, arrays, flats):
+        """What goes to the kvstore per bucket: its flat buffer, or the lone parameter viewed flat."""
+        return [flat if flat is not None else arrays[bucket[2][0]].reshape((-1,))
+                for bucket, flat in zip(self.buckets, flats)]
+
+    # Plain copies into and out of views of the flat buffers: a memcpy each. (One
+    # concat or split operator for the bucket took 0.7 s for 0.5 MB in a PS-LITE
+    # worker process here, against 0.5 ms for the copies.)
     def pack(self, arrays, flats):
         """Copy ``arrays`` (one per key, in key order) into the buckets ``flats``."""
-        for (_, _, members, _, _), flat in zip(self.buckets, flats):
-            mx.nd.concat(*[arrays[i].reshape((-1,)) for i in members], dim=0, out=flat)
+        for (_, _, members, offsets, _), flat in zip(self.buckets, flats):
+            for i, start in zip(members, offsets if flat is not None else ()):
+                size = int(arrays[i].size)
+                arrays[i].reshape((-1,)).copyto(flat[start:start + size])
 
     def unpack(self, flats, arrays):
         """Copy the buckets ``flats`` into ``arrays`` (one per key, in key order)."""
         for (_, _, members, offsets, _), flat in zip(self.buckets, flats):
-            split_into(flat, offsets, [arrays[i] for i in members])
+            for i, start in zip(members, offsets if flat is not None else ()):
+                out = arrays[i]
+                flat[start:start + int(out.size)].reshape(out.shape).copyto(out)
 
     def split(self, keys):
         """``keys`` as (positions of the parameter keys, positions of the others).
@@ -157,7 +175,7 @@ class KVChannel:
             self.layout = BucketLayout(keys, bufs, self.bucket_bytes)
             self._flats = (self.layout.flat_buffers(), self.layout.flat_buffers())
             self.layout.pack(bufs, self._flats[0])
-            self.kv.init(self.layout.bucket_keys, self._flats[0])
+            self.kv.init(self.layout.bucket_keys, self.layout.wire(bufs, self._flats[0]))
         else:
             self.kv.init(keys, bufs)
         self.kv.set_optimizer(updater)
@@ -174,8 +192,11 @@ class KVChannel:
         sends, recvs = self._flats
         if not params:  # control keys only
             sends, recvs = [], []
-        if values is not None:
+        else:
+            recvs = self.layout.wire([outs[j] for j in params], recvs)
+        if values is not None and params:
             self.layout.pack([values[j] for j in params], sends)
+            sends = self.layout.wire([values[j] for j in params], sends)
         kv_keys = (self.layout.bucket_keys if params else []) + [keys[j] for j in others]
         kv_values = None if values is None else sends + [values[j] for j in others]
         return kv_keys, kv_values, recvs + [outs[j] for j in others], [outs[j] for j in params]

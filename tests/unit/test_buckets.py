@@ -39,9 +39,9 @@ class LocalChannel(ch.KVChannel):
             for values in per_worker:
                 flats = self.layout.flat_buffers()
                 self.layout.pack(values, flats)
-                packed.append(flats)
+                packed.append(self.layout.wire(values, flats))
             self.kv.push(self.layout.bucket_keys, [list(vs) for vs in zip(*packed)])
-            self.kv.pull(self.layout.bucket_keys, out=self._flats[1])
+            self.kv.pull(self.layout.bucket_keys, out=self.layout.wire(outs, self._flats[1]))
             self.layout.unpack(self._flats[1], outs)
         mx.nd.waitall()
 
