@@ -8,6 +8,8 @@ importable on every server process, which :mod:`kvstore_ext.server` ensures.
 In ``dist_sync`` a server calls the rule once per key and round with the *sum*
 of all workers' pushes; in ``dist_async`` once per push.
 """
+import logging
+
 import mxnet as mx
 
 from . import keys
@@ -191,19 +193,26 @@ class ESyncAggregate(ESyncAverage):
         self.outer_lr = float(outer_lr)
         self.outer_momentum = float(outer_momentum)
         self.plain_keys = frozenset(int(k) for k in plain_keys)
-        self.initial_momentum = dict(initial_momentum or {})
+        # MXNet ships the updater as a protocol-0 pickle in a UTF-8 string: arrays travel as base64 text.
+        self.initial_momentum = {int(k): _to_text(v) for k, v in (initial_momentum or {}).items()}
 
     def create_param_state(self, index, weight):
         if self.outer == "none" or index in self.plain_keys:
             return None
-        start = self.initial_momentum.pop(index, None)
+        start = self.initial_momentum.get(index)
+        if start is not None:
+            start = _from_text(start)
         if start is None:
             return mx.nd.zeros(weight.shape, ctx=weight.context, dtype=weight.dtype)
-        if tuple(start.shape) != tuple(weight.shape):
-            # PS-LITE splits a large array across several servers: this one holds a part.
-            raise ValueError("the saved outer momentum of key %d has shape %s, this server holds %s; resume "
-                             "with one server or without --outer-optimizer" % (index, start.shape, weight.shape))
-        return mx.nd.array(start, ctx=weight.context, dtype=weight.dtype)
+        if start.size != weight.size:
+            # PS-LITE splits a large array across several servers: this one holds a part. (A server
+            # holds every array flat, hence sizes, not shapes.) MXNet's callback swallows the error:
+            # log it where the server's log shows it.
+            message = ("the saved outer momentum of key %d has %d elements, this server holds %d; resume with "
+                       "one server or without --outer-optimizer" % (index, start.size, weight.size))
+            logging.getLogger("kvstore_ext.updaters").critical(message)
+            raise ValueError(message)
+        return mx.nd.array(start.reshape(weight.shape), ctx=weight.context, dtype=weight.dtype)
 
     @property
     def elementwise(self):
@@ -219,3 +228,20 @@ class ESyncAggregate(ESyncAverage):
         mu = self.outer_momentum
         state[:] = mu * state - agg
         weight[:] += self.outer_lr * (agg - mu * state)
+
+
+def _to_text(array):
+    """``(shape, dtype, base64)`` of a numpy array: ASCII, so it survives MXNet's command channel."""
+    import base64
+
+    import numpy as np
+    a = np.ascontiguousarray(np.asarray(array))
+    return (tuple(int(x) for x in a.shape), a.dtype.str, base64.b64encode(a.tobytes()).decode("ascii"))
+
+
+def _from_text(text):
+    import base64
+
+    import numpy as np
+    shape, dtype, data = text
+    return np.frombuffer(base64.b64decode(data), dtype=np.dtype(dtype)).reshape(shape)

@@ -23,6 +23,8 @@ import re
 from .errors import ConfigError
 
 KEEP = 2
+MODE_ARRAYS = "slot%d.mode.params"
+"""A mode's arrays (``checkpoint_arrays()``), when it has any."""
 _ROUND_RE = re.compile(r"round-(\d{8})$")
 
 
@@ -45,6 +47,12 @@ def save_worker(root, round_, slot, trainer, iterator, seed):
     states = os.path.join(directory, "slot%d.states" % slot)
     trainer.save_states(_tmp(states))
     _replace(_tmp(states), states)
+    arrays = trainer.mode.checkpoint_arrays() if hasattr(trainer.mode, "checkpoint_arrays") else {}
+    if arrays:  # e.g. ESync's outer momentum; written before the record that completes the round
+        import mxnet as mx
+        path = os.path.join(directory, MODE_ARRAYS % slot)
+        mx.nd.save(_tmp(path), arrays)
+        _replace(_tmp(path), path)
     record = {"round": round_, "slot": slot, "seed": seed, "iterator": iterator.state_dict(),
               "mode": trainer.mode.checkpoint_state()}
     path = os.path.join(directory, "slot%d.json" % slot)
@@ -100,4 +108,9 @@ def load(root, slot, num_slots):
                           "worker's slot<i>.json and slot<i>.states)" % (num_slots, root))
     directory = round_dir(root, rounds[0])
     with open(os.path.join(directory, "slot%d.json" % slot)) as f:
-        return rounds[0], directory, json.load(f)
+        record = json.load(f)
+    arrays = os.path.join(directory, MODE_ARRAYS % slot)
+    if os.path.exists(arrays):  # handed to the mode's restore_state with its record
+        import mxnet as mx
+        record["mode"]["arrays"] = mx.nd.load(arrays)
+    return rounds[0], directory, record

@@ -39,6 +39,7 @@ from ..gluon_private import trainer_optimizer, trainer_params
 from ..policy import specs
 from ..policy.aggregation import check_options as check_aggregation
 from ..policy.worker import Action, ESyncPolicy
+from .esync_outer import OuterMomentumMirror
 from .esync_weighting import DeltaWeighting
 from .base import SyncMode
 from .registry import register
@@ -65,6 +66,10 @@ class ESync(SyncMode):
         self.delayed = self.opts["ack"] == "delayed"
         check_aggregation(self.opts)
         self.weighting = DeltaWeighting(self.opts["aggregation"])
+        self.outer = None   # the servers' outer momentum, mirrored (outer_optimizer="nesterov")
+        if self.opts["outer_optimizer"] == "nesterov":
+            keys = [i for i, p in enumerate(trainer_params(trainer)) if p.grad_req != "null"]
+            self.outer = OuterMomentumMirror(self.opts["outer_lr"], self.opts["outer_momentum"], keys)
         self._batch_size = 0
         self.policy = ESyncPolicy()
         self._round_start = (0.0, 0, 0, 0)
@@ -79,17 +84,17 @@ class ESync(SyncMode):
         return self.policy.k
 
     @classmethod
-    def updater_for(cls, num_workers, batch_size, optimizer, opts, plain_keys=()):
+    def updater_for(cls, num_workers, batch_size, optimizer, opts, plain_keys=(), initial_momentum=None):
         from kvstore_ext.updaters import ESyncAggregate
         return ESyncAggregate(num_workers, epsilon=opts["global_lr"], outer=opts["outer_optimizer"],
                               outer_lr=opts["outer_lr"], outer_momentum=opts["outer_momentum"],
-                              plain_keys=plain_keys)
+                              plain_keys=plain_keys, initial_momentum=initial_momentum)
 
     def server_updater(self, batch_size):
         # BatchNorm statistics (no gradient) are averaged, never moved by the outer optimizer.
         plain = [i for i, p in enumerate(trainer_params(self.trainer)) if p.grad_req == "null"]
         return self.updater_for(self.channel.num_workers, batch_size, trainer_optimizer(self.trainer), self.opts,
-                                plain_keys=plain)
+                                plain_keys=plain, initial_momentum=self.outer.restored if self.outer else None)
 
     def on_connect(self):
         self.client = self.join_state_server()
@@ -165,7 +170,10 @@ class ESync(SyncMode):
     def aggregate(self):
         """Push Δ for every key in one batch, pull w_t+1, reset the replica, RESET."""
         self.weighting.weigh(self, self.policy.k, self._batch_size)
+        before = self.outer.before(self.wbufs) if self.outer else None
         self.exchange_deltas(self.round)
+        if self.outer:
+            self.outer.after(before, self.wbufs)
         if self.opts["reset_optimizer_state"]:
             self.reset_optimizer_state()
         _, k, slowest = self.policy.aggregated()
@@ -204,3 +212,9 @@ class ESync(SyncMode):
     def restore_state(self, state):
         super().restore_state(state)
         self.policy = ESyncPolicy(round_=int(state["round"]))
+        if self.outer is not None and "arrays" in state:
+            self.outer.restore(state["arrays"])
+
+    def checkpoint_arrays(self):
+        """The outer momentum (mirrored), saved with every checkpoint."""
+        return self.outer.arrays() if self.outer is not None else {}

@@ -82,3 +82,41 @@ def test_normalized_with_outer_nesterov_keeps_momentum_on_the_servers(tmp_path, 
     assert moved_by_momentum
     with open(os.path.join(str(out), "worker-0.json")) as f:
         assert json.load(f)["rounds"] == ROUNDS
+
+
+@pytest.mark.timeout(600)   # two jobs one after the other
+def test_outer_momentum_survives_a_checkpoint_and_resume(tmp_path, child_pids):
+    import mxnet as mx
+    lr, mu = 0.7, 0.9
+    ckpt = tmp_path / "ckpt"
+    for name, rounds, extra in (("first", 3, ()), ("second", 4, ("--resume",))):
+        (tmp_path / name).mkdir()
+        proc = launch(["-n", "2", "-s", "1", "--sync", "esync", "--slowdown", "1,3", "--base-iter", "0.05"],
+                      train_command(tmp_path / name / "out", "--max-rounds", str(rounds), "--time-budget", "300",
+                                    "--checkpoint-dir", str(ckpt), "--checkpoint-every", "3", "--dump-rounds", "4",
+                                    "--outer-optimizer", "nesterov", "--outer-lr", str(lr),
+                                    "--outer-momentum", str(mu), *extra),
+                      tmp_path / name, child_pids)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+
+    def dumps(name, t):
+        return [np.load(os.path.join(str(tmp_path / name / "out"), "dump", "slot%d_round%d.npz" % (s, t)))
+                for s in (0, 1)]
+    # the servers' momentum after the first job, from its rounds (numpy reference)
+    n_keys = len([k for k in dumps("first", 0)[0].files if k.startswith("after_")])
+    momentum = [np.zeros_like(dumps("first", 0)[0]["before_%d" % i], dtype="f8") for i in range(n_keys)]
+    for t in range(3):
+        d = dumps("first", t)
+        for i in range(n_keys):
+            combined = np.mean([x["delta_%d" % i] for x in d], axis=0).astype("f8")
+            _, momentum[i] = agg.nesterov_step(d[0]["before_%d" % i].astype("f8"), momentum[i], combined, lr, mu)
+    saved = mx.nd.load(str(ckpt / "round-00000003" / "slot0.mode.params"))
+    assert len(saved) == n_keys
+    for i in range(n_keys):   # the worker's mirror is the servers' momentum
+        np.testing.assert_allclose(saved["outer_momentum_%d" % i].asnumpy(), momentum[i], rtol=1e-3, atol=1e-5)
+    # the resumed job's first round applies that momentum on the (new) servers
+    d = dumps("second", 3)
+    for i in range(n_keys):
+        combined = np.mean([x["delta_%d" % i] for x in d], axis=0).astype("f8")
+        expected, _ = agg.nesterov_step(d[0]["before_%d" % i].astype("f8"), momentum[i], combined, lr, mu)
+        np.testing.assert_allclose(d[0]["after_%d" % i], expected, rtol=1e-4, atol=1e-5)

@@ -142,7 +142,10 @@ def test_initial_momentum_resumes_where_the_servers_left_off():
     resumed = _server(ESyncAggregate(2, 1.0, "nesterov", 0.5, 0.8, initial_momentum={0: m.astype("f")}),
                       0, full[1], rounds[2:])
     np.testing.assert_allclose(resumed[-1], full[-1], rtol=1e-5, atol=1e-6)
-    with pytest.raises(ValueError, match="shape"):
+    # a server holds every array flat: a saved (2, 2) buffer fits its 4 elements
+    flat = ESyncAggregate(2, outer="nesterov", initial_momentum={0: np.arange(4.0).reshape(2, 2)})
+    np.testing.assert_allclose(flat.create_state(0, mx.nd.zeros((4,))).asnumpy(), [0, 1, 2, 3])
+    with pytest.raises(ValueError, match="elements"):
         ESyncAggregate(2, outer="nesterov", initial_momentum={0: np.zeros(3)}).create_state(0, mx.nd.zeros((4,)))
 
 
@@ -209,3 +212,29 @@ def test_cluster_worker_scales_its_delta_and_keeps_statistics_plain():
     np.testing.assert_allclose(got[0] - g[0], expected * (w[0] - g[0]), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got[1], w[1], rtol=1e-6)   # grad_req null: BatchNorm-like statistics
     assert not DeltaWeighting("mean").active
+
+
+def test_worker_mirror_follows_the_servers_momentum_and_resumes_it():
+    from mxhet.modes.esync_outer import OuterMomentumMirror
+    rng = np.random.RandomState(8)
+    lr, mu = 0.7, 0.9
+    upd = ESyncAggregate(2, 1.0, "nesterov", lr, mu, plain_keys=[1])
+    apply = mx.optimizer.get_updater(upd)           # MXNet's server-side path
+    server = [mx.nd.array(rng.randn(4)), mx.nd.array(rng.randn(3))]
+    mirror = OuterMomentumMirror(lr, mu, keys=[0])
+    for _ in range(6):
+        before = mirror.before(server)
+        for key, w in enumerate(server):
+            apply(key, mx.nd.array(rng.randn(*w.shape) * 0.1), w)
+        mirror.after(before, server)
+    np.testing.assert_allclose(mirror.buffers[0].asnumpy(), apply.states[0].asnumpy(), rtol=1e-4, atol=1e-6)
+    assert 1 not in mirror.buffers and apply.states[1] is None
+    # a checkpoint's arrays start a new updater where this one is
+    resumed = OuterMomentumMirror(lr, mu, keys=[0])
+    resumed.restore(mirror.arrays())
+    upd2 = ESyncAggregate(2, 1.0, "nesterov", lr, mu, plain_keys=[1], initial_momentum=resumed.restored)
+    text = pickle.dumps(upd2, 0).decode("utf-8")      # MXNet ships it as a UTF-8 string
+    upd2 = pickle.loads(text.encode("utf-8"))
+    np.testing.assert_allclose(upd2.create_state(0, server[0]).asnumpy(), mirror.buffers[0].asnumpy())
+    with pytest.raises(ValueError, match="outer momentum"):
+        resumed.restore({"weight": mx.nd.zeros((1,))})

@@ -1,0 +1,62 @@
+"""The servers' outer momentum, mirrored on an ESync worker for checkpoints.
+
+With ``outer_optimizer="nesterov"`` the momentum lives on the servers
+(:class:`kvstore_ext.updaters.ESyncAggregate`), which PS-LITE gives no way to
+read back. Each worker follows it instead from what it pulls: the update
+``w_t+1 - w_t`` of a round and the previous momentum determine the new one
+(:func:`mxhet.policy.aggregation.recover_momentum`, within float32 rounding,
+errors shrinking every round). A checkpoint saves the mirror; on resume it is
+shipped to the servers as the updater's starting momentum.
+"""
+import mxnet as mx
+import numpy as np
+
+from ..policy import aggregation as agg
+
+PREFIX = "outer_momentum_"
+
+
+class OuterMomentumMirror:
+    """The worker's copy of the servers' momentum buffers, one per trainable key.
+
+    Args:
+        lr: the outer learning rate.
+        momentum: μ.
+        keys: the keys the servers keep momentum for (trainable parameters).
+    """
+
+    def __init__(self, lr, momentum, keys):
+        self.lr, self.momentum = float(lr), float(momentum)
+        self.keys = list(keys)
+        self.buffers = {}      # key -> NDArray, created on the first round
+        self.restored = {}     # key -> numpy array, from a checkpoint (for the servers)
+
+    def before(self, globals_):
+        """Copies of the global model's trainable keys before a round's exchange."""
+        return {k: globals_[k].copy() for k in self.keys}
+
+    def after(self, before, globals_):
+        """Follow the servers' momentum through the round that moved ``before`` to ``globals_``."""
+        for k in self.keys:
+            buf = self.buffers.get(k)
+            if buf is None:
+                buf = self.buffers[k] = mx.nd.zeros(globals_[k].shape, ctx=globals_[k].context,
+                                                    dtype=globals_[k].dtype)
+            buf[:] = agg.recover_momentum(buf, globals_[k] - before[k], self.lr, self.momentum)
+
+    def arrays(self):
+        """What a checkpoint saves: ``{"outer_momentum_<key>": NDArray}``."""
+        return {PREFIX + str(k): v for k, v in sorted(self.buffers.items())}
+
+    def restore(self, arrays):
+        """Take a checkpoint's :meth:`arrays` back (before the model is shared).
+
+        Raises:
+            ValueError: for an array of another name.
+        """
+        for name, value in arrays.items():
+            if not name.startswith(PREFIX):
+                raise ValueError("not an outer momentum buffer: %r" % (name,))
+            key = int(name[len(PREFIX):])
+            self.buffers[key] = value.copy()
+            self.restored[key] = np.asarray(value.asnumpy())
