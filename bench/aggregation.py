@@ -169,9 +169,14 @@ def goals(rows):
             continue
         sync = index.get((model, profile, dist, "sync"))
         t, ts = r["time_to_target_s"], sync and sync["time_to_target_s"]
-        beats = t is not None and (ts is None or t < ts)
+        if sync is None:
+            verdict = "no Sync run to compare"
+        elif t is not None and (ts is None or t < ts):
+            verdict = "**beats Sync**" + (" (Sync not within its %.0f s)" % sync["train_time_s"] if ts is None else "")
+        else:
+            verdict = "does not beat Sync"
         out.append("- %s %s non-iid %s: %s, Sync %s: %s" % (
-            model, profile, variant, _fmt(t), _fmt(ts) if sync else "no run", "**beats Sync**" if beats else "no"))
+            model, profile, variant, _fmt(t), _fmt(ts) if sync else "no run", verdict))
     for (model, profile, dist, variant), r in sorted(index.items()):
         if model != "alexnet" or not variant.startswith("esync"):
             continue
