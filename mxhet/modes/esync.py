@@ -111,6 +111,7 @@ class ESync(SyncMode):
 
     def communicate(self, batch_size, capability, compute_end):
         if self.stopped:  # the job stops after the round last aggregated: this iteration is dropped
+            self._drop_unaggregated(batch_size)
             return
         self.policy.completed()
         c = capability + self.client.rtt
@@ -132,8 +133,17 @@ class ESync(SyncMode):
         if self.stats.query_wait_min_s is None or waited < self.stats.query_wait_min_s:
             self.stats.query_wait_min_s = waited
         self._count_messages()
-        if self.policy.after_query() is Action.AGGREGATE:
+        if self.stopped:
+            self._drop_unaggregated(batch_size)
+        elif self.policy.after_query() is Action.AGGREGATE:
             self.aggregate()
+
+    def _drop_unaggregated(self, batch_size):
+        """The iterations since the last aggregated round are discarded work (the
+        job stopped after that round): they are not counted as done, as aborted ones."""
+        done = sum(self.stats.local_iters)
+        self.stats.samples -= (self.stats.iterations - done) * batch_size
+        self.stats.iterations = done
 
     def take_replies(self, replies):
         """Hand the State Server's answers to the policy."""
