@@ -44,6 +44,8 @@ class BruteService(StateService):
         record = self._registered(req.rank)
         if req.round != record.round:
             raise ProtocolError("query for round %d, rank %d is in round %d" % (req.round, req.rank, record.round))
+        if self.stop_decisions.get(req.round):  # protocol v2: the stop comes with the next query's answer
+            return m.Reply(seq=req.seq, round=req.round, stop=True)
         present = set(self.slots) - self.left
         ready = self.table.query(req.rank, req.k, req.c, now - req.since_finish, now, among=present)
         slowest = self.table.slowest_rank()
