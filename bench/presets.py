@@ -16,6 +16,7 @@ import dataclasses
 
 from mxhet.errors import ConfigError
 
+PAPER_FIGURE_MODES = ("sync", "async", "esync", "adsp", "ssp", "localsgd", "dcasgd")
 ALL_MODES = ("sync", "async", "esync", "adsp", "ssp", "localsgd", "dcasgd", "nodelay")
 ALL_MODES += ("preduce",)   # Partial Reduce (bench/preduce.py has its own experiment)
 ALL_MODES += ("gcada", "cada")   # G-CADA and CADA (bench/gcada.py has the paper's experiment)
@@ -99,6 +100,8 @@ PRESETS = {
         # A compute cap for runs that never reach the target (non-i.i.d. data, a standalone device on
         # a few labels): ESync to 0.8 took 2,751 iterations on ResNet-18 and 5,041 on MobileNet here.
         max_iterations=6000,
+        # Figures 4 and 5: the ESync paper's family (the seed modes have experiments of their own)
+        modes=PAPER_FIGURE_MODES,
         # measured by the cpu preset's calibration on this 2-core machine, idle (bench/results/report.md)
         iteration_s={"alexnet": 0.148, "inceptionv3": 0.54, "resnet18_v1": 0.115, "resnet50_v1": 0.302,
                      "resnet50_v2": 0.311, "mobilenet1.0": 0.103}),
