@@ -251,6 +251,46 @@ class StateService:
         released, self.released = self.released, []
         return released
 
+    # -- G-CADA (mxhet.control.gcada) ---------------------------------------------
+    def _groups(self, req):
+        self._registered(req.rank)
+        coordinator = getattr(self, "gcada", None)
+        if coordinator is None:
+            if req.TYPE != m.GroupBegin.TYPE:
+                raise ProtocolError("G-CADA %s before any group_begin" % req.TYPE)
+            coordinator = self.gcada = GroupCoordinator(self.num_workers, req.groups, req.max_delay, req.c)
+        if req.TYPE == m.GroupBegin.TYPE:
+            coordinator.check(req.groups, req.max_delay, req.c)
+        if req.group >= coordinator.rule.groups:
+            raise ProtocolError("group %d of rank %d: the job has %d groups"
+                                % (req.group, req.rank, coordinator.rule.groups))
+        return coordinator
+
+    def _group_reply(self, coordinator, reply):
+        self.released.extend(coordinator.released)
+        coordinator.released = []
+        return reply
+
+    def _on_group_begin(self, req, now):
+        c = self._groups(req)
+        return self._group_reply(c, c.begin(req.rank, req.seq, req.iteration, req.group, req.want_stop))
+
+    def _on_group_watch(self, req, now):
+        c = self._groups(req)
+        return self._group_reply(c, c.watch(req.rank, req.seq, req.iteration, req.group))
+
+    def _on_group_done(self, req, now):
+        c = self._groups(req)
+        return self._group_reply(c, c.done(req.rank, req.seq, req.iteration, req.group))
+
+    def _on_group_uploaded(self, req, now):
+        c = self._groups(req)
+        return self._group_reply(c, c.uploaded(req.rank, req.seq, req.iteration, req.group))
+
+    def _on_group_stepped(self, req, now):
+        c = self._groups(req)
+        return self._group_reply(c, c.stepped(req.rank, req.seq, req.iteration, req.delta_sq, req.group_sq, now))
+
     # -- Partial Reduce (mxhet.control.preduce) --------------------------------
     def _on_reduce_join(self, req, now):
         self._registered(req.rank)
@@ -327,46 +367,6 @@ class StateService:
             if member != req.rank:
                 self.released.append((member, m.Reply(seq=self._reduce_waiting.pop(member), round=req.group)))
         return m.Reply(seq=req.seq, round=req.group)
-
-    # -- G-CADA (mxhet.control.gcada) ---------------------------------------------
-    def _groups(self, req):
-        self._registered(req.rank)
-        coordinator = getattr(self, "gcada", None)
-        if coordinator is None:
-            if req.TYPE != m.GroupBegin.TYPE:
-                raise ProtocolError("G-CADA %s before any group_begin" % req.TYPE)
-            coordinator = self.gcada = GroupCoordinator(self.num_workers, req.groups, req.max_delay, req.c)
-        if req.TYPE == m.GroupBegin.TYPE:
-            coordinator.check(req.groups, req.max_delay, req.c)
-        if req.group >= coordinator.rule.groups:
-            raise ProtocolError("group %d of rank %d: the job has %d groups"
-                                % (req.group, req.rank, coordinator.rule.groups))
-        return coordinator
-
-    def _group_reply(self, coordinator, reply):
-        self.released.extend(coordinator.released)
-        coordinator.released = []
-        return reply
-
-    def _on_group_begin(self, req, now):
-        c = self._groups(req)
-        return self._group_reply(c, c.begin(req.rank, req.seq, req.iteration, req.group, req.want_stop))
-
-    def _on_group_watch(self, req, now):
-        c = self._groups(req)
-        return self._group_reply(c, c.watch(req.rank, req.seq, req.iteration, req.group))
-
-    def _on_group_done(self, req, now):
-        c = self._groups(req)
-        return self._group_reply(c, c.done(req.rank, req.seq, req.iteration, req.group))
-
-    def _on_group_uploaded(self, req, now):
-        c = self._groups(req)
-        return self._group_reply(c, c.uploaded(req.rank, req.seq, req.iteration, req.group))
-
-    def _on_group_stepped(self, req, now):
-        c = self._groups(req)
-        return self._group_reply(c, c.stepped(req.rank, req.seq, req.iteration, req.delta_sq, req.group_sq, now))
 
     # -- ADSP ------------------------------------------------------------------
     def _on_commit(self, req, now):

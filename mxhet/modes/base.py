@@ -391,15 +391,6 @@ class SyncMode:
             self._draws = np.random.RandomState([self.config.slot, 14])
         return float(self._draws.exponential())
 
-    def iteration_draw(self):
-        """The factor on this iteration's time f x T: 1, or under
-        ``slowdown_dist="exp"`` a draw from Exp(1), seeded per worker slot."""
-        if self.config.slowdown_dist != "exp":
-            return 1.0
-        if getattr(self, "_draws", None) is None:
-            self._draws = np.random.RandomState([self.config.slot, 14])
-        return float(self._draws.exponential())
-
     def emulate_slowdown(self, seconds):
         """Heterogeneity emulation: the device takes ``seconds`` longer."""
         self.sleep(seconds)

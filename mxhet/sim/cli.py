@@ -233,7 +233,6 @@ def run(args):
                       "bandwidth_gbps": args.bandwidth_gbps, "jitter": job.jitter,
                       "state_server_decisions": sim.decisions,
                       "preduce": sim.service.stats().get("preduce"),   # Partial Reduce's groups and interventions
-                      "preduce": sim.service.stats().get("preduce"),   # Partial Reduce's groups and interventions
                       "stopped_at_target_s": sim.target_reached_at,
                       "max_iterations": job.max_iterations, "stopped_at_cap_s": sim.capped_at,
                       "command": ["python", "-m", "mxhet.sim"] + list(args.argv)}
