@@ -63,6 +63,7 @@ def curves(result, path):
         ax.set_title("%s, %s" % (result["figure_model"], "i.i.d." if dist == "iid" else "non-i.i.d."), fontsize=9)
         if result.get("engine") == "sim":  # ESync's seconds beside Sync's thousands: a log axis
             ax.set_xscale("symlog", linthresh=10.0)
+            ax.set_xlim(left=0)
             ax.set_xlabel("training time (virtual s, log scale past 10 s)")
         else:
             ax.set_xlabel("training time (s)")

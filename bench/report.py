@@ -130,8 +130,12 @@ def _stopping_line(result):
         text.append("The whole bench took %.0f min of wall time (%d run(s) at once)."
                     % (result["suite_wall_s"] / 60.0, result.get("jobs", 1)))
         if result.get("resumed_runs"):
-            text.append("It went on from a stopped bench, keeping %d finished run(s) (%s); their own wall time "
-                        "is in each run's record." % (len(result["resumed_runs"]), ", ".join(result["resumed_runs"])))
+            text.append("It went on from a stopped bench, keeping %d finished run(s) (%s)."
+                        % (len(result["resumed_runs"]), ", ".join(result["resumed_runs"])))
+    walls = [r.get("wall_s") for r in result["runs"]]
+    if walls and all(w is not None for w in walls):
+        text.append("This experiment's runs took %.0f min of wall time in all, one after the other."
+                    % (sum(walls) / 60.0))
     return " ".join(text)
 
 
@@ -153,7 +157,10 @@ def _header(result):
              "", _evaluation_line(result),
              "", _stopping_line(result),
              "", "Calibration (one iteration on one core or device; base iteration T: a device of slowdown f "
-             "runs an iteration in f × T):", ""]
+             "runs an iteration in f × T)%s:" % (
+                 "; the preset fixes the times of %s, measured once on this machine while idle, so that virtual "
+                 "times do not depend on the load when a bench starts" % ", ".join(result["fixed_iterations"])
+                 if result.get("fixed_iterations") else ""), ""]
     rows = []
     for model, c in p["calibration"].items():
         rows.append([model, c["input_size"], ", ".join("%.3f s on %s" % (t, ctx) for ctx, t in

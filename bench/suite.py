@@ -342,7 +342,8 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
 
     common = {"engine": engine, "jobs": jobs, "suite_wall_s": wall_s or round(time.monotonic() - started, 1),
               "resumed_runs": sorted(run_name(k) for k, (summary, _, _) in records.items() if summary.get("resumed")),
-              "max_iterations": preset.max_iterations if engine == "sim" else 0, "preset": preset.name, "command": list(command or sys.argv), "machine": machine_info(profile.contexts),
+              "max_iterations": preset.max_iterations if engine == "sim" else 0, "preset": preset.name,
+              "fixed_iterations": sorted(preset.iteration_s) if engine == "sim" else [], "command": list(command or sys.argv), "machine": machine_info(profile.contexts),
               "profile": dict(profile.as_dict(), calibration=calibration), "target_accuracy": preset.target_accuracy,
               "seed": seed, "time_budget_s": budget, "batch_size": preset.batch_size, "figure_model": figure_model,
               "skipped": skipped}
