@@ -182,7 +182,6 @@ def test_ssh_launcher_with_fake_ssh(job, child_pids, tmp_path):
     # read a quiet worker's CPU time there (the hang watch asks when a worker is idle for a while, as
     # one can be on a loaded machine).
     others = [call for call in calls if call not in starts]
-    assert any(" kill -" in call for call in others)
     assert all(" kill -" in call or "getconf CLK_TCK" in call for call in others), others
     _assert_nothing_left(child_pids)
 
