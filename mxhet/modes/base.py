@@ -25,7 +25,7 @@ import time
 import mxnet as mx
 import numpy as np
 
-from ..gluon_private import clear_optimizer_state, mark_grad_used, trainer_optimizer, trainer_params
+from ..gluon_private import has_fresh_grad, clear_optimizer_state, mark_grad_used, trainer_optimizer, trainer_params
 from ..dataplane import KVChannel, copy_all, nbytes
 from ..errors import ConfigError, MxhetError, NonFiniteError
 from ..policy.specs import DEFAULT_STATE_TIMEOUT
@@ -390,6 +390,19 @@ class SyncMode:
         if getattr(self, "_draws", None) is None:
             self._draws = np.random.RandomState([self.config.slot, 14])
         return float(self._draws.exponential())
+
+    def check_fresh_grads(self, keys):
+        """Raise as ``gluon.Trainer.step`` does when a parameter of ``keys`` got no
+        gradient from backward since the last step (``ignore_stale_grad`` skips this).
+
+        Raises:
+            UserWarning: naming the parameter.
+        """
+        params = trainer_params(self.trainer)
+        for i in keys:
+            if not has_fresh_grad(params[i].list_data()[0]):
+                raise UserWarning("Gradient of Parameter `%s` has not been updated by backward since "
+                                  "last `step`" % params[i].name)
 
     def emulate_slowdown(self, seconds):
         """Heterogeneity emulation: the device takes ``seconds`` longer."""

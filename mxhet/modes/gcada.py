@@ -38,7 +38,7 @@ from ..control import messages as m
 from ..control.gcada import check_groups, group_of
 from ..dataplane import copy_all
 from ..errors import ConfigError
-from ..gluon_private import has_fresh_grad, mark_grad_used, trainer_params
+from ..gluon_private import mark_grad_used, trainer_params
 from ..policy import specs
 from .base import SyncMode
 from .registry import register
@@ -187,12 +187,8 @@ class GCADA(SyncMode):
         if batch_size != self._batch_size:
             raise ValueError("mode %r ships the gradient scale to the servers at the first step: "
                              "batch_size must stay %d, got %d" % (self.name, self._batch_size, batch_size))
-        params = trainer_params(self.trainer)
         if not ignore_stale_grad:
-            for i in self._grad_keys:
-                if not has_fresh_grad(params[i].list_data()[0]):
-                    raise UserWarning("Gradient of Parameter `%s` has not been updated by backward since "
-                                      "last `step`" % params[i].name)
+            self.check_fresh_grads(self._grad_keys)
 
     def communicate(self, batch_size, capability, compute_end):
         k = self.iteration

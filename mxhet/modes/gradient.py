@@ -15,7 +15,7 @@ MXNet's own distributed training.
 import mxnet as mx
 
 from kvstore_ext import keys as ps_keys
-from ..gluon_private import has_fresh_grad, mark_grad_used, trainer_params
+from ..gluon_private import mark_grad_used, trainer_params
 from ..dataplane import copy_all
 from ..errors import ConfigError
 from ..policy import specs
@@ -48,12 +48,8 @@ class _GradientMode(SyncMode):
     def local_update(self, batch_size, ignore_stale_grad):
         if not batch_size > 0:
             raise ValueError("batch_size must be > 0, got %r" % (batch_size,))
-        params = trainer_params(self.trainer)
         if not ignore_stale_grad:
-            for i in self._grad_keys:
-                if not has_fresh_grad(params[i].list_data()[0]):
-                    raise UserWarning("Gradient of Parameter `%s` has not been updated by backward since "
-                                      "last `step`" % params[i].name)
+            self.check_fresh_grads(self._grad_keys)
 
     def communicate(self, batch_size, capability, compute_end):
         params = trainer_params(self.trainer)
