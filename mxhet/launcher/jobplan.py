@@ -12,20 +12,10 @@ import sysconfig
 from typing import Optional
 
 from ..errors import ConfigError
+from .codes import (EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_STATE_SERVER_SILENT_WORKER,  # noqa: F401
+                    EXIT_TIMEOUT, EXIT_USAGE, SCHEDULER, SERVER, STATE_SERVER, WORKER)
 from .watch import DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S
 
-SCHEDULER = "scheduler"
-SERVER = "server"
-STATE_SERVER = "state-server"
-WORKER = "worker"
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_TIMEOUT = 124
-EXIT_SIGINT = 130
-EXIT_SIGTERM = 143
-EXIT_STATE_SERVER_SILENT_WORKER = 4  # mxhet.state_server: a worker went silent
 DEFAULT_STATE_SERVER_RESTARTS = 3
 
 LOCAL_HOST = "127.0.0.1"

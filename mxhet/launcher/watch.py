@@ -33,6 +33,9 @@ failed) rule 3 goes by output alone and rule 4 does not apply.
 import dataclasses
 from typing import Optional
 
+from .codes import (EXIT_FAILED, EXIT_OK, EXIT_STATE_SERVER_SILENT_WORKER, EXIT_USAGE,
+                    SCHEDULER, SERVER, STATE_SERVER, WORKER)
+
 #: Seconds a worker whose output ends in an uncaught exception may stay silent
 #: and idle before the job is declared failed.
 DEFAULT_HANG_GRACE_S = 10.0
@@ -40,16 +43,6 @@ DEFAULT_HANG_GRACE_S = 10.0
 DEFAULT_ORPHAN_GRACE_S = 30.0
 #: CPU seconds below which a process counts as idle over a grace period.
 IDLE_CPU_S = 0.05
-
-SCHEDULER = "scheduler"
-SERVER = "server"
-STATE_SERVER = "state-server"
-WORKER = "worker"
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_STATE_SERVER_SILENT_WORKER = 4
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,14 @@
+"""Process roles and exit codes, shared by the plan, the watch and the supervisor."""
+
+SCHEDULER = "scheduler"
+SERVER = "server"
+STATE_SERVER = "state-server"
+WORKER = "worker"
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_STATE_SERVER_SILENT_WORKER = 4  # mxhet.state_server: a worker went silent
+EXIT_TIMEOUT = 124
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
