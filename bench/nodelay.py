@@ -19,13 +19,12 @@ import os
 import sys
 import time
 
-from tqdm import tqdm
-
 from mxhet.errors import ConfigError
 
 from . import profiles
+from .experiment import failures_block, run_jobs
 from .metrics import run_record
-from .runner import JobFailed, JobSpec, machine_info, run_with_bar
+from .runner import JobSpec, machine_info
 
 TAUS = (1, 2, 4, 8, 16)
 COMPARED = ("esync", "localsgd", "async", "nodelay")
@@ -172,9 +171,7 @@ def format_report(result):
                 "%.1f" % t if t is not None else "not reached", r["final_accuracy"],
                 " ".join("%.2f" % c for c in r["compute_ratio"]), max(r["rounds"])))
         lines.append("")
-    if result["failures"]:
-        lines += ["## Failed runs", ""] + ["* %s: %s" % (f["label"], f["error"].splitlines()[0])
-                                         for f in result["failures"]] + [""]
+    lines += failures_block(result["failures"])
     return "\n".join(lines)
 
 
@@ -186,15 +183,8 @@ def run(args):
         return 2
     os.makedirs(args.out, exist_ok=True)
     started = time.time()
-    rows, failures = [], []
-    for part, label, spec in runs:
-        try:
-            summary = run_with_bar(spec, os.path.join(args.out, "runs", label), "%-18s" % label)
-        except JobFailed as exc:
-            failures.append({"label": label, "error": str(exc)})
-            tqdm.write("FAILED: %s" % exc, file=sys.stderr)
-            continue
-        rows.append(_row(part, label, spec, summary))
+    rows, failures = run_jobs([(label, spec, part) for part, label, spec in runs], args.out,
+                              lambda label, spec, summary, _dir, part: _row(part, label, spec, summary), width=18)
     result = {"experiment": "nodelay", "command": ["mxhet-bench"] + sys.argv[1:], "machine": machine_info(),
               "settings": {k: getattr(args, k) for k in ("parts", "engines", "taus", "workers", "delay_ms",
                                                          "tau_budget", "equal_iterations", "modes", "target_budget",

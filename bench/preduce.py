@@ -25,12 +25,11 @@ import os
 import sys
 import time
 
-from tqdm import tqdm
-
 from mxhet.errors import ConfigError
 
+from .experiment import RESUME, failures_block, run_dir, run_jobs
 from .metrics import run_record
-from .runner import JobFailed, JobSpec, machine_info, run_with_bar
+from .runner import JobSpec, machine_info
 
 BASELINES = ("sync", "async", "localsgd", "esync")
 ENGINES = ("sim", "cluster")
@@ -45,7 +44,7 @@ def add_parser(sub):
     p.add_argument("--levels", default="1,3", help="simulator: heterogeneity levels HL (default %(default)s)")
     p.add_argument("--group-sizes", default="2,3,N", help="simulator: P values; N = all (default %(default)s)")
     p.add_argument("--weights", default="constant,dynamic", help="preduce weights (default %(default)s)")
-    p.add_argument("--baselines", default=",".join(BASELINES), help="other modes (default %(default)s)")
+    p.add_argument("--baselines", default=",".join(BASELINES), help="other modes, or none (default %(default)s)")
     p.add_argument("--budget", type=float, default=300.0,
                    help="simulator: virtual seconds per run at most (each stops at the target; default %(default)s)")
     p.add_argument("--max-iterations", type=int, default=8000,
@@ -70,6 +69,9 @@ def add_parser(sub):
     p.add_argument("--target-accuracy", type=float, default=0.8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="runs/preduce", help="output directory (default %(default)s)")
+    p.add_argument("--resume", choices=RESUME, default="off",
+                   help="on: reuse runs that finished under OUT/runs; only: run nothing, report the finished runs "
+                        "(default %(default)s)")
     return p
 
 
@@ -124,7 +126,7 @@ def plan(args):
     engines = _list(args.engines, "engines")
     bad = [e for e in engines if e not in ENGINES]
     weights = _list(args.weights, "weights")
-    baselines = _list(args.baselines, "baselines")
+    baselines = [] if str(args.baselines).strip() in ("", "none") else _list(args.baselines, "baselines")
     unknown = [m for m in baselines if m not in mode_names()] + [w for w in weights
                                                                   if w not in ("constant", "dynamic")]
     if bad or unknown:
@@ -249,9 +251,7 @@ def format_report(result):
                 _fmt(r["updates"], "%d"), _fmt(r["time_per_update_s"], "%.4f"), _fmt(r["compute_ratio"], "%.2f"),
                 _fmt(r["interventions"], "%d"), r["final_accuracy"]))
         lines.append("")
-    if result["failures"]:
-        lines += ["## Failed runs", ""] + ["* %s: %s" % (f["label"], f["error"].splitlines()[0])
-                                         for f in result["failures"]] + [""]
+    lines += failures_block(result["failures"])
     return "\n".join(lines)
 
 
@@ -263,18 +263,14 @@ def run(args):
         return 2
     os.makedirs(args.out, exist_ok=True)
     started = time.time()
-    rows, failures = [], []
+    jobs = []
     for name, engine, n, level, mode, p, weights, spec in runs:
-        run_dir = os.path.join(args.out, "runs", name)
         if engine == "cluster" and mode == "preduce":
-            spec.launcher_args = spec.launcher_args + ("--state-stats", os.path.join(run_dir, "state.json"))
-        try:
-            summary = run_with_bar(spec, run_dir, "%-28s" % name)
-        except JobFailed as exc:
-            failures.append({"label": name, "error": str(exc)})
-            tqdm.write("FAILED: %s" % exc, file=sys.stderr)
-            continue
-        rows.append(row(name, engine, n, level, mode, p, weights, summary, run_dir, args.out))
+            spec.launcher_args = spec.launcher_args + ("--state-stats",
+                                                       os.path.join(run_dir(args.out, name), "state.json"))
+        jobs.append((name, spec, (engine, n, level, mode, p, weights)))
+    rows, failures = run_jobs(jobs, args.out, lambda name, _spec, summary, directory, c: row(
+        name, *c, summary, directory, args.out), width=28, resume=args.resume)
     result = {"experiment": "preduce", "command": ["mxhet-bench"] + sys.argv[1:], "machine": machine_info(),
               "settings": {k: getattr(args, k) for k in ("engines", "workers", "levels", "group_sizes", "weights",
                                                          "baselines", "budget", "max_iterations", "cluster_workers",
