@@ -17,6 +17,7 @@ import io
 import shutil
 
 from ..errors import ConfigError
+from ..observe import launch as live_view
 from .cli import make_job_keys, parse_args
 from .jobplan import build_plan
 from .supervisor import JobResult, ProcessResult, Supervisor  # noqa: F401  (part of the API)
@@ -42,16 +43,20 @@ def plan(argv):
     try:
         if args.needs_state_server and not args.no_auth:
             keys = args.control_keys = make_job_keys(args)
+        live_view.make_live_dir(args)
         return build_plan(args)
     except BaseException:
-        if keys:
-            shutil.rmtree(keys, ignore_errors=True)
+        for directory in (keys, getattr(args, "live_dir", "")):
+            if directory:
+                shutil.rmtree(directory, ignore_errors=True)
         raise
 
 
 def run(job_plan, *, out=None, hooks=(), **options):
     """Run ``job_plan`` to its end; returns a :class:`JobResult` (exit code,
-    status, and every process's role, host, pid and exit code).
+    status, and every process's role, host, pid and exit code). A plan made
+    with ``--dashboard`` serves its live view while the job runs, as
+    ``mxhet-launch`` does (the address is printed to ``out``).
 
     Args:
         out: a text stream for the job's output (default: this process's
@@ -61,14 +66,21 @@ def run(job_plan, *, out=None, hooks=(), **options):
             ``job_file``, ``state_server_restarts``, ``hang_grace``,
             ``orphan_grace``) or the supervisor's graces (``server_grace``,
             ``worker_grace``, ``kill_grace``, ``poll_interval``).
+
+    Raises:
+        ConfigError: when the live view's address cannot be bound.
     """
     settings = {"timeout": job_plan.timeout, "job_file": job_plan.job_file,
                 "state_server_restarts": job_plan.state_server_restarts,
                 "hang_grace": job_plan.hang_grace, "orphan_grace": job_plan.orphan_grace}
     settings.update(options)
+    board = result = None
     try:
-        return Supervisor(job_plan, out=out, hooks=hooks, **settings).run()
+        board = live_view.start(job_plan, out=out)
+        result = Supervisor(job_plan, out=out, hooks=hooks, **settings).run()
+        return result
     finally:
+        live_view.finish(board, result.exit_code if result is not None else None)
         for directory in job_plan.scratch:
             shutil.rmtree(directory, ignore_errors=True)
 

@@ -342,7 +342,7 @@ def main(argv=None):
         return EXIT_USAGE
     board = code = None
     try:
-        board = live_view.start(args, plan)
+        board = live_view.start(plan)
         code = run_plan(plan, timeout=args.timeout or None, job_file=args.job_file,
                         state_server_restarts=args.state_server_restarts)
         return code

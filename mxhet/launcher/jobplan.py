@@ -86,6 +86,10 @@ class Plan:
     orphan_grace: float = DEFAULT_ORPHAN_GRACE_S
     #: directories the job owns (its CURVE keys, ...), removed when it ends
     scratch: tuple = ()
+    #: ``--dashboard``: the live view's (host, port), and the directory every
+    #: worker writes its live state to (``MXHET_LIVE_DIR``); None and "" without
+    live_view: Optional[tuple] = None
+    live_dir: str = ""
 
     def by_role(self, role):
         """The process specs of one role, in start order."""
@@ -337,4 +341,6 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
                 state_server_restarts=getattr(args, "state_server_restarts", DEFAULT_STATE_SERVER_RESTARTS),
                 hang_grace=getattr(args, "hang_grace", DEFAULT_HANG_GRACE_S),
                 orphan_grace=getattr(args, "orphan_grace", DEFAULT_ORPHAN_GRACE_S),
-                scratch=tuple(d for d in (getattr(args, "control_keys", ""),) if d))
+                scratch=tuple(d for d in (getattr(args, "control_keys", ""), getattr(args, "live_dir", "")) if d),
+                live_view=getattr(args, "dashboard_address", None) if getattr(args, "live_dir", "") else None,
+                live_dir=getattr(args, "live_dir", ""))

@@ -3,7 +3,9 @@
 The launcher calls :func:`add_arguments` on its parser, :func:`check` after
 parsing, :func:`make_live_dir` before it builds the plan (a directory whose
 path every worker gets as ``MXHET_LIVE_DIR``), :func:`start` once the plan is
-built, and :func:`stop` when the job has ended.
+built, and :func:`stop` when the job has ended. The library API
+(:func:`mxhet.launcher.run`) calls :func:`start` and :func:`finish` for any
+plan that has a live view.
 """
 import os
 import shutil
@@ -54,25 +56,32 @@ def devices_of(plan):
             for p in plan.processes if p.role == "worker"]
 
 
-def start(args, plan, out=sys.stderr):
-    """Serve the dashboard of ``plan`` (None without ``--dashboard``); prints its address.
+def start(plan, out=None):
+    """Serve the dashboard of ``plan`` (None when the plan has no live view:
+    ``plan.live_view`` and ``plan.live_dir`` come from ``--dashboard``);
+    prints its address to ``out`` (default stderr).
 
     Raises:
         ConfigError: when the address cannot be bound.
     """
-    if not getattr(args, "live_dir", ""):
+    if not plan.live_dir or plan.live_view is None:
         return None
-    host, port = args.dashboard_address
-    board = Dashboard(JobView(devices_of(plan), args.live_dir, mode=plan.mode), host, port).start()
+    host, port = plan.live_view
+    board = Dashboard(JobView(devices_of(plan), plan.live_dir, mode=plan.mode), host, port).start()
     print("mxhet-launch: dashboard at %s (read-only; JSON at %sapi/state)" % (board.url, board.url),
-          file=out, flush=True)
+          file=out or sys.stderr, flush=True)
     return board
 
 
-def stop(args, board, exit_code=None):
-    """Stop serving and remove the live directory."""
+def finish(board, exit_code=None):
+    """Mark the job finished (exit code 0) or failed and stop serving (no-op for None)."""
     if board is not None:
         board.view.set_status("finished" if exit_code == 0 else "failed")
         board.stop()
+
+
+def stop(args, board, exit_code=None):
+    """:func:`finish`, then remove the live directory."""
+    finish(board, exit_code)
     if getattr(args, "live_dir", ""):
         shutil.rmtree(args.live_dir, ignore_errors=True)
