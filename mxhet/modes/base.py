@@ -27,7 +27,10 @@ import numpy as np
 
 from ..gluon_private import has_fresh_grad, clear_optimizer_state, mark_grad_used, trainer_optimizer, trainer_params
 from ..dataplane import KVChannel, copy_all, nbytes
-from ..errors import ConfigError, MxhetError, NonFiniteError
+from ..dataplane.deltas import DeltaExchange
+from ..errors import ConfigError, MxhetError
+from ..policy.nonfinite import NONFINITE_POLICIES, NonfiniteRule
+from ..policy.pacing import Pacing
 from ..policy.specs import DEFAULT_STATE_TIMEOUT
 from ..policy.speed import MovingAverage
 from ..policy.stop import StopRule
@@ -88,10 +91,7 @@ class WorkerStats:
         return out
 
 
-NONFINITE_POLICIES = ("stop", "skip")
-"""What a worker does with NaN/Inf in what it is about to push: ``stop`` raises
-:class:`NonFiniteError` (the launcher then ends the job), ``skip`` pushes zeros
-instead -- no contribution this round -- and resets its replica to the global model."""
+__all__ = ["NONFINITE_POLICIES", "SyncMode", "WorkerStats", "nonfinite_indices", "portable_names"]
 
 
 def portable_names(names):
@@ -182,8 +182,7 @@ class SyncMode:
     options = {}
 
     def __init__(self, trainer, config, clock=time.monotonic, sleep=time.sleep, on_nonfinite="stop", **options):
-        if on_nonfinite not in NONFINITE_POLICIES:
-            raise ConfigError("on_nonfinite must be one of %s, got %r" % (NONFINITE_POLICIES, on_nonfinite))
+        self.nonfinite = NonfiniteRule(on_nonfinite)
         if self.spec is None:
             raise ConfigError("mode class %s names no ModeSpec" % type(self).__name__)
         self.on_nonfinite = on_nonfinite
@@ -197,6 +196,8 @@ class SyncMode:
         self.keys = []
         self.wbufs = []  # the global model as last pulled, in default layout
         self.round_hook = None  # hook(round, w_before, deltas, w_after) for modes that exchange deltas
+        self.deltas = None      # the DeltaExchange, once connected (modes that exchange deltas)
+        self.pacing = self.pacing_for(config)
         self._loss = MovingAverage()
         self.stats = WorkerStats(slot=config.slot, context=config.context, slowdown=config.slowdown)
         self.stop_rule = StopRule()
@@ -334,16 +335,11 @@ class SyncMode:
             self.setup(batch_size)
         self.wait_compute()  # forward and backward are done
         now = self.clock()
-        factor = self.config.slowdown_at(now - self._t_start)
-        base = self.config.base_iter_s
-        if base > 0:  # pad the iteration to f x T
-            pad = factor * base * self.iteration_draw() - (now - self._t_last)
-            if pad > 0:
-                self.emulate_slowdown(pad)
-            else:
-                self.stats.overruns += 1
-        elif factor > 1.0:
-            self.emulate_slowdown((factor - 1.0) * (now - self._t_last))
+        pad = self.pacing.padding(now - self._t_start, now - self._t_last)
+        if pad > 0:
+            self.emulate_slowdown(pad)
+        elif self.pacing.base_s > 0:  # slower than f x T: the machine, not the profile, set the pace
+            self.stats.overruns += 1
         if self.should_abort():
             # The iteration is abandoned before any part of it is applied.
             self.stats.aborted += 1
@@ -382,14 +378,12 @@ class SyncMode:
         inside ``step()``; by default for everything MXNet has queued."""
         mx.nd.waitall()
 
-    def iteration_draw(self):
-        """The factor on this iteration's time f x T: 1, or under
-        ``slowdown_dist="exp"`` a draw from Exp(1), seeded per worker slot."""
-        if self.config.slowdown_dist != "exp":
-            return 1.0
-        if getattr(self, "_draws", None) is None:
-            self._draws = np.random.RandomState([self.config.slot, 14])
-        return float(self._draws.exponential())
+    @staticmethod
+    def pacing_for(config):
+        """The profile's iteration time for this worker: f(t) x T, times Exp(1)
+        draws seeded per slot under ``slowdown_dist="exp"``."""
+        return Pacing(config.slowdown_at, config.base_iter_s, config.slowdown_dist,
+                      rng=np.random.RandomState([config.slot, 14]))
 
     def check_fresh_grads(self, keys):
         """Raise as ``gluon.Trainer.step`` does when a parameter of ``keys`` got no
@@ -491,16 +485,11 @@ class SyncMode:
             NonFiniteError: naming the worker, the round and the parameter (policy ``stop``).
         """
         params = trainer_params(self.trainer)
-        bad = nonfinite_indices(arrays)
-        if not bad:
+        names = [params[i].name if i < len(params) else "#%d" % i for i in nonfinite_indices(arrays)]
+        if self.nonfinite.decide(what, self.config.slot, self.stats.rank, round_index, names) == "push":
             return True
-        names = ", ".join(params[i].name if i < len(params) else "#%d" % i for i in bad[:3])
-        message = ("non-finite values (NaN or Inf) in the %s of worker slot %d (rank %d) in round %d: %s%s"
-                   % (what, self.config.slot, self.stats.rank, round_index, names,
-                      " and %d more" % (len(bad) - 3) if len(bad) > 3 else ""))
-        if self.on_nonfinite == "stop":
-            raise NonFiniteError(message + "; the global model was not touched")
-        LOG.warning("%s: pushing zeros instead (on_nonfinite=skip)", message)
+        LOG.warning("%s: pushing zeros instead (on_nonfinite=skip)",
+                    self.nonfinite.message(what, self.config.slot, self.stats.rank, round_index, names))
         self.stats.skipped_pushes += 1
         for a in arrays:
             a[:] = 0
@@ -510,24 +499,13 @@ class SyncMode:
         """Push Δ = replica − global model for every key (and control values) in
         one batch, pull the new global model, and reset the replica to it.
 
-        ``self.wbufs`` holds the global model as last pulled.
+        ``self.wbufs`` holds the global model as last pulled
+        (:class:`mxhet.dataplane.deltas.DeltaExchange`).
         """
-        if not getattr(self, "_deltas", None):
-            self._deltas = [mx.nd.zeros(w.shape, ctx=w.context, dtype=w.dtype) for w in self.wbufs]
-        replicas, deltas = self.weights(), self._deltas
-        for w, g, d in zip(replicas, self.wbufs, deltas):
-            mx.nd.elemwise_sub(w, g, out=d)
-        self.check_finite(deltas, "model delta", round_index)
-        if self.round_hook:
-            # Copied now: MXNet reuses a pushed CPU array as the key's receive
-            # buffer, so after the pull ``deltas`` hold the new model.
-            before = [g.asnumpy() for g in self.wbufs]
-            pushed = [d.asnumpy() for d in deltas]
-        self.push_pull(self.keys + list(extra_keys), deltas + list(extra_values), self.wbufs + list(extra_outs))
-        copy_all(self.wbufs, replicas)
-        mx.nd.waitall()
-        if self.round_hook:
-            self.round_hook(round_index, before, pushed, [g.asnumpy() for g in self.wbufs])
+        if self.deltas is None:
+            self.deltas = DeltaExchange(self.channel, lambda arrays, r: self.check_finite(arrays, "model delta", r))
+        self.deltas.exchange(round_index, self.keys, self.weights(), self.wbufs, extra_keys, extra_values, extra_outs,
+                             hook=self.round_hook)
 
     def reset_optimizer_state(self):
         clear_optimizer_state(self.trainer)

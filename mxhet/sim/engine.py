@@ -28,7 +28,6 @@ What the model of the cluster leaves out, on purpose or for now:
 import dataclasses
 import hashlib
 import logging
-import math
 
 import mxnet as mx
 import numpy as np
@@ -42,6 +41,7 @@ from ..errors import ConfigError
 from ..modes.base import WorkerStats
 from ..policy import get_spec
 from ..policy.aggregation import check_options as check_aggregation
+from ..policy.pacing import Pacing
 from ..policy.stop import StopRule
 from ..policy.worker import Action, ADSPPolicy, ESyncPolicy, LocalSGDPolicy
 from .aggregation import weigh_delta
@@ -138,16 +138,18 @@ class Device:
         self.seq = 0
         self.incarnation = slot + 1
         self.tally = None               # the simulation's shared count of real iterations
+        self.pacing = None              # the profile's iteration time, made on the first iteration
 
     def weights(self):
         return [p.data() for p in self.params]
 
     def iteration_time(self, since_start, base, jitter):
-        factor = self.config.slowdown_at(since_start)
-        noise = math.exp(self.rng.normal(0.0, jitter)) if jitter > 0 else 1.0
-        if self.config.slowdown_dist == "exp":  # the G-CADA paper's exponential computing times
-            noise *= self.rng.exponential()
-        return factor * base * noise
+        """Virtual seconds of the iteration starting ``since_start`` s into training
+        (the profile's rule, :class:`mxhet.policy.pacing.Pacing`, with this device's draws)."""
+        pacing = self.pacing
+        if pacing is None or pacing.base_s != base or pacing.jitter != jitter:
+            pacing = self.pacing = Pacing(self.config.slowdown_at, base, self.config.slowdown_dist, jitter, self.rng)
+        return pacing.duration(since_start)
 
     def compute(self, local_step, read_loss=False):
         """One real forward and backward pass (and the local optimizer step)."""

@@ -60,9 +60,8 @@ def test_exponential_iteration_times_on_both_engines():
         return np.array([dev.iteration_time(0.0, 0.01, 0.0) for _ in range(4000)])
 
     def cluster_draws(slot):
-        mode = object.__new__(SyncMode)
-        mode.config = WorkerConfig(slot=slot, num_slots=2, slowdown_dist="exp")
-        return np.array([mode.iteration_draw() for _ in range(4000)])
+        pacing = SyncMode.pacing_for(WorkerConfig(slot=slot, num_slots=2, slowdown_dist="exp"))
+        return np.array([pacing.noise() for _ in range(4000)])
 
     assert np.all(sim_times(0, "fixed") == 0.02)
     for times in (sim_times(0, "exp") / 0.02, cluster_draws(0)):
