@@ -153,7 +153,9 @@ def plan(args):
                 for mode in baselines:
                     add("sim", n, level, _variant(mode, args=args), args.budget, sim_args, args.eval_interval)
                 for p in _group_sizes(args.group_sizes, n):
-                    for w in weights:
+                    # P = N: every member continues with k = max k_j, so all N share one k and the dynamic
+                    # weights are 1/N, the constant ones: one run covers both.
+                    for w in weights if p < n else weights[:1]:
                         add("sim", n, level, _variant("preduce", p, w, args), args.budget, sim_args,
                             args.eval_interval)
     if "cluster" in engines:
@@ -219,7 +221,29 @@ def row(name, engine, n, level, mode, p, weights, summary, run_dir, out):
             "holds": controller["holds"] if controller else None,
             "window": controller["window"] if controller else None,
             "iterations": sum(w["iterations"] for w in summary["workers"]),
+            "eval_interval_s": _spacing(summary["curve"]), "stopped_at_cap_s": record["stopped_at_cap_s"],
             "slowdown": record["slowdown"], "command": _portable(record["command"], out)}
+
+
+def _spacing(curve):
+    """Seconds between curve points (the resolution of the time to target), or None."""
+    gaps = sorted(b[0] - a[0] for a, b in zip(curve, curve[1:]))
+    return round(gaps[len(gaps) // 2], 6) if gaps else None
+
+
+def fastest(rows):
+    """Per (engine, N, HL): the runs that reached the target, fastest first, as ``(key, ranked rows)``."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["engine"], r["workers"], r["level"]), []).append(r)
+    return [(key, sorted([r for r in group if r["time_to_target_s"] is not None],
+                         key=lambda r: r["time_to_target_s"])) for key, group in sorted(groups.items())]
+
+
+def _name(r):
+    if r["mode"] != "preduce":
+        return r["mode"]
+    return "preduce P=%d %s" % (r["group_size"], "(either)" if r["group_size"] == r["workers"] else r["weights"])
 
 
 def _fmt(value, pattern):
@@ -236,6 +260,21 @@ def format_report(result):
              "updates. HL of the N workers run at slowdown HL." % (
                  result["settings"]["model"], result["settings"]["lr"], result["settings"]["base_iter"],
                  result["settings"]["target_accuracy"]), ""]
+    ranked = fastest(result["runs"])
+    if len(ranked) > 1:
+        lines += ["## Fastest to the target per setting", "",
+                  "Ties are within the curve's resolution (the time between curve points). P = N runs once: "
+                  "with P = N the dynamic weights are the constant ones.", "",
+                  "| engine | N | HL | fastest | 2nd | 3rd | preduce P=3 dynamic: time (rank) |",
+                  "|---|---|---|---|---|---|---|"]
+        for (engine, n, level), rows in ranked:
+            top = ["%s %.1f" % (_name(r), r["time_to_target_s"]) for r in rows[:3]] + ["-"] * 3
+            p3 = [(i, r) for i, r in enumerate(rows) if r["mode"] == "preduce" and r["group_size"] == 3
+                  and r["weights"] == "dynamic"]
+            lines.append("| %s | %d | %d | %s | %s | %s | %s |" % (
+                engine, n, level, top[0], top[1], top[2],
+                "%.1f (%d of %d)" % (p3[0][1]["time_to_target_s"], p3[0][0] + 1, len(rows)) if p3 else "-"))
+        lines.append("")
     groups = {}
     for r in result["runs"]:
         groups.setdefault((r["engine"], r["workers"], r["level"]), []).append(r)
@@ -284,5 +323,40 @@ def run(args):
     report = format_report(result)
     with open(os.path.join(args.out, "preduce.md"), "w") as f:
         f.write(report)
+    if rows:
+        plot(result, os.path.join(args.out, "preduce.png"))
     print(report)
     return 1 if failures else 0
+
+
+def plot(result, path):
+    """Time to the target against P, one panel per (engine, N) and a line per HL and weighting; the
+    baselines as horizontal lines. Returns ``path``, or None when no run reached the target."""
+    from .plots import _plt, _save
+    plt = _plt()
+    panels = sorted({(r["engine"], r["workers"]) for r in result["runs"]})
+    levels = sorted({r["level"] for r in result["runs"]})
+    if not any(r["time_to_target_s"] is not None for r in result["runs"]):
+        return None
+    fig, axes = plt.subplots(len(levels), len(panels), figsize=(3.6 * len(panels), 3.0 * len(levels)),
+                             squeeze=False)
+    colors = {"sync": "tab:red", "async": "tab:gray", "localsgd": "tab:brown", "esync": "tab:green"}
+    for row_i, level in enumerate(levels):
+        for col, (engine, n) in enumerate(panels):
+            ax = axes[row_i][col]
+            rows = [r for r in result["runs"] if r["engine"] == engine and r["workers"] == n and r["level"] == level]
+            for weights, style in (("constant", "o--"), ("dynamic", "s-")):
+                pts = sorted((r["group_size"], r["time_to_target_s"]) for r in rows
+                             if r["mode"] == "preduce" and r["time_to_target_s"] is not None
+                             and (r["weights"] == weights or r["group_size"] == n))
+                if pts:
+                    ax.plot([p for p, _ in pts], [t for _, t in pts], style, label="preduce %s" % weights)
+            for r in rows:
+                if r["mode"] in colors and r["time_to_target_s"] is not None:
+                    ax.axhline(r["time_to_target_s"], color=colors[r["mode"]], lw=1, ls=":", label=r["mode"])
+            ax.set_xticks(sorted({r["group_size"] for r in rows if r["group_size"]}))
+            ax.set_title("%s, N = %d, HL = %d" % (engine, n, level), fontsize=9)
+            ax.set_xlabel("P")
+            ax.set_ylabel("time to %.2f (s)" % result["settings"]["target_accuracy"])
+            ax.legend(fontsize=6)
+    return _save(fig, path)

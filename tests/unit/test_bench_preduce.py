@@ -16,8 +16,9 @@ def _args(*argv):
 def test_the_grid_covers_n_levels_group_sizes_weights_and_baselines():
     runs = preduce.plan(_args("--engines", "sim", "--workers", "4,8", "--levels", "1,3"))
     labels = [r[0] for r in runs]
-    assert len(labels) == len(set(labels)) == 2 * 2 * (4 + 3 * 2)
-    assert "sim-n8-hl3-p8-dyn" in labels and "sim-n4-hl1-p4-con" in labels and "sim-n4-hl3-esync" in labels
+    assert len(labels) == len(set(labels)) == 2 * 2 * (4 + 2 * 2 + 1)   # P = N: one weighting
+    assert "sim-n8-hl3-p8-con" in labels and "sim-n4-hl1-p4-con" in labels and "sim-n4-hl3-esync" in labels
+    assert "sim-n8-hl3-p8-dyn" not in labels and "sim-n8-hl3-p3-dyn" in labels
     spec = dict((r[0], r[-1]) for r in runs)["sim-n8-hl3-p3-dyn"]
     assert spec.slowdowns == (1.0,) * 5 + (3.0,) * 3
     assert spec.extra_train_args[-6:] == ("--group-size", "3", "--weights", "dynamic", "--alpha", "0.5")
@@ -51,3 +52,22 @@ def test_updates_and_the_report():
                                                "target_accuracy": 0.8},
                                   "runs": [r], "failures": []})
     assert "| preduce | 2 | dynamic | 6.0 | 7 | 1.0000 | 0.80 | 2 | 0.8100 |" in text
+
+
+def test_fastest_per_setting_and_the_plot(tmp_path):
+    def r(mode, t, p=None, weights=None, n=4, level=3):
+        return {"label": mode, "engine": "sim", "workers": n, "level": level, "mode": mode, "group_size": p,
+                "weights": weights, "time_to_target_s": t, "final_accuracy": 0.8, "updates": 1,
+                "time_per_update_s": 1.0, "compute_ratio": 0.5, "interventions": None, "slowdown": [1.0] * n}
+    runs = [r("sync", 20.0), r("preduce", 12.0, 3, "dynamic"), r("preduce", 10.0, 2, "constant"),
+            r("preduce", 25.0, 4, "constant"), r("esync", None), r("sync", 9.0, level=1)]
+    ranked = dict(preduce.fastest(runs))
+    assert [x["time_to_target_s"] for x in ranked[("sim", 4, 3)]] == [10.0, 12.0, 20.0, 25.0]
+    result = {"command": ["mxhet-bench", "preduce"], "machine": {"cpu": "x", "cores": 2},
+              "settings": {"model": "smallcnn", "lr": 0.1, "base_iter": 0.05, "target_accuracy": 0.8},
+              "runs": runs, "failures": []}
+    text = preduce.format_report(result)
+    assert "| sim | 4 | 3 | preduce P=2 constant 10.0 | preduce P=3 dynamic 12.0 | sync 20.0 | 12.0 (2 of 4) |" in text
+    assert "| sim | 4 | 1 | sync 9.0 | - | - | - |" in text
+    path = preduce.plot(result, str(tmp_path / "p.png"))
+    assert path and (tmp_path / "p.png").stat().st_size > 0
