@@ -1,0 +1,93 @@
+"""The README and docs/ stay true to the repository.
+
+* The README's headline results table is the one generated from the committed
+  bench JSON (``python -m bench.readme_table``), so it cannot drift from them.
+* Every relative link in README.md and docs/*.md names a file inside the
+  repository that exists (the issue found one pointing outside it).
+"""
+import glob
+import json
+import os
+import re
+import shutil
+
+import pytest
+
+from bench import readme_table
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DOCS = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def test_readme_headline_table_is_the_one_generated_from_the_results():
+    assert readme_table.check(os.path.join(ROOT, "README.md"), ROOT), (
+        "README.md's headline results differ from bench/results; run "
+        "python -m bench.readme_table --write README.md")
+
+
+def _copy_results(tmp_path):
+    for _, path in readme_table.SOURCES:
+        os.makedirs(tmp_path / os.path.dirname(path), exist_ok=True)
+        shutil.copy(os.path.join(ROOT, path), tmp_path / path)
+
+
+def _edit(tmp_path, path, edit):
+    with open(tmp_path / path) as f:
+        data = json.load(f)
+    edit(data)
+    with open(tmp_path / path, "w") as f:
+        json.dump(data, f)
+
+
+def test_the_table_follows_the_json(tmp_path):
+    _copy_results(tmp_path)
+    before = readme_table.render(str(tmp_path))
+    sim, cluster = (path for _, path in readme_table.SOURCES)
+
+    def faster(data):
+        row = next(r for r in data["rows"] if r["model"] == "resnet18_v1")
+        row["speedup"], row["speedup_kind"] = 123.4, "measured"
+    _edit(tmp_path, sim, faster)
+    _edit(tmp_path, cluster, lambda data: data.update(rows=[r for r in data["rows"] if r["model"] != "alexnet"]))
+    after = readme_table.render(str(tmp_path))
+    assert after != before
+    resnet = next(line for line in after.splitlines() if line.startswith("| ResNet-18-v1 |"))
+    assert "123.4×" in resnet
+    alexnet = next(line for line in after.splitlines() if line.startswith("| AlexNet |"))
+    assert alexnet.rstrip(" |").endswith("not run")
+
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n" + before + "\n\nmore\n")
+    assert not readme_table.check(str(readme), str(tmp_path))
+    assert readme_table.write(str(readme), str(tmp_path))
+    assert readme_table.check(str(readme), str(tmp_path))
+    assert readme.read_text().startswith("# x\n\n") and readme.read_text().endswith("\n\nmore\n")
+
+
+def test_a_readme_without_the_block_is_an_error(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# no table here\n")
+    with pytest.raises(ValueError, match="no headline results block"):
+        readme_table.check(str(readme), ROOT)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: os.path.relpath(p, ROOT))
+def test_relative_links_name_files_inside_the_repository(doc):
+    with open(doc) as f:
+        text = f.read()
+    bad = []
+    for target in LINK.findall(text):
+        if re.match(r"^[a-z]+:", target) or target.startswith("#"):
+            continue                                   # a web address or an anchor on the same page
+        path = os.path.normpath(os.path.join(os.path.dirname(doc), target.split("#")[0]))
+        if os.path.commonpath([path, ROOT]) != ROOT:
+            bad.append("%s (outside the repository)" % target)
+        elif not os.path.exists(path):
+            bad.append("%s (no such file)" % target)
+    assert not bad, "%s: %s" % (os.path.relpath(doc, ROOT), "; ".join(bad))
+
+
+def test_the_readme_links_the_references():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        assert "(docs/references.md)" in f.read()
