@@ -23,6 +23,7 @@ END = "<!-- end of headline results -->"
 #: engine -> the committed Table 1 it is read from (relative to the repository)
 SOURCES = (("sim", "bench/results/paper-sim/table1.json"), ("cluster", "bench/results/table1.json"))
 REPORTS = ("bench/results/paper-sim/report.md", "bench/results/report.md")
+DISCUSSION = "bench/results/discussion.md"
 
 
 def _load(root):
@@ -76,8 +77,8 @@ def render(root="."):
         "Simulator: %s, virtual seconds, `%s`." % (_profile(sim), _command(sim)),
         "Real cluster: %s, wall-clock seconds on a shared %d-core CPU machine, `%s`."
         % (_profile(cluster), cluster["machine"]["cores"], _command(cluster)),
-        "Accuracies, curves, every run and what differs from the paper: %s."
-        % ", ".join("[%s](%s)" % (p, p) for p in REPORTS),
+        "Accuracies, curves and every run: %s; what differs from the paper, and why: [%s](%s)."
+        % (", ".join("[%s](%s)" % (p, p) for p in REPORTS), DISCUSSION, DISCUSSION),
     ]
     return "\n".join([BEGIN, ""] + rows + [""] + [" ".join(notes), "", END])
 

@@ -35,6 +35,11 @@ def speedup(fast, slow):
     return None, "not_reached"
 
 
+#: A hand-written reading of the results, linked from the report when it lies
+#: in the output directory or the one above it (``bench/results/discussion.md``).
+DISCUSSION = "discussion.md"
+
+
 def format_speedup(value, kind):
     if value is None:
         return "neither reached" if kind == "not_reached" else "—"
@@ -270,4 +275,9 @@ def markdown(results, out_dir):
                               for k, o, i in overruns), ""]
     fails = _failures(results)
     lines += ["## Failed runs", ""] + (fails or ["None."]) + [""]
+    for directory in (out_dir, os.path.dirname(os.path.abspath(out_dir))):
+        if os.path.exists(os.path.join(directory, DISCUSSION)):  # the committed results' reading
+            link = os.path.relpath(os.path.join(directory, DISCUSSION), os.path.abspath(out_dir))
+            lines += ["What these results show, and what differs from the paper: [%s](%s)." % (link, link), ""]
+            break
     return "\n".join(lines)

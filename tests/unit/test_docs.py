@@ -2,8 +2,9 @@
 
 * The README's headline results table is the one generated from the committed
   bench JSON (``python -m bench.readme_table``), so it cannot drift from them.
-* Every relative link in README.md and docs/*.md names a file inside the
-  repository that exists (the issue found one pointing outside it).
+* Every relative link in README.md, docs/*.md and the results' discussion
+  names a file inside the repository that exists, and a section of it that
+  exists (the issue found a link pointing outside the repository).
 """
 import glob
 import json
@@ -16,8 +17,16 @@ import pytest
 from bench import readme_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DOCS = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+DOCS = ([os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+        + [os.path.join(ROOT, "bench", "results", "discussion.md")])
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchors(path):
+    """The section anchors of a Markdown file, as GitHub makes them from its headings."""
+    with open(path) as f:
+        headings = [line.lstrip("#").strip() for line in f if line.startswith("#")]
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
 
 
 def test_readme_headline_table_is_the_one_generated_from_the_results():
@@ -85,6 +94,8 @@ def test_relative_links_name_files_inside_the_repository(doc):
             bad.append("%s (outside the repository)" % target)
         elif not os.path.exists(path):
             bad.append("%s (no such file)" % target)
+        elif "#" in target and path.endswith(".md") and target.split("#", 1)[1] not in _anchors(path):
+            bad.append("%s (no such section)" % target)
     assert not bad, "%s: %s" % (os.path.relpath(doc, ROOT), "; ".join(bad))
 
 
