@@ -72,6 +72,7 @@ class StateService:
         self.present = set()     # registered ranks that have not said bye
         self.stop_decisions = {}  # round -> stop after this round?
         self.rounds = {}         # round -> {"slowest": rank, "local_iters": {rank: k}}
+        self._handlers = {}      # request type -> bound _on_<type> method
 
     @property
     def finished(self):
@@ -89,34 +90,39 @@ class StateService:
         Returns the reply, or None when the answer is deferred (an SSP worker
         too far ahead); deferred answers appear later in :attr:`released`.
         """
+        rank, kind = request.rank, request.TYPE
         try:
-            owner = self.owners.get(request.rank)
-            live = request.rank in self.slots and request.rank not in self.left
-            if request.TYPE == m.Register.TYPE:
-                if owner is not None and owner != sender and live:
-                    raise ProtocolError("rank %d is already registered by another connection" % request.rank)
-            elif owner is not None and owner != sender:
-                raise ProtocolError("rank %d belongs to another connection" % request.rank)
-            session = self.sessions.get(request.rank)
-            if request.TYPE in m.REPLAYABLE and session is not None:
-                incarnation, last_seq, last_reply = session
-                if incarnation == request.incarnation:
-                    if request.seq == last_seq:
-                        return last_reply        # a replay: the same answer, no second state change
-                    if request.seq < last_seq:
-                        raise ProtocolError("stale request #%d from rank %d (last was #%d)"
-                                            % (request.seq, request.rank, last_seq))
-                elif live:
-                    raise ProtocolError("rank %d is live in another incarnation" % request.rank)
-            reply = getattr(self, "_on_" + request.TYPE)(request, now)
-            if request.TYPE in m.REPLAYABLE:
-                self.sessions[request.rank] = (request.incarnation, request.seq, reply)
-            if request.TYPE == m.Register.TYPE:
-                self.owners[request.rank] = sender
-            if request.rank in self.slots:
-                self.last_seen[request.rank] = now
-                if request.rank in self.present:
-                    self._seen.set(request.rank, now)
+            owner = self.owners.get(rank)
+            if owner is not None and owner != sender:
+                if kind != _REGISTER:
+                    raise ProtocolError("rank %d belongs to another connection" % rank)
+                if rank in self.slots and rank not in self.left:
+                    raise ProtocolError("rank %d is already registered by another connection" % rank)
+            replayable = kind in _REPLAYABLE
+            if replayable:
+                session = self.sessions.get(rank)
+                if session is not None:
+                    incarnation, last_seq, last_reply = session
+                    if incarnation == request.incarnation:
+                        if request.seq == last_seq:
+                            return last_reply        # a replay: the same answer, no second state change
+                        if request.seq < last_seq:
+                            raise ProtocolError("stale request #%d from rank %d (last was #%d)"
+                                                % (request.seq, rank, last_seq))
+                    elif rank in self.slots and rank not in self.left:
+                        raise ProtocolError("rank %d is live in another incarnation" % rank)
+            handler = self._handlers.get(kind)
+            if handler is None:
+                handler = self._handlers[kind] = getattr(self, "_on_" + kind)
+            reply = handler(request, now)
+            if replayable:
+                self.sessions[rank] = (request.incarnation, request.seq, reply)
+            if kind == _REGISTER:
+                self.owners[rank] = sender
+            if rank in self.slots:
+                self.last_seen[rank] = now
+                if rank in self.present:
+                    self._seen.set(rank, now)
             return reply
         except (KeyError, ValueError, ProtocolError) as exc:
             if request.TYPE == m.Heartbeat.TYPE:
@@ -153,21 +159,25 @@ class StateService:
         return m.Reply(seq=req.seq, round=self.table.record(req.rank).round)
 
     def _on_query(self, req, now):
-        record = self._registered(req.rank)
-        if req.round != record.round:
-            raise ProtocolError("query for round %d, rank %d is in round %d" % (req.round, req.rank, record.round))
-        if self.stop_decisions.get(req.round):
+        rank, round_ = req.rank, req.round
+        record = self._registered(rank)
+        if round_ != record.round:
+            raise ProtocolError("query for round %d, rank %d is in round %d" % (round_, rank, record.round))
+        if self.stop_decisions.get(round_):
             # Protocol v2: workers send RESET without waiting for its answer, so
             # the job's decision to stop after the round just aggregated comes
             # back with the first query of the next one (never READY: no worker
             # pushes again, every worker stops after the same round).
-            return m.Reply(seq=req.seq, round=req.round, stop=True)
-        ready = self.table.query(req.rank, req.k, req.c, now - req.since_finish, now, present_only=True)
-        slowest = self.table.slowest_rank()
+            return m.Reply(seq=req.seq, round=round_, stop=True)
+        table = self.table
+        ready = table.query(rank, req.k, req.c, now - req.since_finish, now, present_only=True)
+        slowest = table.slowest_rank()
         if ready:
-            info = self.rounds.setdefault(req.round, {"slowest": slowest, "local_iters": {}})
-            info["local_iters"].setdefault(req.rank, req.k)
-        return m.Reply(seq=req.seq, ready=ready, round=req.round, slowest=slowest)
+            info = self.rounds.get(round_)
+            if info is None:
+                info = self.rounds[round_] = {"slowest": slowest, "local_iters": {}}
+            info["local_iters"].setdefault(rank, req.k)
+        return m.query_reply(req.seq, ready, round_, slowest)
 
     def _on_reset(self, req, now):
         self._registered(req.rank)
@@ -417,6 +427,10 @@ class StateService:
                         "local_iters": {str(r): k for r, k in sorted(info["local_iters"].items())}}
                        for t, info in sorted(self.rounds.items())],
         }
+
+
+_REGISTER = m.Register.TYPE
+_REPLAYABLE = m.REPLAYABLE
 
 
 class SilentWorker(Exception):

@@ -96,11 +96,12 @@ class LazyHeap:
     def set(self, item, key):
         """Add ``item`` with ``key``, or change its key."""
         keys = self._key
-        if item in keys and keys[item] == key:
+        if keys.get(item, _MISSING) == key:
             return
         keys[item] = key
-        heapq.heappush(self._heap, (key, item))
-        if len(self._heap) > 2 * len(keys) + 16:
+        heap = self._heap
+        _heappush(heap, (key, item))
+        if len(heap) > 2 * len(keys) + 16:
             self._rebuild()
 
     def discard(self, item):
@@ -112,10 +113,10 @@ class LazyHeap:
         """``(key, item)`` of the smallest, or None when empty."""
         heap, keys = self._heap, self._key
         while heap:
-            key, item = heap[0]
-            if item in keys and keys[item] == key:
-                return key, item
-            heapq.heappop(heap)
+            top = heap[0]
+            if keys.get(top[1], _MISSING) == top[0]:
+                return top
+            _heappop(heap)
         return None
 
     def pop(self):
@@ -128,6 +129,7 @@ class LazyHeap:
 
 
 _MISSING = object()
+_heappush, _heappop = heapq.heappush, heapq.heappop
 
 
 class SlowestIndex(LazyHeap):
@@ -238,25 +240,33 @@ class StateTable:
             raise ValueError("capability must be a finite number of seconds >= 0, got %r" % (capability,))
         if among is not None and present_only:
             raise ValueError("pass either among or present_only, not both")
-        current = self.record(rank)
+        records = self.records
+        current = records.get(rank)
+        if current is None:
+            current = self.record(rank)   # raises KeyError naming the rank
         current.local_iters = local_iters
-        current.capability = float(capability)
+        current.capability = capability = float(capability)
         current.last_finish = float(last_finish)
-        self._slowest.set(rank, current.capability)
-        if rank in self._slowest_present:
-            self._slowest_present.set(rank, current.capability)
+        # LazyHeap.set with the key SlowestIndex.set stores (one call less per index)
+        LazyHeap.set(self._slowest, rank, -capability)
+        present = self._slowest_present
+        if rank in present:
+            LazyHeap.set(present, rank, -capability)
         if among is not None:
-            records = self.records
             slowest = find_slowest([records[k] for k in among if k in records] + [current])
         elif present_only:
-            top = self._slowest_present.top()
-            slowest = current if top is None else max(self.records[top], current, key=_slowness)
+            top = present.peek()
+            if top is None:
+                slowest = current
+            else:   # max(records[top], current, key=_slowness): the first of equals
+                other = records[top[1]]
+                slowest = other if (other.capability, -other.rank) >= (capability, -rank) else current
         else:
-            slowest = self.records[self._slowest.top()]
+            slowest = records[self._slowest.peek()[1]]
         if local_iters == 0 or slowest.round < current.round:
             return False
         if (current is slowest or slowest.ready
-                or current.capability + self.epsilon > rest_time(slowest, now)):
+                or capability + self.epsilon > slowest.capability - (now - slowest.last_finish)):
             current.ready = True
             return True
         return False
