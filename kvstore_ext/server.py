@@ -66,6 +66,8 @@ def run_server():
                     sys.stderr.flush()
                     os._exit(EXIT_BAD_OPTIMIZER)
                 LOG.info("server updater set to %s", type(optimizer).__name__)
+                if hasattr(optimizer, "bind_server"):   # it holds a part of each large array
+                    optimizer.bind_server(self.kvstore.rank, int(os.environ.get("DMLC_NUM_SERVER", "1")))
                 self.kvstore.set_optimizer(optimizer)
             return controller
 

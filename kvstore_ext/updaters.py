@@ -195,6 +195,18 @@ class ESyncAggregate(ESyncAverage):
         self.plain_keys = frozenset(int(k) for k in plain_keys)
         # MXNet ships the updater as a protocol-0 pickle in a UTF-8 string: arrays travel as base64 text.
         self.initial_momentum = {int(k): _to_text(v) for k, v in (initial_momentum or {}).items()}
+        self.server_rank, self.num_servers = 0, 1
+
+    def bind_server(self, rank, num_servers):
+        """Tell the updater which server runs it (:mod:`kvstore_ext.server` calls this after
+        unpickling): with several servers it holds only its part of a large array.
+
+        Raises:
+            ValueError: unless ``0 <= rank < num_servers``.
+        """
+        if not (isinstance(num_servers, int) and isinstance(rank, int) and 0 <= rank < num_servers):
+            raise ValueError("need 0 <= rank < num_servers, got rank %r of %r" % (rank, num_servers))
+        self.server_rank, self.num_servers = rank, num_servers
 
     def create_param_state(self, index, weight):
         if self.outer == "none" or index in self.plain_keys:
@@ -204,14 +216,19 @@ class ESyncAggregate(ESyncAverage):
             start = _from_text(start)
         if start is None:
             return mx.nd.zeros(weight.shape, ctx=weight.context, dtype=weight.dtype)
+        start = start.reshape(-1)
         if start.size != weight.size:
-            # PS-LITE splits a large array across several servers: this one holds a part. (A server
-            # holds every array flat, hence sizes, not shapes.) MXNet's callback swallows the error:
-            # log it where the server's log shows it.
-            message = ("the saved outer momentum of key %d has %d elements, this server holds %d; resume with "
-                       "one server or without --outer-optimizer" % (index, start.size, weight.size))
-            logging.getLogger("kvstore_ext.updaters").critical(message)
-            raise ValueError(message)
+            # MXNet splits a large array across the servers (MXNET_KVSTORE_BIGARRAY_BOUND): this one
+            # holds its part, flat, so the saved buffer is cut the same way.
+            lo, hi = server_part(start.size, self.num_servers, self.server_rank)
+            if hi - lo != weight.size:
+                # MXNet's callback swallows the error: log it where the server's log shows it.
+                message = ("the saved outer momentum of key %d has %d elements; server %d of %d holds %d, not "
+                           "its part %d:%d; resume with the servers of the saved job" % (
+                               index, start.size, self.server_rank, self.num_servers, weight.size, lo, hi))
+                logging.getLogger("kvstore_ext.updaters").critical(message)
+                raise ValueError(message)
+            start = start[lo:hi]
         return mx.nd.array(start.reshape(weight.shape), ctx=weight.context, dtype=weight.dtype)
 
     @property
@@ -228,6 +245,17 @@ class ESyncAggregate(ESyncAverage):
         mu = self.outer_momentum
         state[:] = mu * state - agg
         weight[:] += self.outer_lr * (agg - mu * state)
+
+
+def server_part(num_elements, num_servers, rank):
+    """``(start, stop)``: the elements of a flat array that server ``rank`` holds when MXNet's
+    ``dist`` kvstore splits it over ``num_servers`` servers (``KVStoreDist::EncodeDefaultKey``: part
+    ``i`` ends at ``round(n / S * (i + 1))``, C's round, halves away from zero)."""
+    import math
+
+    def bound(i):
+        return int(math.floor(float(num_elements) / num_servers * i + 0.5))
+    return bound(rank), bound(rank + 1)
 
 
 def _to_text(array):

@@ -84,14 +84,20 @@ def test_normalized_with_outer_nesterov_keeps_momentum_on_the_servers(tmp_path, 
         assert json.load(f)["rounds"] == ROUNDS
 
 
+BIGARRAY_BOUND = 5000
+"""Arrays of this many elements or more are split over the servers (MXNet's
+MXNET_KVSTORE_BIGARRAY_BOUND, 1e6 by default): the small CNN then has both kinds."""
+
+
 @pytest.mark.timeout(600)   # two jobs one after the other
-def test_outer_momentum_survives_a_checkpoint_and_resume(tmp_path, child_pids):
+def test_outer_momentum_survives_a_checkpoint_and_resume(tmp_path, child_pids, monkeypatch):
     import mxnet as mx
+    monkeypatch.setenv("MXNET_KVSTORE_BIGARRAY_BOUND", str(BIGARRAY_BOUND))
     lr, mu = 0.7, 0.9
     ckpt = tmp_path / "ckpt"
     for name, rounds, extra in (("first", 3, ()), ("second", 4, ("--resume",))):
         (tmp_path / name).mkdir()
-        proc = launch(["-n", "2", "-s", "1", "--sync", "esync", "--slowdown", "1,3", "--base-iter", "0.05"],
+        proc = launch(["-n", "2", "-s", "2", "--sync", "esync", "--slowdown", "1,3", "--base-iter", "0.05"],
                       train_command(tmp_path / name / "out", "--max-rounds", str(rounds), "--time-budget", "300",
                                     "--checkpoint-dir", str(ckpt), "--checkpoint-every", "3", "--dump-rounds", "4",
                                     "--outer-optimizer", "nesterov", "--outer-lr", str(lr),
@@ -112,6 +118,8 @@ def test_outer_momentum_survives_a_checkpoint_and_resume(tmp_path, child_pids):
             _, momentum[i] = agg.nesterov_step(d[0]["before_%d" % i].astype("f8"), momentum[i], combined, lr, mu)
     saved = mx.nd.load(str(ckpt / "round-00000003" / "slot0.mode.params"))
     assert len(saved) == n_keys
+    sizes = [v.size for v in saved.values()]
+    assert max(sizes) >= BIGARRAY_BOUND > min(sizes)   # split over the two servers, and whole on one
     for i in range(n_keys):   # the worker's mirror is the servers' momentum
         np.testing.assert_allclose(saved["outer_momentum_%d" % i].asnumpy(), momentum[i], rtol=1e-3, atol=1e-5)
     # the resumed job's first round applies that momentum on the (new) servers

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kvstore_ext import keys
-from kvstore_ext.updaters import ESyncAggregate, ESyncAverage
+from kvstore_ext.updaters import ESyncAggregate, ESyncAverage, server_part
 from mxhet.errors import ConfigError
 from mxhet.policy import aggregation as agg
 from mxhet.policy import get_spec
@@ -147,6 +147,27 @@ def test_initial_momentum_resumes_where_the_servers_left_off():
     np.testing.assert_allclose(flat.create_state(0, mx.nd.zeros((4,))).asnumpy(), [0, 1, 2, 3])
     with pytest.raises(ValueError, match="elements"):
         ESyncAggregate(2, outer="nesterov", initial_momentum={0: np.zeros(3)}).create_state(0, mx.nd.zeros((4,)))
+
+
+def test_initial_momentum_is_cut_as_mxnet_splits_a_large_array_over_the_servers():
+    saved = np.arange(7.0).reshape(7, 1)
+    assert server_part(5, 2, 0) == (0, 3)   # C's round: 2.5 -> 3 (Python's round would give 2)
+    for num_servers in (2, 3):
+        parts = []
+        for rank in range(num_servers):
+            lo, hi = server_part(7, num_servers, rank)
+            upd = pickle.loads(pickle.dumps(ESyncAggregate(2, outer="nesterov", initial_momentum={0: saved}), 0))
+            upd.bind_server(rank, num_servers)
+            parts.append(upd.create_state(0, mx.nd.zeros((hi - lo,))).asnumpy())
+            with pytest.raises(ValueError, match="server %d of %d" % (rank, num_servers)):
+                upd.create_state(0, mx.nd.zeros((hi - lo + 1,)))
+        np.testing.assert_array_equal(np.concatenate(parts), saved.ravel())   # contiguous parts, in rank order
+    whole = ESyncAggregate(2, outer="nesterov", initial_momentum={0: saved})
+    whole.bind_server(1, 2)   # a small array lives whole on one server
+    np.testing.assert_array_equal(whole.create_state(0, mx.nd.zeros((7,))).asnumpy(), saved.ravel())
+    for rank, num_servers in ((2, 2), (-1, 2), (0, 0)):
+        with pytest.raises(ValueError, match="rank"):
+            whole.bind_server(rank, num_servers)
 
 
 def test_workers_recover_the_servers_momentum_from_the_updates():
