@@ -1,24 +1,30 @@
 """``mxhet-bench aggregation``: ESync's aggregation options against plain ESync,
-Sync, Async and standalone training, in the simulator.
+Sync, Async and standalone training, on the simulator or the real cluster.
 
-For each model, profile and data split it runs (``python -m mxhet.sim``, one
-process per run, ``--jobs`` at a time) plain ESync (Algorithm 1), ESync with
-each option of :mod:`mxhet.policy.aggregation` and their combination, and the
-references; every run stops at the target accuracy (``--stop-at-target``) or
-at its cap of virtual seconds. It reports time to the target, final accuracy
-and n_i (local iterations per round) per device, in ``aggregation.json`` and
-``aggregation.md``.
+For each model, profile and data split it runs plain ESync (Algorithm 1), ESync
+with each option of :mod:`mxhet.policy.aggregation` and their combination, and
+the references, ``--jobs`` at a time. It reports time to the target, final
+accuracy and n_i (local iterations per round) per device, in
+``aggregation.json`` and ``aggregation.md``.
 
-Virtual time: an iteration of a slowdown-1 device takes the model's base
-iteration (:data:`BASE_ITER_S`, one iteration measured on one CPU core here),
-a slowdown-f device f times that.
+* ``--engine sim`` (default): ``python -m mxhet.sim`` with the ``paper-sim``
+  preset's settings (fixed base iteration per model, stop at the target, a
+  compute cap of ``--max-iterations`` real iterations over all devices, the
+  same snapshot schedule), so a run whose command equals one of the paper-sim
+  bench's (plain ESync, Sync, Async, standalone) is taken from there
+  (``--reuse``) instead of being run again.
+* ``--engine cluster``: real processes through ``mxhet-launch`` (PS-LITE, the
+  State Server), the ``cpu`` preset's settings: ``--cluster-budget`` seconds of
+  training at the base iteration the cpu bench calibrated.
+
+Virtual time (sim): an iteration of a slowdown-1 device takes the model's base
+iteration, a slowdown-f device f times that.
 """
 import concurrent.futures
 import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 
@@ -26,15 +32,18 @@ from tqdm import tqdm
 
 from mxhet.errors import ConfigError
 
-from . import profiles
+from . import presets, profiles, runner
 
 MODELS = {"resnet18_v1": {"input_size": 32, "lr": 0.1}, "alexnet": {"input_size": 64, "lr": 0.1},
           "smallcnn": {"input_size": 28, "lr": 0.05}}
-BASE_ITER_S = {"resnet18_v1": 0.114, "alexnet": 0.148, "smallcnn": 0.05}
-"""Virtual seconds of one iteration (batch 64) of a slowdown-1 device: one CPU
-core of the bench machine for the paper's models (the bench/results/paper-sim
-and bench/results/report.md calibrations); the small CNN's is the 0.05 s that
-bench/results/validate-sim pins on both engines."""
+BASE_ITER_S = dict(presets.PRESETS["paper-sim"].iteration_s, smallcnn=0.05)
+"""Virtual seconds of one iteration (batch 64) of a slowdown-1 device in the
+simulator: the paper-sim preset's (one idle CPU core of the bench machine);
+the small CNN's is the 0.05 s that bench/results/validate-sim pins."""
+CLUSTER_BASE_ITER_S = {"resnet18_v1": 0.168977, "alexnet": 0.217176, "smallcnn": 0.05}
+"""Seconds of one base iteration on the real cluster: the cpu bench's
+calibration (bench/results/curves.json: one iteration on one core, at 75% of
+the machine's 2 cores for the profile's devices)."""
 
 VARIANTS = {
     "esync": ("esync", ()),
@@ -50,11 +59,14 @@ VARIANTS = {
 }
 DEFAULT_VARIANTS = ("esync", "esync-normalized", "esync-weighted", "esync-nesterov", "esync-normalized-nesterov",
                     "sync", "async", "local")
-DEFAULT_CAP = 90.0
-DEFAULT_SYNC_CAP = 400.0
-"""Virtual seconds a run may take before it is stopped without reaching the
-target (``--cap``; Sync: ``--sync-cap``, longer: it waits for the slowest
-device every step, so its runs are cheap in wall time)."""
+DEFAULT_CAP = 7200.0
+DEFAULT_MAX_ITERATIONS = 6000
+"""Simulator caps, the paper-sim preset's: virtual seconds (``--cap``) and real
+iterations over all devices (``--max-iterations``, the one that binds on
+non-i.i.d. data); a run stopped by either is "not reached (cap)"."""
+DEFAULT_CLUSTER_BUDGET = 200.0
+DEFAULT_REUSE = os.path.join("bench", "results", "paper-sim", "runs")
+TARGET = 0.8
 
 
 def _split(text, known, what):
@@ -65,142 +77,230 @@ def _split(text, known, what):
     return names
 
 
-def plan(models, profile_names, dists, variants, cap, sync_cap, seed=0, eval_samples=1000):
-    """Every run as ``(name, command arguments after python -m mxhet.sim)``; ``local`` runs once per model
-    and profile (one device on the whole training set: the split does not apply)."""
-    runs = []
-    for model in models:
-        spec = MODELS[model]
+def job_spec(engine, model, profile, dist, variant, cap=DEFAULT_CAP, max_iterations=DEFAULT_MAX_ITERATIONS,
+             cluster_budget=DEFAULT_CLUSTER_BUDGET, seed=0, eval_samples=1000):
+    """The :class:`bench.runner.JobSpec` of one run (``local``: the profile's fastest device, i.i.d.)."""
+    mode, extra = VARIANTS[variant]
+    spec = MODELS[model]
+    if mode == "local":
+        device = profile.fastest()
+        slowdowns, contexts = (device.slowdown,), (device.context,)
+    else:
+        slowdowns, contexts = profile.slowdowns, profile.contexts
+    common = dict(mode=mode, slowdowns=slowdowns, contexts=contexts, model=model, lr=spec["lr"],
+                  dist="iid" if mode == "local" else dist, target_accuracy=TARGET, seed=seed,
+                  input_size=spec["input_size"], extra_train_args=("--eval-samples", str(eval_samples)) + extra)
+    if engine == "sim":
         base = BASE_ITER_S[model]
+        sim_args = ("--stop-at-target",) + (("--max-iterations", str(max_iterations)) if max_iterations else ())
+        return runner.JobSpec(time_budget=cap, eval_interval=0.5 * max(slowdowns) * base, engine="sim",
+                              sim_args=sim_args + ("--eval-growth", "0.1"),
+                              launcher_args=("--base-iter", "%.6f" % BASE_ITER_S[model], "--omp-threads", "1"),
+                              **common)
+    base = CLUSTER_BASE_ITER_S[model]
+    return runner.JobSpec(time_budget=cluster_budget, eval_interval=max(0.5, cluster_budget / 40),
+                          engine="cluster", startup_allowance=300.0,
+                          launcher_args=("--base-iter", "%.6f" % base, "--omp-threads", "1"), **common)
+
+
+def run_name(model, profile_name, dist, variant):
+    return "%s-%s-%s-%s" % (model, profile_name, "all" if VARIANTS[variant][0] == "local" else dist, variant)
+
+
+def plan(engine, models, profile_names, dists, variants, **kw):
+    """Every run as ``(name, JobSpec)``; ``local`` once per model and profile (one device, all the data)."""
+    runs, seen = [], set()
+    for model in models:
         for pname in profile_names:
-            profile = profiles.BUILTIN[pname]
-            slowdowns = profile.slowdowns
             for dist in dists:
                 for variant in variants:
-                    mode, extra = VARIANTS[variant]
-                    if mode == "local" and dist != dists[0]:
-                        continue
-                    name = "%s-%s-%s-%s" % (model, pname, "all" if mode == "local" else dist, variant)
-                    n = 1 if mode == "local" else len(slowdowns)
-                    slow = "1" if mode == "local" else ",".join("%g" % f for f in slowdowns)
-                    interval = 0.5 * max(1.0 if mode == "local" else max(slowdowns), 1.0) * base
-                    args = ["-n", str(n), "--sync", mode, "--slowdown", slow, "--base-iter", "%g" % base,
-                            "--model", model, "--input-size", str(spec["input_size"]), "--lr", "%g" % spec["lr"],
-                            "--dist", dist, "--seed", str(seed), "--time-budget", "%g" % (sync_cap if mode == "sync" else cap),
-                            "--stop-at-target", "--eval-interval", "%g" % interval, "--eval-growth", "0.1",
-                            "--eval-samples", str(eval_samples), "--no-progress"] + list(extra)
-                    runs.append((name, args))
+                    name = run_name(model, pname, dist, variant)
+                    if name not in seen:
+                        seen.add(name)
+                        runs.append((name, job_spec(engine, model, profiles.BUILTIN[pname], dist, variant, **kw)))
     return runs
 
 
-def _one(python, out, name, args):
-    directory = os.path.join(out, "runs", name)
-    summary = os.path.join(directory, "summary.json")
-    if os.path.exists(summary):
-        return name, None, 0.0
-    os.makedirs(directory, exist_ok=True)
-    cmd = shlex.split(python) + ["-m", "mxhet.sim"] + args + ["--metrics-out", directory]
-    env = dict(os.environ, OMP_NUM_THREADS="1", MXNET_CPU_WORKER_NTHREADS="1")
+def canonical(argv):
+    """A run's command without the interpreter, ``-m module`` and ``--metrics-out DIR``: equal for two runs
+    that compute the same thing wherever they write."""
+    args = list(argv)
+    if "-m" in args:
+        args = args[args.index("-m") + 2:]
+    if "--metrics-out" in args:
+        i = args.index("--metrics-out")
+        del args[i:i + 2]
+    return tuple(args)
+
+
+def reuse_index(directories):
+    """``canonical command -> run directory`` of the finished simulator runs under ``directories``."""
+    index = {}
+    for top in directories:
+        if not os.path.isdir(top):
+            continue
+        for name in sorted(os.listdir(top)):
+            path = os.path.join(top, name, "summary.json")
+            if os.path.exists(path):
+                with open(path) as f:
+                    command = (json.load(f).get("sim") or {}).get("command")
+                if command:
+                    index.setdefault(canonical(command), os.path.join(top, name))
+    return index
+
+
+def _one(out_dir, spec):
+    """Run one job unless its summary exists; remove its snapshots (scored already; large)."""
+    if os.path.exists(os.path.join(out_dir, "summary.json")):
+        return None, 0.0
     t0 = time.monotonic()
-    with open(os.path.join(directory, "job.log"), "w") as log:
-        rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    shutil.rmtree(os.path.join(directory, "snapshots"), ignore_errors=True)  # scored already; large
-    return name, rc, time.monotonic() - t0
+    try:
+        summary = runner.run_job(spec, out_dir)
+        error = None
+    except runner.JobFailed as exc:
+        error = str(exc)
+    else:
+        if spec.engine != "sim":  # the simulator records its own command
+            summary["command"] = ["python" if a == sys.executable else a for a in summary["command"]]
+            with open(os.path.join(out_dir, "summary.json"), "w") as f:
+                json.dump(summary, f, indent=1)
+    shutil.rmtree(os.path.join(out_dir, "snapshots"), ignore_errors=True)
+    return error, time.monotonic() - t0
 
 
-def record(out, name):
+def parse_name(name):
+    model, rest = name.split("-", 1)
+    profile = "paper-sim" if rest.startswith("paper-sim-") else rest.split("-", 1)[0]
+    rest = rest[len(profile) + 1:]
+    dist = "non-iid" if rest.startswith("non-iid-") else rest.split("-", 1)[0]
+    return model, profile, dist, rest[len(dist) + 1:]
+
+
+def record(directory, name, engine, reused_from=None):
     """The row of one finished run (None if it left no summary)."""
-    directory = os.path.join(out, "runs", name)
     path = os.path.join(directory, "summary.json")
     if not os.path.exists(path):
         return None
     with open(path) as f:
         s = json.load(f)
-    n_i = []
-    for i in range(s["num_workers"]):
-        with open(os.path.join(directory, "worker-%d.json" % i)) as f:
-            w = json.load(f)
-        n_i.append(round(sum(w["local_iters"]) / len(w["local_iters"]), 1) if w["local_iters"] else 0.0)
-    model, rest = name.split("-", 1)
-    profile = "paper-sim" if rest.startswith("paper-sim-") else rest.split("-", 1)[0]
-    rest = rest[len(profile) + 1:]
-    dist = "non-iid" if rest.startswith("non-iid-") else rest.split("-", 1)[0]
-    variant = rest[len(dist) + 1:]
-    return {"name": name, "model": model, "profile": profile, "dist": dist, "variant": variant,
+    workers = s.get("workers") or []
+    if not workers:
+        for i in range(s["num_workers"]):
+            with open(os.path.join(directory, "worker-%d.json" % i)) as f:
+                workers.append(json.load(f))
+    n_i = [round(sum(w["local_iters"]) / len(w["local_iters"]), 1) if w["local_iters"] else 0.0 for w in workers]
+    model, profile, dist, variant = parse_name(name)
+    sim = s.get("sim") or {}
+    capped = engine == "sim" and s["time_to_target_s"] is None and sim.get("stopped_at_target_s") is None
+    return {"name": name, "engine": engine, "model": model, "profile": profile, "dist": dist, "variant": variant,
             "time_to_target_s": s["time_to_target_s"], "final_accuracy": s["final_accuracy"],
-            "train_time_s": s["train_time_s"], "n_i": n_i, "wall_s": s["sim"]["wall_s"],
-            "command": s["sim"]["command"]}
+            "train_time_s": s["train_time_s"], "n_i": n_i, "iterations": sum(w["iterations"] for w in workers),
+            "capped": capped, "max_iterations": sim.get("max_iterations"),
+            "wall_s": sim.get("wall_s", s.get("wall_s")), "reused_from": reused_from,
+            "command": list(sim.get("command") or s.get("command") or [])}
 
 
-def _fmt(t):
-    return "%.0f s" % t if t is not None else "not reached"
+def _fmt(r):
+    if r["time_to_target_s"] is not None:
+        return "%.0f s" % r["time_to_target_s"]
+    return "not reached (cap)" if r.get("capped") else "not reached"
 
 
-def report(rows, target, command):
-    """The markdown report: one table per model and profile, and the goals checked."""
-    lines = ["# mxhet-bench aggregation", "",
-             "Engine: **sim** (virtual time; real training of every device's replica). Command: `%s`" % command, "",
-             "Time to %.2f test accuracy (each run stops there, or at its cap of virtual seconds: the train time "
-             "then), final accuracy (all 10,000 test images), n_i = mean local iterations per round per device "
-             "(slow devices first)." % target, ""]
+def report(rows, command):
+    """The markdown report: one table per engine, model and profile, and the goals checked."""
+    lines = ["# mxhet-bench aggregation", "", "Command: `%s` (each run's exact command is in `aggregation.json`)."
+             % command, "",
+             "Time to %.2f test accuracy (in-run check on 1,000 test images; a simulator run stops there or at its "
+             "compute cap, \"not reached (cap)\"; a cluster run trains its whole budget), final accuracy (all "
+             "10,000 test images), n_i = mean local iterations per round per device (slow devices first). "
+             "*reused*: the run is the paper-sim bench's, same command." % TARGET, ""]
     by = {}
     for r in rows:
-        by.setdefault((r["model"], r["profile"]), []).append(r)
-    for (model, profile), group in sorted(by.items()):
-        lines += ["## %s, profile `%s`" % (model, profile), "",
-                  "| data | variant | time to %.2f | final acc | train time | n_i per device |" % target,
-                  "|---|---|---|---|---|---|"]
+        by.setdefault((r["engine"], r["model"], r["profile"]), []).append(r)
+    for (engine, model, profile), group in sorted(by.items()):
+        unit = "virtual s" if engine == "sim" else "s (real)"
+        lines += ["## %s, profile `%s`, engine `%s`" % (model, profile, engine), "",
+                  "| data | variant | time to %.2f | final acc | train time (%s) | iterations | n_i per device |"
+                  % (TARGET, unit), "|---|---|---|---|---|---|---|"]
         for r in sorted(group, key=lambda r: (r["dist"], list(VARIANTS).index(r["variant"]))):
-            lines.append("| %s | %s | %s | %.3f | %.0f s | %s |" % (
-                r["dist"], r["variant"], _fmt(r["time_to_target_s"]), r["final_accuracy"], r["train_time_s"],
-                " ".join("%g" % x for x in r["n_i"])))
+            lines.append("| %s | %s%s | %s | %.3f | %.0f | %d | %s |" % (
+                r["dist"], r["variant"], " *(reused)*" if r.get("reused_from") else "", _fmt(r),
+                r["final_accuracy"], r["train_time_s"], r.get("iterations", 0), " ".join("%g" % x for x in r["n_i"])))
         lines.append("")
     lines += ["## Goals", ""] + goals(rows)
     return "\n".join(lines) + "\n"
 
 
 def goals(rows):
-    """The issue's goals, checked on the rows: ESync (best variant) on non-i.i.d. data reaches the target and
+    """The issue's goals, checked on the rows: ESync (each variant) on non-i.i.d. data reaches the target and
     beats Sync to it; on AlexNet ESync ends no worse than standalone."""
     out = []
-    index = {(r["model"], r["profile"], r["dist"], r["variant"]): r for r in rows}
-    for (model, profile, dist, variant), r in sorted(index.items()):
+    index = {(r["engine"], r["model"], r["profile"], r["dist"], r["variant"]): r for r in rows}
+    for (engine, model, profile, dist, variant), r in sorted(index.items()):
         if not variant.startswith("esync") or dist != "non-iid":
             continue
-        sync = index.get((model, profile, dist, "sync"))
+        sync = index.get((engine, model, profile, dist, "sync"))
         t, ts = r["time_to_target_s"], sync and sync["time_to_target_s"]
         if sync is None:
             verdict = "no Sync run to compare"
         elif t is not None and (ts is None or t < ts):
-            verdict = "**beats Sync**" + (" (Sync not within its %.0f s)" % sync["train_time_s"] if ts is None else "")
+            verdict = "**beats Sync**" + (" (Sync not within %.0f s)" % sync["train_time_s"] if ts is None else "")
+        elif t is None:
+            verdict = "does not reach %.2f" % TARGET
         else:
             verdict = "does not beat Sync"
-        out.append("- %s %s non-iid %s: %s, Sync %s: %s" % (
-            model, profile, variant, _fmt(t), _fmt(ts) if sync else "no run", verdict))
-    for (model, profile, dist, variant), r in sorted(index.items()):
+        out.append("- %s %s %s non-iid %s: %s, Sync %s: %s" % (
+            engine, model, profile, variant, _fmt(r), _fmt(sync) if sync else "no run", verdict))
+    for (engine, model, profile, dist, variant), r in sorted(index.items()):
         if model != "alexnet" or not variant.startswith("esync"):
             continue
-        local = index.get((model, profile, "all", "local"))
+        local = index.get((engine, model, profile, "all", "local"))
         if local:
-            out.append("- alexnet %s %s %s: final %.3f vs standalone %.3f: %s" % (
-                profile, dist, variant, r["final_accuracy"], local["final_accuracy"],
-                "no worse" if r["final_accuracy"] >= local["final_accuracy"] - 0.005 else "**worse**"))
+            out.append("- %s alexnet %s %s %s: final %.3f vs standalone %.3f: %s; time to %.2f %s vs %s" % (
+                engine, profile, dist, variant, r["final_accuracy"], local["final_accuracy"],
+                "no worse" if r["final_accuracy"] >= local["final_accuracy"] - 0.005 else "**worse**",
+                TARGET, _fmt(r), _fmt(local)))
     return out or ["- (no runs)"]
+
+
+def collect(out):
+    """Every row under ``out``: simulator runs in ``runs/`` (reused ones point to their source in
+    ``reused.json``), cluster runs in ``cluster/``."""
+    rows = []
+    reused = {}
+    if os.path.exists(os.path.join(out, "reused.json")):
+        with open(os.path.join(out, "reused.json")) as f:
+            reused = json.load(f)
+    for engine, sub in (("sim", "runs"), ("cluster", "cluster")):
+        top = os.path.join(out, sub)
+        names = sorted(os.listdir(top)) if os.path.isdir(top) else []
+        for name in names:
+            rows.append(record(os.path.join(top, name), name, engine))
+    for name, source in sorted(reused.items()):
+        if not os.path.isdir(os.path.join(out, "runs", name)):
+            rows.append(record(source, name, "sim", reused_from=source))
+    return [r for r in rows if r is not None]
 
 
 def add_parser(sub):
     p = sub.add_parser("aggregation", help="ESync's aggregation options (normalized, weighted, outer Nesterov) "
-                                           "vs plain ESync, Sync, Async and standalone, in the simulator")
+                                           "vs plain ESync, Sync, Async and standalone")
+    p.add_argument("--engine", choices=("sim", "cluster"), default="sim")
     p.add_argument("--models", default="resnet18_v1,alexnet")
     p.add_argument("--profiles", default="cpu,paper-sim")
     p.add_argument("--dists", default="iid,non-iid")
     p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help="of: %s" % ", ".join(VARIANTS))
     p.add_argument("--cap", type=float, default=DEFAULT_CAP,
-                   help="virtual seconds a run may take without reaching the target (default %(default)s)")
-    p.add_argument("--sync-cap", type=float, default=DEFAULT_SYNC_CAP, help="the same for Sync (default %(default)s)")
-    p.add_argument("--jobs", type=int, default=1, help="runs at a time, one process each (default %(default)s)")
+                   help="sim: virtual seconds a run may take without reaching the target (default %(default)s)")
+    p.add_argument("--max-iterations", type=int, default=DEFAULT_MAX_ITERATIONS,
+                   help="sim: real iterations over all devices a run may take (0: none; default %(default)s)")
+    p.add_argument("--cluster-budget", type=float, default=DEFAULT_CLUSTER_BUDGET,
+                   help="cluster: seconds of training per run (default %(default)s)")
+    p.add_argument("--reuse", default=DEFAULT_REUSE,
+                   help="sim: comma-separated directories of finished runs; a run with the same command is taken "
+                        "from there, not run again ('' for none; default %(default)s)")
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time (default %(default)s)")
     p.add_argument("--eval-samples", type=int, default=1000, help="test images per in-run check")
-    p.add_argument("--python", default=sys.executable, help="the interpreter of each run (default: this one)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dry-run", action="store_true", help="print the runs' commands and stop")
     p.add_argument("--out", default="runs/aggregation", help="output directory (default %(default)s)")
@@ -212,33 +312,63 @@ def run(args):
     pnames = _split(args.profiles, profiles.BUILTIN, "profile")
     dists = _split(args.dists, ("iid", "non-iid"), "data split")
     variants = _split(args.variants, VARIANTS, "variant")
-    if args.jobs < 1 or not args.cap > 0 or not args.sync_cap > 0:
-        raise ConfigError("--jobs must be >= 1, --cap and --sync-cap > 0, got %r, %r and %r"
-                          % (args.jobs, args.cap, args.sync_cap))
-    runs = plan(models, pnames, dists, variants, args.cap, args.sync_cap, args.seed, args.eval_samples)
+    if args.jobs < 1 or not args.cap > 0 or args.max_iterations < 0 or not args.cluster_budget > 0:
+        raise ConfigError("--jobs must be >= 1, --cap and --cluster-budget > 0, --max-iterations >= 0; got %r, "
+                          "%r, %r and %r" % (args.jobs, args.cap, args.cluster_budget, args.max_iterations))
+    runs = plan(args.engine, models, pnames, dists, variants, cap=args.cap, max_iterations=args.max_iterations,
+                cluster_budget=args.cluster_budget, seed=args.seed, eval_samples=args.eval_samples)
+    sub = "runs" if args.engine == "sim" else "cluster"
+    index = reuse_index([d for d in args.reuse.split(",") if d]) if args.engine == "sim" else {}
+    reused, todo = {}, []
+    for name, spec in runs:
+        directory = os.path.join(args.out, sub, name)
+        source = index.get(canonical(spec.launch_argv(directory)))
+        if source and not os.path.exists(os.path.join(directory, "summary.json")):
+            reused[name] = source
+        else:
+            todo.append((name, spec, directory))
     if args.dry_run:
-        for name, a in runs:
-            print(name, "python -m mxhet.sim", " ".join(a))
+        for name, source in sorted(reused.items()):
+            print(name, "reused from", source)
+        for name, spec, directory in todo:
+            print(name, " ".join(shlex.quote(a) for a in spec.launch_argv(directory)))
         return 0
     os.makedirs(args.out, exist_ok=True)
+    if reused:
+        path = os.path.join(args.out, "reused.json")
+        known = json.load(open(path)) if os.path.exists(path) else {}
+        known.update(reused)
+        with open(path, "w") as f:
+            json.dump(known, f, indent=1, sort_keys=True)
     failed = []
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool, \
-            tqdm(total=len(runs), unit="run", desc="aggregation", file=sys.stderr) as bar:
-        futures = [pool.submit(_one, args.python, args.out, name, a) for name, a in runs]
+            tqdm(total=len(todo), unit="run", desc="aggregation", file=sys.stderr) as bar:
+        futures = {pool.submit(_one, directory, spec): name for name, spec, directory in todo}
         for fut in concurrent.futures.as_completed(futures):
-            name, rc, wall = fut.result()
-            if rc:
-                failed.append(name)
-            bar.set_postfix_str("%s %s %.0fs" % (name, "failed" if rc else "ok", wall))
+            error, wall = fut.result()
+            if error:
+                failed.append(futures[fut])
+                print(error, file=sys.stderr)
+            bar.set_postfix_str("%s %s %.0fs" % (futures[fut], "failed" if error else "ok", wall))
             bar.update(1)
-    names = sorted(os.listdir(os.path.join(args.out, "runs")))
-    rows = [r for r in (record(args.out, n) for n in names) if r is not None]
-    command = "mxhet-bench " + " ".join(shlex.quote(a) for a in getattr(args, "argv", []) or ["aggregation"])
-    with open(os.path.join(args.out, "aggregation.json"), "w") as f:
-        json.dump({"rows": rows, "failed": failed, "base_iter_s": BASE_ITER_S, "models": MODELS}, f, indent=1)
-    with open(os.path.join(args.out, "aggregation.md"), "w") as f:
-        f.write(report(rows, 0.8, command))
-    print(report(rows, 0.8, command))
+    write(args.out, "mxhet-bench " + " ".join(shlex.quote(a) for a in getattr(args, "argv", []) or ["aggregation"]))
     if failed:
         print("failed runs (see their job.log): %s" % ", ".join(failed), file=sys.stderr)
     return 1 if failed else 0
+
+
+def write(out, command):
+    """Rebuild ``aggregation.json`` and ``aggregation.md`` from every run under ``out`` (keeps a hand-made
+    ``explore`` section of the JSON)."""
+    rows = collect(out)
+    path = os.path.join(out, "aggregation.json")
+    old = json.load(open(path)) if os.path.exists(path) else {}
+    doc = {"rows": rows, "base_iter_s": BASE_ITER_S, "cluster_base_iter_s": CLUSTER_BASE_ITER_S, "models": MODELS}
+    if "explore" in old:
+        doc["explore"] = old["explore"]
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+    text = report(rows, command)
+    with open(os.path.join(out, "aggregation.md"), "w") as f:
+        f.write(text)
+    print(text)

@@ -1,0 +1,60 @@
+"""``mxhet-bench aggregation``'s plan: its simulator runs are the paper-sim bench's runs plus an option, so
+the paper-sim bench's finished runs serve as its references (no process is started here)."""
+import json
+
+from bench import aggregation, presets, profiles, suite
+
+
+def _paper_sim_command(model, mode, dist, out):
+    preset = presets.get("paper-sim")
+    record = {"base_iteration_s": preset.iteration_s[model], "input_size": preset.input_sizes[model]}
+    spec = suite.job_spec(suite.RunKey(model, mode, dist), preset, profiles.BUILTIN["paper-sim"], record,
+                          preset.time_budget, 0, engine="sim")
+    return spec.launch_argv(out)
+
+
+def _fake_run(directory, command, summary=None):
+    directory.mkdir(parents=True)
+    doc = {"time_to_target_s": None, "final_accuracy": 0.43, "train_time_s": 200.0, "num_workers": 2,
+           "workers": [{"local_iters": [1, 1], "iterations": 2}, {"local_iters": [100, 140], "iterations": 240}],
+           "sim": {"command": ["python"] + command[1:], "max_iterations": 6000, "stopped_at_target_s": None,
+                   "wall_s": 1.0}}
+    doc.update(summary or {})
+    (directory / "summary.json").write_text(json.dumps(doc))
+
+
+def test_plain_esync_and_the_references_reuse_the_paper_sim_runs(tmp_path):
+    runs = dict(aggregation.plan("sim", ["resnet18_v1"], ["paper-sim"], ["non-iid"],
+                                 ["esync", "esync-nesterov", "sync", "local"]))
+    for variant, mode, dist in (("esync", "esync", "non-iid"), ("sync", "sync", "non-iid"), ("local", "local", "iid")):
+        name = aggregation.run_name("resnet18_v1", "paper-sim", "non-iid", variant)
+        mine = runs[name].launch_argv(str(tmp_path / "a" / name))
+        theirs = _paper_sim_command("resnet18_v1", mode, dist, str(tmp_path / "b"))
+        assert aggregation.canonical(mine) == aggregation.canonical(theirs)
+    nesterov = runs["resnet18_v1-paper-sim-non-iid-esync-nesterov"].launch_argv("x")
+    assert nesterov[-2:] == ["--outer-optimizer", "nesterov"]
+    assert "--max-iterations" in nesterov and "--stop-at-target" in nesterov
+
+
+def test_reuse_index_matches_commands_wherever_they_wrote(tmp_path):
+    command = _paper_sim_command("resnet18_v1", "esync", "non-iid", "elsewhere/run")
+    _fake_run(tmp_path / "ref" / "resnet18_v1-esync-non-iid", command)
+    index = aggregation.reuse_index([str(tmp_path / "ref"), str(tmp_path / "missing")])
+    runs = dict(aggregation.plan("sim", ["resnet18_v1"], ["paper-sim"], ["non-iid"], ["esync", "esync-weighted"]))
+    plain = aggregation.canonical(runs["resnet18_v1-paper-sim-non-iid-esync"].launch_argv("mine"))
+    weighted = aggregation.canonical(runs["resnet18_v1-paper-sim-non-iid-esync-weighted"].launch_argv("mine"))
+    assert index[plain].endswith("resnet18_v1-esync-non-iid")
+    assert weighted not in index
+
+
+def test_a_run_stopped_by_its_compute_cap_is_reported_as_such(tmp_path):
+    command = _paper_sim_command("resnet18_v1", "esync", "non-iid", "x")
+    _fake_run(tmp_path / "runs" / "resnet18_v1-paper-sim-non-iid-esync", command)
+    _fake_run(tmp_path / "runs" / "resnet18_v1-paper-sim-non-iid-esync-nesterov", command,
+              {"time_to_target_s": 80.0, "final_accuracy": 0.81})
+    rows = {r["variant"]: r for r in aggregation.collect(str(tmp_path))}
+    assert rows["esync"]["capped"] and rows["esync"]["n_i"] == [1.0, 120.0] and rows["esync"]["iterations"] == 242
+    assert not rows["esync-nesterov"]["capped"]
+    text = aggregation.report(list(rows.values()), "mxhet-bench aggregation")
+    assert "not reached (cap)" in text and "80 s" in text
+    assert "no Sync run to compare" in text
