@@ -224,7 +224,7 @@ class ESyncAggregate(ESyncAverage):
             if hi - lo != weight.size:
                 # MXNet's callback swallows the error: log it where the server's log shows it.
                 message = ("the saved outer momentum of key %d has %d elements; server %d of %d holds %d, not "
-                           "its part %d:%d; resume with the servers of the saved job" % (
+                           "its part %d:%d (a checkpoint of another model?)" % (
                                index, start.size, self.server_rank, self.num_servers, weight.size, lo, hi))
                 logging.getLogger("kvstore_ext.updaters").critical(message)
                 raise ValueError(message)
