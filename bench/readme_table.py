@@ -80,7 +80,7 @@ def render(root="."):
         "Accuracies, curves and every run: %s; what differs from the paper, and why: [%s](%s)."
         % (", ".join("[%s](%s)" % (p, p) for p in REPORTS), DISCUSSION, DISCUSSION),
     ]
-    return "\n".join([BEGIN, ""] + rows + [""] + [" ".join(notes), "", END])
+    return "\n".join([BEGIN, ""] + rows + [""] + notes + ["", END])
 
 
 def _split(text, path):
