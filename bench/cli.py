@@ -88,6 +88,13 @@ def build_parser():
                       help="load-generator processes (default %(default)s)")
     load.add_argument("--auth", choices=["off", "on", "both"], default="off",
                       help="CURVE authentication of the control plane (default %(default)s)")
+    load.add_argument("--client", choices=["zmtp", "zmq"], default="zmtp",
+                      help="clients: ZMTP on plain TCP sockets (cheap for the generator) or libzmq DEALER "
+                           "sockets; authenticated runs always use libzmq (default %(default)s)")
+    load.add_argument("--server-cpus", default="",
+                      help="pin the State Server process to these CPUs, e.g. 0 (default: not pinned)")
+    load.add_argument("--generator-cpus", default="",
+                      help="pin the load generators to these CPUs, e.g. 1 (default: not pinned)")
     timing = cp.add_argument_group("timing")
     timing.add_argument("--duration", type=float, default=5.0, help="measured seconds per run (default %(default)s)")
     timing.add_argument("--warmup", type=float, default=1.0, help="seconds of load before (default %(default)s)")
@@ -418,7 +425,10 @@ def run_control_plane(args):
         configs = control_plane.plan(registered, clients=args.clients, active_ranks=active,
                                      duration=args.duration, warmup=args.warmup, generators=args.generators,
                                      auth=("off", "on") if args.auth == "both" else (args.auth,),
-                                     labels=("before", "after") if args.baseline else ("after",))
+                                     labels=("before", "after") if args.baseline else ("after",),
+                                     server_cpus=_ints(args.server_cpus, "server-cpus"),
+                                     generator_cpus=_ints(args.generator_cpus, "generator-cpus"),
+                                     client=args.client)
     except (ConfigError, ValueError) as exc:
         print("mxhet-bench control-plane: error: %s" % exc, file=sys.stderr)
         return 2

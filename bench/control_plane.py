@@ -68,6 +68,10 @@ class Config:
         generators: client processes the sockets are spread over.
         auth: CURVE-authenticated control plane (as mxhet-launch runs it by default).
         label: "after" for the working tree's server, "before" for the baseline.
+        client: "zmtp": the clients speak ZMTP on plain TCP sockets (:mod:`bench.zmtp_clients`, cheap for
+            the generator); "zmq": libzmq DEALER sockets (needed for CURVE authentication).
+        server_cpus: CPUs the server process (all its threads) is pinned to (empty: not pinned).
+        generator_cpus: CPUs the generator processes are pinned to (empty: not pinned).
     """
     registered: int
     clients: int = 64
@@ -77,6 +81,9 @@ class Config:
     generators: int = 1
     auth: bool = False
     label: str = "after"
+    client: str = "zmtp"
+    server_cpus: tuple = ()
+    generator_cpus: tuple = ()
 
     def __post_init__(self):
         if self.clients < 1 or self.generators < 1:
@@ -88,6 +95,16 @@ class Config:
             raise ValueError("active_ranks (%d) must be 0 or >= clients (%d)" % (self.active_ranks, self.clients))
         if not (self.duration > 0 and self.warmup >= 0):
             raise ValueError("duration must be > 0 and warmup >= 0 seconds")
+        if self.client not in ("zmtp", "zmq"):
+            raise ValueError("client must be 'zmtp' or 'zmq', got %r" % (self.client,))
+        if self.auth and self.client != "zmq":
+            raise ValueError("CURVE authentication needs the libzmq clients (client='zmq')")
+        available = os.sched_getaffinity(0)
+        for name in ("server_cpus", "generator_cpus"):
+            cpus = getattr(self, name)
+            if not isinstance(cpus, tuple) or not set(cpus) <= available:
+                raise ValueError("%s must be a tuple of this machine's CPUs %s, got %r"
+                                 % (name, sorted(available), cpus))
 
     @property
     def active(self):
@@ -144,7 +161,9 @@ def summarize(config, generator_results, server_cpu_s, cpu_window_s):
             "server_cpu_s": round(server_cpu_s, 4),
             "server_cpu_util": round(server_cpu_s / cpu_window_s, 3),
             "server_cpu_per_query_us": round(1e6 * per_query, 2) if per_query is not None else None,
-            "generator_cpu_share": shares}
+            "generator_cpu_share": shares,
+            "client": config.client,
+            "server_cpus": list(config.server_cpus), "generator_cpus": list(config.generator_cpus)}
 
 
 # --- the server --------------------------------------------------------------
@@ -194,9 +213,10 @@ class Server:
             requests and being descheduled do not count; ZeroMQ's I/O thread
             is not in the profile (see the per-thread CPU of the runs).
         start_timeout: seconds to wait for its "listening" log line.
+        cpus: pin the process (every thread) to these CPUs; empty: not pinned.
     """
 
-    def __init__(self, num_workers, keys="", pythonpath="", profile_out="", start_timeout=30.0):
+    def __init__(self, num_workers, keys="", pythonpath="", profile_out="", start_timeout=30.0, cpus=()):
         cmd = [sys.executable]
         if profile_out:
             cmd += ["-c", _PROFILED_SERVER, os.path.abspath(profile_out)]
@@ -212,8 +232,9 @@ class Server:
         self.command = cmd
         self._log = tempfile.TemporaryFile(mode="w+")
         # outside the checkout: python -m puts the working directory first on sys.path
+        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
         self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, cwd=tempfile.gettempdir())
+                                     stdin=subprocess.DEVNULL, cwd=tempfile.gettempdir(), preexec_fn=pin)
         deadline = time.monotonic() + start_timeout
         self.address = None
         while self.address is None:
@@ -298,6 +319,8 @@ def register_ranks(sock, ranks, report_capability=False, timeout=120.0):
 def generate(config, address, keys, client_ids, ready, start, results):
     """A generator process: closed-loop clients ``client_ids`` (runs in a child)."""
     import zmq
+    if config.generator_cpus:
+        os.sched_setaffinity(0, config.generator_cpus)
     ctx = zmq.Context()
     socks, ranks, seqs, turn, sent_at = [], [], [], [], []
     try:
@@ -374,7 +397,7 @@ def run_config(config, pythonpath="", keys="", profile_out="", progress=None):
 
     import zmq
     server = Server(config.registered, keys=keys if config.auth else "", pythonpath=pythonpath,
-                    profile_out=profile_out)
+                    profile_out=profile_out, cpus=config.server_cpus)
     ctx = mp.get_context("spawn")
     procs = []
     try:
@@ -394,8 +417,14 @@ def run_config(config, pythonpath="", keys="", profile_out="", progress=None):
             if not ids:
                 continue
             start = ctx.Queue()
-            proc = ctx.Process(target=generate, args=(config, server.address, keys if config.auth else "",
-                                                       ids, ready, start, results), daemon=True)
+            if config.client == "zmtp":
+                from . import zmtp_clients
+                proc = ctx.Process(target=zmtp_clients.generate,
+                                   args=(config, server.address, ids, ready, start, results, _REGISTER, _QUERY,
+                                         _INCARNATION, _capability), daemon=True)
+            else:
+                proc = ctx.Process(target=generate, args=(config, server.address, keys if config.auth else "",
+                                                           ids, ready, start, results), daemon=True)
             proc.start()
             procs.append(proc)
             starts.append(start)
@@ -470,8 +499,8 @@ def _short(filename):
 
 
 def plan(registered, clients=64, active_ranks=(0,), duration=5.0, warmup=1.0, generators=1, auth=("off",),
-         labels=("after",)):
-    """Every configuration of one experiment, in run order."""
+         labels=("after",), server_cpus=(), generator_cpus=(), client="zmtp"):
+    """Every configuration of one experiment, in run order (authenticated runs use the libzmq clients)."""
     configs = []
     for label in labels:
         for mode in auth:
@@ -480,7 +509,9 @@ def plan(registered, clients=64, active_ranks=(0,), duration=5.0, warmup=1.0, ge
                     if active and active > n:
                         continue
                     configs.append(Config(registered=n, clients=clients, active_ranks=active, duration=duration,
-                                          warmup=warmup, generators=generators, auth=(mode == "on"), label=label))
+                                          warmup=warmup, generators=generators, auth=(mode == "on"), label=label,
+                                          client="zmq" if mode == "on" else client,
+                                          server_cpus=tuple(server_cpus), generator_cpus=tuple(generator_cpus)))
     return configs
 
 
@@ -563,7 +594,9 @@ def run_experiment(configs, out, baseline="", profile_registered=(), profile_dur
         for label in dict.fromkeys(c.label for c in configs):
             for n in profile_registered:
                 jobs.append((Config(registered=n, clients=configs[0].clients, duration=profile_duration,
-                                    warmup=configs[0].warmup, generators=configs[0].generators, label=label),
+                                    warmup=configs[0].warmup, generators=configs[0].generators, label=label,
+                                    client=configs[0].client,
+                                    server_cpus=configs[0].server_cpus, generator_cpus=configs[0].generator_cpus),
                              os.path.join(out, "control-plane-%s-%d.prof" % (label, n))))
         bar = tqdm(total=len(jobs), unit="run", disable=not show_progress, file=sys.stderr)
         for config, prof in jobs:
@@ -618,7 +651,7 @@ def run_experiment(configs, out, baseline="", profile_registered=(), profile_dur
 # --- the report -----------------------------------------------------------------
 
 
-HEADER = ("| code | auth | registered | querying ranks | clients | queries/s | min-max over repeats "
+HEADER = ("| code | auth | client | registered | querying ranks | clients | queries/s | min-max over repeats "
           "| p50 ms | p99 ms | p99.9 ms "
           "| server CPU µs/query (main + ZeroMQ I/O) | server CPU (cores) | generator CPU (cores) "
           "| other processes (cores) | errors |")
@@ -630,8 +663,8 @@ def format_row(r):
     threads = r.get("server_thread_cpu_per_query_us") or {}
     split = " (%.1f + %.1f)" % (threads.get("main", 0.0), threads.get("ZMQbg/IO/0", 0.0)) if threads else ""
     spread = r.get("qps_range") or [r["qps"], r["qps"]]
-    return "| %s | %s | %d | %d | %d | %.0f | %.0f-%.0f (%d) | %s | %s | %s | %s | %.2f | %s | %s | %d |" % (
-        r["label"], "on" if r["auth"] else "off", r["registered"], r["active_ranks"], r["clients"], r["qps"],
+    return "| %s | %s | %s | %d | %d | %d | %.0f | %.0f-%.0f (%d) | %s | %s | %s | %s | %.2f | %s | %s | %d |" % (
+        r["label"], "on" if r["auth"] else "off", r.get("client", "zmq"), r["registered"], r["active_ranks"], r["clients"], r["qps"],
         spread[0], spread[1], r.get("repeats", 1),
         fmt(lat["p50"]), fmt(lat["p99"]), fmt(lat["p999"]),
         "-" if r["server_cpu_per_query_us"] is None else "%.1f%s" % (r["server_cpu_per_query_us"], split),
@@ -645,7 +678,8 @@ GOAL_SCALING = 0.8   # with the most ranks registered: at least 80% of the queri
 
 
 def _key(record):
-    return (record["label"], record["auth"], record["registered"], record["active_ranks"], record["clients"])
+    return (record["label"], record["auth"], record.get("client", "zmq"), record["registered"],
+            record["active_ranks"], record["clients"])
 
 
 def medians(runs):

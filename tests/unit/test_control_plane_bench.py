@@ -30,7 +30,7 @@ def test_summarize_arithmetic():
     assert record["server_cpu_util"] == 0.002
     assert record["server_cpu_per_query_us"] == 1000.0            # 4 ms of CPU for 4 queries
     assert record["generator_cpu_share"] == [0.5, 0.25]
-    assert "| after | off | 10 | 4 | 4 | 2 |" in cp.format_row(record)
+    assert "| after | off | zmtp | 10 | 4 | 4 | 2 |" in cp.format_row(record)
     assert "| 1000.0 |" in cp.format_row(record)
 
 
@@ -53,6 +53,28 @@ def test_config_checks_and_rank_split():
     assert len(plan) == 2 * 2 * 3                                 # 1000 querying ranks skip n = 4
     assert {(c.label, c.auth) for c in plan} == {("before", False), ("before", True), ("after", False),
                                                  ("after", True)}
+
+
+def test_config_refuses_unknown_clients_cpus_and_curve_without_libzmq():
+    with pytest.raises(ValueError, match="client"):
+        cp.Config(registered=4, clients=2, client="raw")
+    with pytest.raises(ValueError, match="libzmq"):
+        cp.Config(registered=4, clients=2, auth=True, client="zmtp")
+    with pytest.raises(ValueError, match="server_cpus"):
+        cp.Config(registered=4, clients=2, server_cpus=(10 ** 6,))
+    plan = cp.plan((4,), clients=2, auth=("off", "on"), client="zmtp", server_cpus=[0])
+    assert [(c.auth, c.client, c.server_cpus) for c in plan] == [(False, "zmtp", (0,)), (True, "zmq", (0,))]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("client", ["zmtp", "zmq"])
+def test_both_clients_get_answers_from_a_pinned_server(client):
+    cpus = sorted(__import__("os").sched_getaffinity(0))
+    config = cp.Config(registered=5, clients=2, active_ranks=4, duration=0.5, warmup=0.2, client=client,
+                       server_cpus=(cpus[0],), generator_cpus=(cpus[-1],))
+    record = cp.run_config(config)
+    assert record["client"] == client and record["server_cpus"] == [cpus[0]]
+    assert record["queries"] > 0 and record["errors"] == 0
 
 
 def test_cli_refuses_bad_lists(capsys):
