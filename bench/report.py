@@ -125,7 +125,7 @@ def _stopping_line(result):
     """How runs end, and what the whole bench cost in wall time."""
     text = []
     if result.get("engine") == "sim" and any(r.get("stopped_at_cap_s") is not None or r["time_to_target_s"]
-                                             and r["train_time_s"] < result["time_budget_s"]
+                                             and r["train_time_s"] < r.get("time_budget_s", result["time_budget_s"])
                                              for r in result["runs"]):
         text.append("Each run stops at the first snapshot that reaches the target, at the budget in virtual "
                     "time, or once its devices ran %d real iterations in all (a compute cap), whichever "
@@ -156,9 +156,11 @@ def _header(result):
                  m["cpu"], m["cores"], m["gpus"], m["mxnet"], m["python"]),
              "",
              "Profile `%s` (%d devices, slowdown per device): %s. Batch %d, plain SGD, seed %d, %.0f s of "
-             "training per run, target accuracy %.2f." % (
+             "training per run%s, target accuracy %.2f." % (
                  p["name"], len(p["devices"]), devices, result["batch_size"], result["seed"],
-                 result["time_budget_s"], result["target_accuracy"]),
+                 result["time_budget_s"], "".join(" (%s: %.0f s)" % kv
+                                                  for kv in sorted((result.get("time_budgets_s") or {}).items())),
+                 result["target_accuracy"]),
              "", _evaluation_line(result),
              "", _stopping_line(result),
              "", "Calibration (one iteration on one core or device; base iteration T: a device of slowdown f "

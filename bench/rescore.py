@@ -103,7 +103,8 @@ def rescore(out, models=None, log=print, score=True):
         profiles.Device(d["context"], d["slowdown"], d.get("label", "")) for d in first["profile"]["devices"]))
     models_run = tuple(dict.fromkeys([m for m in preset.models if m in seconds]
                                      + [m for m in seconds if m not in preset.models]))
-    return suite.run_suite(tuple(results), preset, profile, out, models=models_run, budget=first["time_budget_s"],
+    budget = None if first.get("time_budgets_s") else first["time_budget_s"]  # None: the preset's per model
+    return suite.run_suite(tuple(results), preset, profile, out, models=models_run, budget=budget,
                            seed=first["seed"], command=first["command"], measure=recorded, run=finished,
                            log=log, engine=first.get("engine", "cluster"), jobs=first.get("jobs", 1),
                            wall_s=first.get("suite_wall_s"),

@@ -202,6 +202,28 @@ def record_of(summary, key, spec, record, run_dir, out_dir):
     return rec
 
 
+def _without_budget(argv):
+    """``argv`` without its ``--time-budget`` value, and that value (or None)."""
+    if "--time-budget" not in argv:
+        return argv, None
+    i = argv.index("--time-budget")
+    return argv[:i] + argv[i + 2:], float(argv[i + 1])
+
+
+def same_run(done, wanted, ended_at):
+    """True if a simulator run made with arguments ``done`` that ended at
+    ``ended_at`` virtual seconds is the run ``wanted`` asks for: the same
+    arguments, or the same but the budget, when the run ended before its own
+    budget (at the target or the compute cap) and within the wanted one --
+    the budget only says when to stop, so the run would have gone the same."""
+    if done == wanted:
+        return True
+    (done_rest, done_budget), (wanted_rest, wanted_budget) = _without_budget(done), _without_budget(wanted)
+    if done_rest != wanted_rest or None in (done_budget, wanted_budget, ended_at):
+        return False
+    return ended_at < done_budget and ended_at <= wanted_budget
+
+
 def finished_run(spec, run_dir):
     """The summary of a simulator run already finished in ``run_dir`` with exactly
     ``spec``'s command (what ``--resume`` reuses), or None."""
@@ -212,7 +234,7 @@ def finished_run(spec, run_dir):
         summary = json.load(f)
     argv = spec.launch_argv(run_dir)
     done = (summary.get("sim") or {}).get("command") or []
-    if [str(a) for a in done[3:]] != [str(a) for a in argv[3:]]:
+    if not same_run([str(a) for a in done[3:]], [str(a) for a in argv[3:]], summary.get("train_time_s")):
         return None
     summary["command"], summary["wall_s"], summary["resumed"] = argv, summary["sim"]["wall_s"], True
     return summary
@@ -302,13 +324,14 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
     from . import plots, report
 
     started = time.monotonic()
+    models = tuple(models or preset.models)
+    budgets = {m: budget or preset.budget_for(m) for m in set(models) | {preset.figure_model}}
     budget = budget or preset.time_budget
     engine = engine or preset.engine
     if jobs > 1:
         os.environ["OMP_NUM_THREADS"] = "1"  # each run one thread: jobs runs share the cores
     if engine not in ENGINES:
         raise ConfigError("engine must be one of %s, got %r" % (ENGINES, engine))
-    models = tuple(models or preset.models)
     check_contexts(profile)
     os.makedirs(out, exist_ok=True)
     needs_figures = any(e != "table1" for e in experiments)
@@ -325,8 +348,12 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
         log("base iterations from the preset where it fixes them: %s"
             % ", ".join("%s %.3f s" % kv for kv in sorted(preset.iteration_s.items())))
     log("calibrating %d model(s) on profile %s (%d devices)" % (len(candidates), profile.name, len(profile.devices)))
-    calibration, skipped = calibrate_models(preset, profile, candidates, budget, measure=measure, log=log,
-                                            engine=engine)
+    calibration, skipped = {}, []
+    for model in candidates:  # one at a time: each model's own budget
+        one, not_run = calibrate_models(preset, profile, [model], budgets.get(model, budget), measure=measure,
+                                        log=log, engine=engine)
+        calibration.update(one)
+        skipped += not_run
     if needs_figures and figure_model not in calibration:
         runnable = [m for m in models if m in calibration]
         figure_model = runnable[0] if runnable else None
@@ -335,9 +362,13 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
     if only is not None:
         planned = {name: [k for k in keys if run_name(k) in only] for name, keys in planned.items()}
     keys = unique_runs(planned)
-    log("%d run(s) of %.0f s training each: %s" % (len(keys), budget, ", ".join(run_name(k) for k in keys)))
+    others = {m: b for m, b in budgets.items() if b != budget and m in calibration}
+    log("%d run(s) of %.0f s training each%s: %s" % (
+        len(keys), budget, "".join(" (%s: %.0f s)" % kv for kv in sorted(others.items())),
+        ", ".join(run_name(k) for k in keys)))
     records, failures = execute(
-        keys, lambda k: job_spec(k, preset, profile, calibration[k.model], budget, seed, engine=engine), out,
+        keys, lambda k: job_spec(k, preset, profile, calibration[k.model], budgets.get(k.model, budget), seed,
+                                 engine=engine), out,
         run=run, jobs=jobs, resume=resume)
 
     common = {"engine": engine, "jobs": jobs, "suite_wall_s": wall_s or round(time.monotonic() - started, 1),
@@ -345,7 +376,7 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
               "max_iterations": preset.max_iterations if engine == "sim" else 0, "preset": preset.name,
               "fixed_iterations": sorted(preset.iteration_s) if engine == "sim" else [], "command": list(command or sys.argv), "machine": machine_info(profile.contexts),
               "profile": dict(profile.as_dict(), calibration=calibration), "target_accuracy": preset.target_accuracy,
-              "seed": seed, "time_budget_s": budget, "batch_size": preset.batch_size, "figure_model": figure_model,
+              "seed": seed, "time_budget_s": budget, "time_budgets_s": others, "batch_size": preset.batch_size, "figure_model": figure_model,
               "skipped": skipped}
     results, files = {}, []
     for name in experiments:

@@ -227,3 +227,40 @@ def test_resume_keeps_only_a_simulator_run_finished_with_the_same_command(tmp_pa
     assert finished_run(other, run_dir) is None                     # another command: run again
     cluster = JobSpec(mode="esync", slowdowns=(117, 1))
     assert finished_run(cluster, run_dir) is None                   # the cluster's runs are never reused
+
+
+def test_a_run_that_ended_before_its_budget_is_the_same_run_under_a_longer_budget(tmp_path):
+    import json as _json
+
+    from bench.runner import JobSpec
+    from bench.suite import finished_run
+
+    def finished(budget, ended_at):
+        spec = JobSpec(mode="sync", slowdowns=(117, 1), engine="sim", time_budget=budget)
+        run_dir = str(tmp_path / ("run-%g-%g" % (budget, ended_at)))
+        os.makedirs(run_dir)
+        argv = spec.launch_argv(run_dir)
+        summary = {"train_time_s": ended_at, "sim": {"wall_s": 1.0, "command": ["python", "-m", "mxhet.sim"] + argv[3:]}}
+        with open(os.path.join(run_dir, "summary.json"), "w") as f:
+            _json.dump(summary, f)
+        return run_dir
+
+    def wanted(budget):
+        return JobSpec(mode="sync", slowdowns=(117, 1), engine="sim", time_budget=budget)
+
+    reached = finished(7200, 6311.0)                        # stopped at the target (or the cap) before 7200 s
+    assert finished_run(wanted(21600), reached) is not None  # a longer budget would have gone the same
+    assert finished_run(wanted(6000), reached) is None       # a shorter one would have stopped it earlier
+    out_of_time = finished(7200, 7223.9)                    # ran until its budget: a longer one goes further
+    assert finished_run(wanted(21600), out_of_time) is None
+    assert finished_run(wanted(7200), out_of_time) is not None
+    other_seed = JobSpec(mode="sync", slowdowns=(117, 1), engine="sim", time_budget=21600, seed=3)
+    assert finished_run(other_seed, reached) is None         # anything else differs: run again
+
+
+def test_a_model_can_have_its_own_budget():
+    from bench import presets
+
+    preset = presets.get("paper-sim")
+    assert preset.budget_for("inceptionv3") > preset.time_budget
+    assert preset.budget_for("resnet18_v1") == preset.time_budget
