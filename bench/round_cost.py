@@ -65,6 +65,48 @@ def summarize(summary):
     }
 
 
+def breakdown(summary):
+    """Where a fast device's blocked time per round goes, from the workers' per-round exchange times.
+
+    Every worker records, per round, when its push/pull began, was issued and finished
+    (``round_exchange_*_s``, seconds since its training started) and the clock at that start
+    (``start_clock_s``: ``time.monotonic``, shared by the processes of one machine), so the
+    rounds of all workers line up. Per fast device and round: ``issue`` = packing and issuing
+    the push and pull; ``wait_last_push`` = from its own push to the last worker's push starting
+    (normally the slowest device: Algorithm 2's margin plus whatever delays that device);
+    ``after_last_push`` = from the last push starting to its own pull finishing (the last push's
+    transfer, the servers' updater, the pull: the exchange itself). ``query`` = its State Server
+    time per round. Returns None when the workers did not record exchange times (older code).
+    """
+    workers = sorted(summary["workers"], key=lambda w: w["slot"])
+    if not all(w.get("round_exchange_start_s") and w.get("start_clock_s") for w in workers):
+        return None
+    rounds = min(len(w["round_exchange_start_s"]) for w in workers)
+    start = [[w["start_clock_s"] + t for t in w["round_exchange_start_s"][:rounds]] for w in workers]
+    issued = [[w["start_clock_s"] + t for t in w["round_exchange_issued_s"][:rounds]] for w in workers]
+    end = [[w["start_clock_s"] + t for t in w["round_exchange_end_s"][:rounds]] for w in workers]
+    last = [max(start[i][r] for i in range(len(workers))) for r in range(rounds)]
+    fastest = min(w["slowdown"] for w in workers)
+    per_device = []
+    for i, w in enumerate(workers):
+        ex = [end[i][r] - start[i][r] for r in range(rounds)]
+        per_device.append({
+            "slot": w["slot"], "slowdown": w["slowdown"], "rounds": rounds,
+            "exchange_s": statistics.mean(ex),
+            "issue_s": statistics.mean(issued[i][r] - start[i][r] for r in range(rounds)),
+            "wait_last_push_s": statistics.mean(max(0.0, last[r] - start[i][r]) for r in range(rounds)),
+            "after_last_push_s": statistics.mean(end[i][r] - max(start[i][r], last[r]) for r in range(rounds)),
+            "last_to_push": sum(1 for r in range(rounds) if start[i][r] == last[r]),
+            "query_s": w["query_s"] / max(1, len(w["round_blocked_s"])),
+            "blocked_s": sum(w["round_blocked_s"]) / max(1, len(w["round_blocked_s"])),
+        })
+    fast = [d for d in per_device if d["slowdown"] == fastest]
+    mean = lambda key: statistics.mean(d[key] for d in fast)  # noqa: E731
+    return {"devices": per_device, "fast": {key: mean(key) for key in
+                                            ("blocked_s", "query_s", "exchange_s", "issue_s", "wait_last_push_s",
+                                             "after_last_push_s")}}
+
+
 def format_report(runs, model, slowdowns, budget):
     """Markdown: one line per run, then the median of each (label, ack) over repeats."""
     lines = ["ESync on the cluster: %s, slowdown %s, %g s per run. Blocked = State Server waits + push/pull, per "
@@ -95,6 +137,25 @@ def format_report(runs, model, slowdowns, budget):
             statistics.median(r["fast_compute_ratio"] for r in rs),
             1000 * statistics.median(d["query_per_round_s"] for d in fast),
             1000 * statistics.median(d["sync_per_round_s"] for d in slow)))
+    split = [r for r in runs if r.get("breakdown")]
+    if split:
+        lines += ["", "Where a fast device's blocked time per round goes (ms, mean of the fast devices; "
+                      "`bench.round_cost.breakdown`): State Server = its queries and RESET; issue = packing and "
+                      "issuing push and pull; wait for the last push = from its push until the last worker's push "
+                      "began; exchange after the last push = that push's transfer, the servers' updater and the "
+                      "pull; the slowest device's own push/pull for comparison.", "",
+                  "| run | fastest iteration | blocked | State Server | issue | wait for the last push "
+                  "| exchange after the last push | slowest device's push/pull | rounds the slowest pushed last |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in split:
+            b = r["breakdown"]
+            f = b["fast"]
+            slowest = max(b["devices"], key=lambda d: d["slowdown"])
+            lines.append("| %s-%s-%d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %d of %d |" % (
+                r["label"], r["ack"], r["repeat"], 1000 * r["fastest_iteration_s"], 1000 * f["blocked_s"],
+                1000 * f["query_s"], 1000 * f["issue_s"], 1000 * f["wait_last_push_s"],
+                1000 * f["after_last_push_s"], 1000 * slowest["exchange_s"], slowest["last_to_push"],
+                slowest["rounds"]))
     return "\n".join(lines) + "\n"
 
 
@@ -170,6 +231,9 @@ def main(argv=None):
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--extra", default="", help="more training flags, space-separated")
+    p.add_argument("--launcher-args", default="",
+                   help="more mxhet-launch flags, space-separated (e.g. '--base-iter 0.15': iteration times "
+                        "pinned by the profile instead of measured on a loaded machine)")
     p.add_argument("--allowance", type=float, default=600.0,
                    help="seconds for start-up and evaluation beyond the budget before a job counts as hung")
     p.add_argument("--out", default="runs/round-cost")
@@ -197,7 +261,8 @@ def main(argv=None):
                 name = "%s-%s-%d" % (label, ack, rep)
                 spec = JobSpec(mode="esync", slowdowns=slowdowns, model=args.model, time_budget=args.time_budget,
                                batch_size=args.batch_size, startup_allowance=args.allowance,
-                               extra_train_args=("--ack", ack) + tuple(args.extra.split()))
+                               extra_train_args=("--ack", ack) + tuple(args.extra.split()),
+                               launcher_args=tuple(args.launcher_args.split()))
                 env_before = os.environ.get("PYTHONPATH")
                 os.environ["PYTHONPATH"] = code
                 os.chdir(code)
@@ -213,7 +278,8 @@ def main(argv=None):
                         os.environ.pop("PYTHONPATH", None)
                     else:
                         os.environ["PYTHONPATH"] = env_before
-                row = dict(summarize(summary), label=label, ack=ack, repeat=rep, started_unix=started)
+                row = dict(summarize(summary), label=label, ack=ack, repeat=rep, started_unix=started,
+                           breakdown=breakdown(summary))
                 results.append(row)
                 print("%-22s fast blocked/round %6.1f ms  fastest iter %5.1f ms  ratio %5.2f  "
                       "fast compute ratio %.2f  q/round %s ms  sync/round %s ms  n_i %s  acc %s" % (
@@ -223,6 +289,12 @@ def main(argv=None):
                           "/".join("%.1f" % (1000 * d["sync_per_round_s"]) for d in row["devices"]),
                           "/".join("%.1f" % d["mean_n_i"] for d in row["devices"]),
                           row["final_accuracy"]), flush=True)
+                if row["breakdown"]:
+                    f = row["breakdown"]["fast"]
+                    print("%-22s fast per round: State Server %.1f ms, issue %.1f ms, wait for the last push %.1f ms, "
+                          "exchange after it %.1f ms" % (name, 1000 * f["query_s"], 1000 * f["issue_s"],
+                                                         1000 * f["wait_last_push_s"],
+                                                         1000 * f["after_last_push_s"]), flush=True)
     with open(os.path.join(out, "round-cost.md"), "w") as f:
         f.write(format_report(results, args.model, slowdowns, args.time_budget))
     with open(os.path.join(out, "round-cost.json"), "w") as f:

@@ -141,6 +141,7 @@ class KVChannel:
         self.clock = clock
         self.bucket_bytes = bucket_bytes
         self.layout = None      # a BucketLayout once the model is shared in buckets
+        self.last_exchange = None   # (began, issued, finished) clock readings of the latest push_pull
         self._flats = None      # (send buffers, receive buffers), one per bucket
         self.kv = None
 
@@ -206,19 +207,26 @@ class KVChannel:
         self.kv.init(keys, values)
 
     def push_pull(self, keys, values, outs):
-        """Push ``values`` and pull into ``outs`` (one batch), waiting for both."""
+        """Push ``values`` and pull into ``outs`` (one batch), waiting for both.
+
+        :attr:`last_exchange` holds the clock when it began, when the push and pull
+        were issued (MXNet runs them asynchronously) and when both had finished."""
         t0 = self.clock()
         if self.layout is None:
             self.kv.push(keys, values)
             self.kv.pull(keys, out=outs)
+            issued = self.clock()
         else:
             kv_keys, kv_values, kv_outs, param_outs = self._bucketed(keys, values, outs)
             self.kv.push(kv_keys, kv_values)
             self.kv.pull(kv_keys, out=kv_outs)
+            issued = self.clock()
             if param_outs:
                 self.layout.unpack(self._flats[1], param_outs)
         mx.nd.waitall()
-        self.counters.sync_s += self.clock() - t0
+        done = self.clock()
+        self.last_exchange = (t0, issued, done)
+        self.counters.sync_s += done - t0
         self.counters.bytes_pushed += nbytes(values)
         self.counters.bytes_pulled += nbytes(outs)
 

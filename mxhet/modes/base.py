@@ -83,6 +83,13 @@ class WorkerStats:
     round_aborted: list = dataclasses.field(default_factory=list)
     round_slowest: list = dataclasses.field(default_factory=list)
     round_end_s: list = dataclasses.field(default_factory=list)  # seconds since training started
+    # ESync: when each round's push/pull began, was issued and finished (seconds since training
+    # started); with start_clock_s (the clock at that start: time.monotonic, one clock for every
+    # process of a machine) the rounds of all workers line up, so the wait for the last push shows
+    round_exchange_start_s: list = dataclasses.field(default_factory=list)
+    round_exchange_issued_s: list = dataclasses.field(default_factory=list)
+    round_exchange_end_s: list = dataclasses.field(default_factory=list)
+    start_clock_s: float = 0.0
 
     def as_dict(self):
         out = dataclasses.asdict(self)
@@ -243,7 +250,7 @@ class SyncMode:
                                                   self.config.num_servers)
         self.on_setup(batch_size)
         self._ready = True
-        self._t_last = self._t_start = self.clock()
+        self._t_last = self._t_start = self.stats.start_clock_s = self.clock()
 
     def on_connect(self):
         """Right after the kvstore exists (the rank is known): join the State

@@ -182,6 +182,10 @@ class ESync(SyncMode):
         self.weighting.weigh(self, self.policy.k, self._batch_size)
         before = self.outer.before(self.wbufs) if self.outer else None
         self.exchange_deltas(self.round)
+        start, issued, end = getattr(self.channel, "last_exchange", None) or (self._t_start,) * 3
+        self.stats.round_exchange_start_s.append(start - self._t_start)
+        self.stats.round_exchange_issued_s.append(issued - self._t_start)
+        self.stats.round_exchange_end_s.append(end - self._t_start)
         if self.outer:
             self.outer.after(before, self.wbufs)
         if self.opts["reset_optimizer_state"]:
