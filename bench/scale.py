@@ -2,7 +2,9 @@
 
 Each run is the virtual-time engine (:mod:`mxhet.sim.engine`) with its real
 decision code -- :class:`~mxhet.sim.engine.Simulation`'s ESync, SSP and ADSP
-device processes, the worker policies of :mod:`mxhet.policy`, and one
+device processes and the Partial Reduce driver (:mod:`mxhet.sim.drivers.preduce`,
+its :class:`~mxhet.control.preduce.PartialReduceController` behind the
+service), the worker policies of :mod:`mxhet.policy`, and one
 :class:`~mxhet.control.server.StateService` (the class the State Server's
 socket loop serves with), answering every request -- over N devices.
 
@@ -52,7 +54,7 @@ import time
 import numpy as np
 
 SIZES = (100, 1000, 10000)
-MODES = ("esync", "ssp", "adsp")
+MODES = ("esync", "ssp", "adsp", "preduce")
 SIGMA = 0.5
 BASE_ITER_S = 0.1
 SLOWED = 3           # devices that slow down mid-run
@@ -82,10 +84,15 @@ def features(split):
 
 
 class Buf(np.ndarray):
-    """A NumPy array with NDArray's ``copyto``, so the engine's helpers move it."""
+    """A NumPy array with NDArray's ``copyto`` and ``context``, so the engine's helpers move it."""
 
     def copyto(self, other):
         np.copyto(other, self)
+
+    @property
+    def context(self):
+        import mxnet as mx
+        return mx.cpu()
 
 
 def buf(array):
@@ -166,6 +173,23 @@ def make_servers_class():
     return LinearServers
 
 
+class NumpySlots:
+    """Partial Reduce's slot store for NumPy replicas: the driver's own store (MXNet arrays
+    and the real ``PartialReduceSum`` updater) inside, NumPy arrays outside."""
+
+    def __init__(self, store):
+        self.store = store
+        self.applied = 0
+
+    def apply(self, key, value):
+        import mxnet as mx
+        self.applied += 1
+        self.store.apply(key, mx.nd.array(value))
+
+    def snapshot(self, keys):
+        return [buf(self.store.weights[k].asnumpy()) for k in keys]
+
+
 def run_one(mode, n, seed=0, budget=None, progress=False):
     """One simulated run of ``mode`` with ``n`` devices; returns its record."""
     import mxnet as mx
@@ -206,6 +230,11 @@ def run_one(mode, n, seed=0, budget=None, progress=False):
         devices.append(dev)
     servers = make_servers_class()(init, updater)
     sim = engine.Simulation(job, devices, servers, grad_keys=[0, 1])
+    if mode == "preduce":
+        # the driver's slots and its evaluation point (the average of all N models), with NumPy replicas
+        from mxhet.sim.drivers import preduce
+        rendezvous = preduce._rendezvous(sim)
+        rendezvous.store = NumpySlots(rendezvous.store)
     handle = sim.service.handle
     inside = [0.0]
 
@@ -227,6 +256,8 @@ def run_one(mode, n, seed=0, budget=None, progress=False):
     cpu = time.process_time() - cpu0
     if progress:
         bar.close()
+    if mode == "preduce":
+        servers.applied += rendezvous.store.applied   # the slots' updates (the parameter keys see none)
     tx, ty = features("test")
     w, b = servers.snapshot()
     accuracy = float(((tx @ w + b).argmax(axis=1) == ty).mean())

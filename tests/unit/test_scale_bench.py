@@ -5,7 +5,7 @@ import pytest
 from bench import scale
 
 
-@pytest.mark.parametrize("mode", ["esync", "ssp", "adsp"])
+@pytest.mark.parametrize("mode", ["esync", "ssp", "adsp", "preduce"])
 def test_a_small_scale_run_trains_and_counts_its_decisions(mode):
     r = scale.run_one(mode, 12, seed=1, budget=1.5)
     assert r["devices"] == 12 and r["virtual_s"] >= 1.5
@@ -15,6 +15,8 @@ def test_a_small_scale_run_trains_and_counts_its_decisions(mode):
     assert r["handle_us_per_decision"] > 0 and r["peak_rss_mb"] > 0
     if mode == "esync":
         assert r["rounds"] >= 1 and r["n_i"]["max"] >= r["n_i"]["min"] >= 1
+    if mode == "preduce":   # every update went through a group's slot (P = 2: two per group)
+        assert r["server_updates"] >= 2 * 2 and r["device_updates"] >= 2
 
 
 def test_speeds_are_log_normal_and_seeded():
