@@ -99,7 +99,7 @@ def job_spec(engine, model, profile, dist, variant, cap=DEFAULT_CAP, max_iterati
                               **common)
     base = CLUSTER_BASE_ITER_S[model]
     return runner.JobSpec(time_budget=cluster_budget, eval_interval=max(0.5, cluster_budget / 40),
-                          engine="cluster", startup_allowance=300.0,
+                          engine="cluster", startup_allowance=900.0,
                           launcher_args=("--base-iter", "%.6f" % base, "--omp-threads", "1"), **common)
 
 
@@ -369,6 +369,10 @@ def write(out, command):
     with open(path, "w") as f:
         json.dump(doc, f, indent=1)
     text = report(rows, command)
+    notes = os.path.join(out, "notes.md")
+    if os.path.exists(notes):   # hand-written: the conditions of the runs, what was not run
+        with open(notes) as f:
+            text += "\n" + f.read()
     with open(os.path.join(out, "aggregation.md"), "w") as f:
         f.write(text)
     print(text)
