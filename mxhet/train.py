@@ -34,6 +34,9 @@ def build_parser():
     g = p.add_argument_group("model and data")
     g.add_argument("--model", default="smallcnn", help="model name (mxhet.models.MODEL_NAMES)")
     g.add_argument("--input-size", type=int, default=None, help="input image side in pixels (default: per model)")
+    g.add_argument("--loss", choices=["softmax", "l2"], default="softmax",
+                   help="training loss: softmax cross-entropy, or l2: half the mean squared error against the "
+                        "one-hot label (the G-CADA paper's linear regression, with --model linear)")
     g.add_argument("--dist", choices=["iid", "non-iid", "group"], default="iid",
                    help="how the training set is split ('group': the same shard for every member of a "
                         "group, disjoint across groups; needs --groups)")
@@ -54,6 +57,9 @@ def build_parser():
                    help="gcada: G, groups of M/G workers (and the groups of --dist group)")
     g.add_argument("--max-delay", type=int, default=None, help="gcada, cada: D, the largest age of information")
     g.add_argument("--lazy-c", type=float, default=None, help="gcada, cada: c of the lazy condition (eq. 9)")
+    g.add_argument("--smoothness", choices=["folded", "shard"], default=None,
+                   help="gcada, cada: eq. (9)'s L_g, folded into c (L_g = 1, default) or computed exactly from "
+                        "the group's shard (needs --model linear --loss l2)")
     g.add_argument("--step-size", type=float, default=None, help="gcada, cada: AMSGrad's α on the servers")
     g.add_argument("--beta1", type=float, default=None, help="gcada, cada: AMSGrad's β1")
     g.add_argument("--beta2", type=float, default=None, help="gcada, cada: AMSGrad's β2")
@@ -153,7 +159,7 @@ def mode_options(args, mode):
     offered.update(group_size=args.group_size, weights=args.weights, alpha=args.alpha,
                    frozen_filter=args.frozen_filter == "on", frozen_window=args.frozen_window)
     for name, flag in (("groups", "groups"), ("max_delay", "max_delay"), ("c", "lazy_c"), ("step_size", "step_size"),
-                       ("beta1", "beta1"), ("beta2", "beta2")):
+                       ("beta1", "beta1"), ("beta2", "beta2"), ("smoothness", "smoothness")):
         if getattr(args, flag, None) is not None:  # G-CADA's: given on the command line, else the spec's default
             offered[name] = getattr(args, flag)
     takes = get_spec(mode).defaults()
@@ -198,9 +204,10 @@ class RoundDumper:
 def run(args, config=None):
     """Train under the configuration; returns this worker's stats dict."""
     import mxnet as mx
-    from mxnet import autograd, gluon
+    from mxnet import autograd
 
     from . import checkpoint, data, models
+    from . import losses as losses_mod
     from .modes import get_mode
     from .observe.worker import WorkerObserver
     from .trainer import Trainer
@@ -230,6 +237,11 @@ def run(args, config=None):
 
     trainer = Trainer(net.collect_params(), args.optimizer, optimizer_params(args), sync=mode, config=config,
                       on_nonfinite=args.on_nonfinite, **mode_options(args, mode))
+    smoothness = _mode_spec(mode).resolve(mode_options(args, mode)).get("smoothness")
+    if smoothness is not None:   # gcada, cada: eq. (9)'s L_g
+        losses_mod.check_smoothness(smoothness, args.model, args.loss)
+        if smoothness == "shard":
+            trainer.mode.set_smoothness(losses_mod.shard_smoothness(images, shard, input_size))
     if args.checkpoint_dir and get_mode(mode).kvstore_type == "dist_async":
         raise ConfigError("checkpoints need a mode whose workers finish rounds together (esync, sync, localsgd, "
                           "local); %s workers run rounds of their own" % mode)
@@ -272,7 +284,7 @@ def run(args, config=None):
 
     if is_chief:
         snapshot()
-    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    loss_fn = losses_mod.get_loss(args.loss)
     losses = []
     last_snap = last_log = time.monotonic()
 
@@ -391,6 +403,7 @@ def evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time
         "mode": mode,
         "ack": args.ack if mode == "esync" else None,
         "model": args.model,
+        "loss": args.loss,
         "input_size": input_size,
         "dist": args.dist,
         "batch_size": args.batch_size,

@@ -6,9 +6,12 @@ parameter server selects group g when
 
 * its age of information τ_g ≥ D, or
 * the lazy condition (eq. 9) is violated:
-  ``‖θ^k − θ^{k−τ_g}‖² > c · Σ_{d=1..D} ‖θ^{k+1−d} − θ^{k−d}‖²``
+  ``L_g² · ‖θ^k − θ^{k−τ_g}‖² > c · Σ_{d=1..D} ‖θ^{k+1−d} − θ^{k−d}‖²``
 
-(the paper's smoothness constant L_g is folded into c: L_g = 1). Every member
+L_g is the smoothness constant of group g's loss. Where it is unknown it is
+folded into c (L_g = 1, the default); for a quadratic loss the workers compute
+it exactly from their shard (:func:`mxhet.losses.shard_smoothness`) and send it
+with ``GroupBegin``. Every member
 of a selected group downloads θ^k and computes a gradient; only the first to
 finish uploads it (:meth:`GroupRule.claim`), the others drop their work. Once
 every selected group has uploaded, the servers apply the AMSGrad step over the
@@ -57,7 +60,7 @@ def group_of(slot, num_workers, groups):
     return slot // (num_workers // groups)
 
 
-def lazy_selection(aoi, lhs, history, c, max_delay):
+def lazy_selection(aoi, lhs, history, c, max_delay, smoothness=None):
     """The groups selected at one iteration (Algorithm 1, lines 2-3).
 
     Args:
@@ -67,12 +70,23 @@ def lazy_selection(aoi, lhs, history, c, max_delay):
             before θ^0 are absent and count 0).
         c: the constant of eq. (9), > 0.
         max_delay: D >= 1.
+        smoothness: L_g per group (None: all 1, folded into c).
 
     Returns:
         the sorted list of selected group indices.
     """
     rhs = c * sum(list(history)[:max_delay])
-    return [g for g, (tau, left) in enumerate(zip(aoi, lhs)) if tau >= max_delay or left > rhs]
+    if smoothness is None:
+        smoothness = [1.0] * len(aoi)
+    return [g for g, (tau, left, lg) in enumerate(zip(aoi, lhs, smoothness))
+            if tau >= max_delay or lg * lg * left > rhs]
+
+
+def check_smoothness_value(value):
+    """Raises ValueError unless ``value`` is a finite number > 0 (an L_g)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise ValueError("the smoothness constant L_g must be a finite number > 0, got %r" % (value,))
+    return float(value)
 
 
 class GroupRule:
@@ -85,20 +99,27 @@ class GroupRule:
     Args:
         groups: G >= 1.
         max_delay: D >= 1.
-        c: eq. (9)'s constant, > 0 (L_g folded in).
+        c: eq. (9)'s constant, > 0.
         group_size: workers per group (M/G), for the nominal counts.
+        smoothness: L_g per group (default all 1: folded into c); see
+            :meth:`set_smoothness`.
 
     Raises:
         ValueError: naming a bad argument.
     """
 
-    def __init__(self, groups, max_delay=DEFAULT_MAX_DELAY, c=0.3, group_size=1):
+    def __init__(self, groups, max_delay=DEFAULT_MAX_DELAY, c=0.3, group_size=1, smoothness=None):
         for name, value in (("groups", groups), ("max_delay", max_delay), ("group_size", group_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError("%s must be a positive integer, got %r" % (name, value))
         if isinstance(c, bool) or not isinstance(c, (int, float)) or not c > 0 or c != c or c == float("inf"):
             raise ValueError("c must be a finite number > 0, got %r" % (c,))
         self.groups, self.max_delay, self.c, self.group_size = groups, max_delay, float(c), group_size
+        if smoothness is None:
+            smoothness = [1.0] * groups
+        if not isinstance(smoothness, (list, tuple)) or len(smoothness) != groups:
+            raise ValueError("smoothness must hold one L_g per group (%d), got %r" % (groups, smoothness))
+        self.smoothness = [check_smoothness_value(v) for v in smoothness]   # L_g
         self.aoi = [max_delay] * groups          # τ_g^k: every group is selected at k = 0
         self.lhs = [0.0] * groups                # ‖θ^k − θ^{k−τ_g}‖²
         self.history = collections.deque(maxlen=max_delay)  # ‖θ^{k+1−d} − θ^{k−d}‖², newest first
@@ -108,6 +129,17 @@ class GroupRule:
         self.uploaded = set()  # groups whose upload reached the servers this iteration
         self.downloads = 0     # members told "selected" this iteration
         self.log = []          # one record per finished iteration
+
+    def set_smoothness(self, group, value):
+        """Set L_g of ``group`` (before the selection it first matters for:
+        every group is selected at k = 0 by its AoI, so any value that arrives
+        before the first step is in time).
+
+        Raises:
+            ValueError: for a bad group or value.
+        """
+        self._check_group(group)
+        self.smoothness[group] = check_smoothness_value(value)
 
     def is_selected(self, group):
         return group in self.selected
@@ -198,7 +230,7 @@ class GroupRule:
         self.history.appendleft(float(delta_sq))
         self.lhs = [float(x) for x in group_sq]
         self.iteration += 1
-        self.selected = lazy_selection(self.aoi, self.lhs, self.history, self.c, self.max_delay)
+        self.selected = lazy_selection(self.aoi, self.lhs, self.history, self.c, self.max_delay, self.smoothness)
         self.claims, self.uploaded, self.downloads = {}, set(), 0
         return self.selected
 
@@ -242,6 +274,26 @@ class GroupCoordinator:
         self.triggers = {}   # iteration -> rank told to trigger the servers' step
         self.stop_at = None  # first iteration every worker is told to stop at
         self.released = []
+        self.smoothness_from = {}   # group -> the first rank that sent its L_g
+
+    def smoothness(self, rank, group, value):
+        """A member of ``group`` sends L_g (with every ``GroupBegin``): the first
+        sets it, every later one must agree (members hold the same shard).
+
+        Raises:
+            ValueError: for a bad value or one that differs from the group's
+                (relative tolerance 1e-6).
+        """
+        value = check_smoothness_value(value)
+        rule = self.rule
+        first = self.smoothness_from.get(group)
+        if first is None:
+            rule.set_smoothness(group, value)
+            self.smoothness_from[group] = rank
+        elif abs(value - rule.smoothness[group]) > 1e-6 * rule.smoothness[group]:
+            raise ValueError("rank %d sends L_g = %r for group %d, rank %d sent %r: the members of a group must "
+                             "hold the same shard and the same smoothness setting"
+                             % (rank, value, group, first, rule.smoothness[group]))
 
     def check(self, groups, max_delay, c):
         """Raises ValueError if a worker names another rule than the job's."""
@@ -306,6 +358,7 @@ class GroupCoordinator:
     def stats(self, batch_size=1):
         rule = self.rule
         return {"groups": rule.groups, "max_delay": rule.max_delay, "c": rule.c, "group_size": rule.group_size,
+                "smoothness": list(rule.smoothness),
                 "iterations": rule.log, "totals": rule.totals(batch_size)}
 
 

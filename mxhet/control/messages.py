@@ -262,12 +262,15 @@ class GroupBegin(_GroupRequest):
     iteration in ``round``; ``ready``: download θ and compute; ``target`` 1: no
     group is selected, this worker triggers the servers' step; ``stop``: the
     job ends. ``groups``, ``max_delay`` and ``c`` are the job's rule (the same
-    from every worker); ``want_stop`` asks to end training."""
+    from every worker); ``smoothness`` is L_g of the worker's group in eq. (9)
+    (1: folded into c; the same from every member); ``want_stop`` asks to end
+    training."""
     TYPE = "group_begin"
     groups: int
     max_delay: int
     c: float
     want_stop: bool
+    smoothness: float = 1.0
 
     def validate(self):
         super().validate()
@@ -275,6 +278,9 @@ class GroupBegin(_GroupRequest):
         _check_int("max_delay", self.max_delay, minimum=1)
         _check_seconds("c", self.c)  # a finite number >= 0
         _check_bool("want_stop", self.want_stop)
+        _check_seconds("smoothness", self.smoothness)
+        if not self.smoothness > 0:
+            raise ProtocolError("field 'smoothness' must be > 0, got %r" % (self.smoothness,))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

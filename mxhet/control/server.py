@@ -274,6 +274,8 @@ class StateService:
         if req.group >= coordinator.rule.groups:
             raise ProtocolError("group %d of rank %d: the job has %d groups"
                                 % (req.group, req.rank, coordinator.rule.groups))
+        if req.TYPE == m.GroupBegin.TYPE:
+            coordinator.smoothness(req.rank, req.group, req.smoothness)
         return coordinator
 
     def _group_reply(self, coordinator, reply):

@@ -39,6 +39,7 @@ from ..control.gcada import check_groups, group_of
 from ..dataplane import copy_all
 from ..errors import ConfigError
 from ..gluon_private import mark_grad_used, trainer_params
+from ..losses import SMOOTHNESS_CHOICES
 from ..policy import specs
 from .base import SyncMode
 from .registry import register
@@ -59,6 +60,9 @@ def check_rule_options(opts):
     for name in ("beta1", "beta2"):
         if not (isinstance(opts[name], (int, float)) and 0 <= opts[name] < 1):
             raise ConfigError("%s must be in [0, 1), got %r" % (name, opts[name]))
+    if opts["smoothness"] not in SMOOTHNESS_CHOICES:
+        raise ConfigError("smoothness must be one of %s, got %r"
+                          % (", ".join(SMOOTHNESS_CHOICES), opts["smoothness"]))
 
 
 @register
@@ -79,6 +83,21 @@ class GCADA(SyncMode):
         self.iteration = None   # the iteration whose gradient this worker computes
         self._watch = None      # seq of the GroupWatch of that iteration
         self._dropped = False
+        self._smoothness = 1.0 if self.opts["smoothness"] == "folded" else None   # L_g of this worker's group
+
+    def set_smoothness(self, value):
+        """L_g of this worker's group for eq. (9), computed from its shard
+        (option ``smoothness='shard'``; before :meth:`setup`).
+
+        Raises:
+            ConfigError: with ``smoothness='folded'`` or for a bad value.
+        """
+        if self.opts["smoothness"] != "shard":
+            raise ConfigError("%s: L_g is folded into c (smoothness='folded'); set smoothness='shard' to give it"
+                              % self.name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            raise ConfigError("%s: L_g must be a finite number > 0, got %r" % (self.name, value))
+        self._smoothness = float(value)
 
     @classmethod
     def groups_for(cls, num_workers, opts):
@@ -99,6 +118,10 @@ class GCADA(SyncMode):
         self.client = self.join_state_server()
 
     def on_setup(self, batch_size):
+        if self._smoothness is None:
+            raise ConfigError("%s with smoothness='shard' needs L_g of the worker's shard before setup "
+                              "(set_smoothness; python -m mxhet.train computes it for --model linear --loss l2)"
+                              % self.name)
         self._batch_size = batch_size
         params = trainer_params(self.trainer)
         self._grad_keys = [i for i, p in enumerate(params) if p.grad_req != "null"]
@@ -135,7 +158,7 @@ class GCADA(SyncMode):
         self.iteration = None
         while True:
             reply = self._ask(m.GroupBegin, iteration=wanted, groups=self.groups, max_delay=self.opts["max_delay"],
-                              c=float(self.opts["c"]), want_stop=self.wants_stop())
+                              c=float(self.opts["c"]), want_stop=self.wants_stop(), smoothness=self._smoothness)
             self.stats.rounds = reply.round     # iterations the job finished
             if reply.stop:
                 self.stopped = True

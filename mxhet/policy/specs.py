@@ -99,7 +99,9 @@ information, and the window of the lazy condition (eq. 9)."""
 def _amsgrad_options(c):
     return (Option("max_delay", DEFAULT_MAX_DELAY, "D: a group whose age of information reaches D is selected; "
                                                    "eq. (9)'s window (D = 1: every group, every iteration)"),
-            Option("c", c, "c of the lazy condition (eq. 9), the smoothness constant L_g folded in"),
+            Option("c", c, "c of the lazy condition (eq. 9)"),
+            Option("smoothness", "folded", "eq. (9)'s L_g: 'folded' (L_g = 1, folded into c) or 'shard' "
+                                           "(computed exactly from the group's shard; --model linear --loss l2)"),
             Option("step_size", 0.01, "α, AMSGrad's step size on the servers (eq. 8c)"),
             Option("beta1", 0.9, "β1, AMSGrad's momentum weight (eq. 8a)"),
             Option("beta2", 0.999, "β2, AMSGrad's second-moment weight (eq. 8b)"),

@@ -164,7 +164,7 @@ def run(args):
     """Simulate the job of ``args``; returns the summary dict (also written to ``--metrics-out``)."""
     import mxnet as mx
 
-    from .. import data, models, train
+    from .. import data, losses, models, train
     from ..modes import get_mode
     from . import engine
 
@@ -178,6 +178,20 @@ def run(args):
     wall0 = time.monotonic()
     devices = engine.build_devices(job, args.model, input_size, images, labels, args.dist, args.optimizer,
                                    optimizer_params(args), ctx, spec)
+    for dev in devices:
+        dev.loss_fn = losses.get_loss(args.loss)
+    smoothness = job.mode_options.get("smoothness")
+    if smoothness is not None:   # gcada, cada: eq. (9)'s L_g
+        losses.check_smoothness(smoothness, args.model, args.loss)
+        if smoothness == "shard":   # each device's shard, as build_devices drew it (once per distinct shard)
+            known = {}
+            for dev in devices:
+                shard = data.partition(labels, len(devices), dev.slot, dist=args.dist, seed=job.seed,
+                                       groups=job.mode_options.get("groups"))
+                key = shard.tobytes()
+                if key not in known:
+                    known[key] = losses.shard_smoothness(images, shard, input_size)
+                dev.smoothness = known[key]
     first = devices[0]
     grad_keys = [k for k, p in enumerate(first.params) if p.grad_req != "null"]
     updater = None

@@ -134,6 +134,8 @@ class Device:
         self.stats = WorkerStats(rank=slot, slot=slot, context=config.context, slowdown=config.slowdown)
         self.global_copy = None         # the global model as last pulled (delta modes)
         self.last_loss = None
+        self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()   # the training loss (per sample)
+        self.smoothness = 1.0           # gcada, cada: L_g of this device's shard in eq. (9) (1: folded into c)
         self.stopped = False
         self.seq = 0
         self.incarnation = slot + 1
@@ -155,7 +157,7 @@ class Device:
         """One real forward and backward pass (and the local optimizer step)."""
         x, y = next(self.batches)
         with autograd.record():
-            loss = gluon.loss.SoftmaxCrossEntropyLoss()(self.net(x), y)
+            loss = self.loss_fn(self.net(x), y)
         loss.backward()
         if local_step:
             self.trainer.step(self.batch_size)

@@ -5,25 +5,9 @@ import numpy as np
 import pytest
 
 from mxhet.sim import cli
+from tests.gcada_checks import check_first_finishers
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def check_first_finishers(iterations, workers, slow_slot, group_size):
-    """(As in tests/integration/test_gcada.py.) Every iteration: exactly one upload per selected group; the slowed
-    member never uploads and every gradient it started was dropped before it
-    finished; every worker ends with the same model."""
-    assert len(iterations) >= 5
-    for record in iterations:
-        assert record["uploads"] == len(record["selected"]), record
-        assert record["downloads"] <= group_size * len(record["selected"]), record
-    assert sum(w["uploads"] for w in workers) == sum(r["uploads"] for r in iterations)
-    slow = next(w for w in workers if w["slot"] == slow_slot)
-    assert slow["downloads"] >= 1 and slow["uploads"] == 0
-    assert slow["aborted"] == slow["downloads"] and slow["iterations"] == 0   # dropped at once, every time
-    teammate = next(w for w in workers if w["slot"] == slow_slot - 1)
-    assert teammate["uploads"] >= 1
-    assert len({w["final_model_sha256"] for w in workers}) == 1
 
 
 def _sim(tmp_path, *argv):
@@ -38,6 +22,7 @@ def _sim(tmp_path, *argv):
 def test_one_upload_per_selected_group_and_a_straggler_is_dropped(tmp_path):
     summary = _sim(tmp_path, "-n", "4", "--sync", "gcada", "--groups", "2", "--dist", "group",
                    "--slowdown", "1,20,1,1", "--base-iter", "0.05", "--time-budget", "3")
+    assert len(summary["gcada"]["iterations"]) >= 5   # virtual time: as many whatever the machine's load
     check_first_finishers(summary["gcada"]["iterations"], summary["workers"], slow_slot=1, group_size=2)
     assert summary["loads"]["downloads"] == summary["gcada"]["totals"]["downloads"]
 

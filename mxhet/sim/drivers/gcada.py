@@ -123,7 +123,7 @@ def gcada(sim, dev):
     wanted = 0
     while True:
         reply = yield from _ask(sim, dev, m.GroupBegin, iteration=wanted, group=group, want_stop=sim.wants_stop(dev),
-                                **gk.rule)
+                                smoothness=dev.smoothness, **gk.rule)
         dev.stats.rounds = reply.round
         if reply.stop:
             break
