@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 from tqdm import tqdm
@@ -95,6 +96,16 @@ class JobFailed(RuntimeError):
     """A job exited non-zero or wrote no summary."""
 
 
+class Interrupted(BaseException):
+    """The bench was stopped while this job ran (its process was ended)."""
+
+
+STOP = threading.Event()
+"""Set when the bench stops (a signal reached its main thread): simulator jobs
+running on other threads end their processes and raise :class:`Interrupted`,
+and jobs not started yet never start."""
+
+
 def run_job(spec, out_dir, progress=None):
     """Run ``spec`` with its output in ``out_dir/job.log``; return its summary dict.
 
@@ -104,6 +115,8 @@ def run_job(spec, out_dir, progress=None):
     Raises:
         JobFailed: with the tail of the job's log.
     """
+    if STOP.is_set():
+        raise Interrupted("the bench is stopping: %s not started" % spec.label)
     os.makedirs(out_dir, exist_ok=True)
     summary_path = os.path.join(out_dir, "summary.json")
     if os.path.exists(summary_path):
@@ -120,6 +133,8 @@ def run_job(spec, out_dir, progress=None):
         try:
             while proc.poll() is None:
                 time.sleep(0.5)
+                if STOP.is_set():
+                    raise Interrupted("the bench is stopping: %s ended" % spec.label)
                 if progress is not None:
                     progress(time.monotonic() - start)
         except BaseException:

@@ -20,7 +20,7 @@ from tqdm import tqdm
 from mxhet import models as model_zoo
 from mxhet.errors import ConfigError
 
-from . import calibrate, presets
+from . import calibrate, presets, runner
 from .metrics import run_record
 from .runner import JobFailed, JobSpec, machine_info, run_with_bar
 
@@ -290,8 +290,17 @@ def execute(keys, spec_for, out, run=run_with_bar, jobs=1, resume=False):
             for key in keys:
                 one(key)
         else:
-            with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            runner.STOP.clear()
+            pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs)
+            try:
                 list(pool.map(one, keys))
+            except BaseException:
+                # e.g. SIGTERM's SystemExit in this thread: the other threads' runs end their
+                # processes and the queued ones never start, instead of running on to the end
+                runner.STOP.set()
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+            pool.shutdown()
     return records, failures
 
 

@@ -264,3 +264,34 @@ def test_a_model_can_have_its_own_budget():
     preset = presets.get("paper-sim")
     assert preset.budget_for("inceptionv3") > preset.time_budget
     assert preset.budget_for("resnet18_v1") == preset.time_budget
+
+
+def test_a_stopped_parallel_bench_ends_its_running_jobs_and_starts_no_more(tmp_path):
+    import _thread
+
+    from bench import runner
+    from bench.suite import RunKey, execute
+
+    keys = [RunKey("smallcnn", mode, "iid") for mode in ("sync", "esync", "async")]
+    started, ended = [], []
+
+    def run(spec, run_dir, desc, position, leave):
+        started.append(spec.mode)
+        if spec.mode == "esync":               # the bench is stopped (a signal in its main thread) while both run
+            _thread.interrupt_main()
+        for _ in range(600):                     # a long run (30 s), as a simulator job polls its process
+            if runner.STOP.wait(0.05):
+                ended.append(spec.mode)
+                raise runner.Interrupted("ended")
+        return {}
+
+    def spec_for(key):
+        return runner.JobSpec(mode=key.mode, slowdowns=(1,), engine="sim")
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            execute(keys, spec_for, str(tmp_path), run=run, jobs=2)
+        assert sorted(ended) == ["esync", "sync"]  # the running jobs were told to end, and did
+        assert "async" not in started            # the queued one never started
+    finally:
+        runner.STOP.clear()
