@@ -175,7 +175,7 @@ def analyse(name, spec, summary, losses, threshold, state, m, g):
     """One run's record: time, communication and computation to ``threshold``."""
     reached = next((t for t, loss in losses if loss <= threshold), None)
     record = {"run": name, "mode": spec.mode, "engine": spec.engine, "workers": m,
-              "groups": g if name == "gcada" else (None if spec.mode == "sync" else m),
+              "groups": g if spec.mode == "gcada" else (None if spec.mode == "sync" else m),
               "final_loss": losses[-1][1], "loss_curve": [[round(t, 6), round(v, 5)] for t, v in losses],
               "time_to_loss_s": reached, "train_time_s": summary["train_time_s"],
               "final_accuracy": summary["final_accuracy"]}
@@ -187,11 +187,12 @@ def analyse(name, spec, summary, losses, threshold, state, m, g):
             t0 = iterations[0]["t"] - (iterations[1]["t"] - iterations[0]["t"] if len(iterations) > 1 else 0.0)
         iterations = [dict(r, t=r["t"] - t0) for r in iterations]
         record["iterations"] = len(iterations)
+        record["smoothness"] = state.get("smoothness")   # eq. (9)'s L_g per group
         record["selected_per_iteration"] = float(np.mean([len(r["selected"]) for r in iterations]))
         record["totals"] = state["totals"]
         if reached is not None:
             record["at_threshold"] = loads_at(iterations, reached, spec.batch_size)
-        group_size = m // (g if name == "gcada" else m)
+        group_size = m // (g if spec.mode == "gcada" else m)
         times = np.diff([0.0] + [r["t"] for r in iterations])
         predicted = [expected_iteration_time(len(r["selected"]), group_size, spec_base(spec)) for r in iterations]
         record["time_per_iteration_s"] = float(times.mean())
@@ -219,11 +220,13 @@ def spec_base(spec):
 def report(result):
     lines = ["# G-CADA, CADA, distributed Adam and sync SGD (the G-CADA paper's Fig. 2)", "",
              "Linear model on Fashion-MNIST, exponential computing times; training loss = the global model's "
-             "mean softmax loss on %d training samples; threshold %.3g (simulator) and %.3g (cluster). "
+             "mean %s loss on %d training samples; threshold %.3g (simulator) and %.3g (cluster). "
+             "`-shard` runs: eq. (9)'s L_g computed from each shard (`--smoothness shard`), else folded into c. "
              "Communication = downloads + uploads (eq. 5), computation = mini-batch gradients x μ = %d samples "
              "(eq. 6), both counted up to the threshold. `eqs. 10/14`: the mean iteration time the paper's "
              "order statistics give for the groups each iteration selected; `gap`: measured / predicted - 1."
-             % (result["loss_samples"], result["loss"], result.get("cluster_loss", result["loss"]),
+             % (result.get("objective", "softmax"), result["loss_samples"], result["loss"],
+                result.get("cluster_loss", result["loss"]),
                 result["batch_size"]), ""]
     for engine in ("sim", "cluster"):
         rows = [r for r in result["runs"] if r["engine"] == engine]
@@ -253,7 +256,7 @@ def run(args):
     images, labels = data.load_fashion_mnist("train")
     images, labels = images[:args.loss_samples], labels[:args.loss_samples]
     os.makedirs(args.out, exist_ok=True)
-    result = {"experiment": "gcada", "loss": args.loss, "cluster_loss": args.cluster_loss,
+    result = {"experiment": "gcada", "objective": args.objective, "loss": args.loss, "cluster_loss": args.cluster_loss,
               "loss_samples": args.loss_samples,
               "batch_size": args.batch_size, "runs": [], "failures": [], "machine": machine_info(),
               "command": ["mxhet-bench", "gcada"] + [a for a in getattr(args, "argv", []) if a != "gcada"],
