@@ -73,7 +73,8 @@ def render(root="."):
                                                _cell(cluster, model)))
     notes = [
         "ESync's speedup over Sync in time to %.1f test accuracy on Fashion-MNIST (`> x`: Sync did not "
-        "reach it, so x is a lower bound)." % target,
+        "reach it, so x is a lower bound; `< x`: ESync did not reach it before its run ended, so x is an "
+        "upper bound)." % target,
         "Simulator: %s, virtual seconds, `%s`." % (_profile(sim), _command(sim)),
         "Real cluster: %s, wall-clock seconds on a shared %d-core CPU machine, `%s`."
         % (_profile(cluster), cluster["machine"]["cores"], _command(cluster)),
