@@ -37,6 +37,7 @@ def rescore_run(run_dir):
     args = argparse.Namespace(
         model=old["model"], input_size=old["input_size"], batch_size=old["batch_size"], dist=old["dist"],
         lr=old["lr"], seed=old["seed"], ack=old.get("ack") or "blocking", target_accuracy=old["target_accuracy"],
+        loss=old.get("loss") or "softmax",
         eval_samples=old["eval_samples"], final_eval_samples=0, bn_batches=DEFAULT_BN_BATCHES, data_dir=None,
         metrics_out=run_dir)
     net = models.get_model(args.model, classes=10, input_size=args.input_size)

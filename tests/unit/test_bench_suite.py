@@ -267,18 +267,26 @@ def test_a_model_can_have_its_own_budget():
 
 
 def test_a_stopped_parallel_bench_ends_its_running_jobs_and_starts_no_more(tmp_path):
-    import _thread
+    import signal
+    import threading
 
     from bench import runner
     from bench.suite import RunKey, execute
 
     keys = [RunKey("smallcnn", mode, "iid") for mode in ("sync", "esync", "async")]
     started, ended = [], []
+    main = threading.main_thread().ident
+
+    class Stopped(Exception):
+        pass
+
+    def on_signal(signum, frame):
+        raise Stopped("signal %d" % signum)
 
     def run(spec, run_dir, desc, position, leave):
         started.append(spec.mode)
         if spec.mode == "esync":               # the bench is stopped (a signal in its main thread) while both run
-            _thread.interrupt_main()
+            signal.pthread_kill(main, signal.SIGUSR1)
         for _ in range(600):                     # a long run (30 s), as a simulator job polls its process
             if runner.STOP.wait(0.05):
                 ended.append(spec.mode)
@@ -288,10 +296,12 @@ def test_a_stopped_parallel_bench_ends_its_running_jobs_and_starts_no_more(tmp_p
     def spec_for(key):
         return runner.JobSpec(mode=key.mode, slowdowns=(1,), engine="sim")
 
+    previous = signal.signal(signal.SIGUSR1, on_signal)
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(Stopped):
             execute(keys, spec_for, str(tmp_path), run=run, jobs=2)
         assert sorted(ended) == ["esync", "sync"]  # the running jobs were told to end, and did
         assert "async" not in started            # the queued one never started
     finally:
+        signal.signal(signal.SIGUSR1, previous)
         runner.STOP.clear()
