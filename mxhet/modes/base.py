@@ -192,7 +192,6 @@ class SyncMode:
         self.nonfinite = NonfiniteRule(on_nonfinite)
         if self.spec is None:
             raise ConfigError("mode class %s names no ModeSpec" % type(self).__name__)
-        self.on_nonfinite = on_nonfinite
         self.opts = self.spec.resolve(options)
         self.trainer = trainer
         self.config = config
