@@ -21,13 +21,20 @@ head is held until a worker of another component is queued. Every group that
 differs from the FIFO group counts as an intervention. The head is always
 taken, so a queued worker waits for at most as many groups as are ahead of it.
 
+The sync-graph is kept incrementally (:class:`~mxhet.control.window_graph.WindowGraph`),
+so a decision costs O(P log N) amortized, not a rebuild over the window.
+
 No model data passes through here; times, sockets and MXNet stay outside. The
 State Server (:mod:`mxhet.control.server`) and the simulator call the same
 object.
 """
 import collections
 import dataclasses
+import heapq
+import itertools
 import math
+
+from mxhet.control.window_graph import WindowGraph
 
 DEFAULT_ALPHA = 0.5
 """α of the EMA weights (eq. 9); the paper gives none. At 0.5 a model one
@@ -103,29 +110,6 @@ class Group:
     intervened: bool = False
 
 
-class _Components:
-    """Union-find over ranks."""
-
-    def __init__(self, ranks):
-        self.parent = {r: r for r in ranks}
-
-    def find(self, r):
-        root = r
-        while self.parent[root] != root:
-            root = self.parent[root]
-        while self.parent[r] != root:
-            self.parent[r], r = root, self.parent[r]
-        return root
-
-    def join(self, members):
-        members = [r for r in members if r in self.parent]
-        for r in members[1:]:
-            self.parent[self.find(r)] = self.find(members[0])
-
-    def count(self):
-        return len({self.find(r) for r in self.parent})
-
-
 class PartialReduceController:
     """The signal queue, group filter, weight generator and slot table.
 
@@ -161,19 +145,24 @@ class PartialReduceController:
         self.window = window or default_window(num_workers, group_size)
         self.num_slots = num_slots or default_slots(num_workers, group_size)
         self.live = set(range(num_workers))
-        self.queue = []              # ranks in READY order
+        self.queue = {}              # ranks in READY order (a dict keeps insertion order)
         self.k = {}                  # rank -> iteration number it reported
-        self.recent = collections.deque(maxlen=self.window - 1)  # member tuples of the last T-1 groups
-        self.free_slots = list(range(self.num_slots))
+        self.recent = collections.deque(maxlen=self.window - 1)  # (id, members) of the last T-1 groups
+        self.graph = WindowGraph(self.live)  # their sync-graph (None: to be rebuilt)
+        self._labels = {}            # rank -> its component in self.graph (until the graph changes)
+        self._held_seen = 0          # queued ranks known to be in the held head's component
+        self.free_slots = list(range(self.num_slots))  # a heap: the lowest free slot first
         self.slot_holders = {}       # slot -> members that have not pulled yet
         self.holding = {}            # rank -> slot it has not pulled from yet
         self.groups = {}             # id -> Group whose pushes are not all in
+        self.pushing = {}            # rank -> id of its group whose pushes are not all in
         self.pushed = {}             # id -> ranks that pushed
         self.next_id = 0
         self.interventions = 0       # groups the filter formed differently from FIFO
         self.holds = 0               # times the filter held the queue head
         self._holding_head = None
         self.grouped = set()         # ranks that have been in a group
+        self.never_grouped = set(self.live)  # live ranks that have not
         self.max_concurrent = 0      # most slots held at once (groups reducing or not yet fully pulled)
         self.stop_wanted = False
         self.stopping = False
@@ -191,11 +180,11 @@ class PartialReduceController:
             raise ValueError("iteration number k must be an integer >= 0, got %r" % (k,))
         if rank in self.queue:
             raise ValueError("rank %d is already waiting for a group" % rank)
-        if any(rank in g.members for g in self.groups.values()):
+        if rank in self.pushing:
             raise ValueError("rank %d sent READY before its group's pushes were all in" % rank)
         self.pulled(rank)
         self.k[rank] = k
-        self.queue.append(rank)
+        self.queue[rank] = None
         return self._form()
 
     def pulled(self, rank):
@@ -207,8 +196,7 @@ class PartialReduceController:
         holders.discard(rank)
         if not holders:
             del self.slot_holders[slot]
-            self.free_slots.append(slot)
-            self.free_slots.sort()
+            heapq.heappush(self.free_slots, slot)
 
     def push_done(self, rank, group_id):
         """``rank`` pushed its weighted model into group ``group_id``'s slot.
@@ -226,6 +214,8 @@ class PartialReduceController:
         if len(done) < len(group.members):
             return []
         del self.groups[group_id], self.pushed[group_id]
+        for r in group.members:
+            del self.pushing[r]
         return list(group.members)
 
     def leave(self, rank):
@@ -233,8 +223,12 @@ class PartialReduceController:
         self._check_rank(rank, live=False)
         self.pulled(rank)
         self.live.discard(rank)
-        if rank in self.queue:
-            self.queue.remove(rank)
+        self.never_grouped.discard(rank)
+        self.queue.pop(rank, None)
+        # A departure is rare (or the end of the job): the sync-graph is
+        # rebuilt over the live ranks when it is next needed.
+        self.graph = None
+        self._graph_changed()
         return self._form()
 
     def want_stop(self):
@@ -248,14 +242,14 @@ class PartialReduceController:
     def check_stop(self):
         """Stop now if a stop is wanted and every live worker has been in a group;
         returns the ranks waiting in the queue then (else ``[]``)."""
-        if self.stop_wanted and not self.stopping and self.live <= self.grouped:
+        if self.stop_wanted and not self.stopping and not self.never_grouped:
             return self.stop()
         return []
 
     def stop(self):
         """No more groups: returns the ranks that were waiting in the queue."""
         self.stopping = True
-        waiting, self.queue = self.queue, []
+        waiting, self.queue = list(self.queue), {}
         return waiting
 
     # -- the rule ----------------------------------------------------------------
@@ -272,41 +266,46 @@ class PartialReduceController:
             if members is None:
                 break
             for r in members:
-                self.queue.remove(r)
+                del self.queue[r]
             formed.append(self._make(members, intervened))
         return formed
 
-    def _graph(self, groups):
-        comps = _Components(sorted(self.live))
-        for members in groups:
-            comps.join(members)
-        return comps
-
     def _choose(self):
         """The next group (members, intervened), or (None, False) to hold the head."""
-        fifo = self.queue[:self.group_size]
-        previous = list(self.recent)
-        if not self.avoid_frozen or len(previous) < self.window - 1:
+        fifo = list(itertools.islice(self.queue, self.group_size))
+        if not self.avoid_frozen or len(self.recent) < self.window - 1:
             return fifo, False   # warm-up: fewer than T-1 groups formed
-        if self._graph(previous + [fifo]).count() == 1:
+        queued = iter(self.queue)
+        head = next(queued)
+        if self._holding_head == head:
+            # Held: only the ranks queued since the last look (all of them
+            # after the graph changed) can release the head.
+            fresh = itertools.islice(reversed(self.queue), len(self.queue) - self._held_seen)
+            if all(self._label(r) == self._label(head) for r in fresh):
+                self._held_seen = len(self.queue)
+                return None, False
+        graph = self._graph()    # the last T-1 groups
+        if graph.components - (len({self._label(r) for r in fifo}) - 1) == 1:
             self._holding_head = None
             return fifo, False
-        comps = self._graph(previous)
-        head = self.queue[0]
-        group, seen = [head], {comps.find(head)}
-        for r in self.queue[1:]:
-            if len(group) < self.group_size and comps.find(r) not in seen:
+        group, seen = [head], {self._label(head)}
+        for r in queued:
+            if len(group) == self.group_size:
+                break
+            label = self._label(r)
+            if label not in seen:
                 group.append(r)
-                seen.add(comps.find(r))
+                seen.add(label)
         if len(seen) == 1:
             # Every queued worker is in the head's component: hold the head
             # until a worker of another component is ready.
             if self._holding_head != head:
                 self._holding_head = head
                 self.holds += 1
+            self._held_seen = len(self.queue)
             return None, False
         self._holding_head = None
-        for r in self.queue[1:]:
+        for r in itertools.islice(self.queue, 1, None):
             if len(group) == self.group_size:
                 break
             if r not in group:
@@ -314,10 +313,27 @@ class PartialReduceController:
         intervened = set(group) != set(fifo)
         return group, intervened
 
+    def _graph(self):
+        if self.graph is None:
+            self.graph = WindowGraph(self.live)
+            for number, members in self.recent:
+                self.graph.add(number, members)
+        return self.graph
+
+    def _label(self, rank):
+        label = self._labels.get(rank)
+        if label is None:
+            label = self._labels[rank] = self._graph().component(rank)
+        return label
+
+    def _graph_changed(self):
+        self._labels = {}
+        self._held_seen = 0      # a held head is looked at again against the whole queue
+
     def _make(self, members, intervened):
         ks = [self.k[r] for r in members]
         weights = dynamic_weights(ks, self.alpha) if self.dynamic else constant_weights(ks)
-        slot = self.free_slots.pop(0)
+        slot = heapq.heappop(self.free_slots)
         group = Group(id=self.next_id, slot=slot, members=tuple(members), weights=tuple(weights), k=max(ks),
                       intervened=intervened)
         self.next_id += 1
@@ -327,8 +343,14 @@ class PartialReduceController:
         self.max_concurrent = max(self.max_concurrent, len(self.slot_holders))
         for r in members:
             self.holding[r] = slot
-        self.recent.append(tuple(members))
+            self.pushing[r] = group.id
+        self.recent.append((group.id, tuple(members)))
+        if self.graph is not None:
+            self.graph.add(group.id, members)
+            self.graph.expire(self.recent[0][0] if self.recent else group.id + 1)
+        self._graph_changed()
         self.grouped.update(members)
+        self.never_grouped.difference_update(members)
         if intervened:
             self.interventions += 1
         return group

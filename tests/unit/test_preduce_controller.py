@@ -15,7 +15,7 @@ def test_groups_form_fifo_as_soon_as_p_are_ready():
     assert g.members == (3, 1) and g.weights == (0.5, 0.5) and g.k == 1
     assert ctl.ready(0, 1) == []
     assert ctl.ready(4, 1)[0].members == (0, 4)
-    assert ctl.queue == []
+    assert list(ctl.queue) == []
 
 
 def test_several_groups_at_once_members_distinct_no_worker_in_two_live_groups():
@@ -175,3 +175,87 @@ def test_a_stop_waits_until_every_live_worker_has_been_in_a_group():
     for r in g.members:
         ctl.push_done(r, g.id)
     assert ctl.ready(0, 2) == []                          # no group forms after the stop
+
+
+def brute_choice(ctl):
+    """The group filter's rule with the sync-graph rebuilt from the last T-1
+    groups on every call (what the incremental graph must reproduce)."""
+    queue = list(ctl.queue)
+    fifo = queue[:ctl.group_size]
+    previous = [members for _, members in ctl.recent]
+    if len(previous) < ctl.window - 1:
+        return fifo
+
+    def labels(groups):
+        parent = {r: r for r in ctl.live}
+
+        def find(r):
+            while parent[r] != r:
+                r = parent[r]
+            return r
+
+        for members in groups:
+            members = [r for r in members if r in parent]
+            for r in members[1:]:
+                parent[find(r)] = find(members[0])
+        return {r: find(r) for r in ctl.live}
+
+    if len(set(labels(previous + [fifo]).values())) == 1:
+        return fifo
+    label = labels(previous)
+    group, seen = [queue[0]], {label[queue[0]]}
+    for r in queue[1:]:
+        if len(group) < ctl.group_size and label[r] not in seen:
+            group.append(r)
+            seen.add(label[r])
+    if len(seen) == 1:
+        return None
+    group += [r for r in queue[1:] if r not in group][:ctl.group_size - len(group)]
+    return group
+
+
+@pytest.mark.parametrize("n, p, seed", [(6, 2, 0), (9, 3, 1), (12, 2, 2), (16, 4, 3), (20, 2, 4)])
+def test_the_incremental_sync_graph_decides_as_a_rebuilt_one(n, p, seed):
+    """Random arrivals in which a clique of fast workers keeps meeting (the
+    freeze the filter exists for), with a departure: before every READY the
+    next group the controller would form is the one the rule computes over a
+    sync-graph rebuilt from scratch."""
+    import random
+    rng = random.Random(seed)
+    ctl = PartialReduceController(n, p, dynamic=True, window=min_window(n, p))
+    fast = list(range(p + 1))
+    pending, interventions, formed = [], 0, 0
+    waiting = set(range(n))
+    for step in range(40 * n):
+        if step == 20 * n:
+            gone = n - 1
+            if gone in waiting:
+                waiting.discard(gone)
+            ctl.leave(gone)
+        for group in pending:
+            for r in group.members:
+                ctl.push_done(r, group.id)
+            waiting.update(group.members)
+        pending = []
+        choices = sorted(waiting - set(ctl.queue) - {n - 1} if step >= 20 * n else waiting - set(ctl.queue))
+        if not choices:
+            continue
+        fast_ready = [r for r in choices if r in fast]
+        r = rng.choice(fast_ready) if fast_ready and rng.random() < 0.8 else rng.choice(choices)
+        queued = list(ctl.queue) + [r]
+        before = dict(ctl.queue)
+        ctl.queue = dict.fromkeys(queued)
+        expected = brute_choice(ctl) if len(queued) >= p else None
+        ctl.queue = before
+        groups = ctl.ready(r, step)
+        waiting.discard(r)
+        if expected is None:
+            assert groups == []
+        else:
+            assert groups and list(groups[0].members) == expected
+            interventions += groups[0].intervened
+        formed += len(groups)
+        for group in groups:
+            waiting.difference_update(group.members)
+        pending = groups
+    assert formed > 5 * n and interventions > 0
