@@ -129,7 +129,9 @@ def _stopping_line(result):
                                              for r in result["runs"]):
         text.append("Each run stops at the first snapshot that reaches the target, at the budget in virtual "
                     "time, or once its devices ran %d real iterations in all (a compute cap), whichever "
-                    "comes first." % result.get("max_iterations", 0) if result.get("max_iterations") else
+                    "comes first%s." % (result.get("max_iterations", 0), "".join(
+                        "; %s's cap is %d" % (m, c) for m, c in sorted((result.get("iteration_caps") or {}).items())))
+                    if result.get("max_iterations") else
                     "Each run stops at the first snapshot that reaches the target, or at the budget.")
     if result.get("suite_wall_s"):
         text.append("The whole bench took %.0f min of wall time (%d run(s) at once)."

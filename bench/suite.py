@@ -144,17 +144,17 @@ def job_spec(key, preset, profile, record, budget, seed, extra_launcher=(), engi
         target_accuracy=preset.target_accuracy, seed=seed, input_size=record["input_size"],
         eval_interval=preset.eval_interval(budget, base * max(slowdowns)), startup_allowance=preset.startup_allowance,
         extra_train_args=("--eval-samples", str(preset.eval_samples)) + _mode_train_args(key.mode), engine=engine,
-        sim_args=_sim_args(preset) if engine == "sim" else (),
+        sim_args=_sim_args(preset, key.model) if engine == "sim" else (),
         launcher_args=("--base-iter", "%.6f" % base, "--omp-threads", "1") + _mode_args(key.mode, slowdowns, base,
                                                                                         budget)
         + tuple(extra_launcher))
 
 
-def _sim_args(preset):
-    """Simulator-only options of a preset."""
+def _sim_args(preset, model):
+    """Simulator-only options of a preset for ``model``."""
     args = ("--stop-at-target",) if preset.stop_at_target else ()
-    if preset.max_iterations:
-        args += ("--max-iterations", str(preset.max_iterations))
+    if preset.cap_for(model):
+        args += ("--max-iterations", str(preset.cap_for(model)))
     return args + (("--eval-growth", "%g" % preset.eval_growth) if preset.eval_growth else ())
 
 
@@ -202,24 +202,31 @@ def record_of(summary, key, spec, record, run_dir, out_dir):
     return rec
 
 
-def _without_budget(argv):
-    """``argv`` without its ``--time-budget`` value, and that value (or None)."""
-    if "--time-budget" not in argv:
+def _without(argv, flag):
+    """``argv`` without ``flag`` and its value, and that value (or None)."""
+    if flag not in argv:
         return argv, None
-    i = argv.index("--time-budget")
+    i = argv.index(flag)
     return argv[:i] + argv[i + 2:], float(argv[i + 1])
 
 
-def same_run(done, wanted, ended_at):
+def same_run(done, wanted, ended_at, reached_target=False):
     """True if a simulator run made with arguments ``done`` that ended at
     ``ended_at`` virtual seconds is the run ``wanted`` asks for: the same
     arguments, or the same but the budget, when the run ended before its own
     budget (at the target or the compute cap) and within the wanted one --
-    the budget only says when to stop, so the run would have gone the same."""
+    the budget only says when to stop, so the run would have gone the same.
+    Likewise a run that stopped at the target (``reached_target``) before its
+    compute cap (``--max-iterations``) is the same under a larger cap or none."""
     if done == wanted:
         return True
-    (done_rest, done_budget), (wanted_rest, wanted_budget) = _without_budget(done), _without_budget(wanted)
+    (done_rest, done_budget), (wanted_rest, wanted_budget) = _without(done, "--time-budget"), \
+        _without(wanted, "--time-budget")
+    (done_rest, done_cap), (wanted_rest, wanted_cap) = _without(done_rest, "--max-iterations"), \
+        _without(wanted_rest, "--max-iterations")
     if done_rest != wanted_rest or None in (done_budget, wanted_budget, ended_at):
+        return False
+    if done_cap != wanted_cap and not (reached_target and done_cap and (not wanted_cap or wanted_cap > done_cap)):
         return False
     return ended_at < done_budget and ended_at <= wanted_budget
 
@@ -234,7 +241,8 @@ def finished_run(spec, run_dir):
         summary = json.load(f)
     argv = spec.launch_argv(run_dir)
     done = (summary.get("sim") or {}).get("command") or []
-    if not same_run([str(a) for a in done[3:]], [str(a) for a in argv[3:]], summary.get("train_time_s")):
+    reached = (summary.get("sim") or {}).get("stopped_at_target_s") is not None
+    if not same_run([str(a) for a in done[3:]], [str(a) for a in argv[3:]], summary.get("train_time_s"), reached):
         return None
     summary["command"], summary["wall_s"], summary["resumed"] = argv, summary["sim"]["wall_s"], True
     return summary
@@ -383,6 +391,8 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
     common = {"engine": engine, "jobs": jobs, "suite_wall_s": wall_s or round(time.monotonic() - started, 1),
               "resumed_runs": sorted(run_name(k) for k, (summary, _, _) in records.items() if summary.get("resumed")),
               "max_iterations": preset.max_iterations if engine == "sim" else 0, "preset": preset.name,
+              "iteration_caps": {m: preset.cap_for(m) for m in sorted(set(models) & set(preset.iteration_caps))}
+              if engine == "sim" else {},
               "fixed_iterations": sorted(preset.iteration_s) if engine == "sim" else [], "command": list(command or sys.argv), "machine": machine_info(profile.contexts),
               "profile": dict(profile.as_dict(), calibration=calibration), "target_accuracy": preset.target_accuracy,
               "seed": seed, "time_budget_s": budget, "time_budgets_s": others, "batch_size": preset.batch_size, "figure_model": figure_model,

@@ -305,3 +305,32 @@ def test_a_stopped_parallel_bench_ends_its_running_jobs_and_starts_no_more(tmp_p
     finally:
         signal.signal(signal.SIGUSR1, previous)
         runner.STOP.clear()
+
+
+def test_a_run_that_reached_the_target_before_its_cap_is_the_same_run_under_a_larger_cap(tmp_path):
+    import json as _json
+
+    from bench.runner import JobSpec
+    from bench.suite import finished_run
+
+    def spec(cap):
+        return JobSpec(mode="esync", slowdowns=(117, 1), engine="sim", time_budget=7200,
+                       sim_args=("--stop-at-target", "--max-iterations", str(cap)))
+
+    def finished(cap, ended_at, at_target):
+        run_dir = str(tmp_path / ("run-%d-%s" % (cap, at_target)))
+        os.makedirs(run_dir)
+        argv = spec(cap).launch_argv(run_dir)
+        sim = {"wall_s": 1.0, "command": ["python", "-m", "mxhet.sim"] + argv[3:],
+               "stopped_at_target_s": ended_at if at_target else None,
+               "stopped_at_cap_s": None if at_target else ended_at}
+        with open(os.path.join(run_dir, "summary.json"), "w") as f:
+            _json.dump({"train_time_s": ended_at, "sim": sim}, f)
+        return run_dir
+
+    reached = finished(6000, 196.8, True)
+    assert finished_run(spec(9000), reached) is not None   # a larger cap would have gone the same
+    assert finished_run(spec(3000), reached) is None       # a smaller one might have stopped it
+    capped = finished(6000, 823.3, False)
+    assert finished_run(spec(9000), capped) is None        # stopped by its cap: a larger one goes further
+    assert finished_run(spec(6000), capped) is not None
