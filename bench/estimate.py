@@ -1,0 +1,182 @@
+"""``python -m bench.estimate``: how long a finished simulator bench takes on an idle machine.
+
+A simulated run's cost is its real work: every device's iterations (a forward
+and backward pass and the local optimizer step each, plus the simulated
+exchanges), the snapshots of the global model it scores along the way, the
+start-up and the final evaluation. All three are measured with the simulator
+itself, in CPU seconds (which do not grow with the load of a shared machine the
+way wall time does): for each model its finished Sync run's command runs three
+more times (:func:`measure`). Sync's rounds are one iteration per device, so a
+compute cap stops it within a round, and its exchange every round makes the
+per-iteration cost an upper bound for the other modes. Iteration and snapshot
+counts come from the runs' ``summary.json``. The runs are then packed onto
+``--jobs`` single-threaded slots, longest first (what ``--jobs`` does, up to
+the order), and the longest slot is the estimate.
+
+Writes ``estimate.json`` and ``estimate.md`` into the bench's output directory.
+"""
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+def run_cost(summary, cost):
+    """CPU seconds one run takes alone, with ``cost`` its model's :func:`measure`."""
+    iterations = sum(w.get("iterations", 0) for w in summary.get("workers", []))
+    snapshots = max(0, len(summary.get("curve", [])) - cost["fixed_snapshots"])
+    parts = {"iterations_s": iterations * cost["iteration_cpu_s"], "snapshots_s": snapshots * cost["snapshot_cpu_s"],
+             "fixed_s": cost["fixed_cpu_s"]}
+    return dict(parts, iterations=iterations, snapshots=snapshots, cost_s=sum(parts.values()))
+
+
+def makespan(costs, jobs):
+    """The longest of ``jobs`` slots when the ``costs`` are placed longest first,
+    each on the slot that frees first; returns (makespan, per-slot totals)."""
+    if jobs < 1:
+        raise ValueError("jobs must be >= 1, got %r" % (jobs,))
+    slots = [0.0] * jobs
+    for cost in sorted(costs, reverse=True):
+        i = min(range(jobs), key=slots.__getitem__)
+        slots[i] += cost
+    return max(slots), slots
+
+
+def load_runs(out):
+    """``{run name: summary}`` of every finished run under ``out``/runs."""
+    runs = {}
+    for path in sorted(glob.glob(os.path.join(out, "runs", "*", "summary.json"))):
+        with open(path) as f:
+            runs[os.path.basename(os.path.dirname(path))] = json.load(f)
+    return runs
+
+
+def _with(argv, **flags):
+    """A simulator command line with some flags set (``max_iterations=30`` sets ``--max-iterations 30``)."""
+    argv = list(argv)
+    for name, value in flags.items():
+        flag = "--" + name.replace("_", "-")
+        if flag in argv:
+            argv[argv.index(flag) + 1] = str(value)
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def _sim(argv, out, timeout):
+    proc = subprocess.run(argv + ["--metrics-out", out], capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError("%s failed:\n%s" % (" ".join(argv[1:4]), proc.stderr[-2000:]))
+    with open(os.path.join(out, "summary.json")) as f:
+        done = json.load(f)
+    return (sum(w["iterations"] for w in done["workers"]), done["sim"]["cpu_s"], len(done["curve"]),
+            done["train_time_s"])
+
+
+def measure(summary, caps=(30, 90), snapshots=20, timeout=1800):
+    """CPU seconds of an iteration, of a snapshot of the global model, and of
+    the rest (start-up and the final evaluation) for the run ``summary``
+    describes, from three shorter runs of its own command: caps ``caps[0]``
+    and ``caps[1]`` with no snapshot along the way, and ``caps[0]`` again with
+    about ``snapshots`` of them.
+
+    Raises:
+        RuntimeError: a run failed (its error output is included).
+    """
+    argv = [sys.executable] + [a for a in summary["sim"]["command"][1:]]
+    if "--metrics-out" in argv:
+        i = argv.index("--metrics-out")
+        del argv[i:i + 2]
+    quiet = dict(eval_interval="1e9", eval_growth="0")
+    with tempfile.TemporaryDirectory(prefix="mxhet-estimate-") as tmp:
+        i1, c1, n1, t1 = _sim(_with(argv, max_iterations=caps[0], **quiet), os.path.join(tmp, "a"), timeout)
+        i2, c2, _, _ = _sim(_with(argv, max_iterations=caps[1], **quiet), os.path.join(tmp, "b"), timeout)
+        _, c3, n3, _ = _sim(_with(argv, max_iterations=caps[0], eval_interval="%g" % (t1 / snapshots),
+                                  eval_growth="0"), os.path.join(tmp, "c"), timeout)
+    if i2 <= i1 or n3 <= n1:
+        raise RuntimeError("the measuring runs did not differ (iterations %d, %d; snapshots %d, %d)"
+                           % (i1, i2, n1, n3))
+    per_iteration = max(0.0, c2 - c1) / (i2 - i1)
+    return {"iteration_cpu_s": per_iteration, "snapshot_cpu_s": max(0.0, c3 - c1) / (n3 - n1),
+            "fixed_cpu_s": max(0.0, c1 - i1 * per_iteration), "fixed_snapshots": n1,
+            "measured": {"iterations": [i1, i2], "cpu_s": [c1, c2, c3], "snapshots": [n1, n3]}}
+
+
+def estimate(runs, costs, jobs):
+    """The estimate for ``runs`` (name -> summary) with ``costs`` (model -> :func:`measure`)."""
+    rows = []
+    for name, summary in sorted(runs.items()):
+        model = summary.get("model")
+        if model not in costs:
+            raise ValueError("no measured cost for model %r (run %s)" % (model, name))
+        rows.append(dict(run_cost(summary, costs[model]), run=name, model=model))
+    total = sum(r["cost_s"] for r in rows)
+    span, slots = makespan([r["cost_s"] for r in rows], jobs)
+    return {"jobs": jobs, "runs": rows, "total_s": total, "makespan_s": span, "slots_s": slots, "costs": costs}
+
+
+def report(result, command):
+    lines = ["# How long this simulator bench takes on an idle machine (an estimate)", "",
+             "Command: `%s`" % command, "",
+             "CPU seconds per model, from three short runs of its Sync run's command (compute caps of %s real "
+             "iterations without snapshots along the way, and the first cap again with snapshots): an "
+             "iteration, a snapshot of the global model scored on %s test images, and what a run costs "
+             "besides (start-up, the first and the final evaluation)." % (
+                 " and ".join(str(c) for c in result.get("caps", ())), result.get("eval_samples", "its")), "",
+             "| model | iteration | snapshot | start-up and final evaluation |", "|---|---|---|---|"]
+    lines += ["| %s | %.3f | %.2f | %.1f |" % (m, c["iteration_cpu_s"], c["snapshot_cpu_s"], c["fixed_cpu_s"])
+              for m, c in sorted(result["costs"].items())]
+    lines += ["", "| run | iterations | snapshots | iterations (min) | snapshots (min) | total (min) |",
+              "|---|---|---|---|---|---|"]
+    for r in sorted(result["runs"], key=lambda r: -r["cost_s"]):
+        lines.append("| %s | %d | %d | %.1f | %.1f | %.1f |" % (r["run"], r["iterations"], r["snapshots"],
+                                                                r["iterations_s"] / 60.0, r["snapshots_s"] / 60.0,
+                                                                r["cost_s"] / 60.0))
+    lines += ["", "All runs one after the other: **%.0f min**. With `--jobs %d` (longest first): **%.0f min** "
+              "(slots: %s min)." % (result["total_s"] / 60.0, result["jobs"], result["makespan_s"] / 60.0,
+                                    ", ".join("%.0f" % (s / 60.0) for s in result["slots_s"])), ""]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m bench.estimate", description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="a finished simulator bench's output directory (with runs/)")
+    p.add_argument("--jobs", type=int, default=2, help="runs at once (default %(default)s)")
+    p.add_argument("--caps", default="30,90", help="the two compute caps of the measuring runs (default %(default)s)")
+    args = p.parse_args(argv)
+    runs = load_runs(args.out)
+    if not runs:
+        raise SystemExit("python -m bench.estimate: no finished runs under %s/runs" % args.out)
+    try:
+        caps = tuple(int(c) for c in args.caps.split(","))
+    except ValueError:
+        caps = ()
+    if len(caps) != 2 or not 0 < caps[0] < caps[1]:
+        raise SystemExit("python -m bench.estimate: --caps must be two increasing integers, got %r" % args.caps)
+    if args.jobs < 1:
+        raise SystemExit("python -m bench.estimate: --jobs must be >= 1, got %d" % args.jobs)
+    models = sorted({s.get("model") for s in runs.values()})
+    from tqdm import tqdm
+    costs = {}
+    for model in tqdm(models, desc="measuring", unit="model"):
+        # the model's Sync run where there is one (any of its runs otherwise)
+        name = min((n for n, s in runs.items() if s.get("model") == model),
+                   key=lambda n: (runs[n].get("mode") != "sync", n))
+        costs[model] = dict(measure(runs[name], caps), run=name)
+    result = estimate(runs, costs, args.jobs)
+    command = "python -m bench.estimate " + " ".join(argv if argv is not None else sys.argv[1:])
+    result.update(command=command, caps=caps,
+                  eval_samples=next(iter(runs.values())).get("eval_samples", "its"))
+    with open(os.path.join(args.out, "estimate.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    text = report(result, command)
+    with open(os.path.join(args.out, "estimate.md"), "w") as f:
+        f.write(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""The idle-machine estimate of a simulator bench: run costs and packing (no simulator runs)."""
+import json
+
+import pytest
+
+from bench import estimate
+
+COST = {"iteration_cpu_s": 0.1, "snapshot_cpu_s": 2.0, "fixed_cpu_s": 10.0, "fixed_snapshots": 2}
+
+
+def summary(model, iterations, snapshots):
+    return {"model": model, "curve": [[i, 0.1] for i in range(snapshots)],
+            "workers": [{"iterations": n} for n in iterations]}
+
+
+def test_a_run_costs_its_iterations_its_extra_snapshots_and_the_fixed_part():
+    cost = estimate.run_cost(summary("m", [100, 50, 50], 12), COST)
+    assert cost["iterations"] == 200 and cost["snapshots"] == 10
+    assert cost["cost_s"] == pytest.approx(200 * 0.1 + 10 * 2.0 + 10.0)
+
+
+def test_packing_longest_first_onto_the_slot_that_frees_first():
+    span, slots = estimate.makespan([5, 4, 3, 3, 3], 2)
+    assert sorted(slots) == [8, 10] and span == 10          # 5+3, 4+3+3
+    assert estimate.makespan([7, 1], 1) == (8, [8])
+    assert estimate.makespan([], 3) == (0.0, [0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="jobs"):
+        estimate.makespan([1], 0)
+
+
+def test_estimate_reads_finished_runs_and_names_a_model_without_a_cost(tmp_path):
+    for name, model, iterations in (("a-sync", "a", [10, 10]), ("b-esync", "b", [300])):
+        run = tmp_path / "runs" / name
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text(json.dumps(summary(model, iterations, 4)))
+    runs = estimate.load_runs(str(tmp_path))
+    assert sorted(runs) == ["a-sync", "b-esync"]
+    result = estimate.estimate(runs, {"a": COST, "b": dict(COST, iteration_cpu_s=1.0)}, jobs=2)
+    costs = {r["run"]: r["cost_s"] for r in result["runs"]}
+    assert costs == {"a-sync": pytest.approx(20 * 0.1 + 2 * 2.0 + 10), "b-esync": pytest.approx(300 + 4 + 10)}
+    assert result["makespan_s"] == pytest.approx(314) and result["total_s"] == pytest.approx(330)
+    text = estimate.report(dict(result, caps=(30, 90), eval_samples=1000), "python -m bench.estimate")
+    assert "| b-esync | 300 | 2 |" in text and "**6 min**" in text
+    with pytest.raises(ValueError, match="'b'"):
+        estimate.estimate(runs, {"a": COST}, jobs=1)
+
+
+def test_the_command_line_refuses_a_directory_without_runs_and_bad_caps(tmp_path, capsys):
+    with pytest.raises(SystemExit, match="no finished runs"):
+        estimate.main(["--out", str(tmp_path)])
+    run = tmp_path / "runs" / "x"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps(summary("a", [1], 2)))
+    with pytest.raises(SystemExit, match="--caps"):
+        estimate.main(["--out", str(tmp_path), "--caps", "90,30"])
+
+
+def test_measure_runs_the_simulator_three_times_and_separates_the_costs():
+    command = ["python", "-m", "mxhet.sim", "-n", "2", "--sync", "sync", "--slowdown", "1,3", "--model", "smallcnn",
+               "--base-iter", "0.05", "--time-budget", "600", "--eval-samples", "200", "--eval-interval", "5",
+               "--metrics-out", "somewhere"]
+    cost = estimate.measure({"sim": {"command": command}}, caps=(6, 30), snapshots=5)
+    assert cost["measured"]["iterations"][0] < cost["measured"]["iterations"][1]
+    assert cost["measured"]["snapshots"][0] < cost["measured"]["snapshots"][1]
+    assert 0 < cost["iteration_cpu_s"] < cost["fixed_cpu_s"]
+    assert cost["snapshot_cpu_s"] > 0
