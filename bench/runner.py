@@ -2,6 +2,7 @@
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -110,7 +111,9 @@ def run_job(spec, out_dir, progress=None):
     """Run ``spec`` with its output in ``out_dir/job.log``; return its summary dict.
 
     Args:
-        progress: optional callable(elapsed_seconds), called about twice a second.
+        progress: optional callable(seconds), called about twice a second: wall
+            seconds since the start on the cluster engine, the simulator's
+            virtual seconds of training on the simulator.
 
     Raises:
         JobFailed: with the tail of the job's log.
@@ -136,7 +139,7 @@ def run_job(spec, out_dir, progress=None):
                 if STOP.is_set():
                     raise Interrupted("the bench is stopping: %s ended" % spec.label)
                 if progress is not None:
-                    progress(time.monotonic() - start)
+                    progress(_virtual_seconds(log_path))
         except BaseException:
             proc.terminate()  # the launcher ends its own children
             proc.wait()
@@ -151,6 +154,21 @@ def run_job(spec, out_dir, progress=None):
     summary["command"] = argv
     summary["wall_s"] = time.monotonic() - start
     return summary
+
+
+_SIM_BAR = re.compile(rb"([0-9]+(?:\.[0-9]+)?)/[0-9]+(?:\.[0-9]+)? \[")
+
+
+def _virtual_seconds(log_path):
+    """The virtual seconds a simulator run's own progress bar last showed in its log (0 before any)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 512))
+            found = _SIM_BAR.findall(f.read())
+    except OSError:
+        return 0.0
+    return float(found[-1]) if found else 0.0
 
 
 class _Progress:
@@ -204,6 +222,9 @@ def run_with_bar(spec, out_dir, desc, position=None, leave=True):
         state = {}
 
         def progress(elapsed):
+            if spec.engine == "sim":   # virtual seconds of training already
+                bar.update(max(0, min(int(spec.time_budget), int(elapsed)) - bar.n))
+                return
             if "start" not in state and os.path.exists(first_snapshot):
                 state["start"] = elapsed  # training starts with the first snapshot
             if "start" in state:

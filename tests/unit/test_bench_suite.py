@@ -334,3 +334,14 @@ def test_a_run_that_reached_the_target_before_its_cap_is_the_same_run_under_a_la
     capped = finished(6000, 823.3, False)
     assert finished_run(spec(9000), capped) is None        # stopped by its cap: a larger one goes further
     assert finished_run(spec(6000), capped) is not None
+
+
+def test_a_simulator_run_reports_its_virtual_seconds_from_its_own_progress_bar(tmp_path):
+    from bench.runner import _virtual_seconds
+    log = tmp_path / "job.log"
+    assert _virtual_seconds(str(log)) == 0.0                       # not written yet
+    log.write_bytes(b"$ python -m mxhet.sim\nINFO registered\n")
+    assert _virtual_seconds(str(log)) == 0.0
+    log.write_bytes(b"x" * 2000 + b"esync inceptionv3:   1%|  | 252.7/21600.0 [35:48<67:43:42, 11.42s/virtual s]"
+                    b"\resync inceptionv3:   1%|  | 284.3/21600.0 [38:06<54:33:44,  9.22s/virtual s]")
+    assert _virtual_seconds(str(log)) == 284.3
