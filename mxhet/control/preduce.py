@@ -21,8 +21,9 @@ head is held until a worker of another component is queued. Every group that
 differs from the FIFO group counts as an intervention. The head is always
 taken, so a queued worker waits for at most as many groups as are ahead of it.
 
-The sync-graph is kept incrementally (:class:`~mxhet.control.window_graph.WindowGraph`),
-so a decision costs O(P log N) amortized, not a rebuild over the window.
+The sync-graph is kept incrementally (:class:`~mxhet.control.window_graph.WindowGraph`):
+adding a group costs O(P log N) amortized and a worker's component is a lookup, instead of a
+rebuild over the window for every group.
 
 No model data passes through here; times, sockets and MXNet stay outside. The
 State Server (:mod:`mxhet.control.server`) and the simulator call the same
@@ -149,7 +150,6 @@ class PartialReduceController:
         self.k = {}                  # rank -> iteration number it reported
         self.recent = collections.deque(maxlen=self.window - 1)  # (id, members) of the last T-1 groups
         self.graph = WindowGraph(self.live)  # their sync-graph (None: to be rebuilt)
-        self._labels = {}            # rank -> its component in self.graph (until the graph changes)
         self._held_seen = 0          # queued ranks known to be in the held head's component
         self.free_slots = list(range(self.num_slots))  # a heap: the lowest free slot first
         self.slot_holders = {}       # slot -> members that have not pulled yet
@@ -321,13 +321,9 @@ class PartialReduceController:
         return self.graph
 
     def _label(self, rank):
-        label = self._labels.get(rank)
-        if label is None:
-            label = self._labels[rank] = self._graph().component(rank)
-        return label
+        return self._graph().component(rank)
 
     def _graph_changed(self):
-        self._labels = {}
         self._held_seen = 0      # a held head is looked at again against the whole queue
 
     def _make(self, members, intervened):

@@ -10,14 +10,16 @@ edges. The forest's edges that are still inside the window then span exactly
 the window's components, so dropping a group only cuts its own edges that are
 still in the forest, and adding a group links its members, replacing the
 oldest edge on the path between two members already joined. The forest is a
-link-cut tree (Sleator and Tarjan): link, cut, the oldest edge on a path and
-the root of a worker's tree each cost O(log N) amortized.
+link-cut tree (Sleator and Tarjan): link, cut and the oldest edge on a path
+each cost O(log N) amortized. Component labels are kept explicitly beside it
+(see :class:`WindowGraph`), so asking for a worker's component is a lookup.
 
 Edges are nodes of the link-cut tree too (a group of P members adds the P-1
 edges of a star), so that the oldest edge on a path is the path's minimum.
 """
 
 import collections
+import itertools
 
 _NEVER = float("inf")
 
@@ -129,18 +131,6 @@ class _LinkCutForest:
         self._access(x)
         self.flip[x] = not self.flip[x]
 
-    def root(self, x):
-        """The root of ``x``'s tree: the same node for every node of one tree
-        as long as no link, cut or path query happens in between."""
-        self._access(x)
-        while True:
-            self._push(x)
-            if self.left[x] < 0:
-                break
-            x = self.left[x]
-        self._splay(x)
-        return x
-
     def link(self, x, y):
         """Join the trees of ``x`` and ``y`` (which must differ) by the edge x-y."""
         self._evert(x)
@@ -169,7 +159,12 @@ class WindowGraph:
         ranks: the workers (vertices); other ranks in a group are ignored.
 
     Groups are numbered by the caller in increasing order; :meth:`expire`
-    drops every group numbered below a bound.
+    drops every group numbered below a bound. Besides the link-cut tree, which
+    finds the oldest edge on a path, every worker carries an explicit
+    component label: a merge relabels the smaller component, and a split (an
+    expired edge that was in the forest) relabels the smaller side, found by
+    searching both sides of the cut edge in turn until one is exhausted. A
+    label lookup is then a dictionary read.
     """
 
     def __init__(self, ranks):
@@ -177,16 +172,19 @@ class WindowGraph:
         self._node = {}
         for r in ranks:
             self._node[r] = self._forest.add(_NEVER)
-        self._rank_of = {n: r for r, n in self._node.items()}
         self._ends = {}          # edge node in the forest -> its two vertex nodes
         self._by_group = collections.OrderedDict()  # group number -> its edge nodes (some may have left the forest)
         self._spare = []         # edge nodes out of the forest, to reuse
         self._newest = None
+        self._label = {n: n for n in self._node.values()}      # vertex node -> component label
+        self._members = {n: {n} for n in self._node.values()}  # label -> vertex nodes
+        self._adjacent = {n: set() for n in self._node.values()}  # vertex node -> its forest neighbours
+        self._labels = itertools.count(len(self._forest.key))   # fresh labels (no vertex node has them)
 
     @property
     def components(self):
-        """Connected components among the ranks (one edge joins two of them)."""
-        return len(self._node) - len(self._ends)
+        """Connected components among the ranks."""
+        return len(self._members)
 
     def add(self, number, members):
         """Add group ``number`` (larger than every earlier one): its members become connected."""
@@ -194,15 +192,17 @@ class WindowGraph:
             raise ValueError("group numbers must increase: %r after %r" % (number, self._newest))
         self._newest = number
         nodes = [self._node[r] for r in members if r in self._node]
-        forest = self._forest
+        forest, label = self._forest, self._label
         edges = []
+        u = nodes[0] if nodes else None
         for v in nodes[1:]:
-            u = nodes[0]
-            if forest.root(u) == forest.root(v):
+            if label[u] == label[v]:
                 oldest = forest.path_low(u, v)
                 if forest.key[oldest] >= number:
                     continue   # already joined by this group's own edges
-                self._cut(oldest)
+                self._cut(oldest, split=False)   # the new edge joins the two sides again
+            else:
+                self._merge(label[u], label[v])
             edge = self._spare.pop() if self._spare else None
             if edge is None:
                 edge = forest.add(number)
@@ -211,6 +211,8 @@ class WindowGraph:
             forest.link(u, edge)
             forest.link(edge, v)
             self._ends[edge] = (u, v)
+            self._adjacent[u].add(v)
+            self._adjacent[v].add(u)
             edges.append(edge)
         self._by_group[number] = edges
 
@@ -221,18 +223,54 @@ class WindowGraph:
             number, edges = groups.popitem(last=False)
             for edge in edges:
                 if edge in self._ends and self._forest.key[edge] == number:
-                    self._cut(edge)
+                    self._cut(edge, split=True)
 
-    def _cut(self, edge):
+    def _cut(self, edge, split):
         u, v = self._ends.pop(edge)
         self._forest.cut(u, edge)
         self._forest.cut(edge, v)
         self._spare.append(edge)
+        self._adjacent[u].discard(v)
+        self._adjacent[v].discard(u)
+        if split:
+            self._split(u, v)
+
+    def _merge(self, a, b):
+        """Components ``a`` and ``b`` become one (the smaller takes the larger's label)."""
+        members = self._members
+        if len(members[a]) < len(members[b]):
+            a, b = b, a
+        moved = members.pop(b)
+        for n in moved:
+            self._label[n] = a
+        members[a] |= moved
+
+    def _split(self, u, v):
+        """The forest edge u-v is gone: the side of the two that is found
+        complete first gets a new label."""
+        adjacent = self._adjacent
+        seen, todo = ({u}, {v}), ([u], [v])
+        while True:
+            for side in (0, 1):
+                if not todo[side]:
+                    small = seen[side]
+                    old = self._label[u]
+                    self._members[old] -= small
+                    fresh = next(self._labels)
+                    self._members[fresh] = small
+                    for n in small:
+                        self._label[n] = fresh
+                    return
+                x = todo[side].pop()
+                for y in adjacent[x]:
+                    if y not in seen[side]:
+                        seen[side].add(y)
+                        todo[side].append(y)
 
     def component(self, rank):
-        """A label of ``rank``'s component: equal for two ranks exactly when they
-        are connected, until the next :meth:`add` or :meth:`expire`."""
-        return self._forest.root(self._node[rank])
+        """The label of ``rank``'s component: equal for two ranks exactly when
+        they are connected (a label may change with :meth:`add` and :meth:`expire`)."""
+        return self._label[self._node[rank]]
 
     def joined_by(self, members):
         """How many components the group ``members`` would merge into one."""
