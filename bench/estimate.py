@@ -145,6 +145,8 @@ def main(argv=None):
     p.add_argument("--out", required=True, help="a finished simulator bench's output directory (with runs/)")
     p.add_argument("--jobs", type=int, default=2, help="runs at once (default %(default)s)")
     p.add_argument("--caps", default="30,90", help="the two compute caps of the measuring runs (default %(default)s)")
+    p.add_argument("--costs", default="", help="take the per-model costs from this earlier estimate.json "
+                                               "instead of measuring them (models it lacks are measured)")
     args = p.parse_args(argv)
     runs = load_runs(args.out)
     if not runs:
@@ -160,7 +162,12 @@ def main(argv=None):
     models = sorted({s.get("model") for s in runs.values()})
     from tqdm import tqdm
     costs = {}
-    for model in tqdm(models, desc="measuring", unit="model"):
+    if args.costs:
+        with open(args.costs) as f:
+            earlier = json.load(f)
+        costs = {m: c for m, c in earlier.get("costs", {}).items() if m in models}
+        caps = tuple(earlier.get("caps", caps))
+    for model in tqdm([m for m in models if m not in costs], desc="measuring", unit="model"):
         # the model's Sync run where there is one (any of its runs otherwise)
         name = min((n for n, s in runs.items() if s.get("model") == model),
                    key=lambda n: (runs[n].get("mode") != "sync", n))

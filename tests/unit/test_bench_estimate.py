@@ -64,3 +64,16 @@ def test_measure_runs_the_simulator_three_times_and_separates_the_costs():
     assert cost["measured"]["snapshots"][0] < cost["measured"]["snapshots"][1]
     assert 0 < cost["iteration_cpu_s"] < cost["fixed_cpu_s"]
     assert cost["snapshot_cpu_s"] > 0
+
+
+def test_costs_from_an_earlier_estimate_are_not_measured_again(tmp_path, monkeypatch):
+    run = tmp_path / "runs" / "a-sync"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps(summary("a", [10, 10], 4)))
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps({"costs": {"a": COST}, "caps": [30, 90]}))
+    monkeypatch.setattr(estimate, "measure", lambda *a, **k: pytest.fail("measured again"))
+    assert estimate.main(["--out", str(tmp_path), "--costs", str(earlier), "--jobs", "1"]) == 0
+    written = json.loads((tmp_path / "estimate.json").read_text())
+    assert written["total_s"] == pytest.approx(20 * 0.1 + 2 * 2.0 + 10) and written["caps"] == [30, 90]
+    assert "a-sync" in (tmp_path / "estimate.md").read_text()
