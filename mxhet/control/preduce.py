@@ -285,7 +285,7 @@ class PartialReduceController:
                 self._held_seen = len(self.queue)
                 return None, False
         graph = self._graph()    # the last T-1 groups
-        if graph.components - (len({self._label(r) for r in fifo}) - 1) == 1:
+        if graph.components - (graph.joined_by(fifo) - 1) == 1:
             self._holding_head = None
             return fifo, False
         group, seen = [head], {self._label(head)}

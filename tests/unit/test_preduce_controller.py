@@ -7,6 +7,8 @@ import pytest
 from mxhet.control.preduce import (PartialReduceController, constant_weights, default_slots, dynamic_weights,
                                    min_window)
 
+from .test_window_graph import brute_labels
+
 
 def test_groups_form_fifo_as_soon_as_p_are_ready():
     ctl = PartialReduceController(5, 2, avoid_frozen=False)
@@ -186,23 +188,9 @@ def brute_choice(ctl):
     if len(previous) < ctl.window - 1:
         return fifo
 
-    def labels(groups):
-        parent = {r: r for r in ctl.live}
-
-        def find(r):
-            while parent[r] != r:
-                r = parent[r]
-            return r
-
-        for members in groups:
-            members = [r for r in members if r in parent]
-            for r in members[1:]:
-                parent[find(r)] = find(members[0])
-        return {r: find(r) for r in ctl.live}
-
-    if len(set(labels(previous + [fifo]).values())) == 1:
+    if len(set(brute_labels(ctl.live, previous + [fifo]).values())) == 1:
         return fifo
-    label = labels(previous)
+    label = brute_labels(ctl.live, previous)
     group, seen = [queue[0]], {label[queue[0]]}
     for r in queue[1:]:
         if len(group) < ctl.group_size and label[r] not in seen:
