@@ -20,12 +20,12 @@ accuracy and n_i (local iterations per round) per device, in
 Virtual time (sim): an iteration of a slowdown-1 device takes the model's base
 iteration, a slowdown-f device f times that.
 """
-import concurrent.futures
 import json
 import os
 import shlex
 import shutil
 import sys
+import threading
 import time
 
 from tqdm import tqdm
@@ -341,16 +341,19 @@ def run(args):
         with open(path, "w") as f:
             json.dump(known, f, indent=1, sort_keys=True)
     failed = []
-    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool, \
-            tqdm(total=len(todo), unit="run", desc="aggregation", file=sys.stderr) as bar:
-        futures = {pool.submit(_one, directory, spec): name for name, spec, directory in todo}
-        for fut in concurrent.futures.as_completed(futures):
-            error, wall = fut.result()
-            if error:
-                failed.append(futures[fut])
-                print(error, file=sys.stderr)
-            bar.set_postfix_str("%s %s %.0fs" % (futures[fut], "failed" if error else "ok", wall))
-            bar.update(1)
+    lock = threading.Lock()
+    with tqdm(total=len(todo), unit="run", desc="aggregation", file=sys.stderr) as bar:
+        def one(item):
+            name, spec, directory = item
+            error, wall = _one(directory, spec)
+            with lock:
+                if error:
+                    failed.append(name)
+                    print(error, file=sys.stderr)
+                bar.set_postfix_str("%s %s %.0fs" % (name, "failed" if error else "ok", wall))
+                bar.update(1)
+
+        runner.run_each(todo, one, args.jobs)   # a signal ends the running simulator jobs too
     write(args.out, "mxhet-bench " + " ".join(shlex.quote(a) for a in getattr(args, "argv", []) or ["aggregation"]))
     if failed:
         print("failed runs (see their job.log): %s" % ", ".join(failed), file=sys.stderr)

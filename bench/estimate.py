@@ -104,8 +104,12 @@ def measure(summary, caps=(30, 90), snapshots=20, timeout=1800):
             "measured": {"iterations": [i1, i2], "cpu_s": [c1, c2, c3], "snapshots": [n1, n3]}}
 
 
-def estimate(runs, costs, jobs):
-    """The estimate for ``runs`` (name -> summary) with ``costs`` (model -> :func:`measure`)."""
+def estimate(runs, costs, jobs, opt_in=()):
+    """The estimate for ``runs`` (name -> summary) with ``costs`` (model -> :func:`measure`).
+
+    ``opt_in``: models a bench runs only on request (``Preset.opt_in``); where
+    some of the runs are theirs, ``default`` is the estimate without them.
+    """
     rows = []
     for name, summary in sorted(runs.items()):
         model = summary.get("model")
@@ -114,7 +118,13 @@ def estimate(runs, costs, jobs):
         rows.append(dict(run_cost(summary, costs[model]), run=name, model=model))
     total = sum(r["cost_s"] for r in rows)
     span, slots = makespan([r["cost_s"] for r in rows], jobs)
-    return {"jobs": jobs, "runs": rows, "total_s": total, "makespan_s": span, "slots_s": slots, "costs": costs}
+    result = {"jobs": jobs, "runs": rows, "total_s": total, "makespan_s": span, "slots_s": slots, "costs": costs}
+    left_out = sorted({r["model"] for r in rows} & set(opt_in))
+    if left_out:
+        kept = [r["cost_s"] for r in rows if r["model"] not in left_out]
+        span, slots = makespan(kept, jobs)
+        result["default"] = {"left_out": left_out, "total_s": sum(kept), "makespan_s": span, "slots_s": slots}
+    return result
 
 
 def report(result, command):
@@ -137,7 +147,27 @@ def report(result, command):
     lines += ["", "All runs one after the other: **%.0f min**. With `--jobs %d` (longest first): **%.0f min** "
               "(slots: %s min)." % (result["total_s"] / 60.0, result["jobs"], result["makespan_s"] / 60.0,
                                     ", ".join("%.0f" % (s / 60.0) for s in result["slots_s"])), ""]
+    default = result.get("default")
+    if default:
+        lines += ["Without %s, which the preset runs only when `--models` names it (what `mxhet-bench all` "
+                  "runs by default): **%.0f min** one after the other, **%.0f min** with `--jobs %d` (slots: %s "
+                  "min)." % (", ".join(default["left_out"]), default["total_s"] / 60.0, default["makespan_s"] / 60.0,
+                            result["jobs"], ", ".join("%.0f" % (s / 60.0) for s in default["slots_s"])), ""]
     return "\n".join(lines)
+
+
+def _opt_in(out):
+    """The opt-in models of the preset the bench in ``out`` ran (none when it is not known)."""
+    from . import presets
+    for path in sorted(glob.glob(os.path.join(out, "*.json"))):
+        with open(path) as f:
+            try:
+                name = json.load(f).get("preset")
+            except (ValueError, AttributeError):
+                continue
+        if name in presets.PRESETS:
+            return tuple(presets.PRESETS[name].opt_in)
+    return ()
 
 
 def main(argv=None):
@@ -172,7 +202,7 @@ def main(argv=None):
         name = min((n for n, s in runs.items() if s.get("model") == model),
                    key=lambda n: (runs[n].get("mode") != "sync", n))
         costs[model] = dict(measure(runs[name], caps), run=name)
-    result = estimate(runs, costs, args.jobs)
+    result = estimate(runs, costs, args.jobs, opt_in=_opt_in(args.out))
     command = "python -m bench.estimate " + " ".join(argv if argv is not None else sys.argv[1:])
     result.update(command=command, caps=caps,
                   eval_samples=next(iter(runs.values())).get("eval_samples", "its"))

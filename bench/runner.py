@@ -1,4 +1,5 @@
 """Run one training job through the launcher and collect its summary."""
+import concurrent.futures
 import dataclasses
 import json
 import os
@@ -105,6 +106,28 @@ STOP = threading.Event()
 """Set when the bench stops (a signal reached its main thread): simulator jobs
 running on other threads end their processes and raise :class:`Interrupted`,
 and jobs not started yet never start."""
+
+
+def run_each(items, fn, jobs):
+    """``[fn(item) for item in items]``, ``jobs`` at once on threads.
+
+    When the calling thread is interrupted (SIGTERM's SystemExit, Ctrl-C), the
+    items running on other threads are told to end (:data:`STOP`: a simulator
+    job ends its process) and those not started never start; then the
+    interruption goes on up.
+    """
+    if jobs == 1:
+        return [fn(item) for item in items]
+    STOP.clear()
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs)
+    try:
+        return list(pool.map(fn, items))
+    except BaseException:
+        STOP.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown()
 
 
 def run_job(spec, out_dir, progress=None):

@@ -7,7 +7,6 @@ runs it needs. A run that fails is recorded with its error and the others go
 on.
 """
 import collections
-import concurrent.futures
 import dataclasses
 import json
 import os
@@ -294,21 +293,7 @@ def execute(keys, spec_for, out, run=run_with_bar, jobs=1, resume=False):
                     free_rows.append(row)
                     overall.update(1)
 
-        if jobs == 1:
-            for key in keys:
-                one(key)
-        else:
-            runner.STOP.clear()
-            pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs)
-            try:
-                list(pool.map(one, keys))
-            except BaseException:
-                # e.g. SIGTERM's SystemExit in this thread: the other threads' runs end their
-                # processes and the queued ones never start, instead of running on to the end
-                runner.STOP.set()
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
-            pool.shutdown()
+        runner.run_each(keys, one, jobs)
     return records, failures
 
 
@@ -341,7 +326,8 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
     from . import plots, report
 
     started = time.monotonic()
-    models = tuple(models or preset.models)
+    models = tuple(models or preset.default_models())
+    opted_out = [m for m in preset.models if m in preset.opt_in and m not in models]
     budgets = {m: budget or preset.budget_for(m) for m in set(models) | {preset.figure_model}}
     budget = budget or preset.time_budget
     engine = engine or preset.engine
@@ -365,7 +351,8 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
         log("base iterations from the preset where it fixes them: %s"
             % ", ".join("%s %.3f s" % kv for kv in sorted(preset.iteration_s.items())))
     log("calibrating %d model(s) on profile %s (%d devices)" % (len(candidates), profile.name, len(profile.devices)))
-    calibration, skipped = {}, []
+    calibration = {}
+    skipped = [{"model": m, "reason": preset.opt_in[m]} for m in opted_out] if "table1" in experiments else []
     for model in candidates:  # one at a time: each model's own budget
         one, not_run = calibrate_models(preset, profile, [model], budgets.get(model, budget), measure=measure,
                                         log=log, engine=engine)

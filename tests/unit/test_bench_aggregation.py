@@ -1,8 +1,14 @@
 """``mxhet-bench aggregation``'s plan: its simulator runs are the paper-sim bench's runs plus an option, so
 the paper-sim bench's finished runs serve as its references (no process is started here)."""
+import argparse
 import json
+import os
+import signal
+import threading
 
-from bench import aggregation, presets, profiles, suite
+import pytest
+
+from bench import aggregation, presets, profiles, runner, suite
 
 
 def _paper_sim_command(model, mode, dist, out):
@@ -58,3 +64,45 @@ def test_a_run_stopped_by_its_compute_cap_is_reported_as_such(tmp_path):
     text = aggregation.report(list(rows.values()), "mxhet-bench aggregation")
     assert "not reached (cap)" in text and "80 s" in text
     assert "no Sync run to compare" in text
+
+
+def test_a_stopped_aggregation_bench_ends_its_running_jobs_and_starts_no_other(tmp_path, monkeypatch):
+    """SIGTERM reaches the bench's main thread while two simulator jobs run on its worker threads: both
+    are told to end (as runner.run_job ends its process) and the queued ones never start."""
+    started, ended = [], []
+    main = threading.main_thread().ident
+    both = threading.Barrier(2)
+
+    class Stopped(Exception):
+        pass
+
+    def on_signal(signum, frame):
+        raise Stopped("signal %d" % signum)
+
+    def fake_run_job(spec, out_dir, progress=None):
+        if runner.STOP.is_set():               # as run_job: a job not started when the bench stops never starts
+            raise runner.Interrupted("not started")
+        started.append(os.path.basename(out_dir))
+        if both.wait(30) == 0:                   # the signal comes once two jobs run
+            signal.pthread_kill(main, signal.SIGUSR1)
+        for _ in range(600):                     # a long run (30 s), as a simulator job polls its process
+            if runner.STOP.wait(0.05):
+                ended.append(os.path.basename(out_dir))
+                raise runner.Interrupted("ended")
+        raise AssertionError("the job was never told to end")
+
+    monkeypatch.setattr(runner, "run_job", fake_run_job)
+    monkeypatch.setattr(aggregation, "write", lambda out, command: None)
+    parser = argparse.ArgumentParser()
+    aggregation.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["aggregation", "--models", "resnet18_v1", "--profiles", "paper-sim", "--dists", "iid",
+                              "--variants", "esync,esync-nesterov,esync-weighted,sync", "--reuse", "",
+                              "--jobs", "2", "--out", str(tmp_path)])
+    previous = signal.signal(signal.SIGUSR1, on_signal)
+    try:
+        with pytest.raises(Stopped):
+            aggregation.run(args)
+        assert len(started) == 2 and sorted(ended) == sorted(started)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        runner.STOP.clear()

@@ -43,6 +43,12 @@ def test_estimate_reads_finished_runs_and_names_a_model_without_a_cost(tmp_path)
     assert "| b-esync | 300 | 2 |" in text and "**6 min**" in text
     with pytest.raises(ValueError, match="'b'"):
         estimate.estimate(runs, {"a": COST}, jobs=1)
+    assert "default" not in result
+    without_b = estimate.estimate(runs, {"a": COST, "b": dict(COST, iteration_cpu_s=1.0)}, jobs=2, opt_in=("b", "z"))
+    assert without_b["default"]["left_out"] == ["b"]
+    assert without_b["default"]["total_s"] == pytest.approx(16) and without_b["makespan_s"] == pytest.approx(314)
+    text = estimate.report(dict(without_b, caps=(30, 90), eval_samples=1000), "python -m bench.estimate")
+    assert "Without b, which" in text
 
 
 def test_the_command_line_refuses_a_directory_without_runs_and_bad_caps(tmp_path, capsys):

@@ -94,6 +94,38 @@ def test_every_bench_json_records_its_engine(tmp_path):
     assert "Engine: **sim**" in open(os.path.join(out, "report.md")).read()
 
 
+def test_paper_sim_runs_inception_only_when_asked(tmp_path):
+    """Inception-v3 is opt-in in paper-sim: the default bench leaves it out, and Table 1 says why."""
+    preset = presets.get("paper-sim")
+    assert "inceptionv3" not in preset.default_models() and "inceptionv3" in preset.models
+    ran = []
+
+    def fake_run(spec, run_dir, desc, position, leave):
+        ran.append(spec.model)
+        n = 1 if spec.mode == "local" else len(spec.slowdowns)
+        return {"model": spec.model, "mode": spec.mode, "dist": spec.dist, "time_to_target_s": 10.0,
+                "final_accuracy": 0.81, "train_time_s": 20.0, "curve": [[0, 0.1], [20, 0.81]],
+                "workers": [{"slot": i, "rank": i, "samples": 64, "local_iters": [1], "iterations": 1,
+                             "compute_ratio": 0.5, "bytes_pushed": 1, "bytes_pulled": 1, "slowdown": 1.0,
+                             "rounds": 1, "context": "cpu", "overruns": 0} for i in range(n)]}
+
+    def bench(out, models):
+        suite.run_suite(("table1",), preset, profiles.load("paper-sim"), out, models=models,
+                        measure=lambda m, s, b, c: 0.1, run=fake_run, log=lambda *_: None, command=["mxhet-bench"])
+        return json.load(open(os.path.join(out, "table1.json")))
+
+    data = bench(str(tmp_path / "default"), None)
+    assert set(ran) == set(preset.default_models()) and "inceptionv3" not in ran
+    assert [s["model"] for s in data["skipped"]] == ["inceptionv3"]
+    assert data["skipped"][0]["reason"].startswith("opt-in")
+    report = open(os.path.join(str(tmp_path / "default"), "report.md")).read()
+    assert "| Inception-v3 | skipped |" in report and "`inceptionv3`: opt-in" in report
+    del ran[:]
+    data = bench(str(tmp_path / "asked"), ("alexnet", "inceptionv3"))
+    assert set(ran) == {"alexnet", "inceptionv3"} and data["skipped"] == []
+    assert {r["model"] for r in data["rows"]} == {"alexnet", "inceptionv3"}
+
+
 def test_validate_sim_cli_refuses_bad_input(capsys):
     assert cli.main(["validate-sim", "--cases", "lab"]) == 2
     assert "unknown cases lab" in capsys.readouterr().err
