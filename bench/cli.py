@@ -138,7 +138,9 @@ def build_parser():
         e = sub.add_parser(name, help=help_text)
         e.add_argument("--preset", default="cpu", choices=sorted(presets.PRESETS),
                        help="smoke: pipeline check in minutes; cpu: reduced models for a CPU machine; "
-                            "paper-sim: the paper's 117x profile in virtual time, each run to the target; "
+                            "paper-sim: the paper's 117x profile in virtual time, each run to the target "
+                            "(Inception-v3 only with --models); paper-sim-gpu: the same at the paper's sizes on "
+                            "a GPU; "
                             "paper: the paper's sizes and 117x profile on a GPU machine (default %(default)s)")
         e.add_argument("--models", default=None, help="comma-separated models (default: the preset's)")
         e.add_argument("--modes", default=None, help="comma-separated modes, replacing each experiment's "
@@ -152,7 +154,7 @@ def build_parser():
         e.add_argument("--seed", type=int, default=0, help="seed of every run (default 0)")
         e.add_argument("--engine", choices=["cluster", "sim"], default=None,
                        help="cluster: real processes on this machine; sim: python -m mxhet.sim in virtual "
-                            "time (default: the preset's, cluster but for paper-sim)")
+                            "time (default: the preset's, cluster but for paper-sim and paper-sim-gpu)")
         e.add_argument("--jobs", type=int, default=1,
                        help="simulator runs at once, each a process with one compute thread "
                             "(default 1; the cluster engine runs one job at a time)")

@@ -3,10 +3,12 @@ import json
 import os
 import sys
 
+import mxnet as mx
 import pytest
 
 from bench import cli, presets, profiles, suite, validate
 from bench.runner import JobSpec
+from mxhet.errors import ConfigError
 
 
 def _summary(iters, rounds, ratios, curve, time_s=60.0):
@@ -92,6 +94,23 @@ def test_every_bench_json_records_its_engine(tmp_path):
     data = json.load(open(os.path.join(out, "table1.json")))
     assert data["engine"] == "sim" and data["profile"]["calibration"]["resnet18_v1"]["base_iteration_s"] == 0.1
     assert "Engine: **sim**" in open(os.path.join(out, "report.md")).read()
+
+
+def test_paper_sim_gpu_is_paper_sim_at_the_papers_sizes_on_the_gpu(tmp_path):
+    preset, cpu = presets.get("paper-sim-gpu"), presets.get("paper-sim")
+    assert preset.engine == "sim" and preset.stop_at_target and preset.max_iterations == cpu.max_iterations
+    assert preset.input_sizes["resnet18_v1"] == 224 and preset.input_sizes["inceptionv3"] == 299
+    assert preset.default_models() == presets.PAPER_ORDER and not preset.iteration_s   # measured on the GPU
+    profile = profiles.load(preset.profile)
+    assert profile.slowdowns == profiles.load(cpu.profile).slowdowns
+    record = {"base_iteration_s": 0.02, "input_size": 224}
+    spec = suite.job_spec(suite.RunKey("resnet18_v1", "esync", "iid"), preset, profile, record, 7200.0, 0,
+                          engine="sim")
+    argv = spec.launch_argv("out")
+    assert argv[argv.index("--contexts") + 1] == "gpu(0)" and argv[argv.index("--input-size") + 1] == "224"
+    if mx.context.num_gpus() == 0:     # refused before any run on a machine without a GPU
+        with pytest.raises(ConfigError, match="gpu"):
+            suite.run_suite(("table1",), preset, profile, str(tmp_path), log=lambda *_: None)
 
 
 def test_paper_sim_runs_inception_only_when_asked(tmp_path):
