@@ -79,15 +79,20 @@ def test_paper_sim_preset_is_the_papers_profile_in_virtual_time():
     assert preset.batch_size == 64 and set(preset.models) == set(presets.PAPER_ORDER)
 
 
+def _finished(spec):
+    """The summary a finished simulator run of ``spec`` writes (what a fake run returns)."""
+    n = 1 if spec.mode == "local" else len(spec.slowdowns)
+    return {"model": spec.model, "mode": spec.mode, "dist": spec.dist, "time_to_target_s": 10.0,
+            "final_accuracy": 0.81, "train_time_s": 20.0, "curve": [[0, 0.1], [20, 0.81]],
+            "workers": [{"slot": i, "rank": i, "samples": 64, "local_iters": [1], "iterations": 1,
+                         "compute_ratio": 0.5, "bytes_pushed": 1, "bytes_pulled": 1, "slowdown": 1.0,
+                         "rounds": 1, "context": "cpu", "overruns": 0} for i in range(n)]}
+
+
 def test_every_bench_json_records_its_engine(tmp_path):
     def fake_run(spec, run_dir, desc, position, leave):
         assert spec.engine == "sim" and "--stop-at-target" in spec.sim_args
-        n = 1 if spec.mode == "local" else len(spec.slowdowns)
-        return {"model": spec.model, "mode": spec.mode, "dist": spec.dist, "time_to_target_s": 10.0,
-                "final_accuracy": 0.81, "train_time_s": 20.0, "curve": [[0, 0.1], [20, 0.81]],
-                "workers": [{"slot": i, "rank": i, "samples": 64, "local_iters": [1], "iterations": 1,
-                             "compute_ratio": 0.5, "bytes_pushed": 1, "bytes_pulled": 1, "slowdown": 1.0,
-                             "rounds": 1, "context": "cpu", "overruns": 0} for i in range(n)]}
+        return _finished(spec)
     out = str(tmp_path / "out")
     suite.run_suite(("table1",), presets.get("paper-sim"), profiles.load("paper-sim"), out, models=("resnet18_v1",),
                     measure=lambda m, s, b, c: 0.1, run=fake_run, log=lambda *_: None, command=["mxhet-bench"])
@@ -121,12 +126,7 @@ def test_paper_sim_runs_inception_only_when_asked(tmp_path):
 
     def fake_run(spec, run_dir, desc, position, leave):
         ran.append(spec.model)
-        n = 1 if spec.mode == "local" else len(spec.slowdowns)
-        return {"model": spec.model, "mode": spec.mode, "dist": spec.dist, "time_to_target_s": 10.0,
-                "final_accuracy": 0.81, "train_time_s": 20.0, "curve": [[0, 0.1], [20, 0.81]],
-                "workers": [{"slot": i, "rank": i, "samples": 64, "local_iters": [1], "iterations": 1,
-                             "compute_ratio": 0.5, "bytes_pushed": 1, "bytes_pulled": 1, "slowdown": 1.0,
-                             "rounds": 1, "context": "cpu", "overruns": 0} for i in range(n)]}
+        return _finished(spec)
 
     def bench(out, models):
         suite.run_suite(("table1",), preset, profiles.load("paper-sim"), out, models=models,
