@@ -33,6 +33,7 @@ from tqdm import tqdm
 from mxhet.errors import ConfigError
 
 from . import presets, profiles, runner
+from .runner import canonical
 
 MODELS = {"resnet18_v1": {"input_size": 32, "lr": 0.1}, "alexnet": {"input_size": 64, "lr": 0.1},
           "smallcnn": {"input_size": 28, "lr": 0.05}}
@@ -119,18 +120,6 @@ def plan(engine, models, profile_names, dists, variants, **kw):
                         seen.add(name)
                         runs.append((name, job_spec(engine, model, profiles.BUILTIN[pname], dist, variant, **kw)))
     return runs
-
-
-def canonical(argv):
-    """A run's command without the interpreter, ``-m module`` and ``--metrics-out DIR``: equal for two runs
-    that compute the same thing wherever they write."""
-    args = list(argv)
-    if "-m" in args:
-        args = args[args.index("-m") + 2:]
-    if "--metrics-out" in args:
-        i = args.index("--metrics-out")
-        del args[i:i + 2]
-    return tuple(args)
 
 
 def reuse_index(directories):

@@ -108,6 +108,18 @@ running on other threads end their processes and raise :class:`Interrupted`,
 and jobs not started yet never start."""
 
 
+def canonical(argv):
+    """A run's command without the interpreter, ``-m module`` and ``--metrics-out DIR``: equal for two runs
+    that compute the same thing wherever they write."""
+    args = list(argv)
+    if "-m" in args:
+        args = args[args.index("-m") + 2:]
+    if "--metrics-out" in args:
+        i = args.index("--metrics-out")
+        del args[i:i + 2]
+    return tuple(args)
+
+
 def run_each(items, fn, jobs):
     """``[fn(item) for item in items]``, ``jobs`` at once on threads.
 

@@ -231,8 +231,9 @@ def same_run(done, wanted, ended_at, reached_target=False):
 
 
 def finished_run(spec, run_dir):
-    """The summary of a simulator run already finished in ``run_dir`` with exactly
-    ``spec``'s command (what ``--resume`` reuses), or None."""
+    """The summary of a simulator run already finished in ``run_dir`` with
+    ``spec``'s command (what ``--resume`` reuses; the directory it wrote to may
+    since have moved, e.g. copied from a results directory), or None."""
     path = os.path.join(run_dir, "summary.json")
     if spec.engine != "sim" or not os.path.exists(path):
         return None
@@ -241,7 +242,8 @@ def finished_run(spec, run_dir):
     argv = spec.launch_argv(run_dir)
     done = (summary.get("sim") or {}).get("command") or []
     reached = (summary.get("sim") or {}).get("stopped_at_target_s") is not None
-    if not same_run([str(a) for a in done[3:]], [str(a) for a in argv[3:]], summary.get("train_time_s"), reached):
+    if not same_run([str(a) for a in runner.canonical(done)], [str(a) for a in runner.canonical(argv)],
+                    summary.get("train_time_s"), reached):
         return None
     summary["command"], summary["wall_s"], summary["resumed"] = argv, summary["sim"]["wall_s"], True
     return summary

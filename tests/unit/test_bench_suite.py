@@ -227,6 +227,9 @@ def test_resume_keeps_only_a_simulator_run_finished_with_the_same_command(tmp_pa
     assert finished_run(other, run_dir) is None                     # another command: run again
     cluster = JobSpec(mode="esync", slowdowns=(117, 1))
     assert finished_run(cluster, run_dir) is None                   # the cluster's runs are never reused
+    import shutil
+    shutil.copytree(run_dir, str(tmp_path / "elsewhere" / "run"))    # a results directory copied into a new --out
+    assert finished_run(spec, str(tmp_path / "elsewhere" / "run"))["resumed"]
 
 
 def test_a_run_that_ended_before_its_budget_is_the_same_run_under_a_longer_budget(tmp_path):
