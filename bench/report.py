@@ -133,10 +133,14 @@ def _stopping_line(result):
                         "; %s's cap is %d" % (m, c) for m, c in sorted((result.get("iteration_caps") or {}).items())))
                     if result.get("max_iterations") else
                     "Each run stops at the first snapshot that reaches the target, or at the budget.")
-    if result.get("suite_wall_s"):
+    resumed = result.get("resumed_runs") or []
+    if resumed and len(resumed) >= len(result["runs"]):
+        text.append("Every run was kept from earlier benches (`--resume`); this invocation ran none and only "
+                    "wrote the results.")
+    elif result.get("suite_wall_s"):
         text.append("The whole bench took %.0f min of wall time (%d run(s) at once)."
                     % (result["suite_wall_s"] / 60.0, result.get("jobs", 1)))
-        if result.get("resumed_runs"):
+        if resumed:
             text.append("It went on from a stopped bench, keeping %d finished run(s) (%s)."
                         % (len(result["resumed_runs"]), ", ".join(result["resumed_runs"])))
     walls = [r.get("wall_s") for r in result["runs"]]

@@ -348,3 +348,16 @@ def test_a_simulator_run_reports_its_virtual_seconds_from_its_own_progress_bar(t
     log.write_bytes(b"x" * 2000 + b"esync inceptionv3:   1%|  | 252.7/21600.0 [35:48<67:43:42, 11.42s/virtual s]"
                     b"\resync inceptionv3:   1%|  | 284.3/21600.0 [38:06<54:33:44,  9.22s/virtual s]")
     assert _virtual_seconds(str(log)) == 284.3
+
+
+def test_the_report_says_how_long_the_bench_took_or_that_it_ran_nothing():
+    from bench import report
+
+    runs = [{"time_to_target_s": 10.0, "train_time_s": 20.0, "wall_s": 60.0}, {"time_to_target_s": None,
+                                                                             "train_time_s": 20.0, "wall_s": 60.0}]
+    result = {"engine": "cluster", "runs": runs, "time_budget_s": 20.0, "suite_wall_s": 150.0, "jobs": 2}
+    assert "took 2 min of wall time (2 run(s) at once)" in report._stopping_line(result)
+    partly = report._stopping_line(dict(result, resumed_runs=["a"]))
+    assert "keeping 1 finished run(s) (a)" in partly and "took 2 min" in partly
+    kept = report._stopping_line(dict(result, resumed_runs=["a", "b"], suite_wall_s=3.0))
+    assert "Every run was kept" in kept and "took" not in kept.split("This experiment")[0]
