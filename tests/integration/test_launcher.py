@@ -200,7 +200,9 @@ def test_signal_to_launcher_ends_everything(tmp_path, child_pids, signum, code):
     child_pids.add(launcher.pid)
     try:
         deadline = time.monotonic() + FAILURE_BOUND_S
-        while not (piddir / "worker-0.pid").exists() and time.monotonic() < deadline:
+        # the launcher writes the job file once it has started every process, the worker's pid file can
+        # come first (1.6 s apart on a loaded machine)
+        while not ((piddir / "worker-0.pid").exists() and job_file.exists()) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert job_file.exists(), "the launcher did not start the job"
         child_pids.add_job_file(job_file)
