@@ -142,7 +142,9 @@ def test_sigterm_to_the_bench_ends_the_running_job(tmp_path, child_pids):
     child_pids.add(bench.pid)
     job_file = out / "runs" / "smallcnn-sync-iid" / "job.json"
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (out / "runs" / "smallcnn-sync-iid" / "snapshots").exists():
+    # the launcher writes job.json after it has started every process, so a worker's snapshots can come first
+    while time.monotonic() < deadline and not ((out / "runs" / "smallcnn-sync-iid" / "snapshots").exists()
+                                               and job_file.exists()):
         time.sleep(0.2)
     assert job_file.exists(), "the first run did not start"
     record = child_pids.add_job_file(str(job_file))
