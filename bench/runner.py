@@ -1,6 +1,7 @@
 """Run one training job through the launcher and collect its summary."""
 import concurrent.futures
 import dataclasses
+import itertools
 import json
 import os
 import re
@@ -120,6 +121,9 @@ def canonical(argv):
     return tuple(args)
 
 
+_POOLS = itertools.count()
+
+
 def run_each(items, fn, jobs):
     """``[fn(item) for item in items]``, ``jobs`` at once on threads.
 
@@ -131,12 +135,18 @@ def run_each(items, fn, jobs):
     if jobs == 1:
         return [fn(item) for item in items]
     STOP.clear()
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs)
+    prefix = "run-each-%d" % next(_POOLS)
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix=prefix)
     try:
         return list(pool.map(fn, items))
     except BaseException:
         STOP.set()
         pool.shutdown(wait=True, cancel_futures=True)
+        # an interruption inside submit, between a thread's start and the pool recording it, leaves that
+        # thread out of the pool's set: join it by name
+        for thread in threading.enumerate():
+            if thread.name.startswith(prefix + "_"):
+                thread.join()
         raise
     finally:
         pool.shutdown()
