@@ -78,10 +78,19 @@ def _split(text, known, what):
     return names
 
 
+NORM_SUFFIX = {"batch": "", "group": "_gn"}
+"""The model's label in run names and reports: ``resnet18_v1_gn`` is ResNet-18 with ``--norm group``."""
+
+
 def job_spec(engine, model, profile, dist, variant, cap=DEFAULT_CAP, max_iterations=DEFAULT_MAX_ITERATIONS,
-             cluster_budget=DEFAULT_CLUSTER_BUDGET, seed=0, eval_samples=1000):
-    """The :class:`bench.runner.JobSpec` of one run (``local``: the profile's fastest device, i.i.d.)."""
+             cluster_budget=DEFAULT_CLUSTER_BUDGET, seed=0, eval_samples=1000, norm="batch"):
+    """The :class:`bench.runner.JobSpec` of one run (``local``: the profile's fastest device, i.i.d.).
+
+    With ``norm="group"`` the model's BatchNorm layers are GroupNorm layers; its virtual iteration time
+    stays the BatchNorm model's (the simulator compares convergence, not MXNet's CPU kernels)."""
     mode, extra = VARIANTS[variant]
+    if norm != "batch":
+        extra = ("--norm", norm) + extra
     spec = MODELS[model]
     if mode == "local":
         device = profile.fastest()
@@ -104,21 +113,23 @@ def job_spec(engine, model, profile, dist, variant, cap=DEFAULT_CAP, max_iterati
                           launcher_args=("--base-iter", "%.6f" % base, "--omp-threads", "1"), **common)
 
 
-def run_name(model, profile_name, dist, variant):
-    return "%s-%s-%s-%s" % (model, profile_name, "all" if VARIANTS[variant][0] == "local" else dist, variant)
+def run_name(model, profile_name, dist, variant, norm="batch"):
+    return "%s%s-%s-%s-%s" % (model, NORM_SUFFIX[norm], profile_name,
+                              "all" if VARIANTS[variant][0] == "local" else dist, variant)
 
 
-def plan(engine, models, profile_names, dists, variants, **kw):
+def plan(engine, models, profile_names, dists, variants, norm="batch", **kw):
     """Every run as ``(name, JobSpec)``; ``local`` once per model and profile (one device, all the data)."""
     runs, seen = [], set()
     for model in models:
         for pname in profile_names:
             for dist in dists:
                 for variant in variants:
-                    name = run_name(model, pname, dist, variant)
+                    name = run_name(model, pname, dist, variant, norm)
                     if name not in seen:
                         seen.add(name)
-                        runs.append((name, job_spec(engine, model, profiles.BUILTIN[pname], dist, variant, **kw)))
+                        runs.append((name, job_spec(engine, model, profiles.BUILTIN[pname], dist, variant,
+                                                    norm=norm, **kw)))
     return runs
 
 
@@ -278,6 +289,9 @@ def add_parser(sub):
     p.add_argument("--models", default="resnet18_v1,alexnet")
     p.add_argument("--profiles", default="cpu,paper-sim")
     p.add_argument("--dists", default="iid,non-iid")
+    p.add_argument("--norm", choices=sorted(NORM_SUFFIX), default="batch",
+                   help="the models' normalization layers (group: GroupNorm for BatchNorm; the runs are named "
+                        "MODEL_gn; default %(default)s)")
     p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help="of: %s" % ", ".join(VARIANTS))
     p.add_argument("--cap", type=float, default=DEFAULT_CAP,
                    help="sim: virtual seconds a run may take without reaching the target (default %(default)s)")
@@ -304,8 +318,13 @@ def run(args):
     if args.jobs < 1 or not args.cap > 0 or args.max_iterations < 0 or not args.cluster_budget > 0:
         raise ConfigError("--jobs must be >= 1, --cap and --cluster-budget > 0, --max-iterations >= 0; got %r, "
                           "%r, %r and %r" % (args.jobs, args.cap, args.cluster_budget, args.max_iterations))
-    runs = plan(args.engine, models, pnames, dists, variants, cap=args.cap, max_iterations=args.max_iterations,
-                cluster_budget=args.cluster_budget, seed=args.seed, eval_samples=args.eval_samples)
+    if args.norm != "batch":
+        from mxhet.models import check_norm
+        for model in models:
+            check_norm(model, args.norm)
+    runs = plan(args.engine, models, pnames, dists, variants, norm=args.norm, cap=args.cap,
+                max_iterations=args.max_iterations, cluster_budget=args.cluster_budget, seed=args.seed,
+                eval_samples=args.eval_samples)
     sub = "runs" if args.engine == "sim" else "cluster"
     index = reuse_index([d for d in args.reuse.split(",") if d]) if args.engine == "sim" else {}
     reused, todo = {}, []

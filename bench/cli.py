@@ -498,7 +498,11 @@ def main(argv=None):
     runners["nodelay"] = nodelay_bench.run
     runners["preduce"] = preduce_bench.run
     runners["gcada"] = gcada_bench.run
-    return runners.get(args.experiment, run_paper_experiment)(args)
+    try:
+        return runners.get(args.experiment, run_paper_experiment)(args)
+    except ConfigError as exc:   # bad input an experiment found: a message, not a traceback
+        print("mxhet-bench: error: %s" % exc, file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -77,6 +77,7 @@ def check_contexts(profile):
     import mxnet as mx
     from mxhet.config import parse_context
 
+    from mxhet.config import mx_context
     needed = [parse_context(c)[1] for c in profile.contexts if parse_context(c)[0] == "gpu"]
     if needed:
         have = mx.context.num_gpus()
@@ -84,6 +85,8 @@ def check_contexts(profile):
             raise ConfigError("profile %r puts devices on gpu(%d) but MXNet sees %d GPU(s) here; use a CPU "
                               "preset (--preset cpu) or a --profile file with contexts that exist"
                               % (profile.name, max(needed), have))
+        for index in sorted(set(needed)):
+            mx_context("gpu(%d)" % index)   # a GPU this MXNet build has no kernels for
 
 
 def calibrate_models(preset, profile, models, budget, measure=calibrate.measure, cores=None, log=print,

@@ -58,6 +58,35 @@ def parse_context(text):
     return ("cpu", 0) if m.group(1) == "cpu" else ("gpu", int(m.group(2)))
 
 
+def mx_context(text):
+    """The MXNet context of ``cpu`` or ``gpu(i)``, checked: a GPU must exist and run a kernel.
+
+    The check matters beyond a missing GPU: MXNet 1.9.1's CUDA packages carry
+    machine code for compute capability 5.0 to 8.6 and no PTX, so on a newer
+    GPU (Hopper, 9.0) every kernel fails; this says so at start-up instead of
+    at the first forward pass.
+
+    Raises:
+        ConfigError: for a bad ``text``, a GPU MXNet does not see, or one it cannot run on.
+    """
+    import mxnet as mx
+    kind, index = parse_context(text)
+    if kind == "cpu":
+        return mx.cpu()
+    have = mx.context.num_gpus()
+    if index >= have:
+        raise ConfigError("gpu(%d) asked for, but MXNet sees %d GPU(s) here" % (index, have))
+    ctx = mx.gpu(index)
+    try:
+        (mx.nd.ones((2,), ctx=ctx) * 2).asnumpy()
+    except mx.base.MXNetError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError("MXNet cannot run a kernel on gpu(%d): %s (MXNet 1.9.1's CUDA packages have kernels for "
+                          "compute capability 5.0-8.6 only; a newer GPU needs MXNet built from source for it)"
+                          % (index, first)) from None
+    return ctx
+
+
 def parse_slowdown(text):
     """Parse a slowdown factor (float >= 1).
 

@@ -22,8 +22,16 @@ from .gluon_private import block_children
 
 MODEL_NAMES = ("smallcnn", "alexnet", "resnet18_v1", "resnet50_v1", "resnet50_v2",
                "mobilenet1.0", "inceptionv3", "linear")
+NORMS = ("batch", "group")
+"""``norm``: the networks' own BatchNorm layers, or GroupNorm in their place."""
+GROUPS = 16
+"""Groups of a GroupNorm layer: every normalized layer of the zoo networks has a
+multiple of 16 channels (Inception-v3 has 48-channel layers, so not 32). In
+MXNet 1.x a GroupNorm layer's gamma and beta have one value per group."""
+_BN_ONLY_KWARGS = ("momentum", "use_global_stats", "running_mean_initializer", "running_variance_initializer",
+                   "fuse_relu", "axis")
 
-_Spec = collections.namedtuple("_Spec", "build default_size min_size")
+_Spec = collections.namedtuple("_Spec", "build default_size min_size has_batchnorm")
 
 
 def _smallcnn(classes):
@@ -47,17 +55,32 @@ def _linear(classes):
     return net
 
 
-def _zoo(name, classes):
+def group_norm(**kwargs):
+    """A GroupNorm layer in place of a zoo network's ``BatchNorm(**kwargs)``.
+
+    The BatchNorm-only arguments are dropped. A layer with neither scale nor
+    shift normalizes the network's input image (ResNet-v2's first layer, one
+    channel here): it gets one group, i.e. each image to zero mean and unit
+    variance.
+    """
+    for name in _BN_ONLY_KWARGS:
+        kwargs.pop(name, None)
+    groups = 1 if kwargs.get("scale") is False and kwargs.get("center") is False else GROUPS
+    return nn.GroupNorm(num_groups=groups, **kwargs)
+
+
+def _zoo(name, classes, norm="batch"):
     import gluoncv  # slow to import (about 2 s): only when a zoo model is asked for
-    return gluoncv.model_zoo.get_model(name, classes=classes, pretrained=False)
+    extra = {"norm_layer": group_norm} if norm == "group" else {}
+    return gluoncv.model_zoo.get_model(name, classes=classes, pretrained=False, **extra)
 
 
 def _zoo_builder(name):
-    return lambda classes: _zoo(name, classes)
+    return lambda classes, norm="batch": _zoo(name, classes, norm)
 
 
-def _inceptionv3(classes):
-    net = _zoo("inceptionv3", classes)
+def _inceptionv3(classes, norm="batch"):
+    net = _zoo("inceptionv3", classes, norm)
     keys = list(block_children(net.features))
     pool_key = keys[-2]  # features end with AvgPool2D(8), Dropout(0.5)
     if not isinstance(block_children(net.features)[pool_key], nn.AvgPool2D):
@@ -69,16 +92,16 @@ def _inceptionv3(classes):
 # name -> (builder(classes), default input size, smallest accepted input size)
 _SPECS = {
     # 28 -> conv5 24 -> pool 12 -> conv5 8 -> pool 4; below 16 a pool gets 1 x 1.
-    "smallcnn": _Spec(_smallcnn, 28, 16),
+    "smallcnn": _Spec(_smallcnn, 28, 16, False),
     # conv11/4 + three 3x3/2 max pools without padding need 63 pixels.
-    "alexnet": _Spec(_zoo_builder("alexnet"), 64, 63),
-    "resnet18_v1": _Spec(_zoo_builder("resnet18_v1"), 32, 1),
-    "resnet50_v1": _Spec(_zoo_builder("resnet50_v1"), 32, 1),
-    "resnet50_v2": _Spec(_zoo_builder("resnet50_v2"), 32, 1),
-    "mobilenet1.0": _Spec(_zoo_builder("mobilenet1.0"), 32, 1),
+    "alexnet": _Spec(_zoo_builder("alexnet"), 64, 63, False),
+    "resnet18_v1": _Spec(_zoo_builder("resnet18_v1"), 32, 1, True),
+    "resnet50_v1": _Spec(_zoo_builder("resnet50_v1"), 32, 1, True),
+    "resnet50_v2": _Spec(_zoo_builder("resnet50_v2"), 32, 1, True),
+    "mobilenet1.0": _Spec(_zoo_builder("mobilenet1.0"), 32, 1, True),
     # With the global pool; the original fixed 8x8 pool needs 299.
-    "inceptionv3": _Spec(_inceptionv3, 75, 75),
-    "linear": _Spec(_linear, 28, 1),
+    "inceptionv3": _Spec(_inceptionv3, 75, 75, True),
+    "linear": _Spec(_linear, 28, 1, False),
 }
 
 
@@ -108,18 +131,33 @@ def min_input_size(name):
     return _spec(name).min_size
 
 
-def get_model(name, classes=10, input_size=None):
+def check_norm(name, norm):
+    """Raise ConfigError unless ``norm`` is one of :data:`NORMS` and fits model ``name``."""
+    spec = _spec(name)
+    if norm not in NORMS:
+        raise ConfigError("unknown norm %r; known: %s" % (norm, ", ".join(NORMS)))
+    if norm != "batch" and not spec.has_batchnorm:
+        raise ConfigError("%s has no BatchNorm layers for --norm %s to replace" % (name, norm))
+
+
+def get_model(name, classes=10, input_size=None, norm="batch"):
     """An uninitialized HybridBlock mapping (b, 1, S, S) to (b, classes) logits.
 
     ``input_size`` (S) is only checked here; the network infers its shapes on
-    the first forward pass. BatchNorm layers are kept: their running
-    statistics are parameters with ``grad_req='null'``.
+    the first forward pass. With ``norm="batch"`` BatchNorm layers are kept:
+    their running statistics are parameters with ``grad_req='null'``. With
+    ``norm="group"`` every BatchNorm layer of a zoo network is a GroupNorm
+    layer (:func:`group_norm`): no batch statistics, so a device's local
+    batches (on non-i.i.d. data, of a few labels) do not shape what the
+    global model computes.
 
     Raises:
-        ConfigError: for an unknown name, a bad ``classes``, or an
-            ``input_size`` below :func:`min_input_size`.
+        ConfigError: for an unknown name, a bad ``classes``, an
+            ``input_size`` below :func:`min_input_size`, or a ``norm``
+            :func:`check_norm` refuses.
     """
     spec = _spec(name)
+    check_norm(name, norm)
     if isinstance(classes, bool) or not isinstance(classes, int) or classes < 1:
         raise ConfigError("classes must be a positive integer, got %r" % (classes,))
     if input_size is not None:
@@ -128,4 +166,4 @@ def get_model(name, classes=10, input_size=None):
         if input_size < spec.min_size:
             raise ConfigError("%s needs input_size >= %d, got %d"
                               % (name, spec.min_size, input_size))
-    return spec.build(classes)
+    return spec.build(classes, norm=norm) if spec.has_batchnorm else spec.build(classes)

@@ -21,7 +21,7 @@ import traceback
 
 import numpy as np
 
-from .config import parse_context, worker_config
+from .config import worker_config
 from .errors import ConfigError
 from .evaluation import DEFAULT_BN_BATCHES
 from .gluon_private import trainer_params
@@ -34,6 +34,9 @@ def build_parser():
     g = p.add_argument_group("model and data")
     g.add_argument("--model", default="smallcnn", help="model name (mxhet.models.MODEL_NAMES)")
     g.add_argument("--input-size", type=int, default=None, help="input image side in pixels (default: per model)")
+    g.add_argument("--norm", choices=["batch", "group"], default="batch",
+                   help="the zoo networks' normalization layers: their own BatchNorm, or GroupNorm in their place "
+                        "(no batch statistics: for non-i.i.d. data; default %(default)s)")
     g.add_argument("--loss", choices=["softmax", "l2"], default="softmax",
                    help="training loss: softmax cross-entropy, or l2: half the mean squared error against the "
                         "one-hot label (the G-CADA paper's linear regression, with --model linear)")
@@ -133,6 +136,8 @@ def _validate(args):
         raise ConfigError("--max-rounds must be >= 0, got %r" % args.max_rounds)
     if not 0 < args.target_accuracy <= 1:
         raise ConfigError("--target-accuracy must be in (0, 1], got %r" % args.target_accuracy)
+    from .models import check_norm
+    check_norm(args.model, args.norm)
 
 
 def optimizer_params(args):
@@ -167,9 +172,8 @@ def mode_options(args, mode):
 
 
 def _context(text):
-    import mxnet as mx
-    kind, index = parse_context(text)
-    return mx.cpu() if kind == "cpu" else mx.gpu(index)
+    from .config import mx_context
+    return mx_context(text)
 
 
 def _atomic_json(path, obj):
@@ -223,7 +227,7 @@ def run(args, config=None):
     mx.random.seed(args.seed)
     np.random.seed(args.seed)
     input_size = args.input_size or models.default_input_size(args.model)
-    net = models.get_model(args.model, classes=10, input_size=input_size)
+    net = models.get_model(args.model, classes=10, input_size=input_size, norm=args.norm)
     net.initialize(mx.init.Xavier(), ctx=ctx)
     net.hybridize()
 
@@ -403,6 +407,7 @@ def evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time
         "mode": mode,
         "ack": args.ack if mode == "esync" else None,
         "model": args.model,
+        "norm": args.norm,
         "loss": args.loss,
         "input_size": input_size,
         "dist": args.dist,

@@ -24,7 +24,7 @@ import time
 
 from tqdm import tqdm
 
-from ..config import (WorkerConfig, parse_base_iter, parse_context, parse_delay_ms, parse_slowdown,
+from ..config import (WorkerConfig, mx_context, parse_base_iter, parse_context, parse_delay_ms, parse_slowdown,
                       parse_slowdown_schedule)
 from ..errors import ConfigError
 from ..policy import get_spec
@@ -84,7 +84,7 @@ def target_check(args, model_params, ctx, input_size, images, labels):
     import mxnet as mx
 
     from .. import data, evaluation, models
-    net = models.get_model(args.model, classes=10, input_size=input_size)
+    net = models.get_model(args.model, classes=10, input_size=input_size, norm=args.norm)
     net.initialize(mx.init.Xavier(), ctx=ctx)
     net.hybridize()
     net(mx.nd.zeros((1, 1, input_size, input_size), ctx=ctx))
@@ -170,14 +170,13 @@ def run(args):
 
     job = make_job(args)
     spec = get_spec(job.mode)
-    kind, index = parse_context(args.contexts)
-    ctx = mx.cpu() if kind == "cpu" else mx.gpu(index)
+    ctx = mx_context(args.contexts)
     os.makedirs(args.metrics_out, exist_ok=True)
     input_size = args.input_size or models.default_input_size(args.model)
     images, labels = data.load_fashion_mnist("train", args.data_dir)
     wall0 = time.monotonic()
     devices = engine.build_devices(job, args.model, input_size, images, labels, args.dist, args.optimizer,
-                                   optimizer_params(args), ctx, spec)
+                                   optimizer_params(args), ctx, spec, norm=args.norm)
     for dev in devices:
         dev.loss_fn = losses.get_loss(args.loss)
     smoothness = job.mode_options.get("smoothness")

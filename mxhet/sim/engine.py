@@ -615,8 +615,10 @@ class Simulation:
         return self.env.now
 
 
-def build_devices(job, model, input_size, images, labels, dist, optimizer, optimizer_params, ctx, mode_spec):
-    """One replica per device, all starting from the same initial model (seeded)."""
+def build_devices(job, model, input_size, images, labels, dist, optimizer, optimizer_params, ctx, mode_spec,
+                  norm="batch"):
+    """One replica per device, all starting from the same initial model (seeded); ``norm`` as
+    :func:`mxhet.models.get_model`'s."""
     from .. import data, models
     n = len(job.configs)
     mx.random.seed(job.seed)
@@ -624,7 +626,7 @@ def build_devices(job, model, input_size, images, labels, dist, optimizer, optim
     devices = []
     reference = None
     for slot, config in enumerate(job.configs):
-        net = models.get_model(model, classes=10, input_size=input_size)
+        net = models.get_model(model, classes=10, input_size=input_size, norm=norm)
         net.initialize(mx.init.Xavier(), ctx=ctx)
         net.hybridize()
         shard = data.partition(labels, n, slot, dist=dist, seed=job.seed, groups=job.mode_options.get("groups"))

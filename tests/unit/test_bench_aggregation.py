@@ -106,3 +106,21 @@ def test_a_stopped_aggregation_bench_ends_its_running_jobs_and_starts_no_other(t
     finally:
         signal.signal(signal.SIGUSR1, previous)
         runner.STOP.clear()
+
+
+def test_group_norm_runs_are_named_apart_and_never_reuse_batchnorm_runs(tmp_path):
+    runs = dict(aggregation.plan("sim", ["resnet18_v1"], ["paper-sim"], ["non-iid"], ["esync", "sync"],
+                                 norm="group"))
+    assert sorted(runs) == ["resnet18_v1_gn-paper-sim-non-iid-esync", "resnet18_v1_gn-paper-sim-non-iid-sync"]
+    mine = runs["resnet18_v1_gn-paper-sim-non-iid-sync"].launch_argv(str(tmp_path / "a"))
+    assert mine[mine.index("--norm") + 1] == "group"
+    theirs = _paper_sim_command("resnet18_v1", "sync", "non-iid", str(tmp_path / "b"))
+    assert aggregation.canonical(mine) != aggregation.canonical(theirs)
+    assert aggregation.parse_name("resnet18_v1_gn-paper-sim-non-iid-esync-nesterov") == (
+        "resnet18_v1_gn", "paper-sim", "non-iid", "esync-nesterov")
+
+
+def test_group_norm_on_a_model_without_batchnorm_is_an_error_message(capsys):
+    from bench import cli
+    assert cli.main(["aggregation", "--models", "alexnet", "--norm", "group", "--dry-run", "--out", "x"]) == 2
+    assert "alexnet has no BatchNorm layers" in capsys.readouterr().err

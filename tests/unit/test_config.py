@@ -38,3 +38,21 @@ def test_contexts():
 def test_defaults_outside_the_launcher():
     cfg = worker_config({})
     assert (cfg.sync, cfg.slot, cfg.num_slots, cfg.launched, cfg.slowdown_at(5.0)) == ("local", 0, 1, False, 1.0)
+
+
+def test_mx_context_refuses_a_gpu_that_is_missing_or_cannot_run_a_kernel(monkeypatch):
+    import mxnet as mx
+
+    from mxhet.config import mx_context
+    assert mx_context("cpu") == mx.cpu()
+    monkeypatch.setattr(mx.context, "num_gpus", lambda: 0)
+    with pytest.raises(ConfigError, match=r"gpu\(0\) asked for, but MXNet sees 0 GPU"):
+        mx_context("gpu(0)")
+    # One GPU that MXNet has no kernels for (a Hopper GPU under MXNet 1.9.1's CUDA packages)
+    monkeypatch.setattr(mx.context, "num_gpus", lambda: 1)
+
+    def no_kernel(*args, **kwargs):
+        raise mx.base.MXNetError("CUDA: no kernel image is available for execution on the device\nstack")
+    monkeypatch.setattr(mx.nd, "ones", no_kernel)
+    with pytest.raises(ConfigError, match=r"cannot run a kernel on gpu\(0\): CUDA: no kernel image .*8\.6"):
+        mx_context("gpu(0)")

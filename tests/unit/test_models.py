@@ -95,3 +95,43 @@ def test_smallcnn_learns_fashion_mnist():
         trainer.step(x.shape[0])
     after = data.evaluate(net, t_images, t_labels, limit=2000)
     assert after > 0.6, "accuracy %.3f after 300 steps (%.3f before)" % (after, before)
+
+
+@pytest.mark.parametrize("name, size", [("resnet18_v1", 32), ("resnet50_v2", 32), ("mobilenet1.0", 32),
+                                        ("inceptionv3", 75)])
+def test_group_norm_replaces_every_batchnorm_layer(name, size):
+    """--norm group: no BatchNorm layer and no batch statistics are left; the network still runs (ResNet-v2's
+    normalization of the 1-channel input image takes one group, Inception-v3's 48-channel layers 16)."""
+    net = models.get_model(name, input_size=size, norm="group")
+    net.initialize(mx.init.Xavier())
+    with autograd.record():
+        out = _forward(net, size, batch=4)
+    assert out.shape == (4, 10) and np.isfinite(out.asnumpy()).all()
+    params = net.collect_params()
+    assert not [n for n in params.keys() if "batchnorm" in n]
+    assert not [n for n in params.keys() if n.endswith(("running_mean", "running_var"))]
+    fixed = [n for n, p in params.items() if p.grad_req != "write"]   # the input's norm: no scale, no shift
+    assert len(fixed) == (2 if name == "resnet50_v2" else 0)
+    norms = [n for n in params.keys() if "groupnorm" in n]
+    assert len(norms) == sum(1 for n in models.get_model(name).collect_params().keys() if n.endswith("_gamma")) * 2
+
+
+def test_group_norm_output_does_not_depend_on_the_rest_of_the_batch():
+    """The property that matters on non-i.i.d. data: in training mode a sample's output is its own, whatever
+    else the device's batch holds (with BatchNorm it changes with the batch)."""
+    x = mx.nd.array(np.random.RandomState(3).uniform(size=(4, 1, 32, 32)))
+    other = mx.nd.concat(x[:1], mx.nd.zeros((3, 1, 32, 32)), dim=0)
+    for norm, independent in (("group", True), ("batch", False)):
+        net = models.get_model("resnet18_v1", norm=norm)
+        net.initialize(mx.init.Xavier())
+        with autograd.record():
+            a, b = net(x)[0].asnumpy(), net(other)[0].asnumpy()
+        assert np.allclose(a, b, rtol=1e-4, atol=1e-5) == independent, norm
+
+
+@pytest.mark.parametrize("name", ["smallcnn", "alexnet", "linear"])
+def test_group_norm_is_refused_for_a_model_without_batchnorm(name):
+    with pytest.raises(ConfigError, match="%s has no BatchNorm layers" % name):
+        models.get_model(name, norm="group")
+    with pytest.raises(ConfigError, match="unknown norm 'layer'"):
+        models.get_model("resnet18_v1", norm="layer")

@@ -132,3 +132,21 @@ def test_the_compute_cap_stops_every_device_soon_after_the_cap(tmp_path, mode):
     assert capped is not None and summary["train_time_s"] < 300
     assert 60 <= total < 60 + 3 * 10   # every device stops at its next chance (a sync round, an ESync round)
     assert summary["sim"]["max_iterations"] == 60
+
+
+def test_group_norm_runs_in_the_simulator_and_is_recorded(tmp_path):
+    """--norm group reaches the devices' replicas and the evaluation copy (stop at the target builds one)."""
+    argv = ["-n", "2", "--sync", "esync", "--slowdown", "1,2", "--base-iter", "0.1", "--time-budget", "0.6",
+            "--stop-at-target", "--model", "resnet18_v1", "--norm", "group", "--input-size", "16",
+            "--bn-batches", "2", "--eval-samples", "50", "--final-eval-samples", "100", "--eval-interval", "0.3"]
+    args = cli.build_parser().parse_args(argv + ["--metrics-out", str(tmp_path / "gn")])
+    args.argv = argv
+    summary = cli.run(args)
+    workers = summary["workers"]
+    assert summary["model"] == "resnet18_v1" and summary["norm"] == "group"
+    assert summary["sim"]["command"][-len(argv):] == argv
+    assert len({w["final_model_sha256"] for w in workers}) == 1 and workers[0]["iterations"] >= 2
+    args = cli.build_parser().parse_args(["-n", "2", "--sync", "esync", "--base-iter", "0.1", "--norm", "group",
+                                          "--metrics-out", str(tmp_path / "x")])
+    with pytest.raises(ConfigError, match="smallcnn has no BatchNorm"):
+        cli.run(args)
