@@ -82,3 +82,16 @@ def test_every_paper_model_through_esync_with_delayed_acks(tmp_path, child_pids,
     assert sum(w["aborted"] for w in summary["workers"]) >= 1
     ev = summary["evaluation"]
     assert ev["batchnorm"] == ("none in model" if model == "alexnet" else "precise")
+
+
+def test_group_norm_on_the_real_cluster(tmp_path, child_pids):
+    """--norm group through ESync with the outer optimizer on PS-LITE: GroupNorm has no grad_req='null'
+    statistics, so every parameter of ResNet-18 is a delta on the servers, and none is left to recompute."""
+    summary = _run(tmp_path, child_pids, ["-n", "3", "--sync", "esync", "--slowdown", "1,1,3", "--base-iter", "0.05"],
+                   "resnet18_v1", "--norm", "group", "--outer-optimizer", "nesterov", "--max-rounds", "3",
+                   "--time-budget", "60")
+    _check_contract(summary, "esync", "resnet18_v1", 3)
+    assert summary["norm"] == "group"
+    ev = summary["evaluation"]
+    assert ev["batchnorm"] == "none in model" and ev["bn_layers"] == 0
+    assert all(w["rounds"] == 3 for w in summary["workers"])
