@@ -196,7 +196,7 @@ def record(directory, name, engine, reused_from=None):
             "time_to_target_s": s["time_to_target_s"], "final_accuracy": s["final_accuracy"],
             "train_time_s": s["train_time_s"], "n_i": n_i, "iterations": sum(w["iterations"] for w in workers),
             "capped": capped, "max_iterations": sim.get("max_iterations"),
-            "wall_s": sim.get("wall_s", s.get("wall_s")), "reused_from": reused_from,
+            "wall_s": sim.get("wall_s", s.get("wall_s")), "reused_from": reused_from, "curve": s.get("curve") or [],
             "command": list(sim.get("command") or s.get("command") or [])}
 
 
@@ -231,6 +231,12 @@ def report(rows, command):
     return "\n".join(lines) + "\n"
 
 
+def _accuracy_at(row, t):
+    """The last accuracy of ``row``'s curve at or before ``t`` seconds, as text."""
+    points = [acc for when, acc in row.get("curve") or [] if when <= t]
+    return "%.3f" % points[-1] if points else "no point yet"
+
+
 def goals(rows):
     """The issue's goals, checked on the rows: ESync (each variant) on non-i.i.d. data reaches the target and
     beats Sync to it; on AlexNet ESync ends no worse than standalone."""
@@ -245,6 +251,9 @@ def goals(rows):
             verdict = "no Sync run to compare"
         elif t is not None and (ts is None or t < ts):
             verdict = "**beats Sync**" + (" (Sync not within %.0f s)" % sync["train_time_s"] if ts is None else "")
+        elif t is None and r.get("capped") and (ts is None or ts > r["train_time_s"]):
+            verdict = "undecided: stopped by its cap at %.0f s, where Sync was at %s" % (
+                r["train_time_s"], _accuracy_at(sync, r["train_time_s"]))
         elif t is None:
             verdict = "does not reach %.2f" % TARGET
         else:

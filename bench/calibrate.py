@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 
+from mxhet.errors import ConfigError
+
 
 def measure(model, input_size, batch_size, context="cpu", threads=1, iterations=4, timeout=600):
     """Median seconds of one iteration (forward, backward, SGD update) of ``model``.
@@ -78,6 +80,7 @@ def _main(argv=None):
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--context", default="cpu")
     p.add_argument("--iterations", type=int, default=4)
+    p.add_argument("--norm", choices=["batch", "group"], default="batch", help="as python -m mxhet.train's")
     args = p.parse_args(argv)
 
     import mxnet as mx
@@ -85,11 +88,10 @@ def _main(argv=None):
     from mxnet import autograd, gluon
 
     from mxhet import models
-    from mxhet.config import parse_context
 
-    kind, index = parse_context(args.context)
-    ctx = mx.cpu() if kind == "cpu" else mx.gpu(index)
-    net = models.get_model(args.model, classes=10, input_size=args.input_size)
+    from mxhet.config import mx_context
+    ctx = mx_context(args.context)
+    net = models.get_model(args.model, classes=10, input_size=args.input_size, norm=args.norm)
     net.initialize(mx.init.Xavier(), ctx=ctx)
     net.hybridize()
     rng = np.random.RandomState(0)
@@ -107,9 +109,12 @@ def _main(argv=None):
         mx.nd.waitall()
         if i:
             times.append(time.perf_counter() - t0)
-    print(json.dumps({"model": args.model, "seconds": float(np.median(times))}))
+    print(json.dumps({"model": args.model, "norm": args.norm, "seconds": float(np.median(times))}))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(_main())
+    try:
+        sys.exit(_main())
+    except ConfigError as exc:
+        sys.exit("python -m bench.calibrate: error: %s" % exc)

@@ -124,3 +124,20 @@ def test_group_norm_on_a_model_without_batchnorm_is_an_error_message(capsys):
     from bench import cli
     assert cli.main(["aggregation", "--models", "alexnet", "--norm", "group", "--dry-run", "--out", "x"]) == 2
     assert "alexnet has no BatchNorm layers" in capsys.readouterr().err
+
+
+def test_a_capped_esync_before_syncs_time_to_target_is_undecided_and_shows_sync_then(tmp_path):
+    """ESync stopped by its compute cap at 200 virtual s cannot be said to lose to a Sync that reached the target
+    at 4,000 s: the goal line says so and gives Sync's accuracy at 200 s; a Sync that reached it earlier wins."""
+    command = _paper_sim_command("resnet18_v1", "esync", "non-iid", "x")
+    for top, sync_reached, sync_curve in (("late", 4000.0, [[0, 0.1], [150, 0.115], [250, 0.2], [4000, 0.8]]),
+                                          ("early", 150.0, [[0, 0.1], [150, 0.8]])):
+        _fake_run(tmp_path / top / "runs" / "resnet18_v1-paper-sim-non-iid-esync", command,
+                  {"curve": [[0, 0.1], [200, 0.6]]})
+        _fake_run(tmp_path / top / "runs" / "resnet18_v1-paper-sim-non-iid-sync", command,
+                  {"time_to_target_s": sync_reached, "train_time_s": sync_reached, "curve": sync_curve,
+                   "sim": {"stopped_at_target_s": sync_reached}})
+    late = "\n".join(aggregation.goals(aggregation.collect(str(tmp_path / "late"))))
+    assert "undecided: stopped by its cap at 200 s, where Sync was at 0.115" in late
+    early = "\n".join(aggregation.goals(aggregation.collect(str(tmp_path / "early"))))
+    assert "does not reach 0.80" in early and "undecided" not in early
