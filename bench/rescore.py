@@ -35,7 +35,8 @@ def rescore_run(run_dir):
     if len(snapshots) != len(old["curve"]):
         raise ConfigError("%s: %d snapshots for %d curve points" % (run_dir, len(snapshots), len(old["curve"])))
     args = argparse.Namespace(
-        model=old["model"], norm=old.get("norm") or "batch", input_size=old["input_size"], batch_size=old["batch_size"], dist=old["dist"],
+        model=old["model"], norm=old.get("norm") or "batch", input_size=old["input_size"],
+        batch_size=old["batch_size"], dist=old["dist"],
         lr=old["lr"], seed=old["seed"], ack=old.get("ack") or "blocking", target_accuracy=old["target_accuracy"],
         loss=old.get("loss") or "softmax",
         eval_samples=old["eval_samples"], final_eval_samples=0, bn_batches=DEFAULT_BN_BATCHES, data_dir=None,
