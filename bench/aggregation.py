@@ -7,12 +7,13 @@ the references, ``--jobs`` at a time. It reports time to the target, final
 accuracy and n_i (local iterations per round) per device, in
 ``aggregation.json`` and ``aggregation.md``.
 
-* ``--engine sim`` (default): ``python -m mxhet.sim`` with the ``paper-sim``
-  preset's settings (fixed base iteration per model, stop at the target, a
-  compute cap of ``--max-iterations`` real iterations over all devices, the
-  same snapshot schedule), so a run whose command equals one of the paper-sim
-  bench's (plain ESync, Sync, Async, standalone) is taken from there
-  (``--reuse``) instead of being run again.
+* ``--engine sim`` (default): ``python -m mxhet.sim`` on the ``paper-sim``
+  profile with settings of its own (the paper-sim preset's fixed base
+  iteration per model, stop at the target, a compute cap of
+  ``--max-iterations`` real iterations over all devices on either data split,
+  a snapshot every half slowest iteration or 10% of the time so far). A run
+  whose command equals a finished one under ``--reuse`` is taken from there
+  instead of being run again.
 * ``--engine cluster``: real processes through ``mxhet-launch`` (PS-LITE, the
   State Server), the ``cpu`` preset's settings: ``--cluster-budget`` seconds of
   training at the base iteration the cpu bench calibrated.
@@ -62,11 +63,11 @@ DEFAULT_VARIANTS = ("esync", "esync-normalized", "esync-weighted", "esync-nester
                     "sync", "async", "local")
 DEFAULT_CAP = 7200.0
 DEFAULT_MAX_ITERATIONS = 6000
-"""Simulator caps, the paper-sim preset's: virtual seconds (``--cap``) and real
-iterations over all devices (``--max-iterations``, the one that binds on
-non-i.i.d. data); a run stopped by either is "not reached (cap)"."""
+"""Simulator caps: virtual seconds (``--cap``) and real iterations over all
+devices (``--max-iterations``, the one that binds on non-i.i.d. data; the
+paper-sim preset caps its non-i.i.d. runs at 3,000, this experiment is about
+them); a run stopped by either is "not reached (cap)"."""
 DEFAULT_CLUSTER_BUDGET = 200.0
-DEFAULT_REUSE = os.path.join("bench", "results", "paper-sim", "runs")
 TARGET = 0.8
 
 
@@ -213,7 +214,7 @@ def report(rows, command):
              "Time to %.2f test accuracy (in-run check on 1,000 test images; a simulator run stops there or at its "
              "compute cap, \"not reached (cap)\"; a cluster run trains its whole budget), final accuracy (all "
              "10,000 test images), n_i = mean local iterations per round per device (slow devices first). "
-             "*reused*: the run is the paper-sim bench's, same command." % TARGET, ""]
+             "*reused*: the run is taken from another directory (`--reuse`), same command." % TARGET, ""]
     by = {}
     for r in rows:
         by.setdefault((r["engine"], r["model"], r["profile"]), []).append(r)
@@ -308,9 +309,9 @@ def add_parser(sub):
                    help="sim: real iterations over all devices a run may take (0: none; default %(default)s)")
     p.add_argument("--cluster-budget", type=float, default=DEFAULT_CLUSTER_BUDGET,
                    help="cluster: seconds of training per run (default %(default)s)")
-    p.add_argument("--reuse", default=DEFAULT_REUSE,
+    p.add_argument("--reuse", default="",
                    help="sim: comma-separated directories of finished runs; a run with the same command is taken "
-                        "from there, not run again ('' for none; default %(default)s)")
+                        "from there, not run again (default: none)")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (default %(default)s)")
     p.add_argument("--eval-samples", type=int, default=1000, help="test images per in-run check")
     p.add_argument("--seed", type=int, default=0)

@@ -130,9 +130,14 @@ def _stopping_line(result):
         text.append("Each run stops at the first snapshot that reaches the target, at the budget in virtual "
                     "time, or once its devices ran %d real iterations in all (a compute cap), whichever "
                     "comes first%s." % (result.get("max_iterations", 0), "".join(
-                        "; %s's cap is %d" % (m, c) for m, c in sorted((result.get("iteration_caps") or {}).items())))
+                        "; %s's cap is %d" % (m, c) for m, c in sorted((result.get("iteration_caps") or {}).items()))
+                        + ("; a non-i.i.d. run's cap is %d" % result["non_iid_max_iterations"]
+                           if result.get("non_iid_max_iterations") else ""))
                     if result.get("max_iterations") else
                     "Each run stops at the first snapshot that reaches the target, or at the budget.")
+    if result.get("eval_min_iterations"):
+        text.append("A snapshot waits until the devices ran %d real iterations since the last one, so that "
+                    "scoring does not outweigh training where iterations are few." % result["eval_min_iterations"])
     resumed = result.get("resumed_runs") or []
     if resumed and len(resumed) >= len(result["runs"]):
         text.append("Every run was kept from earlier benches (`--resume`); this invocation ran none and only "

@@ -146,17 +146,19 @@ def job_spec(key, preset, profile, record, budget, seed, extra_launcher=(), engi
         target_accuracy=preset.target_accuracy, seed=seed, input_size=record["input_size"],
         eval_interval=preset.eval_interval(budget, base * max(slowdowns)), startup_allowance=preset.startup_allowance,
         extra_train_args=("--eval-samples", str(preset.eval_samples)) + _mode_train_args(key.mode), engine=engine,
-        sim_args=_sim_args(preset, key.model) if engine == "sim" else (),
+        sim_args=_sim_args(preset, key.model, key.dist) if engine == "sim" else (),
         launcher_args=("--base-iter", "%.6f" % base, "--omp-threads", "1") + _mode_args(key.mode, slowdowns, base,
                                                                                         budget)
         + tuple(extra_launcher))
 
 
-def _sim_args(preset, model):
-    """Simulator-only options of a preset for ``model``."""
+def _sim_args(preset, model, dist="iid"):
+    """Simulator-only options of a preset for ``model`` on ``dist`` data."""
     args = ("--stop-at-target",) if preset.stop_at_target else ()
-    if preset.cap_for(model):
-        args += ("--max-iterations", str(preset.cap_for(model)))
+    if preset.cap_for(model, dist):
+        args += ("--max-iterations", str(preset.cap_for(model, dist)))
+    if preset.eval_min_iterations:
+        args += ("--eval-min-iterations", str(preset.eval_min_iterations))
     return args + (("--eval-growth", "%g" % preset.eval_growth) if preset.eval_growth else ())
 
 
@@ -385,6 +387,8 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
               "max_iterations": preset.max_iterations if engine == "sim" else 0, "preset": preset.name,
               "iteration_caps": {m: preset.cap_for(m) for m in sorted(set(models) & set(preset.iteration_caps))}
               if engine == "sim" else {},
+              "non_iid_max_iterations": preset.non_iid_max_iterations if engine == "sim" else 0,
+              "eval_min_iterations": preset.eval_min_iterations if engine == "sim" else 0,
               "fixed_iterations": sorted(preset.iteration_s) if engine == "sim" else [], "command": list(command or sys.argv), "machine": machine_info(profile.contexts),
               "profile": dict(profile.as_dict(), calibration=calibration), "target_accuracy": preset.target_accuracy,
               "seed": seed, "time_budget_s": budget, "time_budgets_s": others, "batch_size": preset.batch_size, "figure_model": figure_model,

@@ -73,6 +73,10 @@ def build_parser():
     g.add_argument("--eval-growth", type=float, default=0.0,
                    help="snapshots at t + max(--eval-interval, G x t): the same relative resolution of the "
                         "time to target for fast and slow runs (default 0: every --eval-interval)")
+    g.add_argument("--eval-min-iterations", type=int, default=0, metavar="K",
+                   help="skip a point of the snapshot grid until the devices ran K real iterations in all since "
+                        "the last snapshot, so that scoring does not outweigh training where iterations are "
+                        "few (a standalone device, Sync at a large slowdown); default 0: every point")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar on stderr")
     return p
 
@@ -132,6 +136,8 @@ def make_job(args):
         raise ConfigError("--base-iter must be > 0 seconds in the simulator, got %r" % (args.base_iter,))
     if not args.eval_growth >= 0:
         raise ConfigError("--eval-growth must be >= 0, got %r" % (args.eval_growth,))
+    if args.eval_min_iterations < 0:
+        raise ConfigError("--eval-min-iterations must be >= 0 (0: every point), got %d" % args.eval_min_iterations)
     if args.max_iterations < 0:
         raise ConfigError("--max-iterations must be >= 0 (0: no cap), got %d" % args.max_iterations)
     if not args.latency_ms >= 0 or not args.per_key_ms >= 0 or not args.bandwidth_gbps > 0 or not args.jitter >= 0:
@@ -157,7 +163,7 @@ def make_job(args):
                   staleness=args.staleness,
                   adsp={"period": args.adsp_period, "epoch": args.adsp_epoch, "window": args.adsp_window},
                   eval_interval=args.eval_interval, eval_growth=args.eval_growth, batch_size=args.batch_size,
-                  max_iterations=args.max_iterations)
+                  max_iterations=args.max_iterations, eval_min_iterations=args.eval_min_iterations)
 
 
 def run(args):

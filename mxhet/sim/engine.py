@@ -115,6 +115,7 @@ class SimJob:
     adsp: dict = dataclasses.field(default_factory=dict)
     eval_interval: float = 2.0
     eval_growth: float = 0.0   # snapshot t+1 = t + max(eval_interval, eval_growth x t)
+    eval_min_iterations: int = 0  # ... skipped until the devices ran this many real iterations since the last one
     batch_size: int = 64
     max_iterations: int = 0    # compute cap: stop once the devices ran this many real iterations in all (0: none)
 
@@ -594,7 +595,14 @@ class Simulation:
                 self.scores.append(accuracy)
                 if reached and self.target_reached_at is None:
                     self.target_reached_at = self.env.now
-            yield self.env.timeout(max(self.job.eval_interval, self.job.eval_growth * self.env.now))
+            since = self.tally[0]
+            yield self.env.timeout(self._snapshot_step())
+            while self.tally[0] - since < self.job.eval_min_iterations:
+                yield self.env.timeout(self._snapshot_step())
+
+    def _snapshot_step(self):
+        """Virtual seconds to the next point of the snapshot grid."""
+        return max(self.job.eval_interval, self.job.eval_growth * self.env.now)
 
     def run(self):
         """Run until every device stopped; returns the virtual seconds of training."""

@@ -1,5 +1,6 @@
-"""``mxhet-bench aggregation``'s plan: its simulator runs are the paper-sim bench's runs plus an option, so
-the paper-sim bench's finished runs serve as its references (no process is started here)."""
+"""``mxhet-bench aggregation``'s plan: its simulator runs are ESync with an option and the references on the
+paper-sim profile; finished runs with the same command elsewhere (``--reuse``) are taken, not run again (no
+process is started here)."""
 import argparse
 import json
 import os
@@ -19,6 +20,10 @@ def _paper_sim_command(model, mode, dist, out):
     return spec.launch_argv(out)
 
 
+def _command(model, variant, dist, out):
+    return aggregation.job_spec("sim", model, profiles.BUILTIN["paper-sim"], dist, variant).launch_argv(out)
+
+
 def _fake_run(directory, command, summary=None):
     directory.mkdir(parents=True)
     doc = {"time_to_target_s": None, "final_accuracy": 0.43, "train_time_s": 200.0, "num_workers": 2,
@@ -29,13 +34,22 @@ def _fake_run(directory, command, summary=None):
     (directory / "summary.json").write_text(json.dumps(doc))
 
 
-def test_plain_esync_and_the_references_reuse_the_paper_sim_runs(tmp_path):
+def test_the_references_share_the_paper_sim_bench_s_settings_but_the_non_iid_cap(tmp_path):
+    """Plain ESync, Sync and standalone are the paper-sim bench's runs but for what that bench trims to fit its
+    time (the non-i.i.d. cap, the snapshot gate): this experiment keeps 6,000 iterations on either split."""
     runs = dict(aggregation.plan("sim", ["resnet18_v1"], ["paper-sim"], ["non-iid"],
                                  ["esync", "esync-nesterov", "sync", "local"]))
     for variant, mode, dist in (("esync", "esync", "non-iid"), ("sync", "sync", "non-iid"), ("local", "local", "iid")):
         name = aggregation.run_name("resnet18_v1", "paper-sim", "non-iid", variant)
         mine = runs[name].launch_argv(str(tmp_path / "a" / name))
         theirs = _paper_sim_command("resnet18_v1", mode, dist, str(tmp_path / "b"))
+        assert mine[mine.index("--max-iterations") + 1] == "6000"
+        assert theirs[theirs.index("--max-iterations") + 1] == ("3000" if dist == "non-iid" else "6000")
+        assert "--eval-min-iterations" not in mine and theirs[theirs.index("--eval-min-iterations") + 1] == "20"
+        for argv in (mine, theirs):
+            for flag in ("--max-iterations", "--eval-min-iterations"):
+                if flag in argv:
+                    del argv[argv.index(flag):argv.index(flag) + 2]
         assert aggregation.canonical(mine) == aggregation.canonical(theirs)
     nesterov = runs["resnet18_v1-paper-sim-non-iid-esync-nesterov"].launch_argv("x")
     assert nesterov[-2:] == ["--outer-optimizer", "nesterov"]
@@ -43,7 +57,7 @@ def test_plain_esync_and_the_references_reuse_the_paper_sim_runs(tmp_path):
 
 
 def test_reuse_index_matches_commands_wherever_they_wrote(tmp_path):
-    command = _paper_sim_command("resnet18_v1", "esync", "non-iid", "elsewhere/run")
+    command = _command("resnet18_v1", "esync", "non-iid", "elsewhere/run")
     _fake_run(tmp_path / "ref" / "resnet18_v1-esync-non-iid", command)
     index = aggregation.reuse_index([str(tmp_path / "ref"), str(tmp_path / "missing")])
     runs = dict(aggregation.plan("sim", ["resnet18_v1"], ["paper-sim"], ["non-iid"], ["esync", "esync-weighted"]))

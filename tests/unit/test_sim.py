@@ -98,6 +98,7 @@ def test_a_slower_device_costs_fewer_real_iterations(tmp_path):
     (("-n", "2", "--sync", "esync", "--base-iter", "0"), "--base-iter"),
     (("-n", "2", "--sync", "esync", "--base-iter", "0.1", "--slowdown", "1,2,3"), "one per device"),
     (("-n", "2", "--sync", "esync", "--base-iter", "0.1", "--slowdown-schedule", "5:1-=2"), "slot"),
+    (("-n", "2", "--sync", "esync", "--base-iter", "0.1", "--eval-min-iterations", "-1"), "eval-min-iterations"),
 ])
 def test_bad_command_lines_are_refused(tmp_path, argv, message):
     args = cli.build_parser().parse_args([*argv, "--metrics-out", str(tmp_path)])
@@ -121,6 +122,18 @@ def test_snapshots_follow_the_growing_schedule_and_in_run_scores_are_kept(tmp_pa
     for a, b in zip(times[:-2], times[1:-1]):
         assert b - a == pytest.approx(max(1.0, 0.5 * a), abs=1e-6)
     assert summary["sim"]["stopped_at_target_s"] is None and summary["train_time_s"] >= 6.0
+
+
+def test_a_snapshot_waits_for_the_minimum_iterations_since_the_last_one(tmp_path):
+    """Sync on 2 devices, the slower at 4x: a round (2 iterations) takes 0.2 s and the grid is 1 s (10
+    iterations); with --eval-min-iterations 25 a snapshot needs 13 rounds, so points are >= 2.6 s apart."""
+    argv = ("-n", "2", "--sync", "sync", "--slowdown", "1,4", "--base-iter", "0.05", "--time-budget", "9")
+    dense, _ = _sim(tmp_path, "dense", *argv)
+    sparse, workers = _sim(tmp_path, "sparse", *argv, "--eval-min-iterations", "25")
+    times = [t for t, _ in sparse["curve"]][:-1]   # the last point is the final model's
+    assert len([t for t, _ in dense["curve"]][:-1]) >= 9
+    assert len(times) >= 3 and all(b - a >= 2.6 - 1e-6 for a, b in zip(times, times[1:]))
+    assert sum(w["iterations"] for w in workers.values()) >= 25 * (len(times) - 1)
 
 
 @pytest.mark.parametrize("mode", ["esync", "sync", "async"])
