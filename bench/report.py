@@ -176,8 +176,9 @@ def _header(result):
              "", _stopping_line(result),
              "", "Calibration (one iteration on one core or device; base iteration T: a device of slowdown f "
              "runs an iteration in f × T)%s:" % (
-                 "; the preset fixes the times of %s, measured once on this machine while idle, so that virtual "
-                 "times do not depend on the load when a bench starts" % ", ".join(result["fixed_iterations"])
+                 "; the preset fixes the times of %s, measured once on an idle bench machine (not this run's), "
+                 "so that virtual times do not depend on the load when a bench starts"
+                 % ", ".join(result["fixed_iterations"])
                  if result.get("fixed_iterations") else ""), ""]
     rows = []
     for model, c in p["calibration"].items():
