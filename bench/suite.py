@@ -155,8 +155,9 @@ def job_spec(key, preset, profile, record, budget, seed, extra_launcher=(), engi
 def _sim_args(preset, model, dist="iid"):
     """Simulator-only options of a preset for ``model`` on ``dist`` data."""
     args = ("--stop-at-target",) if preset.stop_at_target else ()
-    if preset.cap_for(model, dist):
-        args += ("--max-iterations", str(preset.cap_for(model, dist)))
+    cap = preset.cap_for(model, dist)
+    if cap:
+        args += ("--max-iterations", str(cap))
     if preset.eval_min_iterations:
         args += ("--eval-min-iterations", str(preset.eval_min_iterations))
     return args + (("--eval-growth", "%g" % preset.eval_growth) if preset.eval_growth else ())
