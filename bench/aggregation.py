@@ -371,6 +371,8 @@ def run(args):
                 bar.set_postfix_str("%s %s %.0fs" % (name, "failed" if error else "ok", wall))
                 bar.update(1)
 
+        if args.engine == "sim":
+            runner.share_cores(args.jobs, [c for _, spec, _ in todo for c in spec.contexts])
         runner.run_each(todo, one, args.jobs)   # a signal ends the running simulator jobs too
     write(args.out, "mxhet-bench " + " ".join(shlex.quote(a) for a in getattr(args, "argv", []) or ["aggregation"]))
     if failed:

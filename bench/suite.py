@@ -326,7 +326,7 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
     """Calibrate, run the union of the experiments' runs, write JSON, report and figures.
 
     ``engine``: ``cluster`` (real processes) or ``sim`` (virtual time); default the preset's.
-    ``jobs``: simulator runs at once, each with one compute thread (``OMP_NUM_THREADS=1``).
+    ``jobs``: simulator runs at once, each with one compute thread (:func:`bench.runner.share_cores`).
     ``wall_s``: the bench's wall time to record (default: measured here; a rebuild passes the original's).
     ``resume``: keep simulator runs already finished in ``out`` with the same command.
     ``only``: run names to keep from the plan (a rebuild keeps the runs the original bench made).
@@ -339,8 +339,7 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
     budgets = {m: budget or preset.budget_for(m) for m in set(models) | {preset.figure_model}}
     budget = budget or preset.time_budget
     engine = engine or preset.engine
-    if jobs > 1:
-        os.environ["OMP_NUM_THREADS"] = "1"  # each run one thread: jobs runs share the cores
+    runner.share_cores(jobs, profile.contexts)
     if engine not in ENGINES:
         raise ConfigError("engine must be one of %s, got %r" % (ENGINES, engine))
     check_contexts(profile)

@@ -225,6 +225,7 @@ def run(args):
               file=sys.stderr, mininterval=2.0, disable=not args.progress) as bar:
         sim.progress = lambda t: bar.update(max(0.0, round(min(t, job.time_budget), 1) - bar.n))
         virtual = sim.run()
+    mx.nd.waitall()   # the threaded engine may still be computing what the loop issued: count it as the run's
     wall = time.monotonic() - wall0
 
     # The job's final global model, as every worker would pull it.

@@ -107,6 +107,7 @@ def test_a_stopped_aggregation_bench_ends_its_running_jobs_and_starts_no_other(t
 
     monkeypatch.setattr(runner, "run_job", fake_run_job)
     monkeypatch.setattr(aggregation, "write", lambda out, command: None)
+    monkeypatch.setattr(os, "environ", dict(os.environ))   # --jobs 2 sets the jobs' variables: not the tests'
     parser = argparse.ArgumentParser()
     aggregation.add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["aggregation", "--models", "resnet18_v1", "--profiles", "paper-sim", "--dists", "iid",

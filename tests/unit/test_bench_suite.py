@@ -310,6 +310,15 @@ def test_a_stopped_parallel_bench_ends_its_running_jobs_and_starts_no_more(tmp_p
         runner.STOP.clear()
 
 
+def test_runs_that_share_the_cores_compute_on_one_thread_and_on_cpus_without_the_threaded_engine():
+    from bench.runner import share_cores
+    assert share_cores(1, ("cpu",), {}) == {}                   # one run at a time keeps its threads
+    assert share_cores(2, ("cpu", "cpu"), {}) == {"OMP_NUM_THREADS": "1", "MXNET_ENGINE_TYPE": "NaiveEngine"}
+    assert share_cores(2, ("cpu", "gpu(0)"), {"OMP_NUM_THREADS": "4"}) == {"OMP_NUM_THREADS": "1"}
+    mine = {"MXNET_ENGINE_TYPE": "ThreadedEngine"}             # the user's choice stays
+    assert share_cores(3, ("cpu",), mine)["MXNET_ENGINE_TYPE"] == "ThreadedEngine"
+
+
 def test_a_run_that_reached_the_target_before_its_cap_is_the_same_run_under_a_larger_cap(tmp_path):
     import json as _json
 
