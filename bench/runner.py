@@ -126,9 +126,9 @@ def share_cores(jobs, contexts, env=None):
 
     Each job computes on one thread (``OMP_NUM_THREADS=1``), so ``jobs`` runs share the cores instead of
     fighting over them. Where every device is a CPU, MXNet's ``NaiveEngine`` runs each operator in the
-    simulator's own thread: the threaded engine's worker thread then only competes with the other jobs
-    (two ResNet-18 runs at once took 7% longer on it, with bit-identical models). A value the caller
-    set already is kept. Nothing changes for ``jobs`` == 1.
+    simulator's own thread instead of a worker thread beside it, which competes with the other jobs
+    (two ResNet-18 runs at once took 7% longer with it; the whole paper-sim bench 1%, with
+    bit-identical models). A value the caller set already is kept. Nothing changes for ``jobs`` == 1.
     """
     env = os.environ if env is None else env
     if jobs <= 1:
