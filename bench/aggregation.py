@@ -65,7 +65,7 @@ DEFAULT_CAP = 7200.0
 DEFAULT_MAX_ITERATIONS = 6000
 """Simulator caps: virtual seconds (``--cap``) and real iterations over all
 devices (``--max-iterations``, the one that binds on non-i.i.d. data; the
-paper-sim preset caps its non-i.i.d. runs at 3,000, this experiment is about
+paper-sim preset caps its non-i.i.d. runs at 1,500, this experiment is about
 them); a run stopped by either is "not reached (cap)"."""
 DEFAULT_CLUSTER_BUDGET = 200.0
 TARGET = 0.8

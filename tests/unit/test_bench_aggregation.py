@@ -44,7 +44,7 @@ def test_the_references_share_the_paper_sim_bench_s_settings_but_the_non_iid_cap
         mine = runs[name].launch_argv(str(tmp_path / "a" / name))
         theirs = _paper_sim_command("resnet18_v1", mode, dist, str(tmp_path / "b"))
         assert mine[mine.index("--max-iterations") + 1] == "6000"
-        assert theirs[theirs.index("--max-iterations") + 1] == ("3000" if dist == "non-iid" else "6000")
+        assert theirs[theirs.index("--max-iterations") + 1] == ("1500" if dist == "non-iid" else "6000")
         assert "--eval-min-iterations" not in mine and theirs[theirs.index("--eval-min-iterations") + 1] == "20"
         for argv in (mine, theirs):
             for flag in ("--max-iterations", "--eval-min-iterations"):
