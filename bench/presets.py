@@ -131,8 +131,9 @@ PRESETS = {
         max_iterations=6000,
         # Non-i.i.d. runs never reach the target here (Figure 3's right panel: ESync and Async end near 0.43
         # at 6,000 iterations, Sync at 0.45 after 7,200 s; at 3,000, 0.39, 0.40 and 0.46); 1,500 iterations
-        # show the same ordering at a quarter of the first cost (ESync to about 50 virtual s, Sync's cheap
-        # rounds to about half the budget), so that the whole bench fits about 90 min on a 2-core machine
+        # (ESync 0.32 at 68 virtual s, Async 0.21 at 81 s, Sync 0.44 at 3,385 s) still show none near the
+        # target and Sync ahead, at a quarter of the first cost, so that the whole bench fits about 90 min
+        # on a 2-core machine
         non_iid_max_iterations=1500,
         # A snapshot (1,000 test images and the precise-BN pass) costs 4-14 iterations of compute; where
         # iterations are few between grid points (a standalone device early on, Sync's 6-iteration rounds)
