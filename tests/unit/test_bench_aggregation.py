@@ -135,6 +135,14 @@ def test_group_norm_runs_are_named_apart_and_never_reuse_batchnorm_runs(tmp_path
         "resnet18_v1_gn", "paper-sim", "non-iid", "esync-nesterov")
 
 
+def test_the_lower_outer_learning_rate_variant_passes_it_and_parses_back():
+    runs = dict(aggregation.plan("cluster", ["alexnet"], ["cpu"], ["iid"], ["esync-nesterov-lr0.35"]))
+    argv = runs["alexnet-cpu-iid-esync-nesterov-lr0.35"].launch_argv("x")
+    assert argv[argv.index("--outer-optimizer") + 1] == "nesterov" and argv[argv.index("--outer-lr") + 1] == "0.35"
+    assert aggregation.parse_name("alexnet-cpu-iid-esync-nesterov-lr0.35") == (
+        "alexnet", "cpu", "iid", "esync-nesterov-lr0.35")
+
+
 def test_group_norm_on_a_model_without_batchnorm_is_an_error_message(capsys):
     from bench import cli
     assert cli.main(["aggregation", "--models", "alexnet", "--norm", "group", "--dry-run", "--out", "x"]) == 2
