@@ -11,7 +11,6 @@ shipped to the servers as the updater's starting momentum.
 import mxnet as mx
 import numpy as np
 
-from ..policy import aggregation as agg
 
 PREFIX = "outer_momentum_"
 
@@ -36,13 +35,25 @@ class OuterMomentumMirror:
         return {k: globals_[k].copy() for k in self.keys}
 
     def after(self, before, globals_):
-        """Follow the servers' momentum through the round that moved ``before`` to ``globals_``."""
+        """Follow the servers' momentum through the round that moved ``before`` to ``globals_``
+        (:func:`mxhet.policy.aggregation.recover_momentum`, in place: ``before`` is used up).
+
+        Returns when the buffers are computed, so the work counts in the round's aggregation and not
+        in the next iteration's time, which the State Server takes for the device's capability (0.45 s
+        a round for AlexNet's 20 million weights on one CPU core, before it was done in place)."""
+        keep, scale = self.momentum / (1.0 + self.momentum), 1.0 / (self.lr * (1.0 + self.momentum))
         for k in self.keys:
             buf = self.buffers.get(k)
             if buf is None:
                 buf = self.buffers[k] = mx.nd.zeros(globals_[k].shape, ctx=globals_[k].context,
                                                     dtype=globals_[k].dtype)
-            buf[:] = agg.recover_momentum(buf, globals_[k] - before[k], self.lr, self.momentum)
+            minus_update = before[k]
+            minus_update -= globals_[k]
+            minus_update *= scale
+            buf *= keep
+            buf += minus_update
+        for buf in self.buffers.values():
+            buf.wait_to_read()
 
     def arrays(self):
         """What a checkpoint saves: ``{"outer_momentum_<key>": NDArray}``."""

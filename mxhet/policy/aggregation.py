@@ -142,10 +142,11 @@ def recover_momentum(momentum_buf, update, lr, momentum):
     """The servers' new momentum from the update they applied.
 
     Every worker sees ``update = w_new - w_old`` when it pulls; with
-    ``update = -lr·((1+μ)·g + μ²·m)`` the pseudo-gradient ``g`` and then
-    ``m_new = μ·m + g`` follow. Rounding errors shrink by ``μ/(1+μ)`` a round,
-    so a worker's copy stays within float32 rounding of the servers' (used for
+    ``update = -lr·((1+μ)·g + μ²·m)`` the pseudo-gradient ``g`` follows, and
+    ``m_new = μ·m + g`` simplifies to ``(μ·m - update/lr) / (1+μ)``: two
+    scaled arrays summed, which :class:`mxhet.modes.esync_outer.OuterMomentumMirror`
+    computes in place. Rounding errors shrink by ``μ/(1+μ)`` a round, so a
+    worker's copy stays within float32 rounding of the servers' (used for
     checkpoints).
     """
-    g = (-update / lr - momentum * momentum * momentum_buf) / (1.0 + momentum)
-    return momentum * momentum_buf + g
+    return (momentum * momentum_buf - update / lr) / (1.0 + momentum)
