@@ -60,8 +60,8 @@ VARIANTS = {
     "async": ("async", ()),
     "local": ("local", ()),
 }
-"""``esync-nesterov-lr0.35`` halves the outer learning rate, the remedy the README gives for a
-``NonFiniteError``: with momentum 0.9 the outer step settles at 3.5 times the mean delta instead of 7."""
+"""``esync-nesterov-lr0.35`` halves the outer learning rate (docs/modes.md's remedy for a
+``NonFiniteError``): with momentum 0.9 the outer step settles at 3.5 times the mean delta instead of 7."""
 DEFAULT_VARIANTS = ("esync", "esync-normalized", "esync-weighted", "esync-nesterov", "esync-normalized-nesterov",
                     "sync", "async", "local")
 DEFAULT_CAP = 7200.0
