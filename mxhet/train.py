@@ -86,6 +86,9 @@ def build_parser():
                         "momentum on the servers")
     g.add_argument("--outer-lr", type=float, default=0.7, help="esync: outer learning rate (default %(default)s)")
     g.add_argument("--outer-momentum", type=float, default=0.9, help="esync: outer momentum (default %(default)s)")
+    g.add_argument("--max-local-steps", type=int, default=0, metavar="K",
+                   help="esync: aggregate after at most K local iterations a round, READY or not, and wait for "
+                        "the slowest; bounds a fast device's drift on non-i.i.d. data (default 0: no cap)")
     g.add_argument("--on-nonfinite", choices=["stop", "skip"], default="stop",
                    help="NaN/Inf in a delta or gradient about to be pushed: stop the job with an error "
                         "naming the worker and round, or push zeros instead (default %(default)s)")
@@ -132,8 +135,9 @@ def _validate(args):
     for name in ("final_eval_samples", "bn_batches"):
         if getattr(args, name) < 0:
             raise ConfigError("--%s must be >= 0, got %r" % (name.replace("_", "-"), getattr(args, name)))
-    if args.max_rounds < 0:
-        raise ConfigError("--max-rounds must be >= 0, got %r" % args.max_rounds)
+    for name in ("max_rounds", "max_local_steps"):
+        if getattr(args, name) < 0:
+            raise ConfigError("--%s must be >= 0, got %r" % (name.replace("_", "-"), getattr(args, name)))
     if not 0 < args.target_accuracy <= 1:
         raise ConfigError("--target-accuracy must be in (0, 1], got %r" % args.target_accuracy)
     from .models import check_norm
@@ -159,7 +163,8 @@ def mode_options(args, mode):
     offered = {"global_lr": args.global_lr, "reset_optimizer_state": args.reset_optimizer_state,
                "ack": args.ack, "local_steps": args.local_steps, "lamda": args.dc_lambda,
                "aggregation": args.aggregation, "outer_optimizer": args.outer_optimizer,
-               "outer_lr": args.outer_lr, "outer_momentum": args.outer_momentum}
+               "outer_lr": args.outer_lr, "outer_momentum": args.outer_momentum,
+               "max_local_steps": args.max_local_steps}
     offered["staleness"] = args.max_staleness
     offered.update(group_size=args.group_size, weights=args.weights, alpha=args.alpha,
                    frozen_filter=args.frozen_filter == "on", frozen_window=args.frozen_window)

@@ -71,7 +71,7 @@ class ESync(SyncMode):
             keys = [i for i, p in enumerate(trainer_params(trainer)) if p.grad_req != "null"]
             self.outer = OuterMomentumMirror(self.opts["outer_lr"], self.opts["outer_momentum"], keys)
         self._batch_size = 0
-        self.policy = ESyncPolicy()
+        self.policy = ESyncPolicy(max_local_steps=self.opts["max_local_steps"])
         self._round_start = (0.0, 0, 0, 0)
         self._named_slowest = False   # the latest answer named this device the slowest
 
@@ -225,7 +225,7 @@ class ESync(SyncMode):
 
     def restore_state(self, state):
         super().restore_state(state)
-        self.policy = ESyncPolicy(round_=int(state["round"]))
+        self.policy = ESyncPolicy(round_=int(state["round"]), max_local_steps=self.opts["max_local_steps"])
         if self.outer is not None and "arrays" in state:
             self.outer.restore(state["arrays"])
 

@@ -42,7 +42,9 @@ ESYNC = register_spec(ModeSpec(
              Option("outer_optimizer", "none", "'none': w += combined delta; 'nesterov': DiLoCo's outer Nesterov "
                                                "momentum on the servers"),
              Option("outer_lr", 0.7, "learning rate of the outer optimizer"),
-             Option("outer_momentum", 0.9, "momentum of the outer optimizer"))))
+             Option("outer_momentum", 0.9, "momentum of the outer optimizer"),
+             Option("max_local_steps", 0, "K: a device aggregates after at most K local iterations a round, "
+                                          "READY or not, and waits for the slowest (0: no cap)"))))
 
 SYNC = register_spec(ModeSpec(
     "sync", "dist_sync", "synchronous SGD: gradients averaged every step; everyone waits for the slowest"))

@@ -33,14 +33,29 @@ class ESyncPolicy:
     abandon the iteration in progress before its update (:meth:`before_update`).
     Answers for an earlier round are ignored (late or duplicated).
 
+    With ``max_local_steps`` K > 0 a device also aggregates after its K-th
+    local iteration of a round, READY or not, and waits there for the
+    slowest: on non-i.i.d. data a fast device's many steps on its own labels
+    pull the model its way, and K bounds that drift (at the price of idle
+    time). It still queries after every iteration, so the State Server keeps
+    its capability current; a round it closes this way has no slowest (-1).
+
     Args:
         round_: the round to start in (> 0 when resuming).
+        max_local_steps: K, the most local iterations a round; 0: no cap
+            (Algorithm 2 alone).
+
+    Raises:
+        ConfigError: for a negative or non-integer ``round_`` or ``max_local_steps``.
     """
 
-    def __init__(self, round_=0):
+    def __init__(self, round_=0, max_local_steps=0):
         if isinstance(round_, bool) or not isinstance(round_, int) or round_ < 0:
             raise ConfigError("round must be an integer >= 0, got %r" % (round_,))
+        if isinstance(max_local_steps, bool) or not isinstance(max_local_steps, int) or max_local_steps < 0:
+            raise ConfigError("max_local_steps must be an integer >= 0 (0: no cap), got %r" % (max_local_steps,))
         self.round = round_
+        self.max_local_steps = max_local_steps
         self.k = 0                # local iterations completed in this round
         self.ready = False        # a READY for this round has arrived
         self.slowest = -1         # the rank the State Server took for the slowest, from the READY
@@ -59,8 +74,10 @@ class ESyncPolicy:
             self.ready, self.slowest = True, slowest
 
     def after_query(self):
-        """AGGREGATE once a READY for this round is in, else CONTINUE."""
-        return Action.AGGREGATE if self.ready else Action.CONTINUE
+        """AGGREGATE once a READY for this round is in or the cap is reached, else CONTINUE."""
+        if self.ready or (self.max_local_steps and self.k >= self.max_local_steps):
+            return Action.AGGREGATE
+        return Action.CONTINUE
 
     def before_update(self):
         """Before the update of the iteration in progress: ABORT it (and

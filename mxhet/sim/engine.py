@@ -401,8 +401,9 @@ class Simulation:
     # -- the modes -----------------------------------------------------------------
     def esync(self, dev):
         delayed = self.job.mode_options.get("ack", "blocking") == "delayed"
-        check_aggregation(self.spec.resolve(self.job.mode_options))
-        policy = ESyncPolicy()
+        opts = self.spec.resolve(self.job.mode_options)
+        check_aggregation(opts)
+        policy = ESyncPolicy(max_local_steps=opts["max_local_steps"])
         yield from self.register(dev)
         ready = self.env.event()
         round_start = (0.0, 0, 0, 0)

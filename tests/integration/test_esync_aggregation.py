@@ -1,6 +1,7 @@
 """ESync's aggregation options end to end on the real cluster (scheduler, server,
 State Server, three workers on 127.0.0.1): the count exchange through the
-control key, the weighted pushes and the servers' outer Nesterov momentum."""
+control key, the weighted pushes, the servers' outer Nesterov momentum and the
+local-step cap."""
 import json
 import os
 
@@ -17,9 +18,9 @@ ROUNDS = 3
 GLOBAL_LR = 0.5
 
 
-def _run(tmp_path, child_pids, *options):
+def _run(tmp_path, child_pids, *options, slowdown="1,1,4"):
     out = tmp_path / "esync"
-    proc = launch(["-n", "3", "-s", "1", "--sync", "esync", "--slowdown", "1,1,4", "--base-iter", "0.05"],
+    proc = launch(["-n", "3", "-s", "1", "--sync", "esync", "--slowdown", slowdown, "--base-iter", "0.05"],
                   train_command(out, "--max-rounds", str(ROUNDS), "--time-budget", "120", "--dump-rounds",
                                 str(ROUNDS), "--global-lr", str(GLOBAL_LR), *options),
                   tmp_path, child_pids)
@@ -82,6 +83,16 @@ def test_normalized_with_outer_nesterov_keeps_momentum_on_the_servers(tmp_path, 
     assert moved_by_momentum
     with open(os.path.join(str(out), "worker-0.json")) as f:
         assert json.load(f)["rounds"] == ROUNDS
+
+
+def test_a_local_step_cap_holds_on_the_real_cluster(tmp_path, child_pids):
+    out, workers = _run(tmp_path, child_pids, "--max-local-steps", "2", "--ack", "delayed", slowdown="1,1,10")
+    for slot in (0, 1):    # uncapped they fill the slowest's 10 x 0.05 s with about 8
+        assert max(workers[slot]["local_iters"]) == 2, workers[slot]["local_iters"]
+    assert workers[2]["local_iters"] == [1] * ROUNDS
+    for t in range(ROUNDS):   # the capped deltas are averaged like any others
+        for before, pushed, after in _round(out, t):
+            np.testing.assert_allclose(after, before + GLOBAL_LR * np.mean(pushed, axis=0), rtol=1e-5, atol=1e-6)
 
 
 BIGARRAY_BOUND = 5000

@@ -52,6 +52,25 @@ def test_esync_ignores_answers_of_other_rounds_and_a_second_ready():
         ESyncPolicy(round_=-1)
 
 
+def test_esync_local_step_cap_aggregates_without_a_ready():
+    p = ESyncPolicy(max_local_steps=2)
+    p.completed()
+    p.answer(0, ready=False)
+    assert p.after_query() is Action.CONTINUE
+    p.completed()
+    p.answer(0, ready=False)
+    assert p.after_query() is Action.AGGREGATE       # K reached: aggregate, NOT-READY or not
+    assert p.aggregated() == (0, 2, -1)               # no READY named the slowest
+    p.completed()
+    assert p.after_query() is Action.CONTINUE         # delayed ACKs: no answer yet, under the cap
+    p.answer(1, ready=True, slowest=3)                # a READY before the cap ends the round as usual
+    assert p.before_update() is Action.ABORT and p.aggregated() == (1, 1, 3)
+    assert ESyncPolicy(round_=5, max_local_steps=1).completed() is Action.QUERY   # it still asks every time
+    for bad in (-1, 1.5, True, "3"):
+        with pytest.raises(ConfigError, match="max_local_steps"):
+            ESyncPolicy(max_local_steps=bad)
+
+
 def test_local_sgd_aggregates_every_tau_steps():
     p = LocalSGDPolicy(3)
     actions = [p.completed() for _ in range(3)]

@@ -93,12 +93,28 @@ def test_a_slower_device_costs_fewer_real_iterations(tmp_path):
     assert slow[2]["iterations"] == slow[2]["rounds"] and slow[0]["local_iters"][0] > ten[0]["local_iters"][0]
 
 
+@pytest.mark.parametrize("ack", ["blocking", "delayed"])
+def test_a_local_step_cap_bounds_the_fast_devices_rounds(tmp_path, ack):
+    common = ("-n", "3", "--sync", "esync", "--ack", ack, "--slowdown", "1,1,10", "--base-iter", "0.05",
+              "--max-rounds", "4", "--time-budget", "60")
+    _, free = _sim(tmp_path, "free", *common)
+    _, capped = _sim(tmp_path, "capped", *common, "--max-local-steps", "3")
+    assert min(free[0]["local_iters"][1:]) > 3          # without the cap they fill the slowest's 10 x 0.05 s
+    for slot in (0, 1):
+        assert capped[slot]["local_iters"] == [3, 3, 3, 3] and capped[slot]["round_slowest"] == [-1] * 4
+        assert capped[slot]["sync_s"] > free[slot]["sync_s"]   # the idle time the cap costs: they wait
+    assert capped[2]["local_iters"] == [1, 1, 1, 1]
+    assert capped[2]["round_end_s"] == pytest.approx(free[2]["round_end_s"], rel=0.05)   # rounds as long as before
+    assert len({w["final_model_sha256"] for w in capped.values()}) == 1
+
+
 @pytest.mark.parametrize("argv, message", [
     (("-n", "2", "--sync", "local", "--base-iter", "0.1"), "standalone"),
     (("-n", "2", "--sync", "esync", "--base-iter", "0"), "--base-iter"),
     (("-n", "2", "--sync", "esync", "--base-iter", "0.1", "--slowdown", "1,2,3"), "one per device"),
     (("-n", "2", "--sync", "esync", "--base-iter", "0.1", "--slowdown-schedule", "5:1-=2"), "slot"),
     (("-n", "2", "--sync", "esync", "--base-iter", "0.1", "--eval-min-iterations", "-1"), "eval-min-iterations"),
+    (("-n", "2", "--sync", "esync", "--base-iter", "0.1", "--max-local-steps", "-2"), "max-local-steps"),
 ])
 def test_bad_command_lines_are_refused(tmp_path, argv, message):
     args = cli.build_parser().parse_args([*argv, "--metrics-out", str(tmp_path)])
