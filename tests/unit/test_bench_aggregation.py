@@ -143,6 +143,16 @@ def test_the_lower_outer_learning_rate_variant_passes_it_and_parses_back():
         "alexnet", "cpu", "iid", "esync-nesterov-lr0.35")
 
 
+def test_the_local_step_cap_variant_passes_it_on_both_engines():
+    for engine in ("sim", "cluster"):
+        runs = dict(aggregation.plan(engine, ["resnet18_v1"], ["paper-sim"], ["non-iid"], ["esync-max10"],
+                                     norm="group"))
+        argv = runs["resnet18_v1_gn-paper-sim-non-iid-esync-max10"].launch_argv("x")
+        assert argv[argv.index("--max-local-steps") + 1] == "10" and argv[argv.index("--norm") + 1] == "group"
+    assert aggregation.parse_name("resnet18_v1_gn-paper-sim-non-iid-esync-max10") == (
+        "resnet18_v1_gn", "paper-sim", "non-iid", "esync-max10")
+
+
 def test_group_norm_on_a_model_without_batchnorm_is_an_error_message(capsys):
     from bench import cli
     assert cli.main(["aggregation", "--models", "alexnet", "--norm", "group", "--dry-run", "--out", "x"]) == 2
