@@ -114,7 +114,8 @@ def worker_record(stats, *, mode, phase, elapsed_s, samples_per_s=None, loss=Non
 
     ``local_iters`` and ``slowest`` are ``[[round, value], ...]`` of the last
     ``keep_rounds`` rounds (1-based rounds); ``slowest`` is the PS-LITE rank
-    the State Server took for the slowest device in that round (ESync only).
+    the State Server took for the slowest device in that round (ESync only;
+    -1 for a round the device closed at its ``max_local_steps`` cap).
     """
     rounds = stats.rounds
     n = stats.local_iters[-keep_rounds:]
@@ -192,12 +193,14 @@ def build_state(devices, live_dir, *, mode="", elapsed_s=0.0, status="running", 
             entry["slowdown"] = feed.get("slowdown", entry["slowdown"])
         out.append(entry)
 
-    # The State Server's slowest device: from the device that saw the latest round.
+    # The State Server's slowest device: from the device that saw the latest round. A round a device
+    # closed at its --max-local-steps cap names none (-1); the slowest device's own feed names it.
     slowest_rank, slowest_round = None, 0
     for slot in sorted(feeds):
         feed = feeds[slot]
-        if feed and feed.get("slowest"):
-            rnd, rank = feed["slowest"][-1]
+        named = [(rnd, rank) for rnd, rank in (feed or {}).get("slowest", []) if rank >= 0]
+        if named:
+            rnd, rank = named[-1]
             if rnd > slowest_round:
                 slowest_round, slowest_rank = rnd, rank
     slowest_slot = None

@@ -76,7 +76,7 @@ def test_build_state_lists_every_device_and_names_the_slowest(tmp_path):
     assert state["job"]["reporting"] == 0 and state["job"]["accuracy"] is None
 
     # slot 2 is PS-LITE rank 2, the slowest; slot 1 is rank 0 (the chief) and has scored a snapshot
-    _feed(tmp_path, fake_stats(0, 1, 7), samples_per_s=100.0)
+    _feed(tmp_path, fake_stats(0, 1, 8, round_slowest=[2] * 7 + [-1]), samples_per_s=100.0)   # round 8 capped
     _feed(tmp_path, fake_stats(1, 0, 8), samples_per_s=120.0, accuracy=[[2.0, 0.41], [4.0, 0.62]],
           losses=[[2.0, 1.1]], phase="evaluating")
     _feed(tmp_path, fake_stats(2, 2, 8, round_slowest=[]), samples_per_s=10.0)
