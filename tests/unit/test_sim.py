@@ -108,6 +108,20 @@ def test_a_local_step_cap_bounds_the_fast_devices_rounds(tmp_path, ack):
     assert len({w["final_model_sha256"] for w in capped.values()}) == 1
 
 
+def test_a_local_step_cap_on_a_zoo_model(tmp_path):
+    """The cap on the paper's ResNet-18 (GroupNorm, as recommended with it), not only the small CNN."""
+    argv = ["-n", "3", "--sync", "esync", "--slowdown", "1,1,6", "--base-iter", "0.05", "--max-rounds", "2",
+            "--time-budget", "60", "--max-local-steps", "2", "--model", "resnet18_v1", "--norm", "group",
+            "--input-size", "16", "--batch-size", "16", "--eval-samples", "50", "--final-eval-samples", "100",
+            "--eval-interval", "10"]
+    args = cli.build_parser().parse_args(argv + ["--metrics-out", str(tmp_path / "zoo")])
+    args.argv = argv
+    workers = {w["slot"]: w for w in cli.run(args)["workers"]}
+    assert workers[0]["local_iters"] == workers[1]["local_iters"] == [2, 2]   # uncapped: 6 and 5
+    assert workers[2]["local_iters"] == [1, 1]
+    assert len({w["final_model_sha256"] for w in workers.values()}) == 1
+
+
 @pytest.mark.parametrize("argv, message", [
     (("-n", "2", "--sync", "local", "--base-iter", "0.1"), "standalone"),
     (("-n", "2", "--sync", "esync", "--base-iter", "0"), "--base-iter"),
