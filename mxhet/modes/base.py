@@ -59,6 +59,9 @@ class WorkerStats:
     state_replies: int = 0
     skipped_pushes: int = 0    # pushes replaced by zeros because of NaN/Inf (on_nonfinite=skip)
     aborted: int = 0           # local iterations abandoned on a delayed READY (ESync §4.2)
+    # ESync: the test batch's time (Algorithm 1 line 3), in compute_s but not an
+    # iteration: its gradient is dropped and its samples are not counted
+    test_batch_s: float = 0.0
     downloads: int = 0         # G-CADA: models pulled to compute a gradient on (eq. 5's |M_D|)
     uploads: int = 0           # G-CADA: gradients uploaded as a group's first finisher (eq. 5's |M_U|)
     waited_iterations: int = 0  # local iterations after which the worker waited for a State Server reply
@@ -350,10 +353,7 @@ class SyncMode:
             # The iteration is abandoned before any part of it is applied.
             self.stats.aborted += 1
             self.stats.compute_s += self.clock() - self._t_last
-            for p in trainer_params(self.trainer):
-                if p.grad_req != "null":  # BatchNorm statistics have no gradient to drop
-                    for data in p.list_data():
-                        mark_grad_used(data)
+            self.drop_gradients()
             t0 = self.clock()
             self.on_abort()
             end = self.clock()
@@ -403,6 +403,14 @@ class SyncMode:
             if not has_fresh_grad(params[i].list_data()[0]):
                 raise UserWarning("Gradient of Parameter `%s` has not been updated by backward since "
                                   "last `step`" % params[i].name)
+
+    def drop_gradients(self):
+        """Mark this step's gradients used without applying them (an abandoned
+        iteration, or ESync's test batch)."""
+        for p in trainer_params(self.trainer):
+            if p.grad_req != "null":  # BatchNorm statistics have no gradient to drop
+                for data in p.list_data():
+                    mark_grad_used(data)
 
     def emulate_slowdown(self, seconds):
         """Heterogeneity emulation: the device takes ``seconds`` longer."""

@@ -29,6 +29,15 @@ The capability the worker reports is its compute time per iteration plus the
 measured round-trip time of its State Server queries (§4.2), so a device on a
 slow link counts as a slow device.
 
+The first ``step()`` of a worker process is Algorithm 1's test batch (line 3,
+RUN-BATCH-DATA-TEST): timed as any iteration, emulated slowdown included, but
+its gradient is dropped and the replica's BatchNorm statistics are set back to
+the global model's (w_0,0 = w_0, line 6); the data batch is consumed. It is
+reported with k = 0 (always NOT-READY), so the State Server knows every
+device's capability before the first one asks to aggregate. Its time counts in
+``compute_s`` (and ``test_batch_s``), not as an iteration (``iterations``,
+``samples``, ``local_iters``). A worker resumed from a checkpoint runs one too.
+
 Optimizer state at a round boundary: kept by default (momentum or Adam moments
 carry on, as if the local optimizer ran continuously on the replica); with
 ``reset_optimizer_state=True`` it starts afresh every round.
@@ -106,14 +115,42 @@ class ESync(SyncMode):
     # -- the local iteration -------------------------------------------------
     def local_update(self, batch_size, ignore_stale_grad):
         self._batch_size = batch_size
+        if not self.policy.tested:
+            self._drop_test_batch()
+            return
         self.trainer.local_step(batch_size, ignore_stale_grad)
         self.aggregated = False
+
+    def _drop_test_batch(self):
+        """Algorithm 1 lines 3 and 6: the test batch's gradient is not applied, and
+        its forward pass's BatchNorm statistics are undone (the replica stays w_t)."""
+        self.drop_gradients()
+        for p, w, g in zip(trainer_params(self.trainer), self.weights(), self.wbufs):
+            if p.grad_req == "null":
+                g.copyto(w)
 
     def communicate(self, batch_size, capability, compute_end):
         if self.stopped:  # the job stops after the round last aggregated: this iteration is dropped
             self._drop_unaggregated(batch_size)
             return
+        if not self.policy.tested:
+            # The test batch is no iteration: its time is the first capability (k = 0).
+            self.stats.iterations -= 1
+            self.stats.samples -= batch_size
+            self.stats.test_batch_s = capability
+            self.policy.test_batch_done()
+            self._query(capability, compute_end, iteration=False)
+            return
         self.policy.completed()
+        self._query(capability, compute_end)
+        if self.stopped:
+            self._drop_unaggregated(batch_size)
+        elif self.policy.after_query() is Action.AGGREGATE:
+            self.aggregate()
+
+    def _query(self, capability, compute_end, iteration=True):
+        """QUERY-STATE for :attr:`round` and :attr:`k` with c = ``capability`` + the
+        round trip; blocking, or sent and answered later (delayed ACKs)."""
         c = capability + self.client.rtt
         t0 = self.clock()
         if self.delayed:
@@ -126,17 +163,14 @@ class ESync(SyncMode):
             self.take_replies(self.client.poll(timeout=wait))
         else:
             self.take_replies([self.client.query(self.round, self.k, c, since_finish=t0 - compute_end)])
-            self.stats.waited_iterations += 1
+            if iteration:
+                self.stats.waited_iterations += 1
         waited = self.clock() - t0
         self.stats.query_s += waited
         self.stats.query_wait_max_s = max(self.stats.query_wait_max_s, waited)
         if self.stats.query_wait_min_s is None or waited < self.stats.query_wait_min_s:
             self.stats.query_wait_min_s = waited
         self._count_messages()
-        if self.stopped:
-            self._drop_unaggregated(batch_size)
-        elif self.policy.after_query() is Action.AGGREGATE:
-            self.aggregate()
 
     def _drop_unaggregated(self, batch_size):
         """The iterations since the last aggregated round are discarded work (the

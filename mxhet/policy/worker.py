@@ -33,6 +33,17 @@ class ESyncPolicy:
     abandon the iteration in progress before its update (:meth:`before_update`).
     Answers for an earlier round are ignored (late or duplicated).
 
+    Before its first query a worker runs one test batch (Algorithm 1 line 3,
+    RUN-BATCH-DATA-TEST): a forward and backward pass timed as an iteration
+    whose gradient is dropped, so the replica stays w_t (line 6). It reports
+    that time with k = 0 (:meth:`test_batch_done`), which Algorithm 2 always
+    answers NOT-READY; the State Server then knows every device's capability
+    before any device asks to aggregate, and two equally slow devices end
+    round 0 together instead of the first to report running a second
+    iteration while the other waits. The test batch is not a local iteration
+    (not in :attr:`k`, nor in a round's count); a worker resumed from a
+    checkpoint runs one too, since a fresh State Server knows nothing of it.
+
     With ``max_local_steps`` K > 0 a device also aggregates after its K-th
     local iteration of a round, READY or not, and waits there for the
     slowest: on non-i.i.d. data a fast device's many steps on its own labels
@@ -60,6 +71,18 @@ class ESyncPolicy:
         self.ready = False        # a READY for this round has arrived
         self.slowest = -1         # the rank the State Server took for the slowest, from the READY
         self.late_replies = 0
+        self.tested = False       # the test batch was run and reported (Algorithm 1 line 3)
+
+    def test_batch_done(self):
+        """The test batch finished: query the State Server with k = 0 and its time.
+
+        Raises:
+            ConfigError: if a test batch was already reported.
+        """
+        if self.tested:
+            raise ConfigError("the test batch (Algorithm 1 line 3) runs once, before the first query")
+        self.tested = True
+        return Action.QUERY
 
     def completed(self):
         """A local iteration finished: query the State Server (for :attr:`round`, :attr:`k`)."""

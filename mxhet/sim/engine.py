@@ -422,6 +422,35 @@ class Simulation:
                 ready.succeed()
             on_reset(reply)
 
+        def query(duration, iteration=True):
+            """QUERY-STATE for the policy's round and k, c = ``duration`` + the round trip."""
+            c = duration + dev.stats.rtt_s
+            request = dev.message(m.Query, round=policy.round, k=policy.k, c=float(c), since_finish=0.0)
+            dev.stats.state_queries += 1
+            t1 = self.env.now
+            if delayed:
+                self.send(dev, request, on_reply)
+            else:
+                reply = yield from self.request(dev, request)
+                if iteration:
+                    dev.stats.waited_iterations += 1
+                on_reply(reply)
+            waited = self.blocked(dev, t1, query=True)
+            dev.stats.query_wait_max_s = max(dev.stats.query_wait_max_s, waited)
+            if dev.stats.query_wait_min_s is None or waited < dev.stats.query_wait_min_s:
+                dev.stats.query_wait_min_s = waited
+
+        # Algorithm 1 line 3: the test batch, an iteration's time whose gradient is
+        # not applied (the replica stays w_0), reported with k = 0. Its batch is taken
+        # from the stream, as the cluster's first step() takes one; it is no iteration.
+        duration = dev.iteration_time(self.env.now, self.job.base_iter_s, self.job.jitter)
+        yield self.env.timeout(duration)
+        dev.stats.compute_s += duration
+        dev.stats.test_batch_s = duration
+        dev.skip_batch()
+        policy.test_batch_done()
+        yield from query(duration, iteration=False)
+
         while True:
             t0 = self.env.now
             duration = dev.iteration_time(t0, self.job.base_iter_s, self.job.jitter)
@@ -439,20 +468,7 @@ class Simulation:
                 dev.stats.compute_s += duration
                 dev.compute(local_step=True)
                 policy.completed()
-                c = duration + dev.stats.rtt_s
-                query = dev.message(m.Query, round=policy.round, k=policy.k, c=float(c), since_finish=0.0)
-                dev.stats.state_queries += 1
-                t1 = self.env.now
-                if delayed:
-                    self.send(dev, query, on_reply)
-                else:
-                    reply = yield from self.request(dev, query)
-                    dev.stats.waited_iterations += 1
-                    on_reply(reply)
-                waited = self.blocked(dev, t1, query=True)
-                dev.stats.query_wait_max_s = max(dev.stats.query_wait_max_s, waited)
-                if dev.stats.query_wait_min_s is None or waited < dev.stats.query_wait_min_s:
-                    dev.stats.query_wait_min_s = waited
+                yield from query(duration)
                 if stop:
                     break
                 if policy.after_query() is not Action.AGGREGATE:

@@ -59,25 +59,31 @@ class FakeTransport:
         pass
 
 
-def _without_parameter_server(trainer, clock, transport):
+def _without_parameter_server(trainer, clock, transport, tested=True):
     """Make ``trainer``'s esync mode ready to step with a fake clock and a
-    State Server client on ``transport``, without the parameter server."""
+    State Server client on ``transport``, without the parameter server.
+
+    ``tested``: the worker is past its test batch (Algorithm 1 line 3), so its
+    next step is a local iteration; else its next step is the test batch."""
     mode = trainer.mode
     mode.clock, mode.sleep = clock, clock.advance
     mode.client = StateClient("fake", rank=0, slot=0, clock=clock, transport=transport)
+    mode.wbufs = [w.copy() for w in mode.weights()]   # the global model as pulled at setup
+    if tested:
+        mode.policy.test_batch_done()
     mode._ready = True
     mode._t_last = mode._t_start = clock()
     mode._mark_round_start()
     return mode
 
 
-def _esync(ack, clock, transport, slowdown=1.0):
+def _esync(ack, clock, transport, slowdown=1.0, tested=True):
     """A real mxhet.Trainer in esync mode on a 1-parameter net, without the parameter server."""
     net = gluon.nn.Dense(1, use_bias=False, in_units=1)
     net.initialize(mx.init.Constant(1.0))
     config = WorkerConfig(sync="esync", slowdown=slowdown)
     trainer = Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, config=config, ack=ack)
-    mode = _without_parameter_server(trainer, clock, transport)
+    mode = _without_parameter_server(trainer, clock, transport, tested)
     aggregations = []
 
     def aggregate():  # the data plane is tested with real processes
@@ -100,6 +106,68 @@ def _iteration(net, trainer, clock, seconds=0.1):
 
 def _reply(query, ready, **kw):
     return m.Reply(seq=query.seq, ready=ready, round=query.round, **kw)
+
+
+@pytest.mark.parametrize("ack", ["blocking", "delayed"])
+def test_the_first_step_is_a_test_batch_reported_with_k_zero(ack):
+    """Algorithm 1 lines 3-6: the first step is timed (emulated slowdown
+    included) and reported as c with k = 0; its gradient is not applied and it
+    is not counted as an iteration; local iterations then count from k = 1."""
+    clock = FakeClock()
+    transport = FakeTransport(clock)
+    transport.auto = lambda msg: _reply(msg, False) if isinstance(msg, m.Query) else None
+    net, trainer, aggregations = _esync(ack, clock, transport, slowdown=3.0, tested=False)
+    _iteration(net, trainer, clock, seconds=0.1)          # 0.1 s compute + 0.2 s emulated
+    (test,) = transport.queries()
+    assert (test.round, test.k, test.c) == (0, 0, pytest.approx(0.3))
+    assert float(net.weight.data().asscalar()) == 1.0    # w_0,0 = w_0
+    assert not net.weight.list_data()[0]._fresh_grad      # the gradient was dropped
+    stats = trainer.stats
+    assert (stats.iterations, stats.samples, stats.aborted, stats.waited_iterations) == (0, 0, 0, 0)
+    assert stats.compute_s == pytest.approx(0.3) and stats.test_batch_s == pytest.approx(0.3)
+    assert trainer.mode.aggregated                        # the replica holds no local work
+    _iteration(net, trainer, clock, seconds=0.1)
+    assert [q.k for q in transport.queries()] == [0, 1]
+    assert float(net.weight.data().asscalar()) == pytest.approx(0.9)
+    assert stats.iterations == 1 and stats.samples == 1 and stats.compute_s == pytest.approx(0.6)
+    assert stats.waited_iterations == (1 if ack == "blocking" else 0) and aggregations == []
+
+
+def test_a_resumed_worker_reports_a_test_batch_in_its_round():
+    clock = FakeClock()
+    transport = FakeTransport(clock)
+    net = gluon.nn.Dense(1, use_bias=False, in_units=1)
+    net.initialize(mx.init.Constant(1.0))
+    trainer = Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, config=WorkerConfig(sync="esync"),
+                      ack="delayed")
+    trainer.mode.restore_state({"round": 3, "rounds": 3, "iterations": 20, "samples": 20})
+    _without_parameter_server(trainer, clock, transport, tested=False)
+    _iteration(net, trainer, clock)
+    _iteration(net, trainer, clock)
+    assert [(q.round, q.k) for q in transport.queries()] == [(3, 0), (3, 1)]
+    assert trainer.stats.iterations == 21 and float(net.weight.data().asscalar()) == pytest.approx(0.9)
+
+
+def test_the_test_batch_leaves_batchnorm_statistics_at_the_global_model():
+    clock = FakeClock()
+    transport = FakeTransport(clock)
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(3, in_units=2), gluon.nn.BatchNorm(in_channels=3), gluon.nn.Dense(1, in_units=3))
+    net.initialize(mx.init.Xavier())
+    trainer = Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
+                      config=WorkerConfig(sync="esync"), ack="delayed")
+    _without_parameter_server(trainer, clock, transport, tested=False)
+    before = {name: p.data().asnumpy().copy() for name, p in net.collect_params().items()}
+    x = mx.nd.array([[1.0, 2.0], [3.0, -1.0], [0.5, 0.0], [-2.0, 1.0]])
+    with autograd.record():
+        loss = net(x).sum()
+    loss.backward()
+    moved = net[1].running_mean.data().asnumpy()
+    assert not np.array_equal(moved, before[net[1].running_mean.name])   # the forward pass moved them
+    trainer.step(4)
+    for name, p in net.collect_params().items():         # ... and the test batch put them back
+        np.testing.assert_array_equal(p.data().asnumpy(), before[name])
+    assert [q.k for q in transport.queries()] == [0]
 
 
 def test_delayed_acks_never_wait_and_late_not_ready_changes_nothing():
@@ -278,8 +346,8 @@ def test_base_iteration_pads_each_iteration_to_f_times_t_and_counts_overruns():
     net.initialize(mx.init.Constant(1.0))
     config = WorkerConfig(sync="esync", slowdown=3.0, base_iter_s=0.2)
     trainer = Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, config=config, ack="delayed")
-    mode = _without_parameter_server(trainer, clock, transport)
-    _iteration(net, trainer, clock, seconds=0.25)   # padded to 3 x 0.2 = 0.6 s
+    mode = _without_parameter_server(trainer, clock, transport, tested=False)
+    _iteration(net, trainer, clock, seconds=0.25)   # the test batch, padded to 3 x 0.2 = 0.6 s as any iteration
     assert clock() == pytest.approx(0.6) and trainer.stats.overruns == 0
     _iteration(net, trainer, clock, seconds=0.9)    # slower than 0.6 s: no padding, one overrun
     assert clock() == pytest.approx(1.5) and trainer.stats.overruns == 1

@@ -30,6 +30,17 @@ def test_esync_blocking_round():
     assert (p.round, p.k, p.ready, p.slowest) == (1, 0, False, -1)
 
 
+def test_esync_test_batch_is_reported_with_k_zero_once():
+    p = ESyncPolicy(round_=2)
+    assert not p.tested
+    assert p.test_batch_done() is Action.QUERY and (p.round, p.k) == (2, 0)   # QUERY-STATE(r, 0, c, t_e)
+    p.answer(2, ready=False)
+    assert p.after_query() is Action.CONTINUE and p.tested
+    assert p.completed() is Action.QUERY and p.k == 1   # the first local iteration
+    with pytest.raises(ConfigError, match="test batch"):
+        p.test_batch_done()
+
+
 def test_esync_delayed_ready_aborts_the_iteration_in_progress():
     p = ESyncPolicy()
     p.completed()

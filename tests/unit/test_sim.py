@@ -94,6 +94,34 @@ def test_a_slower_device_costs_fewer_real_iterations(tmp_path):
 
 
 @pytest.mark.parametrize("ack", ["blocking", "delayed"])
+def test_equal_stragglers_end_the_first_round_together_after_their_test_batch(tmp_path, ack):
+    """Algorithm 1 line 3: every device reports a test batch's time with k = 0
+    before its first local iteration, so of two equally slow devices neither
+    counts as infinitely slow when the other asks: both do one iteration in
+    round 0 and none idles (before, the first to report ran a second one while
+    the other waited a whole slow iteration: local_iters [2, 1])."""
+    base, slow = 0.05, 20
+    _, workers = _sim(tmp_path, ack, "-n", "4", "--sync", "esync", "--ack", ack, "--slowdown", "%d,%d,1,1" % (slow, slow),
+                      "--base-iter", str(base), "--max-rounds", "2", "--time-budget", "60")
+    for slot in (0, 1):
+        w = workers[slot]
+        assert w["local_iters"] == [1, 1], (slot, w["local_iters"])
+        assert w["round_blocked_s"][0] < base           # messages only: no slow iteration's worth of idling
+        assert w["test_batch_s"] == pytest.approx(slow * base)
+    for w in workers.values():
+        # round 0: the test batch, then one slow iteration (and the messages)
+        assert 2 * slow * base < w["round_end_s"][0] < 2 * slow * base + base
+        assert w["iterations"] == sum(w["local_iters"]) and w["samples"] == 64 * w["iterations"]
+        applied = w["test_batch_s"] + w["iterations"] * w["slowdown"] * base   # the test batch's time is compute
+        if ack == "blocking":
+            assert w["compute_s"] == pytest.approx(applied)
+        else:   # plus the parts of aborted iterations
+            assert applied - 1e-9 <= w["compute_s"] <= applied + w["aborted"] * w["slowdown"] * base
+        assert w["round_queries"][0] == w["local_iters"][0] + 1   # the test batch's k = 0 query, then one per iteration
+    assert min(workers[2]["local_iters"][0], workers[3]["local_iters"][0]) > slow   # the fast devices fill both
+
+
+@pytest.mark.parametrize("ack", ["blocking", "delayed"])
 def test_a_local_step_cap_bounds_the_fast_devices_rounds(tmp_path, ack):
     common = ("-n", "3", "--sync", "esync", "--ack", ack, "--slowdown", "1,1,10", "--base-iter", "0.05",
               "--max-rounds", "4", "--time-budget", "60")
