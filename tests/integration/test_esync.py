@@ -56,6 +56,63 @@ def test_esync_heterogeneous_rounds(tmp_path, child_pids):
     assert summary["curve"] and 0 <= summary["final_accuracy"] <= 1
 
 
+def _gradient(net, x, y):
+    """The mean gradient of the softmax cross-entropy over one batch, per parameter (sorted by name)."""
+    from mxnet import autograd, gluon
+    with autograd.record():
+        loss = gluon.loss.SoftmaxCrossEntropyLoss()(net(x), y)
+    loss.backward()
+    return [p.grad().asnumpy() / len(y) for _, p in sorted(net.collect_params().items())]
+
+
+def test_esync_first_step_is_a_test_batch_whose_gradient_is_not_applied(tmp_path, child_pids):
+    """Algorithm 1 line 3 on the real cluster: two equally slow devices (pinned
+    with --base-iter) both report their test batch with k = 0, so both do one
+    local iteration in round 0 (before, the first to report ran two while the
+    other waited), and the delta a slow device pushes in round 0 is one SGD
+    step from w_0 on its third batch (the first went to shape inference, the
+    second to the test batch, whose gradient was dropped)."""
+    import mxnet as mx
+
+    from mxhet import data, models
+
+    lr, slow = 0.05, 20
+    out = tmp_path / "test_batch"
+    proc = launch(["-n", "4", "-s", "1", "--sync", "esync", "--slowdown", "%d,%d,1,1" % (slow, slow),
+                   "--base-iter", "0.05"],
+                  train_command(out, "--max-rounds", "2", "--time-budget", "120", "--dump-rounds", "1",
+                                "--lr", str(lr)),
+                  tmp_path, child_pids)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    workers = {w["slot"]: w for w in load_summary(out)["workers"]}
+    assert [workers[slot]["local_iters"][0] for slot in (0, 1)] == [1, 1], [w["local_iters"] for w in workers.values()]
+    assert min(workers[slot]["test_batch_s"] for slot in (0, 1)) >= slow * 0.05
+    for w in workers.values():
+        assert w["iterations"] == sum(w["local_iters"]) and w["samples"] == 64 * w["iterations"]
+        assert w["compute_s"] >= w["test_batch_s"] > 0
+
+    images, labels = data.load_fashion_mnist("train")
+    net = models.get_model("smallcnn", classes=10)
+    net.initialize()
+    dumps = _dumps(out, [0, 1], 0)
+    keys = len([k for k in dumps[0].files if k.startswith("before_")])
+    for slot, dump in zip((0, 1), dumps):
+        batches = data.ShardIterator(images, labels, data.partition(labels, 4, slot, seed=0), 64, seed=1000 * slot)
+        shapes, test, first = next(batches), next(batches), next(batches)
+        net(shapes[0])
+        params = [p for _, p in sorted(net.collect_params().items())]
+        assert len(params) == keys
+        for i, p in enumerate(params):
+            p.set_data(mx.nd.array(dump["before_%d" % i]))   # w_0
+        g_first = _gradient(net, *first)
+        for i in range(keys):
+            np.testing.assert_allclose(dump["delta_%d" % i], -lr * g_first[i], rtol=1e-4, atol=1e-7)
+        # with the test batch's gradient applied the delta would differ by about lr x its gradient
+        g_test = _gradient(net, *test)
+        assert sum(np.abs(dump["delta_%d" % i] + lr * (g_first[i] + g_test[i])).sum() for i in range(keys)) > \
+            100 * sum(np.abs(dump["delta_%d" % i] + lr * g_first[i]).sum() for i in range(keys))
+
+
 def test_sync_keeps_workers_identical(tmp_path, child_pids):
     out = tmp_path / "sync"
     proc = launch(["-n", "2", "-s", "1", "--sync", "sync", "--slowdown", "1,3"],

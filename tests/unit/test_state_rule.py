@@ -75,6 +75,20 @@ def test_two_equally_slow_devices_do_not_stall_the_round():
     assert a_ready and b_ready
 
 
+@pytest.mark.parametrize("first", [1, 2])
+def test_equal_stragglers_after_their_test_batches_both_aggregate_after_one_iteration(first):
+    # Algorithm 1 line 3: every device reports its test batch with k = 0
+    # (NOT-READY, c recorded), so whichever straggler asks first after its
+    # first iteration knows the other's capability.
+    t = table(3, eps=0.01)
+    assert t.query(0, 0, 0.05, last_finish=0.05, now=0.05) is False
+    assert t.query(1, 0, 2.0, last_finish=2.0, now=2.0) is False
+    assert t.query(2, 0, 2.0, last_finish=2.001, now=2.001) is False
+    second = 3 - first
+    assert t.query(first, 1, 2.0, last_finish=4.0 + first / 1000, now=4.0 + first / 1000) is True
+    assert t.query(second, 1, 2.0, last_finish=4.0 + second / 1000, now=4.0 + second / 1000) is True
+
+
 def test_two_almost_equally_slow_devices_epsilon_breaks_tie():
     t = table(3, eps=0.05)
     t.query(0, 5, 0.05, 0.0, 0.0)
