@@ -101,8 +101,9 @@ def test_equal_stragglers_end_the_first_round_together_after_their_test_batch(tm
     round 0 and none idles (before, the first to report ran a second one while
     the other waited a whole slow iteration: local_iters [2, 1])."""
     base, slow = 0.05, 20
-    _, workers = _sim(tmp_path, ack, "-n", "4", "--sync", "esync", "--ack", ack, "--slowdown", "%d,%d,1,1" % (slow, slow),
-                      "--base-iter", str(base), "--max-rounds", "2", "--time-budget", "60")
+    _, workers = _sim(tmp_path, ack, "-n", "4", "--sync", "esync", "--ack", ack,
+                      "--slowdown", "%d,%d,1,1" % (slow, slow), "--base-iter", str(base), "--max-rounds", "2",
+                      "--time-budget", "60")
     for slot in (0, 1):
         w = workers[slot]
         assert w["local_iters"] == [1, 1], (slot, w["local_iters"])
