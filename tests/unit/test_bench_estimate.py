@@ -102,9 +102,8 @@ def test_measure_refuses_a_cost_of_zero(monkeypatch, cpu_s):
 
 def test_a_measuring_run_stops_at_its_cap_and_reports_its_cpu(tmp_path):
     argv = estimate._with([sys.executable] + COMMAND[1:-2], max_iterations=6, eval_interval="1e9", eval_growth="0")
-    iterations, cpu_s, snapshots, virtual_s = estimate._sim(argv, str(tmp_path / "a"), timeout=300)
-    assert iterations in (6, 7) and snapshots == 2                      # 2: the first and the final evaluation
-    assert cpu_s > 0 and 0 < virtual_s < 600                            # the cap, not the time budget, stopped it
+    iterations, cpu, snapshots, _ = estimate._sim(argv, str(tmp_path / "a"), timeout=300)
+    assert iterations in (6, 7) and snapshots == 2 and cpu > 0          # 2: the first and the final evaluation
 
 
 def test_costs_from_an_earlier_estimate_are_not_measured_again(tmp_path, monkeypatch):
