@@ -83,7 +83,9 @@ def measure(summary, caps=(30, 90), snapshots=20, timeout=1800):
     about ``snapshots`` of them.
 
     Raises:
-        RuntimeError: a run failed (its error output is included).
+        RuntimeError: a run failed (its error output is included), or the
+        runs did not differ by a positive cost (the machine's noise swamped
+        what was to be measured: a cost of zero would make runs look free).
     """
     argv = [sys.executable] + [a for a in summary["sim"]["command"][1:]]
     if "--metrics-out" in argv:
@@ -98,8 +100,12 @@ def measure(summary, caps=(30, 90), snapshots=20, timeout=1800):
     if i2 <= i1 or n3 <= n1:
         raise RuntimeError("the measuring runs did not differ (iterations %d, %d; snapshots %d, %d)"
                            % (i1, i2, n1, n3))
-    per_iteration = max(0.0, c2 - c1) / (i2 - i1)
-    return {"iteration_cpu_s": per_iteration, "snapshot_cpu_s": max(0.0, c3 - c1) / (n3 - n1),
+    if c2 <= c1 or c3 <= c1:
+        raise RuntimeError("the measuring runs did not cost more CPU for more iterations or snapshots "
+                           "(CPU seconds %g, %g, %g); measure on a quieter machine or with larger caps"
+                           % (c1, c2, c3))
+    per_iteration = (c2 - c1) / (i2 - i1)
+    return {"iteration_cpu_s": per_iteration, "snapshot_cpu_s": (c3 - c1) / (n3 - n1),
             "fixed_cpu_s": max(0.0, c1 - i1 * per_iteration), "fixed_snapshots": n1,
             "measured": {"iterations": [i1, i2], "cpu_s": [c1, c2, c3], "snapshots": [n1, n3]}}
 

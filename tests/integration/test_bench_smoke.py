@@ -2,10 +2,12 @@
 
 One invocation (module fixture, about 3 min on 2 cores) runs every mode on the smoke profile (2 fast
 devices, 1 at slowdown 4) plus the non-i.i.d. and standalone runs. The tests
-check its outputs -- JSON keys of every run, report, figures -- and, on the
-same runs, the contract every registered mode keeps: it learns, ends without a
-hang although workers did different numbers of iterations, leaves no process
-behind, and writes a complete summary.json.
+check its outputs -- JSON keys of every run, the report's numbers against the
+JSON, figures -- and, on the same runs, the contract every registered mode
+keeps: it moves the global model towards the data, ends without a hang
+although workers did different numbers of iterations with the same global
+model on every worker, leaves no process behind, and writes a complete
+summary.json.
 """
 import glob
 import json
@@ -72,13 +74,41 @@ def test_every_experiment_and_run_has_the_documented_keys(smoke):
         ("sync", "non-iid"), ("async", "non-iid"), ("esync", "non-iid"), ("local", "iid")}
 
 
+def _table(text, heading):
+    """The body rows (lists of cells) of the first Markdown table after ``heading``."""
+    lines = text.split(heading, 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[start + 2:end]]
+
+
 def test_report_and_figures(smoke):
-    _, out, _ = smoke
+    """The report shows the JSON's numbers, and every figure is a drawn image of a usable size."""
+    from PIL import Image
+    _, out, results = smoke
     text = (out / "report.md").read_text()
     for heading in ("## Table 1", "## Figure 3", "## Figure 4", "## Figure 5", "## Every run", "## Failed runs"):
         assert heading in text
+    table1 = _table(text, "## Table 1")
+    assert len(table1) == len(results["table1"]["rows"])
+    for cells, row in zip(table1, results["table1"]["rows"]):
+        shown = ["%.3f" % row[k] for k in ("esync_accuracy", "standalone_accuracy", "sync_accuracy")]
+        assert cells[5:8] == shown, (cells, row)
+    runs = {}
+    for data in results.values():
+        for run in data["runs"]:
+            runs.setdefault((run["model"], run["mode"], run["dist"]), []).append(
+                ["%.3f" % run["final_accuracy"], "%.0f" % run["samples_per_s"], "%.2f" % (run["bytes_per_s"] / 1e6)])
+    every = _table(text, "## Every run")
+    assert {tuple(cells[:3]) for cells in every} == set(runs)
+    for cells in every:
+        assert cells[4:7] in runs[tuple(cells[:3])], cells
     for png in ("fig3-curves.png", "fig4-throughput.png", "fig5-compute-ratio.png"):
-        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        with Image.open(out / png) as image:
+            assert image.format == "PNG" and image.width >= 400 and image.height >= 250, (png, image.size)
+            colours = image.convert("RGB").getcolors(maxcolors=1 << 16)
+        # a blank or single-colour canvas has a handful of colours; axes, text and curves give hundreds
+        assert colours is None or len(colours) > 50, (png, len(colours))
 
 
 def _summaries(out_dir, results):
@@ -110,9 +140,12 @@ def test_mode_contract(smoke, mode):
         assert w["samples"] > 0 or (mode == "gcada" and w["aborted"] > 0 and w["downloads"] > 0)
         if not standalone:
             assert (w["bytes_pushed"] > 0 or mode == "gcada") and w["bytes_pulled"] > 0
-    # chance is 0.1; a few seconds of training on a loaded machine may end on a dip (ssp: best 0.33, final
-    # 0.19 in a clean-clone run beside another), so the best point counts and the end must stay off chance
-    assert max(a for _, a in summary["curve"]) > 0.3 and summary["final_accuracy"] > 0.15, summary["curve"]
+    # These runs last 3 s of wall clock, so how far they get depends on the machine's load (one ssp run
+    # beside another job ended on 0.19 after a best of 0.33). Learning at pinned iteration times, for every
+    # mode, is test_sim.py::test_every_mode_runs_in_virtual_time's; here the global model must have moved
+    # from the initial one (scored at t = 0) towards the data, which a handful of updates at lr 0.1 does.
+    (start, initial), later = summary["curve"][0], summary["curve"][1:]
+    assert start < 0.1 and later and max(a for _, a in later) > initial + 0.1, summary["curve"]
     assert summary["evaluation"]["batchnorm"] == "none in model"
     digests = {w["final_model_sha256"] for w in summary["workers"]}
     assert len(digests) == 1 and "" not in digests, "workers ended with different global models"

@@ -35,8 +35,10 @@ def _worker_pid(job_file, slot):
     return next(p["pid"] for p in record["processes"] if p["role"] == "worker" and p["slot"] == slot)
 
 
-@pytest.mark.parametrize("attempt", range(3))
-def test_kill_9_of_one_of_four_workers_ends_the_job(tmp_path, child_pids, attempt):
+def test_kill_9_of_one_of_four_workers_ends_the_job(tmp_path, child_pids):
+    # One launch: the launcher notices a dead child the same way whatever the moment of the round (it
+    # waits on every process), so the three launches at 0, 0.3 and 0.6 s this once was proved nothing more.
+    # The victim is a fast worker: its peers then wait in their next push for it, the hang PS-LITE would leave.
     out = tmp_path / "out"
     proc, job_file, err = _start(tmp_path, ["-n", "4", "-s", "1", "--sync", "esync", "--slowdown", "1,1,1,8"],
                                  train_command(out, "--time-budget", "120"))
@@ -45,15 +47,13 @@ def test_kill_9_of_one_of_four_workers_ends_the_job(tmp_path, child_pids, attemp
         _wait_for(out / "snapshots" / "000000.params", proc)   # training has started
         _wait_for(job_file, proc)
         child_pids.add_job_file(job_file)
-        time.sleep(0.3 * attempt)                               # different moments of a round
-        victim = (3 * attempt) % 4                              # slots 0, 3 (the slow one), 2
-        os.kill(_worker_pid(job_file, victim), signal.SIGKILL)
+        os.kill(_worker_pid(job_file, 0), signal.SIGKILL)
         code = proc.wait(timeout=60)   # the launcher ends the job at once; 60 s only bounds a hang
     finally:
         err.close()
     stderr = (tmp_path / "launcher.err").read_text()
     assert code == 1
-    assert "worker %d" % victim in stderr and "SIGKILL" in stderr, stderr[-2000:]
+    assert "worker 0" in stderr and "SIGKILL" in stderr, stderr[-2000:]
     assert not child_pids.alive()
 
 

@@ -85,8 +85,10 @@ def test_job_finishes_correctly_under_fuzzing(tmp_path, child_pids):
     fuzzer.start()
     try:
         # --no-auth: with CURVE (the default) the fuzzer's messages would not even reach the decoder
-        proc = launch(["-n", "3", "-s", "1", "--sync", "esync", "--slowdown", "1,1,10", "--no-auth",
-                       "--state-server-port", str(port), "--state-stats", str(stats)],
+        # iteration times pinned: 6 rounds of the slow device's 1 s iterations last at least 6 s, time for
+        # the fuzzer's 1,000 messages on a loaded machine too (it sends thousands a second on an idle one)
+        proc = launch(["-n", "3", "-s", "1", "--sync", "esync", "--slowdown", "1,1,10", "--base-iter", "0.1",
+                       "--no-auth", "--state-server-port", str(port), "--state-stats", str(stats)],
                       train_command(out, "--max-rounds", "6", "--time-budget", "120"), tmp_path, child_pids)
     finally:
         stop.set()

@@ -1,5 +1,6 @@
 """The idle-machine estimate of a simulator bench: run costs and packing (no simulator runs)."""
 import json
+import sys
 
 import pytest
 
@@ -61,18 +62,48 @@ def test_the_command_line_refuses_a_directory_without_runs_and_bad_caps(tmp_path
         estimate.main(["--out", str(tmp_path), "--caps", "90,30"])
 
 
-def test_measure_runs_the_simulator_three_times_and_separates_the_costs():
-    command = ["python", "-m", "mxhet.sim", "-n", "2", "--sync", "sync", "--slowdown", "1,3", "--model", "smallcnn",
-               "--base-iter", "0.05", "--time-budget", "600", "--eval-samples", "200", "--eval-interval", "5",
-               "--metrics-out", "somewhere"]
-    cost = estimate.measure({"sim": {"command": command}}, caps=(6, 30), snapshots=5)
-    (i1, i2), (c1, c2, c3), (n1, n3) = (cost["measured"][k] for k in ("iterations", "cpu_s", "snapshots"))
-    assert 6 <= i1 < 30 <= i2 and n1 == 2 < n3      # the caps stopped the runs; only the third took snapshots
-    assert min(c1, c2, c3) > 0
-    # the costs are the differences of the measured CPU seconds (which depend on the machine's load)
-    assert cost["iteration_cpu_s"] == pytest.approx(max(0.0, c2 - c1) / (i2 - i1))
-    assert cost["snapshot_cpu_s"] == pytest.approx(max(0.0, c3 - c1) / (n3 - n1))
-    assert cost["fixed_cpu_s"] == pytest.approx(max(0.0, c1 - i1 * cost["iteration_cpu_s"]))
+COMMAND = ["python", "-m", "mxhet.sim", "-n", "2", "--sync", "sync", "--slowdown", "1,3", "--model", "smallcnn",
+           "--base-iter", "0.05", "--time-budget", "600", "--eval-samples", "200", "--eval-interval", "5",
+           "--metrics-out", "somewhere"]
+
+
+def _scripted(monkeypatch, results):
+    """Replace the simulator runs by ``results`` (iterations, CPU s, snapshots, virtual s); return their argvs."""
+    calls = []
+
+    def run(argv, out, timeout):
+        calls.append(argv)
+        return results[len(calls) - 1]
+    monkeypatch.setattr(estimate, "_sim", run)
+    return calls
+
+
+def _flag(argv, name):
+    return argv[argv.index(name) + 1]
+
+
+def test_measure_runs_the_command_three_times_and_separates_the_costs(monkeypatch):
+    # caps 6 and 30: 24 more iterations cost 1.2 CPU s more; 8 more snapshots 2.0 s more
+    calls = _scripted(monkeypatch, [(6, 3.0, 2, 0.4), (30, 4.2, 2, 2.0), (6, 5.0, 10, 0.4)])
+    cost = estimate.measure({"sim": {"command": COMMAND}}, caps=(6, 30), snapshots=8)
+    assert cost["iteration_cpu_s"] == pytest.approx(0.05) and cost["snapshot_cpu_s"] == pytest.approx(0.25)
+    assert cost["fixed_cpu_s"] == pytest.approx(2.7) and cost["fixed_snapshots"] == 2
+    assert [_flag(a, "--max-iterations") for a in calls] == ["6", "30", "6"]
+    assert [_flag(a, "--eval-interval") for a in calls] == ["1e9", "1e9", "0.05"]   # 0.4 virtual s / 8
+    assert all("--metrics-out" not in a and a[1:3] == ["-m", "mxhet.sim"] for a in calls)
+
+
+@pytest.mark.parametrize("cpu_s", [(3.0, 3.0, 5.0), (3.0, 4.2, 2.9)], ids=["iterations free", "snapshots free"])
+def test_measure_refuses_a_cost_of_zero(monkeypatch, cpu_s):
+    _scripted(monkeypatch, [(6, cpu_s[0], 2, 0.4), (30, cpu_s[1], 2, 2.0), (6, cpu_s[2], 10, 0.4)])
+    with pytest.raises(RuntimeError, match="did not cost more CPU"):
+        estimate.measure({"sim": {"command": COMMAND}}, caps=(6, 30), snapshots=8)
+
+
+def test_a_measuring_run_stops_at_its_cap_and_reports_its_cpu(tmp_path):
+    argv = estimate._with([sys.executable] + COMMAND[1:-2], max_iterations=6, eval_interval="1e9", eval_growth="0")
+    iterations, cpu, snapshots, _ = estimate._sim(argv, str(tmp_path / "a"), timeout=300)
+    assert iterations in (6, 7) and snapshots == 2 and cpu > 0          # 2: the first and the final evaluation
 
 
 def test_costs_from_an_earlier_estimate_are_not_measured_again(tmp_path, monkeypatch):

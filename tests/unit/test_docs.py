@@ -1,7 +1,9 @@
 """The README and docs/ stay true to the repository.
 
 * The README's headline results table is the one generated from the committed
-  bench JSON (``python -m bench.readme_table``), so it cannot drift from them.
+  bench JSON (``python -m bench.readme_table``), so it cannot drift from them,
+  and every number in it is one of those JSON's numbers (at the precision
+  shown), so the generator cannot print one it made up.
 * Every relative link in README.md, docs/*.md and the results' discussion
   names a file inside the repository that exists, and a section of it that
   exists (the issue found a link pointing outside the repository).
@@ -33,6 +35,56 @@ def test_readme_headline_table_is_the_one_generated_from_the_results():
     assert readme_table.check(os.path.join(ROOT, "README.md"), ROOT), (
         "README.md's headline results differ from bench/results; run "
         "python -m bench.readme_table --write README.md")
+
+
+NUMBER = re.compile(r"(?<![\w.\-/])\d[\d,]*(?:\.\d+)?")
+
+
+def _json_numbers(value, found):
+    """Every number in a JSON value: numeric values, and the numbers inside strings (command lines)."""
+    if isinstance(value, bool):
+        return found
+    if isinstance(value, (int, float)):
+        found.add(float(value))
+    elif isinstance(value, str):
+        found.update(float(n.replace(",", "")) for n in NUMBER.findall(value))
+    elif isinstance(value, dict):
+        for v in value.values():
+            _json_numbers(v, found)
+    elif isinstance(value, list):
+        for v in value:
+            _json_numbers(v, found)
+    return found
+
+
+def _unbacked(block, numbers):
+    """The numbers written in ``block`` that no number in ``numbers`` gives at the precision shown."""
+    text = LINK.sub("]", block)                              # link targets are paths, not results
+    bad = []
+    for token in NUMBER.findall(text):
+        plain = token.replace(",", "")
+        decimals = len(plain.split(".")[1]) if "." in plain else 0
+        if not any("%.*f" % (decimals, n) == plain for n in numbers):
+            bad.append(token)
+    return bad
+
+
+def _block(text):
+    start, end = text.index(readme_table.BEGIN), text.index(readme_table.END)
+    return text[start + len(readme_table.BEGIN):end]
+
+
+def test_every_number_in_the_headline_block_comes_from_the_committed_json():
+    numbers = set()
+    for _, path in readme_table.SOURCES:
+        with open(os.path.join(ROOT, path)) as f:
+            _json_numbers(json.load(f), numbers)
+    with open(os.path.join(ROOT, "README.md")) as f:
+        block = _block(f.read())
+    assert NUMBER.findall(block), "no number found in the headline block"
+    assert _unbacked(block, numbers) == []
+    # and the check would see one that is not there
+    assert _unbacked(block.replace("|", "| 66.4× |", 1), numbers) == ["66.4"]
 
 
 def _copy_results(tmp_path):

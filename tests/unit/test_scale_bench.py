@@ -11,7 +11,8 @@ def test_a_small_scale_run_trains_and_counts_its_decisions(mode):
     assert r["devices"] == 12 and r["virtual_s"] >= 1.5
     assert r["decisions"] >= 2 * 12          # at least a registration and a goodbye per device
     assert r["iterations"] >= 12 and r["device_updates"] >= 1 and r["server_updates"] >= 1
-    assert 0.1 < r["final_accuracy"] <= 1.0   # better than chance after a few updates
+    # Learning: speeds are seeded, so the run is deterministic; every mode reaches 0.54-0.65 (chance: 0.1)
+    assert r["final_accuracy"] >= 0.45
     assert r["handle_us_per_decision"] > 0 and r["peak_rss_mb"] > 0
     if mode == "esync":
         assert r["rounds"] >= 1 and r["n_i"]["max"] >= r["n_i"]["min"] >= 1

@@ -31,12 +31,15 @@ def test_every_mode_runs_in_virtual_time(tmp_path, mode):
     n = 3 if get_spec(mode).distributed else 1
     slowdown = "1,1,4" if n == 3 else "1"
     summary, workers = _sim(tmp_path, mode, "-n", str(n), "--sync", mode, "--slowdown", slowdown,
-                            "--base-iter", "0.05", "--time-budget", "3", "--adsp-period", "1", "--adsp-window", "1")
+                            "--base-iter", "0.05", "--time-budget", "3", "--adsp-period", "1", "--adsp-window", "1",
+                            "--step-size", "0.0005")     # gcada, cada: AMSGrad's α=0.01 does not learn in 3 s
     assert summary["engine"] == "sim" and summary["mode"] == mode and summary["time_unit"] == "virtual seconds"
     assert 3.0 <= summary["train_time_s"] < 6.0
     assert summary["sim"]["virtual_s_per_wall_s"] > 0
     assert len({w["final_model_sha256"] for w in workers.values()}) == 1
-    assert 0 <= summary["final_accuracy"] <= 1 and summary["curve"][0][0] == 0.0
+    # Learning, not just a number in [0, 1]: iteration times are pinned and the seed fixed, so every mode
+    # reaches at least 0.47 on these 300 test images (chance: 0.1); 0.4 leaves room for the platform's rounding.
+    assert summary["curve"][0][0] == 0.0 and summary["final_accuracy"] >= 0.4
     iters = [workers[s]["iterations"] for s in sorted(workers)]
     assert all(w["rounds"] > 0 and w["samples"] == 64 * w["iterations"] for w in workers.values())
     if mode in ("sync", "localsgd"):
