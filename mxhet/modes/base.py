@@ -129,6 +129,28 @@ def nonfinite_indices(arrays):
     return [i for i, ok in enumerate(flags.asnumpy()) if not ok]
 
 
+PROGRESS_TRAINER = "trainer"
+PROGRESS_BATCH = "batch"
+"""What a worker's progress file (``MXHET_PROGRESS_FILE``) says: its Trainer
+exists; it finished a step. The launcher's hang watch fails a job whose worker
+made a Trainer and sits idle without ever finishing a step."""
+
+
+def note_progress(path, what):
+    """Write ``what`` to the progress file ``path`` (temp file + rename: the
+    launcher never reads half a file); nothing without a path. An error is
+    ignored: the note only helps the launcher diagnose a hang."""
+    if not path:
+        return
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    try:
+        with open(tmp, "w") as f:
+            f.write(what)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
 def _exit_on_uncaught_error():
     """Make an uncaught exception end this worker process at once.
 
@@ -187,6 +209,7 @@ class SyncMode:
     needs_state_server = False
     description = ""
     options = {}
+    given_kvstore = None   # a dist kvstore the script created (Trainer's kvstore=), used instead of a new one
 
     def __init__(self, trainer, config, clock=time.monotonic, sleep=time.sleep, on_nonfinite="stop", **options):
         self.nonfinite = NonfiniteRule(on_nonfinite)
@@ -210,6 +233,7 @@ class SyncMode:
         self.stopped = False
         self.aggregated = True   # False while the replica holds unaggregated local work
         self._ready = False
+        self._progressed = False   # a step has returned (told the launcher's hang watch once)
         self._t_last = self._t_start = None
 
     @property
@@ -240,8 +264,9 @@ class SyncMode:
             if not self.config.launched:
                 raise ConfigError("sync mode %r needs the parameter server: start the job with "
                                   "mxhet-launch (tools/launch.py), or use sync='local'" % self.name)
+            store = self.existing_kvstore()
             self.channel = KVChannel(self.kvstore_type, self.stats, clock=self.clock, bucket_bytes=self.bucket_bytes)
-            self.channel.connect()
+            self.channel.connect(store)
             _exit_on_uncaught_error()
             self.stats.rank = self.channel.rank
             self.on_connect()  # e.g. join the State Server, which checks the model, before any push
@@ -250,6 +275,32 @@ class SyncMode:
         self.on_setup(batch_size)
         self._ready = True
         self._t_last = self._t_start = self.stats.start_clock_s = self.clock()
+
+    def existing_kvstore(self):
+        """The dist kvstore this worker process already created (given as the
+        Trainer's ``kvstore=``, else the one alive in the process), or None.
+
+        A script's ``store = kv.create('dist')`` (for ``store.rank``) has
+        joined PS-LITE; a second dist kvstore in the process would register
+        again and wait forever in a start-up barrier, so the mode uses the
+        script's, and ``trainer.rank == store.rank``.
+
+        Raises:
+            ConfigError: two dist kvstores are alive, or the servers already
+                merge pushes otherwise than this mode needs (checked before any
+                communication; the process then exits instead of waiting in
+                the kvstore's barrier at exit).
+        """
+        from ..dataplane import check_kvstore, live_dist_kvstores
+        stores = [self.given_kvstore] if self.given_kvstore is not None else live_dist_kvstores()
+        if not stores:
+            return None
+        _exit_on_uncaught_error()
+        if len(stores) > 1:
+            raise ConfigError("%d dist kvstores are alive in this worker; pass the one to use as the "
+                              "Trainer's kvstore=" % len(stores))
+        check_kvstore(stores[0], self.kvstore_type, self.name)
+        return stores[0]
 
     def on_connect(self):
         """Right after the kvstore exists (the rank is known): join the State
@@ -335,6 +386,12 @@ class SyncMode:
 
     # -- the step --------------------------------------------------------
     def step(self, batch_size, ignore_stale_grad=False):
+        self._step(batch_size, ignore_stale_grad)
+        if not self._progressed:
+            self._progressed = True
+            note_progress(self.config.progress_file, PROGRESS_BATCH)
+
+    def _step(self, batch_size, ignore_stale_grad):
         if self.stopped:
             raise MxhetError("step() after training stopped (check trainer.should_stop)")
         if not self._ready:
