@@ -129,6 +129,19 @@ def nonfinite_indices(arrays):
     return [i for i, ok in enumerate(flags.asnumpy()) if not ok]
 
 
+def check_contexts(params):
+    """Raises ConfigError unless every parameter lives on the same contexts
+    (one or several per worker; gluon's ``split_and_load`` pattern)."""
+    first = None
+    for p in params:
+        ctxs = list(p.list_ctx())
+        if first is None:
+            first = (p.name, ctxs)
+        elif ctxs != first[1]:
+            raise ConfigError("parameter %s lives on %s but %s on %s; an mxhet worker's parameters must all "
+                              "live on the same contexts" % (p.name, ctxs, first[0], first[1]))
+
+
 PROGRESS_TRAINER = "trainer"
 PROGRESS_BATCH = "batch"
 """What a worker's progress file (``MXHET_PROGRESS_FILE``) says: its Trainer
@@ -233,6 +246,7 @@ class SyncMode:
         self.stopped = False
         self.aggregated = True   # False while the replica holds unaggregated local work
         self._ready = False
+        self._reduced = False      # this iteration's gradients are summed over the worker's contexts
         self._progressed = False   # a step has returned (told the launcher's hang watch once)
         self._t_last = self._t_start = None
 
@@ -255,10 +269,7 @@ class SyncMode:
         if self._ready:
             return
         params = trainer_params(self.trainer)
-        for p in params:
-            if len(p.list_ctx()) != 1:
-                raise ConfigError("parameter %s lives on %d contexts; an mxhet worker uses one context "
-                                  "(start one worker per device instead)" % (p.name, len(p.list_ctx())))
+        check_contexts(params)
         self.keys = list(range(len(params)))
         if self.kvstore_type:
             if not self.config.launched:
@@ -272,6 +283,7 @@ class SyncMode:
             self.on_connect()  # e.g. join the State Server, which checks the model, before any push
             self.wbufs = self.channel.share_model(self.keys, self.weights(), self.server_updater(batch_size),
                                                   self.config.num_servers)
+        self.broadcast_weights()
         self.on_setup(batch_size)
         self._ready = True
         self._t_last = self._t_start = self.stats.start_clock_s = self.clock()
@@ -373,6 +385,7 @@ class SyncMode:
         digest = hashlib.sha256()
         for a in arrays:
             digest.update(np.ascontiguousarray(a.asnumpy()).tobytes())
+        self.broadcast_weights()
         self.stats.final_model_sha256 = digest.hexdigest()
         self.stats.final_model_keys = len(keys)
         self.aggregated = True
@@ -386,7 +399,14 @@ class SyncMode:
 
     # -- the step --------------------------------------------------------
     def step(self, batch_size, ignore_stale_grad=False):
+        """One iteration: the mode's protocol runs once per worker, on the
+        first copy of every parameter; with several contexts the gradients
+        are first summed across them and the resulting weights copied back
+        to every context."""
+        self.reduce_local_grads()
         self._step(batch_size, ignore_stale_grad)
+        self._reduced = False
+        self.broadcast_weights()
         if not self._progressed:
             self._progressed = True
             note_progress(self.config.progress_file, PROGRESS_BATCH)
@@ -435,6 +455,34 @@ class SyncMode:
         optimizer, or a push applied alone): nothing to exchange."""
         if self.stopped:
             raise MxhetError("allreduce_grads() after training stopped (check trainer.should_stop)")
+        self.reduce_local_grads()
+
+    def reduce_local_grads(self):
+        """With several contexts per worker: sum every parameter's gradient
+        over them, as ``gluon.Trainer``'s local kvstore does, into every copy
+        (the first is what the mode exchanges; each context's local optimizer
+        then applies the same update to the same weights). Once per
+        iteration: ``allreduce_grads()`` then ``update()`` sums once."""
+        if self._reduced:
+            return
+        self._reduced = True
+        for p in trainer_params(self.trainer):
+            if p.grad_req == "null" or len(p.list_ctx()) < 2:
+                continue
+            grads = p.list_grad()
+            for g in grads[1:]:
+                grads[0] += g.as_in_context(grads[0].context)
+            for g in grads[1:]:
+                grads[0].copyto(g)
+
+    def broadcast_weights(self):
+        """Copy every parameter's first copy (the one the mode synchronizes)
+        to its other contexts; BatchNorm statistics included, so every
+        context holds the worker's model."""
+        for p in trainer_params(self.trainer):
+            data = p.list_data()
+            for d in data[1:]:
+                data[0].copyto(d)
 
     def wait_compute(self):
         """Wait for the iteration's own work (forward, backward, local update)
