@@ -67,6 +67,10 @@ class Trainer(gluon.Trainer):
             ``"skip"`` pushes zeros instead (see :mod:`mxhet.modes.base`).
         mode_options: options of the mode, e.g. ``global_lr=1.0`` for esync.
 
+    The parameters may live on several contexts (``split_and_load``): each
+    step sums the gradients over them, runs the mode once per worker and
+    copies the resulting weights to every context.
+
     Raises:
         UnknownModeError: for an unregistered mode name.
         ConfigError: for options the mode does not take.
