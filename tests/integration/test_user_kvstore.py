@@ -98,17 +98,21 @@ def _results(tmp_path):
     return [json.loads((tmp_path / ("rank%d.json" % r)).read_text()) for r in range(3)]
 
 
-@pytest.mark.parametrize("mode, store_type, given", [
-    ("sync", "dist", True), ("esync", "dist_sync", True), ("async", "dist_async", True),
-    ("esync", "dist", False),   # created for store.rank only, not given to the Trainer: found and used
+@pytest.mark.parametrize("mode, store_type, given, contexts", [
+    ("sync", "dist", True, 2), ("esync", "dist_sync", True, 1), ("localsgd", "dist", True, 2),
+    ("async", "dist_async", True, 2),
+    ("esync", "dist", False, 2),   # created for store.rank only, not given to the Trainer: found and used
 ])
-def test_the_scripts_kvstore_is_used_when_it_fits_the_mode(tmp_path, child_pids, mode, store_type, given):
-    proc = _run(tmp_path, child_pids, mode, store_type, given)
+def test_the_scripts_kvstore_is_used_when_it_fits_the_mode(tmp_path, child_pids, mode, store_type, given, contexts):
+    """With two contexts per worker, the gradients are summed over them, the
+    mode's protocol runs once per worker and both contexts end with the weights."""
+    proc = _run(tmp_path, child_pids, mode, store_type, given, contexts=contexts)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "are ignored" not in proc.stderr   # no warning: the script's kvstore carried the mode
     results = _results(tmp_path)
     for r in results:
         assert r["trainer_rank"] == r["store_rank"] and r["num_workers"] == r["trainer_num_workers"] == 3
+        assert r["contexts"] == contexts and r["copies_equal"], r
     assert sorted(r["store_rank"] for r in results) == [0, 1, 2]
     # every worker's shard (SplitSampler over store.rank) trained the one global model
     assert min(r["accuracy"] for r in results) > 0.35, [r["accuracy"] for r in results]   # chance: 0.1
@@ -124,15 +128,3 @@ def test_a_kvstore_that_does_not_fit_the_mode_is_refused_before_any_communicatio
     assert not list(tmp_path.glob("rank*.json"))
     assert not child_pids.alive()
 
-
-@pytest.mark.parametrize("mode, store_type", [("sync", "dist"), ("esync", "dist"), ("localsgd", "dist"),
-                                              ("async", "dist_async")])
-def test_two_contexts_per_worker(tmp_path, child_pids, mode, store_type):
-    """Gradients summed over the worker's two contexts, the mode's protocol run
-    once per worker, the resulting weights copied to both contexts."""
-    proc = _run(tmp_path, child_pids, mode, store_type, contexts=2)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    results = _results(tmp_path)
-    assert all(r["contexts"] == 2 and r["copies_equal"] for r in results), results
-    assert min(r["accuracy"] for r in results) > 0.35, [r["accuracy"] for r in results]   # chance: 0.1
-    assert not child_pids.alive()
