@@ -32,6 +32,9 @@ variables; the rest of the code receives a :class:`WorkerConfig`.
 ``MXHET_DATA_DIR``     Fashion-MNIST directory (default ``/usr/share/datasets/fashion-mnist``)
 ``MXHET_LIVE_DIR``     where the worker rewrites its live feed file for the
                        launcher's ``--dashboard`` (:mod:`mxhet.observe.live`); empty = none
+``MXHET_PROGRESS_FILE`` where the worker notes for the launcher's hang watch that its
+                       Trainer exists (``trainer``) and that it finished a step
+                       (``batch``); empty = none (see :mod:`mxhet.launcher.watch`)
 ``DMLC_NUM_SERVER``    number of parameter servers (PS-LITE's own variable)
 ``DMLC_ROLE``          PS-LITE role of this process
 =====================  ==========================================================
@@ -186,6 +189,7 @@ class WorkerConfig:
     num_servers: int = 0
     data_dir: str = DEFAULT_DATA_DIR
     live_dir: str = ""
+    progress_file: str = ""
 
     def slowdown_at(self, seconds):
         """The slowdown factor ``seconds`` after training started."""
@@ -243,6 +247,7 @@ def worker_config(env=None):
         num_servers=num_servers,
         data_dir=env.get("MXHET_DATA_DIR", "") or DEFAULT_DATA_DIR,
         live_dir=env.get("MXHET_LIVE_DIR", ""),
+        progress_file=env.get("MXHET_PROGRESS_FILE", ""),
     )
 
 

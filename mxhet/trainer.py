@@ -22,6 +22,7 @@ from mxnet import gluon
 from .config import worker_config
 from .errors import ConfigError
 from .modes import get_mode
+from .modes.base import PROGRESS_TRAINER, note_progress
 
 
 def sorted_by_name(params):
@@ -47,9 +48,15 @@ class Trainer(gluon.Trainer):
         params, optimizer, optimizer_params: as for ``gluon.Trainer``. For
             ``esync`` and ``local`` the optimizer runs on the worker; for
             ``sync`` and ``async`` a copy of it runs on the parameter servers.
-        kvstore, update_on_kvstore: accepted for compatibility; the mode
-            chooses the kvstore, so any other value than the default is ignored
-            with a warning.
+        kvstore: a dist kvstore the script created (``kv.create('dist')``,
+            e.g. for ``store.rank``) is used by the mode when its servers merge
+            pushes as the mode needs (``dist``/``dist_sync`` for the
+            synchronous modes, ``dist_async`` for the others), else refused
+            with ConfigError before any communication; without it, a dist
+            kvstore alive in the process is found and used the same way. Any
+            other value than the default is ignored with a warning (the mode
+            creates its kvstore).
+        update_on_kvstore: accepted for compatibility; ignored with a warning.
         compression_params: not supported (raises ConfigError if set).
         sync: mode name (default: ``MXHET_SYNC`` from the launcher, else
             ``local``).
@@ -59,6 +66,10 @@ class Trainer(gluon.Trainer):
             when a delta or gradient about to be pushed holds NaN/Inf;
             ``"skip"`` pushes zeros instead (see :mod:`mxhet.modes.base`).
         mode_options: options of the mode, e.g. ``global_lr=1.0`` for esync.
+
+    The parameters may live on several contexts (``split_and_load``): each
+    step sums the gradients over them, runs the mode once per worker and
+    copies the resulting weights to every context.
 
     Raises:
         UnknownModeError: for an unregistered mode name.
@@ -72,7 +83,9 @@ class Trainer(gluon.Trainer):
         mode_cls = get_mode(sync or config.sync)
         if compression_params:
             raise ConfigError("gradient compression is not supported by mxhet.Trainer")
-        if kvstore not in ("device", None) or update_on_kvstore is not None:
+        from .dataplane import is_dist_kvstore
+        given = kvstore if is_dist_kvstore(kvstore) and mode_cls.kvstore_type else None
+        if (given is None and kvstore not in ("device", None)) or update_on_kvstore is not None:
             warnings.warn("mxhet.Trainer: mode %r chooses the kvstore (%s); kvstore=%r and "
                           "update_on_kvstore=%r are ignored"
                           % (mode_cls.name, mode_cls.kvstore_type, kvstore, update_on_kvstore), stacklevel=2)
@@ -81,6 +94,10 @@ class Trainer(gluon.Trainer):
                          update_on_kvstore=False)
         self.config = config
         self.mode = mode_cls(self, config, on_nonfinite=on_nonfinite, **mode_options)
+        self.mode.given_kvstore = given
+        note_progress(config.progress_file, PROGRESS_TRAINER)
+        if given is not None:
+            self.mode.existing_kvstore()   # a misfit is refused now, not at the first step
 
     # -- gluon.Trainer API -------------------------------------------------
     def step(self, batch_size, ignore_stale_grad=False):
@@ -128,6 +145,12 @@ class Trainer(gluon.Trainer):
     def rank(self):
         """PS-LITE rank of this worker (0 in standalone mode)."""
         return self.mode.stats.rank
+
+    @property
+    def num_workers(self):
+        """Number of workers in the job (1 in standalone mode)."""
+        kv = self.mode.kv
+        return kv.num_workers if kv is not None else 1
 
     @property
     def should_stop(self):

@@ -13,11 +13,13 @@ one key per parameter, so the model is the same; modes do not change. Other
 updaters (optimizers with per-key learning-rate or weight-decay multipliers,
 per-key state) keep one key per parameter.
 """
+import gc
 import time
 
 import mxnet as mx
 import numpy as np
 
+from ..errors import ConfigError
 from ..gluon_private import kvstore_barrier
 
 DEFAULT_BUCKET_BYTES = 256 << 10
@@ -114,6 +116,45 @@ class BucketLayout:
         return params, [j for j, k in enumerate(keys) if k not in self.position]
 
 
+def server_mode(kvstore_type):
+    """``"dist_async"`` or ``"dist_sync"``: how the servers of a kvstore of
+    type ``kvstore_type`` (``store.type``) merge pushes. MXNet puts the servers
+    in synchronous mode when rank 0 creates any dist kvstore whose type lacks
+    ``_async`` -- ``kv.create('dist')`` included -- and nothing undoes it."""
+    return "dist_async" if "_async" in kvstore_type else "dist_sync"
+
+
+def is_dist_kvstore(obj):
+    """True for a kvstore object of a dist type (``mx.kv.create('dist...')``)."""
+    return isinstance(obj, mx.kvstore.KVStore) and str(obj.type).startswith("dist")
+
+
+def live_dist_kvstores():
+    """The dist kvstore objects alive in this process (e.g. the one a script
+    created for ``store.rank``), found among the garbage collector's objects
+    (a scan of a few tenths of a second, skipped when MXNet never created a
+    kvstore here: ``mx.kv.create`` records the last handle for its profiler)."""
+    if not getattr(getattr(mx.profiler, "profiler_kvstore_handle", None), "value", 1):
+        return []
+    return [obj for obj in gc.get_objects() if isinstance(obj, mx.kvstore.KVStore) and is_dist_kvstore(obj)]
+
+
+def check_kvstore(store, kvstore_type, mode):
+    """Raises ConfigError unless the dist kvstore ``store`` can carry mode
+    ``mode``, which needs servers of ``kvstore_type``.
+
+    A second dist kvstore in one process cannot be created instead: it
+    registers again with PS-LITE and waits forever in a start-up barrier that
+    the servers never join (every worker then hangs at 0% CPU)."""
+    if server_mode(store.type) != kvstore_type:
+        raise ConfigError(
+            "sync mode %r needs a %r kvstore, but this worker already created a %r one (kvstore=%r), which "
+            "put the parameter servers in %s mode; create it with kv.create(%r), or create none and read "
+            "trainer.rank / trainer.num_workers instead of store.rank / store.num_workers"
+            % (mode, kvstore_type, store.type, store.type,
+               "synchronous" if server_mode(store.type) == "dist_sync" else "asynchronous", kvstore_type))
+
+
 class KVChannel:
     """Push/pull through one dist kvstore, with byte and time accounting.
 
@@ -145,9 +186,11 @@ class KVChannel:
         self._flats = None      # (send buffers, receive buffers), one per bucket
         self.kv = None
 
-    def connect(self):
-        """Create the kvstore (joins PS-LITE; the rank is known afterwards)."""
-        self.kv = mx.kv.create(self.kvstore_type)
+    def connect(self, store=None):
+        """Create the kvstore (joins PS-LITE; the rank is known afterwards), or
+        use ``store``, a dist kvstore the worker already created (the caller
+        checks it with :func:`check_kvstore`)."""
+        self.kv = store if store is not None else mx.kv.create(self.kvstore_type)
         return self.kv
 
     @property

@@ -64,7 +64,7 @@ def run(job_plan, *, out=None, hooks=(), **options):
         hooks: see :class:`~mxhet.launcher.supervisor.Supervisor`.
         options: override the plan's supervision settings (``timeout``,
             ``job_file``, ``state_server_restarts``, ``hang_grace``,
-            ``orphan_grace``) or the supervisor's graces (``server_grace``,
+            ``orphan_grace``, ``start_grace``) or the supervisor's graces (``server_grace``,
             ``worker_grace``, ``kill_grace``, ``poll_interval``).
 
     Raises:
@@ -72,7 +72,8 @@ def run(job_plan, *, out=None, hooks=(), **options):
     """
     settings = {"timeout": job_plan.timeout, "job_file": job_plan.job_file,
                 "state_server_restarts": job_plan.state_server_restarts,
-                "hang_grace": job_plan.hang_grace, "orphan_grace": job_plan.orphan_grace}
+                "hang_grace": job_plan.hang_grace, "orphan_grace": job_plan.orphan_grace,
+                "start_grace": job_plan.start_grace}
     settings.update(options)
     board = result = None
     try:

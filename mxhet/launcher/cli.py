@@ -12,7 +12,7 @@ from ..observe import launch as live_view
 from .jobplan import (DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_SYNC, EXIT_OK, EXIT_USAGE, _lookup_mode, build_plan,
                    read_hostfile)
 from .supervisor import run_plan
-from .watch import DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S
+from .watch import DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S, DEFAULT_START_GRACE_S
 
 _PROG = "mxhet-launch"
 
@@ -127,6 +127,10 @@ def build_parser():
     watch.add_argument("--orphan-grace", type=float, default=DEFAULT_ORPHAN_GRACE_S, metavar="SECONDS",
                        help="the last running worker, idle (no CPU) this long after every other worker "
                             "exited, fails the job (0 = off; default: %(default)s)")
+    watch.add_argument("--start-grace", type=float, default=DEFAULT_START_GRACE_S, metavar="SECONDS",
+                       help="a local worker whose mxhet.Trainer exists but has not finished a step, idle (no "
+                            "CPU) this long, fails the job (e.g. waiting in PS-LITE's start-up; 0 = off; "
+                            "default: %(default)s)")
 
     live_view.add_arguments(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND",
@@ -193,6 +197,7 @@ def _check_mxnet_env(parser, args, environ=None):
         parser.error("--server-omp-threads must be >= 1, got %d" % args.server_omp_threads)
     _check_seconds(parser, "--hang-grace", args.hang_grace)
     _check_seconds(parser, "--orphan-grace", args.orphan_grace)
+    _check_seconds(parser, "--start-grace", args.start_grace)
     _check_port(parser, "--ssh-port", args.ssh_port)
     if args.ssh_identity is not None:
         if not os.path.isfile(args.ssh_identity):

@@ -14,7 +14,7 @@ from typing import Optional
 from ..errors import ConfigError
 from .codes import (EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_STATE_SERVER_SILENT_WORKER,  # noqa: F401
                     EXIT_TIMEOUT, EXIT_USAGE, SCHEDULER, SERVER, STATE_SERVER, WORKER)
-from .watch import DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S
+from .watch import DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S, DEFAULT_START_GRACE_S
 
 DEFAULT_STATE_SERVER_RESTARTS = 3
 
@@ -84,6 +84,7 @@ class Plan:
     state_server_restarts: int = DEFAULT_STATE_SERVER_RESTARTS
     hang_grace: float = DEFAULT_HANG_GRACE_S
     orphan_grace: float = DEFAULT_ORPHAN_GRACE_S
+    start_grace: float = DEFAULT_START_GRACE_S
     #: directories the job owns (its CURVE keys, ...), removed when it ends
     scratch: tuple = ()
     #: ``--dashboard``: the live view's (host, port), and the directory every
@@ -341,6 +342,7 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
                 state_server_restarts=getattr(args, "state_server_restarts", DEFAULT_STATE_SERVER_RESTARTS),
                 hang_grace=getattr(args, "hang_grace", DEFAULT_HANG_GRACE_S),
                 orphan_grace=getattr(args, "orphan_grace", DEFAULT_ORPHAN_GRACE_S),
+                start_grace=getattr(args, "start_grace", DEFAULT_START_GRACE_S),
                 scratch=tuple(d for d in (getattr(args, "control_keys", ""), getattr(args, "live_dir", "")) if d),
                 live_view=getattr(args, "dashboard_address", None) if getattr(args, "live_dir", "") else None,
                 live_dir=getattr(args, "live_dir", ""))

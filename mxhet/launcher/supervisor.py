@@ -28,7 +28,8 @@ from .jobplan import (DEFAULT_KILL_GRACE_S, DEFAULT_POLL_INTERVAL_S, DEFAULT_SER
                    DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_WORKER_GRACE_S, EXIT_FAILED, EXIT_OK, EXIT_SIGINT,
                    EXIT_SIGTERM, EXIT_TIMEOUT, JOB_FILE_FORMAT, OUTPUT_DRAIN_S, REMOTE_PID_MARK,
                    STDERR_TAIL_LINES, WORKER)
-from .watch import DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S, JobWatch, Observation, describe_exit
+from .watch import (DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S, DEFAULT_START_GRACE_S, JobWatch, Observation,
+                    describe_exit)
 
 _PROG = "mxhet-launch"
 #: Seconds between two reads of a child's CPU time (/proc here; over ssh for
@@ -216,10 +217,11 @@ def _command(argv):
     return [sys.executable, "-S", "-c", _DIE_WITH_LAUNCHER, str(os.getpid()), *argv]
 
 
-def _start(spec, console):
+def _start(spec, console, extra_env=None):
     env = dict(os.environ)
     if not spec.remote:
         env.update(spec.env)
+        env.update(extra_env or {})
     popen = subprocess.Popen(_command(spec.argv), env=env, stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     return _Child(spec, popen, console)
@@ -376,14 +378,17 @@ class Supervisor:
     def __init__(self, plan, *, timeout=None, job_file=None, server_grace=DEFAULT_SERVER_GRACE_S,
                  worker_grace=DEFAULT_WORKER_GRACE_S, kill_grace=DEFAULT_KILL_GRACE_S,
                  poll_interval=DEFAULT_POLL_INTERVAL_S, state_server_restarts=DEFAULT_STATE_SERVER_RESTARTS,
-                 hang_grace=DEFAULT_HANG_GRACE_S, orphan_grace=DEFAULT_ORPHAN_GRACE_S, out=None, hooks=()):
+                 hang_grace=DEFAULT_HANG_GRACE_S, orphan_grace=DEFAULT_ORPHAN_GRACE_S,
+                 start_grace=DEFAULT_START_GRACE_S, out=None, hooks=()):
         self.plan = plan
         self.timeout = timeout
         self.job_file = job_file
         self.kill_grace = kill_grace
         self.poll_interval = poll_interval
         self.watch = JobWatch(server_grace=server_grace, worker_grace=worker_grace, hang_grace=hang_grace,
-                              orphan_grace=orphan_grace, state_server_restarts=state_server_restarts)
+                              orphan_grace=orphan_grace, start_grace=start_grace,
+                              state_server_restarts=state_server_restarts)
+        self.progress_dir = None      # where local workers write their progress notes (MXHET_PROGRESS_FILE)
         self.console = _Console(out)
         self.hooks = tuple(hooks)
         self.children = []
@@ -430,19 +435,37 @@ class Supervisor:
             self._cpu[id(child)] = cached
         return cached[0]
 
+    def _progress_env(self, spec):
+        """``MXHET_PROGRESS_FILE`` for a local worker (a remote one's note could not be read here)."""
+        if spec.role != WORKER or spec.remote or not self.progress_dir:
+            return {}
+        return {"MXHET_PROGRESS_FILE": os.path.join(self.progress_dir, "worker-%d" % spec.slot)}
+
+    def _progress_of(self, child):
+        """The worker's progress note (see :mod:`.watch`), None when it wrote none."""
+        path = self._progress_env(child.spec).get("MXHET_PROGRESS_FILE")
+        if not path:
+            return None
+        try:
+            with open(path) as f:
+                return f.read().strip() or None
+        except OSError:
+            return None
+
     def observe(self, now):
-        """One :class:`Observation` per child (CPU read only where a rule needs it)."""
+        """One :class:`Observation` per child (CPU and progress read only where a rule needs them)."""
         for child in self.children:
             child.popen.poll()
         running_workers = [c for c in self.children if c.spec.role == WORKER and c.popen.returncode is None]
         observations = []
         for child in self.children:
-            needs_cpu = (child.spec.role == WORKER and child.popen.returncode is None
-                         and (child.exception or len(running_workers) == 1))
+            running_worker = child.spec.role == WORKER and child.popen.returncode is None
+            progress = self._progress_of(child) if running_worker else None
+            needs_cpu = running_worker and (child.exception or len(running_workers) == 1 or progress == "trainer")
             observations.append(Observation(
                 name=child.spec.name, role=child.spec.role, returncode=child.popen.returncode,
                 last_output=child.last_output, exception=child.exception,
-                cpu_s=self._cpu_of(child, now) if needs_cpu else None))
+                cpu_s=self._cpu_of(child, now) if needs_cpu else None, progress=progress))
         return observations
 
     def _interrupted(self, deadline):
@@ -487,7 +510,7 @@ class Supervisor:
                 old = self.children[decision.index]
                 old.drain(OUTPUT_DRAIN_S)
                 self.console.say("%s (pid %d) %s" % (old.spec.name, old.pid, decision.note))
-                self.children[decision.index] = _start(old.spec, self.console)
+                self.children[decision.index] = _start(old.spec, self.console, self._progress_env(old.spec))
                 self.write_job_file("running", None)
                 continue
             if decision.note:
@@ -513,9 +536,11 @@ class Supervisor:
         try:
             if not self.prepare():
                 return self._result(code, status, t0)
+            if any(spec.role == WORKER and not spec.remote for spec in self.plan.processes):
+                self.progress_dir = tempfile.mkdtemp(prefix="mxhet-progress-")
             for spec in self.plan.processes:
                 try:
-                    self.children.append(_start(spec, self.console))
+                    self.children.append(_start(spec, self.console, self._progress_env(spec)))
                 except OSError as exc:
                     self.console.say("cannot start %s (%s): %s" % (spec.name, shlex.join(spec.argv), exc))
                     return self._result(code, status, t0)
@@ -529,6 +554,8 @@ class Supervisor:
                 child.drain(OUTPUT_DRAIN_S)
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+            if self.progress_dir:
+                shutil.rmtree(self.progress_dir, ignore_errors=True)
             self.write_job_file(status, code)
             self.console.say("job %s (exit code %d)" % (status, code))
         result = self._result(code, status, t0)
@@ -547,7 +574,7 @@ class Supervisor:
 def run_plan(plan, timeout=None, job_file=None, *, server_grace=DEFAULT_SERVER_GRACE_S,
              worker_grace=DEFAULT_WORKER_GRACE_S, kill_grace=DEFAULT_KILL_GRACE_S,
              poll_interval=DEFAULT_POLL_INTERVAL_S, state_server_restarts=DEFAULT_STATE_SERVER_RESTARTS,
-             hang_grace=None, orphan_grace=None, out=None, hooks=()):
+             hang_grace=None, orphan_grace=None, start_grace=None, out=None, hooks=()):
     """Start ``plan``'s processes, forward their output, wait for the job to end.
 
     Args:
@@ -565,7 +592,7 @@ def run_plan(plan, timeout=None, job_file=None, *, server_grace=DEFAULT_SERVER_G
         state_server_restarts: how often a State Server that died (crashed or
             was killed) is started again on the same address while workers
             run; workers retry and register again (0 = the job fails instead).
-        hang_grace, orphan_grace: seconds (see :mod:`.watch`); None: the plan's.
+        hang_grace, orphan_grace, start_grace: seconds (see :mod:`.watch`); None: the plan's.
         out: a text stream for all output (default: this process's stdout and stderr).
         hooks: see :class:`Supervisor`.
 
@@ -577,4 +604,5 @@ def run_plan(plan, timeout=None, job_file=None, *, server_grace=DEFAULT_SERVER_G
         kill_grace=kill_grace, poll_interval=poll_interval, state_server_restarts=state_server_restarts,
         hang_grace=plan.hang_grace if hang_grace is None else hang_grace,
         orphan_grace=plan.orphan_grace if orphan_grace is None else orphan_grace,
+        start_grace=plan.start_grace if start_grace is None else start_grace,
         out=out, hooks=hooks).run().exit_code

@@ -24,11 +24,19 @@ Rules, in order:
    plain MXNet worker never talks to the State Server, whose heartbeat watch
    would catch it otherwise);
 4. an *orphaned* worker fails the job: every other worker has exited, and it
-   has used no CPU for ``orphan_grace`` s (waiting for peers that are gone).
+   has used no CPU for ``orphan_grace`` s (waiting for peers that are gone);
+5. a worker *stalled before its first step* fails the job: its
+   ``mxhet.Trainer`` exists but no ``step()`` has returned, and it has used no
+   CPU for ``start_grace`` s (e.g. waiting in PS-LITE's start-up barrier for a
+   second dist kvstore, or for a peer that never joins); it prints nothing, so
+   rule 3 never sees it.
 
-Rules 3 and 4 need the worker's CPU time (read from /proc, on the worker's
+Rules 3 to 5 need the worker's CPU time (read from /proc, on the worker's
 host over ssh for a remote one); where it is unknown (no /proc, or the probe
-failed) rule 3 goes by output alone and rule 4 does not apply.
+failed) rule 3 goes by output alone and rules 4 and 5 do not apply. Rule 5
+also needs the worker's progress note (``MXHET_PROGRESS_FILE``, written by
+``mxhet.Trainer``), which a local worker has: a plain MXNet program writes
+none and is not judged by it.
 """
 import dataclasses
 from typing import Optional
@@ -41,6 +49,10 @@ from .codes import (EXIT_FAILED, EXIT_OK, EXIT_STATE_SERVER_SILENT_WORKER, EXIT_
 DEFAULT_HANG_GRACE_S = 10.0
 #: Seconds a worker whose peers have all exited may stay idle (no CPU).
 DEFAULT_ORPHAN_GRACE_S = 30.0
+#: Seconds a worker whose Trainer exists but that never finished a step may
+#: stay idle (no CPU): long against the slowest peer's start-up (data loading,
+#: model initialization on a loaded machine) that the first step waits for.
+DEFAULT_START_GRACE_S = 120.0
 #: CPU seconds below which a process counts as idle over a grace period.
 IDLE_CPU_S = 0.05
 
@@ -52,7 +64,9 @@ class Observation:
     ``returncode`` is None while it runs; ``last_output`` the monotonic time
     of its last output line (or its start); ``exception`` True when its last
     stderr lines are an uncaught Python exception's traceback; ``cpu_s`` its
-    process group's CPU seconds so far, None when unknown.
+    process group's CPU seconds so far, None when unknown; ``progress`` its
+    progress note: None (unknown), ``"trainer"`` (its Trainer exists, no step
+    has returned) or ``"batch"`` (a step has returned).
     """
     name: str
     role: str
@@ -60,6 +74,7 @@ class Observation:
     last_output: float = 0.0
     exception: bool = False
     cpu_s: Optional[float] = None
+    progress: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,8 +110,8 @@ class JobWatch:
     """Decides, poll by poll, whether the job goes on (see the module docstring).
 
     Args:
-        server_grace, worker_grace, hang_grace, orphan_grace: seconds (see the
-            rules); 0 turns rule 3 or 4 off.
+        server_grace, worker_grace, hang_grace, orphan_grace, start_grace:
+            seconds (see the rules); 0 turns rule 3, 4 or 5 off.
         state_server_restarts: how often a State Server that died is started again.
 
     Raises:
@@ -104,9 +119,10 @@ class JobWatch:
     """
 
     def __init__(self, *, server_grace, worker_grace, hang_grace=DEFAULT_HANG_GRACE_S,
-                 orphan_grace=DEFAULT_ORPHAN_GRACE_S, state_server_restarts=0):
+                 orphan_grace=DEFAULT_ORPHAN_GRACE_S, start_grace=DEFAULT_START_GRACE_S, state_server_restarts=0):
         for name, value in (("server_grace", server_grace), ("worker_grace", worker_grace),
                             ("hang_grace", hang_grace), ("orphan_grace", orphan_grace),
+                            ("start_grace", start_grace),
                             ("state_server_restarts", state_server_restarts)):
             if value is None or value < 0:
                 raise ValueError("%s must be >= 0, got %r" % (name, value))
@@ -114,6 +130,7 @@ class JobWatch:
         self.worker_grace = worker_grace
         self.hang_grace = hang_grace
         self.orphan_grace = orphan_grace
+        self.start_grace = start_grace
         self.restarts_left = state_server_restarts
         self.phase = "running"
         self._early = None          # (index of a service that exited 0 early, deadline)
@@ -203,4 +220,9 @@ class JobWatch:
                   and now - idle_since >= self.orphan_grace):
                 found.append((i, "is the last worker running, idle for %g s after every other worker exited "
                                  "(waiting for peers that are gone?)" % (now - idle_since)))
+            elif (self.start_grace and idle_since is not None and o.progress == "trainer"
+                  and now - idle_since >= self.start_grace):
+                found.append((i, "created its mxhet.Trainer but has not finished a step, and has used no CPU for "
+                                 "%g s (waiting for PS-LITE, e.g. a second dist kvstore, or for a peer that never "
+                                 "joins?)" % (now - idle_since)))
         return found

@@ -132,6 +132,41 @@ def nonfinite_indices(arrays):
     return [i for i, ok in enumerate(flags.asnumpy()) if not ok]
 
 
+def check_contexts(params):
+    """Raises ConfigError unless every parameter lives on the same contexts
+    (one or several per worker; gluon's ``split_and_load`` pattern)."""
+    first = None
+    for p in params:
+        ctxs = list(p.list_ctx())
+        if first is None:
+            first = (p.name, ctxs)
+        elif ctxs != first[1]:
+            raise ConfigError("parameter %s lives on %s but %s on %s; an mxhet worker's parameters must all "
+                              "live on the same contexts" % (p.name, ctxs, first[0], first[1]))
+
+
+PROGRESS_TRAINER = "trainer"
+PROGRESS_BATCH = "batch"
+"""What a worker's progress file (``MXHET_PROGRESS_FILE``) says: its Trainer
+exists; it finished a step. The launcher's hang watch fails a job whose worker
+made a Trainer and sits idle without ever finishing a step."""
+
+
+def note_progress(path, what):
+    """Write ``what`` to the progress file ``path`` (temp file + rename: the
+    launcher never reads half a file); nothing without a path. An error is
+    ignored: the note only helps the launcher diagnose a hang."""
+    if not path:
+        return
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    try:
+        with open(tmp, "w") as f:
+            f.write(what)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
 def _exit_on_uncaught_error():
     """Make an uncaught exception end this worker process at once.
 
@@ -190,6 +225,7 @@ class SyncMode:
     needs_state_server = False
     description = ""
     options = {}
+    given_kvstore = None   # a dist kvstore the script created (Trainer's kvstore=), used instead of a new one
 
     def __init__(self, trainer, config, clock=time.monotonic, sleep=time.sleep, on_nonfinite="stop", **options):
         self.nonfinite = NonfiniteRule(on_nonfinite)
@@ -213,6 +249,8 @@ class SyncMode:
         self.stopped = False
         self.aggregated = True   # False while the replica holds unaggregated local work
         self._ready = False
+        self._reduced = False      # this iteration's gradients are summed over the worker's contexts
+        self._progressed = False   # a step has returned (told the launcher's hang watch once)
         self._t_last = self._t_start = None
 
     @property
@@ -234,25 +272,50 @@ class SyncMode:
         if self._ready:
             return
         params = trainer_params(self.trainer)
-        for p in params:
-            if len(p.list_ctx()) != 1:
-                raise ConfigError("parameter %s lives on %d contexts; an mxhet worker uses one context "
-                                  "(start one worker per device instead)" % (p.name, len(p.list_ctx())))
+        check_contexts(params)
         self.keys = list(range(len(params)))
         if self.kvstore_type:
             if not self.config.launched:
                 raise ConfigError("sync mode %r needs the parameter server: start the job with "
                                   "mxhet-launch (tools/launch.py), or use sync='local'" % self.name)
+            store = self.existing_kvstore()
             self.channel = KVChannel(self.kvstore_type, self.stats, clock=self.clock, bucket_bytes=self.bucket_bytes)
-            self.channel.connect()
+            self.channel.connect(store)
             _exit_on_uncaught_error()
             self.stats.rank = self.channel.rank
             self.on_connect()  # e.g. join the State Server, which checks the model, before any push
             self.wbufs = self.channel.share_model(self.keys, self.weights(), self.server_updater(batch_size),
                                                   self.config.num_servers)
+        self.broadcast_weights()
         self.on_setup(batch_size)
         self._ready = True
         self._t_last = self._t_start = self.stats.start_clock_s = self.clock()
+
+    def existing_kvstore(self):
+        """The dist kvstore this worker process already created (given as the
+        Trainer's ``kvstore=``, else the one alive in the process), or None.
+
+        A script's ``store = kv.create('dist')`` (for ``store.rank``) has
+        joined PS-LITE; a second dist kvstore in the process would register
+        again and wait forever in a start-up barrier, so the mode uses the
+        script's, and ``trainer.rank == store.rank``.
+
+        Raises:
+            ConfigError: two dist kvstores are alive, or the servers already
+                merge pushes otherwise than this mode needs (checked before any
+                communication; the process then exits instead of waiting in
+                the kvstore's barrier at exit).
+        """
+        from ..dataplane import check_kvstore, live_dist_kvstores
+        stores = [self.given_kvstore] if self.given_kvstore is not None else live_dist_kvstores()
+        if not stores:
+            return None
+        _exit_on_uncaught_error()
+        if len(stores) > 1:
+            raise ConfigError("%d dist kvstores are alive in this worker; pass the one to use as the "
+                              "Trainer's kvstore=" % len(stores))
+        check_kvstore(stores[0], self.kvstore_type, self.name)
+        return stores[0]
 
     def on_connect(self):
         """Right after the kvstore exists (the rank is known): join the State
@@ -325,6 +388,7 @@ class SyncMode:
         digest = hashlib.sha256()
         for a in arrays:
             digest.update(np.ascontiguousarray(a.asnumpy()).tobytes())
+        self.broadcast_weights()
         self.stats.final_model_sha256 = digest.hexdigest()
         self.stats.final_model_keys = len(keys)
         self.aggregated = True
@@ -338,6 +402,19 @@ class SyncMode:
 
     # -- the step --------------------------------------------------------
     def step(self, batch_size, ignore_stale_grad=False):
+        """One iteration: the mode's protocol runs once per worker, on the
+        first copy of every parameter; with several contexts the gradients
+        are first summed across them and the resulting weights copied back
+        to every context."""
+        self.reduce_local_grads()
+        self._step(batch_size, ignore_stale_grad)
+        self._reduced = False
+        self.broadcast_weights()
+        if not self._progressed:
+            self._progressed = True
+            note_progress(self.config.progress_file, PROGRESS_BATCH)
+
+    def _step(self, batch_size, ignore_stale_grad):
         if self.stopped:
             raise MxhetError("step() after training stopped (check trainer.should_stop)")
         if not self._ready:
@@ -378,6 +455,34 @@ class SyncMode:
         optimizer, or a push applied alone): nothing to exchange."""
         if self.stopped:
             raise MxhetError("allreduce_grads() after training stopped (check trainer.should_stop)")
+        self.reduce_local_grads()
+
+    def reduce_local_grads(self):
+        """With several contexts per worker: sum every parameter's gradient
+        over them, as ``gluon.Trainer``'s local kvstore does, into every copy
+        (the first is what the mode exchanges; each context's local optimizer
+        then applies the same update to the same weights). Once per
+        iteration: ``allreduce_grads()`` then ``update()`` sums once."""
+        if self._reduced:
+            return
+        self._reduced = True
+        for p in trainer_params(self.trainer):
+            if p.grad_req == "null" or len(p.list_ctx()) < 2:
+                continue
+            grads = p.list_grad()
+            for g in grads[1:]:
+                grads[0] += g.as_in_context(grads[0].context)
+            for g in grads[1:]:
+                grads[0].copyto(g)
+
+    def broadcast_weights(self):
+        """Copy every parameter's first copy (the one the mode synchronizes)
+        to its other contexts; BatchNorm statistics included, so every
+        context holds the worker's model."""
+        for p in trainer_params(self.trainer):
+            data = p.list_data()
+            for d in data[1:]:
+                data[0].copyto(d)
 
     def wait_compute(self):
         """Wait for the iteration's own work (forward, backward, local update)

@@ -16,7 +16,11 @@ Each job must exit cleanly, write a complete summary, leave every worker
 holding the same global model after the last aggregation (the digest each
 worker takes after its final pull), and have its accuracy evaluated, with
 precise BatchNorm where the model has BatchNorm. Inputs are tiny and budgets
-short: this checks that things work, not how well they learn.
+short: this checks that things work, not how well they learn (ResNet-18 at
+28 px stays within noise of chance for its first 60 iterations in the
+simulator). Learning is asserted on the small CNN: every mode in
+``test_bench_smoke.py``, and gcada/cada at their own defaults in
+``test_mode_contract.py``.
 """
 import pytest
 
@@ -57,7 +61,9 @@ def _check_contract(summary, mode, model, workers):
         # gcada: a member slower than its whole group never finishes first; all its work is dropped
         assert w["samples"] > 0 or (mode == "gcada" and w["aborted"] > 0 and w["downloads"] > 0)
     assert len({w["final_model_sha256"] for w in summary["workers"]}) == 1, "workers ended with different models"
-    assert 0.0 <= summary["final_accuracy"] <= 1.0
+    # evaluated on exactly the 300 final images: a count of correct ones over 300
+    correct = summary["final_accuracy"] * 300
+    assert correct == pytest.approx(round(correct), abs=1e-6), correct
     assert summary["curve"][-1][1] == pytest.approx(summary["final_accuracy"], abs=1e-4)
     assert summary["evaluation"]["final_samples"] == 300
 

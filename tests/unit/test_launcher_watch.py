@@ -4,14 +4,14 @@ import pytest
 
 from mxhet import launcher
 from mxhet.errors import ConfigError
-from mxhet.launcher.watch import JobWatch, Observation
+from mxhet.launcher.watch import CONTINUE, JobWatch, Observation
 
 from tests.unit.test_launcher_args import hostfile, plan_of  # noqa: F401  (fixture)
 
 
-def obs(name, role, code=None, last_output=0.0, exception=False, cpu=None):
+def obs(name, role, code=None, last_output=0.0, exception=False, cpu=None, progress=None):
     return Observation(name=name, role=role, returncode=code, last_output=last_output, exception=exception,
-                       cpu_s=cpu)
+                       cpu_s=cpu, progress=progress)
 
 
 def job(*workers, services=(("scheduler", None), ("server 0", None), ("state-server", None))):
@@ -102,9 +102,43 @@ def test_an_idle_orphaned_worker_fails_the_job_a_busy_one_does_not():
         assert busy.decide(job(obs("worker 0", "worker", None, cpu=float(now)), 0), now).action == "continue"
 
 
+def test_a_worker_idle_before_its_first_step_fails_the_job_after_the_start_grace():
+    # its Trainer exists, no step returned, no CPU: e.g. a second dist kvstore in PS-LITE's start-up barrier
+    w = watch(start_grace=120)
+
+    def poll(now, cpu=3.0, progress="trainer"):
+        return w.decide(job(None, obs("worker 1", "worker", None, 1.0, False, cpu, progress)), now)
+
+    assert poll(0, cpu=1.0).action == "continue"      # loading data, building the model: CPU in use
+    assert poll(10).action == "continue"              # idle from t = 10 on
+    assert poll(129).action == "continue"
+    d = poll(130)
+    assert (d.action, d.exit_code) == ("finish", 1) and d.failures[0][0] == 4
+    assert "has not finished a step, and has used no CPU for 120 s" in d.failures[0][1]
+
+
+@pytest.mark.parametrize("progress", ["batch", None])
+def test_an_idle_worker_that_finished_a_step_or_wrote_no_note_is_not_stalled(progress):
+    # "batch": waiting for a slow peer's evaluation; None: a plain MXNet program (or a remote worker)
+    w = watch(start_grace=120)
+    for now in range(0, 1000, 50):
+        d = w.decide(job(None, obs("worker 1", "worker", None, 0.0, False, 3.0, progress)), now)
+        assert d.action == "continue", d
+
+
+def test_the_start_rule_needs_the_cpu_and_can_be_off():
+    unknown_cpu = watch(start_grace=120)
+    off = watch(start_grace=0)
+    for now in range(0, 1000, 50):
+        assert unknown_cpu.decide(job(None, obs("worker 1", "worker", None, progress="trainer")), now) == CONTINUE
+        assert off.decide(job(None, obs("worker 1", "worker", None, cpu=3.0, progress="trainer")), now) == CONTINUE
+
+
 def test_watch_refuses_bad_graces():
     with pytest.raises(ValueError, match="hang_grace"):
         watch(hang_grace=-1)
+    with pytest.raises(ValueError, match="start_grace"):
+        watch(start_grace=-1)
 
 
 # ---------------------------------------------------------------- MXNet drop-in options
@@ -144,6 +178,7 @@ def test_env_passes_named_variables_over_ssh(monkeypatch, hostfile):  # noqa: F8
     (["--env-worker", ":3"], ":3"),
     (["--server-omp-threads", "0"], "--server-omp-threads"),
     (["--hang-grace", "-1"], "--hang-grace"),
+    (["--start-grace", "-1"], "--start-grace"),
     (["--ssh-option", "nokey"], "nokey"),
     (["--ssh-identity", "/no/such/key"], "/no/such/key"),
 ])
@@ -169,8 +204,10 @@ def test_ssh_options_and_sync_dst_dir(hostfile, tmp_path):  # noqa: F811
 
 def test_api_plan_is_data_and_carries_the_run_settings(tmp_path):
     plan = launcher.plan(["-n", "2", "-s", "1", "--sync", "sync", "--timeout", "30", "--no-auth",
-                          "--job-file", str(tmp_path / "job.json"), "--hang-grace", "4", "--", "python", "t.py"])
+                          "--job-file", str(tmp_path / "job.json"), "--hang-grace", "4", "--start-grace", "7",
+                          "--", "python", "t.py"])
     assert plan.timeout == 30 and plan.job_file == str(tmp_path / "job.json") and plan.hang_grace == 4
+    assert plan.start_grace == 7
     assert [p.name for p in plan.processes] == ["scheduler", "server 0", "state-server", "worker 0", "worker 1"]
     assert plan.scratch == ()
     with pytest.raises(ConfigError, match="bsp"):
