@@ -150,16 +150,22 @@ class ESync(SyncMode):
 
     def _query(self, capability, compute_end, iteration=True):
         """QUERY-STATE for :attr:`round` and :attr:`k` with c = ``capability`` + the
-        round trip; blocking, or sent and answered later (delayed ACKs)."""
-        c = capability + self.client.rtt
+        round trip; blocking, or sent and answered later (delayed ACKs).
+
+        ``since_finish`` is the time since the iteration ended plus the part of
+        the round trip this worker does not wait before its next iteration, so
+        that t_e + c is when its next query arrives (see
+        :mod:`mxhet.control.state_rule`)."""
+        rtt = self.client.rtt
+        c = capability + rtt
         t0 = self.clock()
         if self.delayed:
-            self.client.send_query(self.round, self.k, c, since_finish=t0 - compute_end)
             # The device the State Server last named slowest is READY as soon as
             # its query arrives (Algorithm 2), and every other device is then
             # waiting for its push: a few round trips for the answer beat
             # starting a forward/backward pass that the READY would abandon.
-            wait = min(SLOWEST_WAIT_RTTS * self.client.rtt, SLOWEST_WAIT_MAX_S) if self._named_slowest else 0.0
+            wait = min(SLOWEST_WAIT_RTTS * rtt, SLOWEST_WAIT_MAX_S) if self._named_slowest else 0.0
+            self.client.send_query(self.round, self.k, c, since_finish=t0 - compute_end + max(0.0, rtt - wait))
             self.take_replies(self.client.poll(timeout=wait))
         else:
             self.take_replies([self.client.query(self.round, self.k, c, since_finish=t0 - compute_end)])
@@ -229,7 +235,8 @@ class ESync(SyncMode):
         self.stats.rounds = self.round
         self.aggregated = True
         t0 = self.clock()
-        self.client.send_reset(self.round, want_stop=self.wants_stop())
+        # It starts its next iteration without waiting for the answer: a round trip ahead.
+        self.client.send_reset(self.round, want_stop=self.wants_stop(), since_finish=self.client.rtt)
         self.stats.query_s += self.clock() - t0
         self._close_round(slowest)
 
