@@ -27,7 +27,10 @@ while every other device waits for its push.
 
 The capability the worker reports is its compute time per iteration plus the
 measured round-trip time of its State Server queries (§4.2), so a device on a
-slow link counts as a slow device.
+slow link counts as a slow device. Where it starts its next iteration without
+waiting for an answer (after RESET; after a query with delayed ACKs) it adds
+that round trip to ``since_finish``, so the State Server's t_e + c is its next
+query's arrival (:mod:`mxhet.control.state_rule`).
 
 The first ``step()`` of a worker process is Algorithm 1's test batch (line 3,
 RUN-BATCH-DATA-TEST): timed as any iteration, emulated slowdown included, but
