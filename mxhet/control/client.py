@@ -281,11 +281,13 @@ class StateClient:
         """RESET after pulling the model of ``round_``; True means stop training now."""
         return self.request(self._message(m.Reset, round=round_, want_stop=bool(want_stop))).stop
 
-    def send_reset(self, round_, want_stop=False):
+    def send_reset(self, round_, want_stop=False, since_finish=0.0):
         """RESET without waiting: its answer is taken by a later :meth:`poll` or
         request, and the stop decision also comes with the next query's answer
-        (:attr:`stop_decided`)."""
-        message = self._message(m.Reset, round=round_, want_stop=bool(want_stop))
+        (:attr:`stop_decided`). ``since_finish``: seconds the State Server takes
+        off the receipt for t_e (the round trip the worker does not wait)."""
+        message = self._message(m.Reset, round=round_, want_stop=bool(want_stop),
+                                since_finish=float(since_finish))
         self._resets.add(message.seq)
         self._send(message)
 

@@ -20,12 +20,14 @@ import orjson
 
 from ..errors import ProtocolError
 
-VERSION = 2
+VERSION = 3
 """Written in every message. v2: workers send RESET without waiting for its
 answer, and the answer to a query carries ``stop`` once the job decided to
 stop after the previous round; a v1 worker (which waits for RESET's answer)
-is still served."""
-SUPPORTED_VERSIONS = frozenset((1, 2))
+is still served. v3: RESET carries ``since_finish`` (the round trip the worker
+does not wait before its next iteration); a v1 or v2 RESET, without it, is
+read with 0, its old meaning."""
+SUPPORTED_VERSIONS = frozenset((1, 2, 3))
 MAX_MESSAGE_BYTES = 16 * 1024
 """Cap enforced on the socket (ZMQ_MAXMSGSIZE) and again when decoding."""
 
@@ -82,7 +84,10 @@ class Register(Request):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Query(Request):
-    """QUERY-STATE(r, k, c, t_e); t_e is sent as ``since_finish`` seconds ago."""
+    """QUERY-STATE(r, k, c, t_e); the State Server sets t_e = receipt -
+    ``since_finish``: the seconds since the iteration ended, plus the part of
+    the round trip the worker does not wait for the answer before its next
+    iteration (all of it with delayed ACKs; see :mod:`mxhet.control.state_rule`)."""
     TYPE = "query"
     round: int
     k: int
@@ -104,15 +109,20 @@ class Reset(Request):
     ``want_stop`` asks to end training; the State Server turns the wishes of all
     workers into one decision per round, so every worker stops after the same
     round (a worker that stops alone would hang the others' next push).
+    ``since_finish`` is the round trip the worker does not wait for the answer
+    (it starts its first iteration at once): t_e = receipt - ``since_finish``,
+    as for :class:`Query` (v3; 0 when a v1 or v2 worker leaves it out).
     """
     TYPE = "reset"
     round: int
     want_stop: bool
+    since_finish: float = 0.0
 
     def validate(self):
         super().validate()
         _check_int("round", self.round, minimum=1)
         _check_bool("want_stop", self.want_stop)
+        _check_seconds("since_finish", self.since_finish)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -404,6 +414,8 @@ _FLOAT_FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls) if f.type in
 
 
 _INCARNATION_LIMIT = 2 ** 53
+_ADDED_IN_V3 = {Reset: {"since_finish": 0.0}}
+"""Fields a v1 or v2 sender leaves out, with the value that keeps its meaning."""
 
 
 def _fast_query(d):
@@ -469,13 +481,17 @@ def decode(data, allowed=None):
         raise ProtocolError("not a JSON message: %s" % exc) from None
     if not isinstance(body, dict):
         raise ProtocolError("a message must be a JSON object")
-    if body.pop("v", None) not in SUPPORTED_VERSIONS:
+    version = body.pop("v", None)
+    if version not in SUPPORTED_VERSIONS:
         raise ProtocolError("unsupported protocol version (expected one of %s)" % sorted(SUPPORTED_VERSIONS))
     kind = body.pop("type", None)
     cls = allowed.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ProtocolError("unknown or unexpected message type; expected one of %s" % sorted(allowed))
     names = _FIELDS[cls]
+    if version < 3 and cls in _ADDED_IN_V3:
+        for name, value in _ADDED_IN_V3[cls].items():
+            body.setdefault(name, value)
     if body.keys() != names:
         missing, unknown = sorted(names - set(body)), sorted(set(body) - names)
         raise ProtocolError("%s message: missing fields %s, unknown fields %s" % (cls.TYPE, missing, unknown))

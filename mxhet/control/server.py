@@ -181,7 +181,7 @@ class StateService:
 
     def _on_reset(self, req, now):
         self._registered(req.rank)
-        self.table.reset(req.rank, req.round, now)
+        self.table.reset(req.rank, req.round, now - req.since_finish)
         stop = self.stop_decisions.setdefault(req.round, req.want_stop)
         return m.Reply(seq=req.seq, round=req.round, stop=stop)
 

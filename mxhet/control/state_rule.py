@@ -10,18 +10,36 @@ that has not reported a capability yet counts as slowest: Algorithm 1 measures c
 with a test batch before the first query, so until then the others cannot know
 how long to wait for it.
 
+What t_e + c predicts. The State Server sees a device's iteration end only when
+its message arrives, one-way latency d later; its next query arrives d after
+its next iteration ends, so d cancels and the prediction is of that arrival.
+The capability is compute + round trip (§4.2, so a device on a slow link counts
+as slow): the time from one query's arrival to the next for a device that waits
+for each answer before its next iteration, as Algorithm 1's blocking query
+does. A device that starts its next iteration at once -- after RESET, which
+workers send without waiting (protocol v2), or after a query with delayed ACKs
+-- is a round trip ahead of that, so it reports the round trip it does not wait
+in ``since_finish``; the caller sets t_e = receipt - since_finish, and t_e + c
+is again the arrival of its next query. (Without it, the slowest device's
+RESET-based prediction was one round trip late, and with blocking queries fast
+devices started iterations that the slowest then waited for.)
+
 QUERY-STATE(r, k, c, t_e) at time ``now`` answers
 
 * NOT-READY when k == 0, or the slowest device has not finished the pull of the
   previous round yet (its round is behind the querying device's);
 * READY when the querying device is the slowest, or the slowest is already
-  ready, or ``c + epsilon > rest_time`` with ``rest_time = c_slowest - (now -
-  t_e_slowest)``: the querying device could not finish another iteration before
-  the slowest one is ready;
+  ready, or ``rest_time(r) + epsilon > rest_time(slowest)`` with ``rest_time =
+  c - (now - t_e)``: the querying device's next query would arrive later than
+  ε before the slowest's, so it could not finish another iteration before the
+  slowest one is ready. With a blocking query t_e is ``now`` (less the moments
+  between the iteration's end and the query's send) and the left side is
+  Algorithm 2's ``c + epsilon``;
 * NOT-READY otherwise.
 
-RESET(r, t, t_e) records that device r pulled the global model of round t at
-time t_e and starts a new round with k = 0.
+RESET(r, t, t_e) records that device r pulled the global model of round t and
+starts a new round with k = 0; t_e is the RESET's receipt less the round trip
+the device does not wait.
 
 Cost: a decision is O(log N) amortized in the number of devices N. The slowest
 device is kept in a :class:`SlowestIndex` (a heap with lazy invalidation)
@@ -53,7 +71,7 @@ class DeviceRecord:
     rank: int
     local_iters: int = 0
     capability: float = math.inf  # seconds per local iteration; inf = not reported yet
-    last_finish: float = 0.0      # State Server clock, seconds
+    last_finish: float = 0.0      # t_e, State Server clock, seconds: its next query is expected at t_e + c
     ready: bool = False
     round: int = 0
 
@@ -149,9 +167,10 @@ class SlowestIndex(LazyHeap):
         return None if top is None else top[1]
 
 
-def rest_time(slowest, now):
-    """Seconds until the slowest device is expected to finish its iteration."""
-    return slowest.capability - (now - slowest.last_finish)
+def rest_time(record, now):
+    """Seconds from ``now`` until the query that ends ``record``'s current
+    iteration is expected at the State Server (t_e + c - now)."""
+    return record.capability - (now - record.last_finish)
 
 
 class StateTable:
@@ -219,7 +238,10 @@ class StateTable:
             rank: the querying device.
             local_iters: k, local iterations done in the current round.
             capability: c, the device's latest seconds per local iteration.
-            last_finish: t_e, when its last iteration finished (server clock).
+            last_finish: t_e (server clock): when its last iteration finished,
+                less the round trip it does not wait before its next one
+                (see the module's docstring); its next query is expected
+                at t_e + c.
             now: the current server clock.
             among: the ranks to consider when looking for the slowest device
                 (default: all). A State Server that was restarted passes the
@@ -265,14 +287,18 @@ class StateTable:
             slowest = records[self._slowest.peek()[1]]
         if local_iters == 0 or slowest.round < current.round:
             return False
+        # rest_time(current) + ε > rest_time(slowest), inline (the hot path)
         if (current is slowest or slowest.ready
-                or capability + self.epsilon > slowest.capability - (now - slowest.last_finish)):
+                or capability - (now - current.last_finish) + self.epsilon
+                > slowest.capability - (now - slowest.last_finish)):
             current.ready = True
             return True
         return False
 
     def reset(self, rank, round_, finish_time):
-        """RESET-STATE-SERVER: ``rank`` pulled the model of round ``round_``."""
+        """RESET-STATE-SERVER: ``rank`` pulled the model of round ``round_``;
+        ``finish_time`` is its new t_e (server clock): the RESET's receipt less
+        the round trip the device does not wait before its first iteration."""
         current = self.record(rank)
         if round_ < current.round:
             raise ValueError("rank %d reset to round %d after round %d" % (rank, round_, current.round))

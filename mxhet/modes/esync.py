@@ -27,7 +27,10 @@ while every other device waits for its push.
 
 The capability the worker reports is its compute time per iteration plus the
 measured round-trip time of its State Server queries (§4.2), so a device on a
-slow link counts as a slow device.
+slow link counts as a slow device. Where it starts its next iteration without
+waiting for an answer (after RESET; after a query with delayed ACKs) it adds
+that round trip to ``since_finish``, so the State Server's t_e + c is its next
+query's arrival (:mod:`mxhet.control.state_rule`).
 
 The first ``step()`` of a worker process is Algorithm 1's test batch (line 3,
 RUN-BATCH-DATA-TEST): timed as any iteration, emulated slowdown included, but
@@ -150,16 +153,22 @@ class ESync(SyncMode):
 
     def _query(self, capability, compute_end, iteration=True):
         """QUERY-STATE for :attr:`round` and :attr:`k` with c = ``capability`` + the
-        round trip; blocking, or sent and answered later (delayed ACKs)."""
-        c = capability + self.client.rtt
+        round trip; blocking, or sent and answered later (delayed ACKs).
+
+        ``since_finish`` is the time since the iteration ended plus the part of
+        the round trip this worker does not wait before its next iteration, so
+        that t_e + c is when its next query arrives (see
+        :mod:`mxhet.control.state_rule`)."""
+        rtt = self.client.rtt
+        c = capability + rtt
         t0 = self.clock()
         if self.delayed:
-            self.client.send_query(self.round, self.k, c, since_finish=t0 - compute_end)
             # The device the State Server last named slowest is READY as soon as
             # its query arrives (Algorithm 2), and every other device is then
             # waiting for its push: a few round trips for the answer beat
             # starting a forward/backward pass that the READY would abandon.
-            wait = min(SLOWEST_WAIT_RTTS * self.client.rtt, SLOWEST_WAIT_MAX_S) if self._named_slowest else 0.0
+            wait = min(SLOWEST_WAIT_RTTS * rtt, SLOWEST_WAIT_MAX_S) if self._named_slowest else 0.0
+            self.client.send_query(self.round, self.k, c, since_finish=t0 - compute_end + max(0.0, rtt - wait))
             self.take_replies(self.client.poll(timeout=wait))
         else:
             self.take_replies([self.client.query(self.round, self.k, c, since_finish=t0 - compute_end)])
@@ -229,7 +238,8 @@ class ESync(SyncMode):
         self.stats.rounds = self.round
         self.aggregated = True
         t0 = self.clock()
-        self.client.send_reset(self.round, want_stop=self.wants_stop())
+        # It starts its next iteration without waiting for the answer: a round trip ahead.
+        self.client.send_reset(self.round, want_stop=self.wants_stop(), since_finish=self.client.rtt)
         self.stats.query_s += self.clock() - t0
         self._close_round(slowest)
 

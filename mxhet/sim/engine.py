@@ -425,7 +425,10 @@ class Simulation:
         def query(duration, iteration=True):
             """QUERY-STATE for the policy's round and k, c = ``duration`` + the round trip."""
             c = duration + dev.stats.rtt_s
-            request = dev.message(m.Query, round=policy.round, k=policy.k, c=float(c), since_finish=0.0)
+            # With delayed ACKs the next iteration starts at once, a round trip
+            # ahead of t_e + c (mxhet.control.state_rule); a blocking one waits it.
+            request = dev.message(m.Query, round=policy.round, k=policy.k, c=float(c),
+                                  since_finish=float(dev.stats.rtt_s) if delayed else 0.0)
             dev.stats.state_queries += 1
             t1 = self.env.now
             if delayed:
@@ -481,7 +484,8 @@ class Simulation:
             _, k, slowest = policy.aggregated()
             dev.stats.local_iters.append(k)
             dev.stats.rounds = policy.round
-            self.send(dev, dev.message(m.Reset, round=policy.round, want_stop=self.wants_stop(dev)), on_reset)
+            self.send(dev, dev.message(m.Reset, round=policy.round, want_stop=self.wants_stop(dev),
+                                       since_finish=float(dev.stats.rtt_s)), on_reset)
             blocked, queries, replies, aborted = round_start
             s = dev.stats
             s.round_blocked_s.append(s.query_s + s.sync_s - blocked)

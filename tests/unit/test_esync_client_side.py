@@ -387,3 +387,33 @@ def test_abort_on_a_model_with_batchnorm_drops_only_real_gradients():
         np.testing.assert_array_equal(net.collect_params()[name].data().asnumpy(), value)
     weight = net[0].weight
     assert not weight.list_data()[0]._fresh_grad          # its gradients were dropped
+
+
+@pytest.mark.parametrize("ack", ["blocking", "delayed"])
+def test_a_worker_reports_the_round_trip_it_does_not_wait_as_time_since_finish(ack):
+    """t_e + c is the next query's arrival (mxhet.control.state_rule): a blocking
+    query waits its round trip before the next iteration, so it reports only the
+    time since the iteration ended; a delayed-ACK query, and RESET, start the next
+    iteration at once and report the round trip too."""
+    clock = FakeClock()
+    transport = FakeTransport(clock)
+    net, trainer, _ = _esync(ack, clock, transport)
+    mode = trainer.mode
+    answered = 0.05      # a 50 ms round trip for every query
+
+    def auto(msg):
+        if isinstance(msg, m.Query):
+            transport.deliver(_reply(msg, msg.k >= 2), at=clock() + answered)
+    transport.auto = auto
+    mode.exchange_deltas = lambda round_index: None   # the data plane is tested with real processes
+    mode.aggregate = type(mode).aggregate.__get__(mode)
+    for _ in range(4):
+        _iteration(net, trainer, clock)
+        if ack == "delayed":
+            clock.advance(answered)
+    queries = transport.queries()
+    assert trainer.stats.rtt_s == pytest.approx(answered)
+    unwaited = 0.0 if ack == "blocking" else answered
+    assert [q.since_finish for q in queries[1:]] == pytest.approx([unwaited] * (len(queries) - 1))
+    resets = [msg for msg in transport.sent if isinstance(msg, m.Reset)]
+    assert resets and all(r.since_finish == pytest.approx(answered) for r in resets)

@@ -149,3 +149,19 @@ def test_a_worker_with_another_model_is_refused():
     other = svc.handle(m.Register(rank=1, seq=1, slot=1, signature="xyz", incarnation=2), 0.0)
     assert not other.ok and "differs" in other.error
     assert svc.handle(m.Register(rank=1, seq=2, slot=1, signature="abc", incarnation=2), 0.0).ok
+
+
+def test_reset_carries_since_finish_from_version_3_on():
+    body = {"type": "reset", "rank": 0, "seq": 2, "incarnation": 0, "round": 1, "want_stop": False}
+    for version in (1, 2):   # older workers: t_e is the RESET's receipt, as before
+        assert m.decode(json.dumps(dict(body, v=version)).encode(), m.REQUEST_TYPES).since_finish == 0.0
+    with pytest.raises(ProtocolError, match="missing fields \\['since_finish'\\]"):
+        m.decode(json.dumps(dict(body, v=3)).encode(), m.REQUEST_TYPES)
+    with pytest.raises(ProtocolError, match="since_finish"):
+        m.decode(json.dumps(dict(body, v=3, since_finish=-0.1)).encode(), m.REQUEST_TYPES)
+    reset = m.Reset(rank=0, seq=2, round=1, want_stop=False, since_finish=0.004)
+    assert m.decode(m.encode(reset)) == reset
+    svc = StateService(1, now=0.0)
+    svc.handle(m.Register(rank=0, seq=1, slot=0), 0.0)
+    svc.handle(reset, 1.0)
+    assert svc.table.record(0).last_finish == pytest.approx(0.996)

@@ -225,3 +225,28 @@ def test_group_norm_runs_in_the_simulator_and_is_recorded(tmp_path):
                                           "--metrics-out", str(tmp_path / "x")])
     with pytest.raises(ConfigError, match="smallcnn has no BatchNorm"):
         cli.run(args)
+
+
+@pytest.mark.parametrize("ack", ["blocking", "delayed"])
+def test_a_slow_link_does_not_make_the_slowest_device_wait_for_the_fast_ones(tmp_path, ack):
+    """A 21 ms one-way link (1 ms + --net-delay-ms 20) on every device, messages'
+    cost otherwise nil: the State Server predicts the slowest device's next query
+    at its arrival, so no fast device starts an iteration the slowest then waits
+    for. The slowest is blocked per round only by messages (blocking: its query's
+    and the exchange's round trips, 4 one-way trips; delayed: the exchange's 2,
+    its query's being spent on an iteration it abandons) and a round lasts one
+    slow iteration plus 4 trips. Before, a blocking fast device ran a 5th
+    iteration whose query came 18 ms after the slowest's."""
+    one_way, slow_iter, fast_iter = 0.021, 0.3, 0.03
+    _, workers = _sim(tmp_path, ack, "-n", "3", "--sync", "esync", "--ack", ack, "--slowdown", "1,1,10",
+                      "--base-iter", str(fast_iter), "--net-delay-ms", "20", "--per-key-ms", "0",
+                      "--bandwidth-gbps", "1e6", "--max-rounds", "4", "--time-budget", "60")
+    slow = workers[2]
+    messages = (4 if ack == "blocking" else 2) * one_way
+    assert slow["round_blocked_s"][1:] == pytest.approx([messages] * 3, abs=1e-4)
+    ends = slow["round_end_s"]
+    assert [b - a for a, b in zip(ends[1:], ends[2:])] == pytest.approx([slow_iter + 4 * one_way] * 2, abs=1e-4)
+    if ack == "blocking":
+        # A fast query every 30 ms + 42 ms from 51 ms after the pull; the slowest's comes at 321 ms:
+        # the 4th (at 267 ms) is the last whose next iteration's query (339 ms) would be later.
+        assert workers[0]["local_iters"][1:] == workers[1]["local_iters"][1:] == [4, 4, 4]

@@ -3,7 +3,9 @@ import math
 
 import pytest
 
-from mxhet.control.state_rule import StateTable, find_slowest
+from mxhet.control import messages as m
+from mxhet.control.server import StateService
+from mxhet.control.state_rule import StateTable, find_slowest, rest_time
 
 
 def table(n=3, eps=0.05):
@@ -137,3 +139,64 @@ def test_devices_absent_from_a_restarted_state_server_are_not_waited_for():
     t = table(3)
     assert t.query(1, 1, 2.0, last_finish=5.0, now=5.0) is False            # all count: 0, 2 unknown
     assert t.query(1, 2, 2.0, last_finish=7.0, now=7.0, among={1}) is True  # only the present count
+
+
+# A timeline on the State Server's clock: every device pulls the global model at
+# PULL and sends RESET at once; a message crosses a link one way in D seconds.
+D, PULL = 0.02, 1.0
+RTT = 2 * D
+
+
+def test_the_slowest_devices_prediction_is_its_next_querys_arrival_not_a_round_trip_later():
+    """The slowest device starts its iteration when it sends RESET (it does not wait
+    for the answer) and reports that round trip; t_e + c is then its next query's
+    arrival at the State Server, PULL + compute + D."""
+    slow_compute, eps = 0.3, 0.01
+    svc = StateService(2, epsilon=eps, now=0.0)
+    for r in range(2):
+        svc.handle(m.Register(rank=r, seq=1, slot=r), 0.0, sender=r)
+    svc.handle(m.Query(rank=1, seq=2, round=0, k=0, c=slow_compute + RTT, since_finish=0.0), 0.5, sender=1)
+    svc.handle(m.Reset(rank=1, seq=3, round=1, want_stop=False, since_finish=RTT), PULL + D, sender=1)
+    arrival = PULL + slow_compute + D
+    assert rest_time(svc.table.record(1), PULL + D) == pytest.approx(arrival - (PULL + D))
+
+
+def test_a_blocking_fast_device_stops_when_its_next_query_would_arrive_after_the_slowests():
+    """With blocking queries a fast device's next query arrives c = compute + RTT
+    after this one. It gets READY at the last query after which another iteration
+    would end after the slowest device is ready; before, the slowest's finish was
+    predicted one round trip late and the fast device ran one more iteration that
+    the slowest then waited for."""
+    slow_compute, fast_compute, eps = 0.3, 0.03, 0.01
+    svc = StateService(2, epsilon=eps, now=0.0)
+    for r in range(2):
+        svc.handle(m.Register(rank=r, seq=1, slot=r), 0.0, sender=r)
+    svc.handle(m.Query(rank=1, seq=2, round=0, k=0, c=slow_compute + RTT, since_finish=0.0), 0.5, sender=1)
+    for r in range(2):
+        svc.handle(m.Reset(rank=r, seq=3, round=1, want_stop=False, since_finish=RTT), PULL + D, sender=r)
+    slowest_ready = PULL + slow_compute + D
+    c = fast_compute + RTT
+    k, now = 0, PULL + fast_compute + D     # the first query's arrival
+    while True:
+        k += 1
+        reply = svc.handle(m.Query(rank=0, seq=3 + k, round=1, k=k, c=c, since_finish=0.0), now, sender=0)
+        if reply.ready:
+            break
+        now += c                            # the answer, the next iteration, the next query
+    assert k == 4 and now < slowest_ready - eps < now + c   # a 5th iteration's query would come after the slowest's
+
+
+def test_a_delayed_ack_device_counts_only_the_compute_it_has_left():
+    """With delayed ACKs the querying device is already computing its next
+    iteration: it reports the round trip it does not wait, so its own t_e + c is
+    its next query's arrival and it keeps training while that comes before the
+    slowest's (before, it was compared with c = compute + RTT and stopped one
+    round trip early)."""
+    slow_compute, fast_compute, eps = 1.0, 0.1, 0.01
+    t = StateTable(range(2), epsilon=eps, now=0.0)
+    t.query(1, 0, slow_compute + RTT, last_finish=0.5, now=0.5)
+    t.reset(1, 1, finish_time=PULL + D - RTT)            # RESET received at PULL + D
+    slowest_ready = PULL + slow_compute + D               # 2.02
+    for now, ready in ((1.88, False), (1.92, True)):      # next queries at 1.98 and 2.02
+        assert (now + fast_compute > slowest_ready - eps) is ready
+        assert t.query(0, 5, fast_compute + RTT, last_finish=now - RTT, now=now) is ready
