@@ -40,11 +40,12 @@ def evaluation_network(model, input_size, norm="batch", ctx=None):
     from . import models
     net = models.get_model(model, classes=10, input_size=input_size, norm=norm)
     net.initialize(mx.init.Xavier(), ctx=ctx)
-    # Never static_alloc/static_shape, and never a training replica built that way (the
-    # simulator's): in MXNet 1.9.1 such a CachedOp keeps BatchNorm's running statistics
-    # in buffers of its own memory plan, so a training-mode pass never writes them back
-    # into the Parameters; precise BatchNorm then finds nothing to average and keeps the
-    # snapshot's stale statistics, and a good model scores near chance (issue 36).
+    # Never static_alloc/static_shape, and never a training replica (the simulator's are built
+    # that way): in MXNet 1.9.1 such a CachedOp's training-mode pass updates BatchNorm's running
+    # statistics without the update being visible in the Parameter's array when it is read right
+    # after the pass (it still holds the value from before), so precise BatchNorm on a replica
+    # averages nothing, keeps the snapshot's stale statistics, and a good model can score near
+    # chance (issue 36).
     net.hybridize()
     net(mx.nd.zeros((1, 1, input_size, input_size), ctx=ctx))
     return net
