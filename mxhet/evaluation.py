@@ -41,11 +41,11 @@ def evaluation_network(model, input_size, norm="batch", ctx=None):
     net = models.get_model(model, classes=10, input_size=input_size, norm=norm)
     net.initialize(mx.init.Xavier(), ctx=ctx)
     # Never static_alloc/static_shape, and never a training replica (the simulator's are built
-    # that way): in MXNet 1.9.1 such a CachedOp's training-mode pass updates BatchNorm's running
-    # statistics without the update being visible in the Parameter's array when it is read right
-    # after the pass (it still holds the value from before), so precise BatchNorm on a replica
-    # averages nothing, keeps the snapshot's stale statistics, and a good model can score near
-    # chance (issue 36).
+    # that way): in MXNet 1.9.1 such a CachedOp's BatchNorm writes the running statistics of a
+    # training-mode pass without ordering later reads of the Parameter after that write (a read
+    # right after the pass may see the value from before it; after mx.nd.waitall() it sees the
+    # update), so precise BatchNorm on a replica may average nothing and keep the snapshot's
+    # stale statistics: a good model then scores near chance, depending on timing (issue 36).
     net.hybridize()
     net(mx.nd.zeros((1, 1, input_size, input_size), ctx=ctx))
     return net
