@@ -4,7 +4,7 @@ evaluation protocol, and rebuild its JSON, report and figures.
 Evaluation happens after training, from the snapshots every run keeps in
 ``runs/<run>/snapshots``, so a change of the evaluation protocol (e.g. precise
 BatchNorm) needs no new training: each selected run's snapshots are scored
-again (one child process per run, so every model gets fresh parameter names),
+again (one child process per run) on a network of its own,
 its ``summary.json`` is rewritten, and the experiments are rebuilt from the
 runs with the calibration recorded at the time (no new measurement).
 """
@@ -24,7 +24,7 @@ def rescore_run(run_dir):
     """Score ``run_dir``'s snapshots again (in this process) and rewrite its summary.json."""
     import mxnet as mx
 
-    from mxhet import data, models, train
+    from mxhet import data, train
     from mxhet.config import WorkerConfig
     from mxhet.evaluation import DEFAULT_BN_BATCHES
 
@@ -41,14 +41,10 @@ def rescore_run(run_dir):
         loss=old.get("loss") or "softmax",
         eval_samples=old["eval_samples"], final_eval_samples=0, bn_batches=DEFAULT_BN_BATCHES, data_dir=None,
         metrics_out=run_dir)
-    net = models.get_model(args.model, classes=10, input_size=args.input_size, norm=args.norm)
-    net.initialize(mx.init.Xavier(), ctx=mx.cpu())
-    net.hybridize()
-    net(mx.nd.zeros((1, 1, args.input_size, args.input_size)))
     images, labels = data.load_fashion_mnist("train")
     config = WorkerConfig(num_slots=old["num_workers"])
     times = [t for t, _ in old["curve"]]
-    new = train.evaluate_run(args, config, old["mode"], net, list(zip(times, snapshots)), mx.cpu(),
+    new = train.evaluate_run(args, config, old["mode"], list(zip(times, snapshots)), mx.cpu(),
                              args.input_size, old["train_time_s"], old["train_loss"], train_set=(images, labels))
     for key in ("engine", "time_unit", "sim"):
         if key in old:

@@ -15,6 +15,9 @@ fixed set of training batches -- the same batches for every mode, snapshot and
 worker count, drawn from the whole training set. This happens after training,
 on rank 0, off the training clock. Models without BatchNorm are evaluated as
 they are.
+
+Snapshots are scored on a network of their own (:func:`evaluation_network`),
+built once per job and never trained, not on a training replica.
 """
 import numpy as np
 
@@ -25,6 +28,63 @@ DEFAULT_BN_BATCHES = 10
 """Training batches over which the BatchNorm statistics are recomputed."""
 BN_SEED = 20240229
 """Seed of the fixed recalibration batches (the same for every run)."""
+
+
+def evaluation_network(model, input_size, norm="batch", ctx=None):
+    """A network of ``model``'s architecture (as :func:`mxhet.models.get_model` builds
+    it) that only scores snapshots: initialized, hybridized without static memory and
+    shapes resolved. Build it once per job and load each snapshot with :func:`load_snapshot`.
+    """
+    import mxnet as mx
+
+    from . import models
+    net = models.get_model(model, classes=10, input_size=input_size, norm=norm)
+    net.initialize(mx.init.Xavier(), ctx=ctx)
+    # Never static_alloc/static_shape, and never a training replica (the simulator's are built
+    # that way): in MXNet 1.9.1 such a CachedOp's BatchNorm writes the running statistics of a
+    # training-mode pass without ordering later reads of the Parameter after that write (a read
+    # right after the pass may see the value from before it; after mx.nd.waitall() it sees the
+    # update), so precise BatchNorm on a replica may average nothing and keep the snapshot's
+    # stale statistics: a good model then scores near chance, depending on timing (issue 36).
+    net.hybridize()
+    net(mx.nd.zeros((1, 1, input_size, input_size), ctx=ctx))
+    return net
+
+
+def _structural_name(name):
+    """A parameter's name without its network's prefix (``resnetv10_`` of ``resnetv10_conv0_weight``),
+    which a counter makes differ between two networks of one process."""
+    return name.split("_", 1)[1] if "_" in name else name
+
+
+def load_snapshot(net, snapshot):
+    """Copy a snapshot of the global model into ``net``'s parameters.
+
+    ``snapshot`` is the path of an ``mx.nd.save`` file or a dict (parameter name ->
+    NDArray, names as the training network has them), or a list of NDArrays in the
+    order of the parameters sorted by name (the engines' key order). Names are matched
+    without the network prefix.
+
+    Raises:
+        ConfigError: when the snapshot's parameters are not ``net``'s.
+    """
+    import mxnet as mx
+    if isinstance(snapshot, str):
+        snapshot = mx.nd.load(snapshot)
+    params = sorted(net.collect_params().items())
+    if isinstance(snapshot, dict):
+        by_name = {_structural_name(name): arr for name, arr in snapshot.items()}
+        missing = [name for name, _ in params if _structural_name(name) not in by_name]
+        if missing or len(by_name) != len(params):
+            raise ConfigError("the snapshot's %d parameters are not the evaluation network's %d (missing: %s)"
+                              % (len(by_name), len(params), ", ".join(missing[:5]) or "none"))
+        arrays = [by_name[_structural_name(name)] for name, _ in params]
+    else:
+        arrays = list(snapshot)
+    if [tuple(a.shape) for a in arrays] != [p.shape for _, p in params]:
+        raise ConfigError("the snapshot's parameter shapes do not match the evaluation network's")
+    for (_, p), a in zip(params, arrays):
+        p.set_data(a)
 
 
 def batchnorm_layers(net):

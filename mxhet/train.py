@@ -349,7 +349,7 @@ def run(args, config=None):
         # worker has left, and the launcher takes a worker still running long
         # after them for a hung one (evaluating a big model takes minutes).
         observer.set_phase("evaluating", trainer.stats)
-        summary = evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time, losses,
+        summary = evaluate_run(args, config, mode, snapshots, ctx, input_size, train_time, losses,
                                train_set=(images, labels),
                                on_point=lambda t, acc: observer.evaluated(t, acc, trainer.stats))
         _atomic_json(os.path.join(args.metrics_out, "summary.json"), summary)
@@ -361,24 +361,24 @@ def run(args, config=None):
     return stats
 
 
-def evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time, losses, train_set, scores=(),
-                 on_point=None):
+def evaluate_run(args, config, mode, snapshots, ctx, input_size, train_time, losses, train_set, scores=(),
+                 on_point=None, eval_net=None):
     """Evaluate the snapshots of the global model and merge the worker files.
 
     Every snapshot is scored the same way in every mode (:mod:`mxhet.evaluation`):
-    its BatchNorm statistics are recomputed on ``--bn-batches`` fixed training
+    loaded into ``eval_net``, a network of its own that never trains
+    (:func:`mxhet.evaluation.evaluation_network`, built here when None), its
+    BatchNorm statistics are recomputed on ``--bn-batches`` fixed training
     batches, then its accuracy is measured on the test set. ``scores`` holds
     accuracies already measured this way for the first snapshots (the last
     one, scored on the whole test set, is always measured here). ``on_point(seconds,
     accuracy)`` is called as each point is known (the live view and TensorBoard).
     """
-    import mxnet as mx
-
     from . import data, evaluation
     from .control.gcada import loads_of
 
     test_x, test_y = data.load_fashion_mnist("test", args.data_dir or config.data_dir)
-    params = net.collect_params()
+    net = eval_net if eval_net is not None else evaluation.evaluation_network(args.model, input_size, args.norm, ctx)
     bn_layers = len(evaluation.batchnorm_layers(net))
     bn_inputs = evaluation.calibration_batches(train_set[0], train_set[1], args.bn_batches, args.batch_size,
                                                input_size, ctx) if bn_layers and args.bn_batches else []
@@ -392,8 +392,7 @@ def evaluate_run(args, config, mode, net, snapshots, ctx, input_size, train_time
             if on_point is not None:
                 on_point(*curve[-1])
             continue
-        for name, arr in mx.nd.load(path).items():
-            params[name].set_data(arr)
+        evaluation.load_snapshot(net, path)
         evaluation.recompute_batchnorm(net, bn_inputs)
         final_limit = args.final_eval_samples or None
         acc = data.evaluate(net, test_x, test_y, input_size=input_size, ctx=ctx,

@@ -81,27 +81,18 @@ def build_parser():
     return p
 
 
-def target_check(args, model_params, ctx, input_size, images, labels):
+def target_check(args, net, ctx, input_size, images, labels):
     """``check(arrays) -> (accuracy, reached)``: the global model's accuracy on
-    ``--eval-samples`` test images, scored exactly as after training (precise BN
-    on the same batches), and whether it reaches ``--target-accuracy``."""
-    import mxnet as mx
-
-    from .. import data, evaluation, models
-    net = models.get_model(args.model, classes=10, input_size=input_size, norm=args.norm)
-    net.initialize(mx.init.Xavier(), ctx=ctx)
-    net.hybridize()
-    net(mx.nd.zeros((1, 1, input_size, input_size), ctx=ctx))
-    params = [p for _, p in sorted(net.collect_params().items())]
-    if [p.shape for p in params] != [p.shape for p in model_params]:
-        raise ConfigError("the evaluation copy of %s does not match the devices' model" % args.model)
+    ``--eval-samples`` test images, scored exactly as after training (on ``net``, the
+    job's evaluation network, with precise BN on the same batches), and whether it
+    reaches ``--target-accuracy``."""
+    from .. import data, evaluation
     bn = (evaluation.calibration_batches(images, labels, args.bn_batches, args.batch_size, input_size, ctx)
           if args.bn_batches and evaluation.batchnorm_layers(net) else [])
     test_x, test_y = data.load_fashion_mnist("test", args.data_dir)
 
     def check(arrays):
-        for p, a in zip(params, arrays):
-            p.set_data(a)
+        evaluation.load_snapshot(net, arrays)
         evaluation.recompute_batchnorm(net, bn)
         accuracy = data.evaluate(net, test_x, test_y, input_size=input_size, ctx=ctx, limit=args.eval_samples)
         return accuracy, accuracy >= args.target_accuracy
@@ -170,7 +161,7 @@ def run(args):
     """Simulate the job of ``args``; returns the summary dict (also written to ``--metrics-out``)."""
     import mxnet as mx
 
-    from .. import data, losses, models, train
+    from .. import data, evaluation, losses, models, train
     from ..modes import get_mode
     from . import engine
 
@@ -219,8 +210,12 @@ def run(args):
         mx.nd.save(path, dict(zip(names, arrays)))
         return path
     sim.keep_snapshot = save
+    # Snapshots are scored on a network of their own, never on a replica (see evaluation_network);
+    # it is built where the run's random draws are not changed by it (after the run unless checked in it).
+    eval_net = None
     if args.stop_at_target:
-        sim.target_check = target_check(args, first.params, ctx, input_size, images, labels)
+        eval_net = evaluation.evaluation_network(args.model, input_size, args.norm, ctx)
+        sim.target_check = target_check(args, eval_net, ctx, input_size, images, labels)
     with tqdm(total=round(job.time_budget, 1), unit="virtual s", desc="%s %s" % (job.mode, args.model),
               file=sys.stderr, mininterval=2.0, disable=not args.progress) as bar:
         sim.progress = lambda t: bar.update(max(0.0, round(min(t, job.time_budget), 1) - bar.n))
@@ -242,9 +237,9 @@ def run(args):
 
     snapshots = list(sim.snapshots)
     config = WorkerConfig(sync=job.mode, num_slots=len(devices), data_dir=args.data_dir or WorkerConfig().data_dir)
-    # Points scored during the run (stop at the target) are not scored again.
-    summary = train.evaluate_run(args, config, job.mode, first.net, snapshots, ctx, input_size, virtual, [],
-                                 train_set=(images, labels), scores=sim.scores)
+    # Points scored during the run (stop at the target) are not scored again; eval_net None: built there.
+    summary = train.evaluate_run(args, config, job.mode, snapshots, ctx, input_size, virtual, [],
+                                 train_set=(images, labels), scores=sim.scores, eval_net=eval_net)
     summary["engine"] = "sim"
     summary["time_unit"] = "virtual seconds"
     summary["sim"] = {"wall_s": round(wall, 3), "cpu_s": round(time.process_time(), 3), "virtual_s": round(virtual, 3),
