@@ -28,6 +28,7 @@ from . import nodelay as nodelay_bench
 from . import preduce as preduce_bench
 from . import gcada as gcada_bench
 from .metrics import run_record
+from .provenance import provenance
 from .runner import JobFailed, JobSpec, machine_info, run_with_bar as _with_bar
 
 
@@ -134,13 +135,17 @@ def build_parser():
                      "curves": "Figure 3: test accuracy over time, i.i.d. and non-i.i.d.",
                      "throughput": "Figure 4: samples and bytes per second per mode",
                      "compute-ratio": "Figure 5: computing-time ratio per device per mode",
-                     "all": "every experiment above, each run once"}[name]
+                     "all": "every experiment above, each run once",
+                     "sweep": "open division: each variant's learning rate sweep on one model (sweep.json; "
+                              "the open preset's other experiments take each variant's best rate from it)"}[name]
         e = sub.add_parser(name, help=help_text)
         e.add_argument("--preset", default="cpu", choices=sorted(presets.PRESETS),
                        help="smoke: pipeline check in minutes; cpu: reduced models for a CPU machine; "
-                            "paper-sim: the paper's 117x profile in virtual time, each run to the target "
-                            "(Inception-v3 only with --models); paper-sim-gpu: the same at the paper's sizes on "
-                            "a GPU; "
+                            "paper-sim: the closed division, the paper's 117x profile and lr 0.001 in virtual "
+                            "time, 3 seeds, times confirmed on all test images (Inception-v3 only with "
+                            "--models); paper-sim-open: the open division, each variant at its best lr from "
+                            "`sweep`; paper-sim-lr0.1: the earlier single-seed lr-0.1 bench; paper-sim-gpu: "
+                            "that at the paper's sizes on a GPU; "
                             "paper: the paper's sizes and 117x profile on a GPU machine (default %(default)s)")
         e.add_argument("--models", default=None, help="comma-separated models (default: the preset's)")
         e.add_argument("--modes", default=None, help="comma-separated modes, replacing each experiment's "
@@ -151,7 +156,11 @@ def build_parser():
         e.add_argument("--out", default=None, help="output directory (default runs/bench-PRESET)")
         e.add_argument("--time-budget", type=float, default=None, help="training seconds per run "
                                                                        "(default: the preset's)")
-        e.add_argument("--seed", type=int, default=0, help="seed of every run (default 0)")
+        seeds = e.add_mutually_exclusive_group()
+        seeds.add_argument("--seed", type=int, default=None, help="one seed for every run (default: the preset's)")
+        seeds.add_argument("--seeds", default=None,
+                           help="comma-separated seeds for every model, e.g. 0,1,2 (default: the preset's: "
+                                "paper-sim runs 0,1,2, the ResNet-50s 0)")
         e.add_argument("--engine", choices=["cluster", "sim"], default=None,
                        help="cluster: real processes on this machine; sim: python -m mxhet.sim in virtual "
                             "time (default: the preset's, cluster but for paper-sim and paper-sim-gpu)")
@@ -164,7 +173,7 @@ def build_parser():
     return p
 
 
-EXPERIMENT_NAMES = ("table1", "curves", "throughput", "compute-ratio", "all")
+EXPERIMENT_NAMES = ("table1", "curves", "throughput", "compute-ratio", "all", "sweep")
 
 
 def _names(text, known, what):
@@ -186,7 +195,11 @@ def run_paper_experiment(args):
         preset = presets.get(args.preset)
         profile = profiles.load(args.profile or preset.profile)
         model_list = _names(args.models, MODEL_NAMES, "models") if args.models else None
-        mode_list = _names(args.modes, tuple(mode_names()), "modes") if args.modes else None
+        mode_list = (_names(args.modes, tuple(mode_names()) + presets.VARIANTS[1:], "modes")
+                     if args.modes else None)
+        seed_list = _ints(args.seeds, "seeds") if args.seeds else None
+        if args.seeds is not None and not seed_list:
+            raise ConfigError("--seeds is empty")
         if args.time_budget is not None and not args.time_budget > 0:
             raise ConfigError("--time-budget must be > 0 seconds")
         if args.jobs < 1:
@@ -195,10 +208,13 @@ def run_paper_experiment(args):
             raise ConfigError("--jobs %d: only simulator runs may share the machine (the cluster's timings "
                               "would not be the emulated ones); use --engine sim or --jobs 1" % args.jobs)
         experiments = suite.EXPERIMENTS if args.experiment == "all" else (args.experiment,)
+        if args.experiment == suite.SWEEP and not preset.lr_sweep:
+            raise ConfigError("preset %s has no learning-rate sweep; use --preset paper-sim-open" % preset.name)
         out = args.out or os.path.join("runs", "bench-%s" % preset.name)
         started = time.time()
         result = suite.run_suite(experiments, preset, profile, out, models=model_list, modes=mode_list,
-                                 budget=args.time_budget, seed=args.seed, command=["mxhet-bench"] + sys.argv[1:],
+                                 budget=args.time_budget, seed=args.seed, seeds=seed_list,
+                                 command=["mxhet-bench"] + sys.argv[1:],
                                  engine=args.engine, jobs=args.jobs, resume=args.resume)
     except ConfigError as exc:
         print("mxhet-bench: error: %s" % exc, file=sys.stderr)
@@ -270,6 +286,7 @@ def run_demo(args):
             continue
         records.append(run_record(summary))
     result = {"experiment": "demo", "command": sys.argv, "machine": machine_info(),
+              "provenance": provenance(["mxhet-bench"] + sys.argv[1:], seeds=[args.seed]),
               "profile": {"slowdown": list(args.slowdown), "contexts": ["cpu"] * len(args.slowdown)},
               "target_accuracy": args.target_accuracy, "seed": args.seed, "runs": records,
               "failures": failures, "started_unix": started}
@@ -311,6 +328,7 @@ def run_epsilon(args):
                      record["local_iters_mean"], record["final_accuracy"]])
     with open(os.path.join(args.out, "epsilon.json"), "w") as f:
         json.dump({"experiment": "epsilon", "command": sys.argv, "machine": machine_info(),
+                   "provenance": provenance(["mxhet-bench"] + sys.argv[1:], seeds=[args.seed]),
                    "profile": {"slowdown": list(args.slowdown)}, "runs": runs, "failures": failures}, f, indent=1)
     print("\neps (s)  compute ratio per device  push/pull wait per round (ms)  rounds  n_i per device  final acc")
     for eps, ratio, wait, rounds, n_i, acc in rows:
@@ -321,10 +339,11 @@ def run_epsilon(args):
     return 1 if failures else 0
 
 
-def _write(out, name, payload):
+def _write(out, name, payload, seeds=()):
     path = os.path.join(out, name)
     with open(path, "w") as f:
-        json.dump(dict(payload, command=sys.argv, machine=machine_info()), f, indent=1)
+        json.dump(dict(payload, command=sys.argv, machine=machine_info(),
+                       provenance=provenance(["mxhet-bench"] + sys.argv[1:], seeds=seeds)), f, indent=1)
     return path
 
 
@@ -355,7 +374,7 @@ def run_acks(args):
             runs.append(record)
             rows.append(record)
     path = _write(args.out, "acks.json", {"experiment": "acks", "profile": {"slowdown": list(args.slowdown)},
-                                          "runs": runs, "failures": failures})
+                                          "runs": runs, "failures": failures}, seeds=[args.seed])
     print("\nack       delay  compute ratio per device  blocked per round (ms)  aborted   rounds  final acc")
     for r in rows:
         print("%-9s %3g ms  %-25s %-23s %-9s %-7d %.4f" % (
@@ -400,7 +419,7 @@ def run_dynamic(args):
                        "slowest_slot": slot_of.get(workers[0]["round_slowest"][t])})
     path = _write(args.out, "dynamic.json", {"experiment": "dynamic", "schedule": args.schedule,
                                              "profile": {"slowdown": list(args.slowdown)}, "rounds": rounds,
-                                             "run": run_record(summary)})
+                                             "run": run_record(summary)}, seeds=[args.seed])
     print("\nschedule %s, base slowdown %s" % (args.schedule, ",".join("%g" % f for f in args.slowdown)))
     print(format_dynamic(rounds, args.window))
     print("results: %s" % path)

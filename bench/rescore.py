@@ -20,20 +20,16 @@ from mxhet.errors import ConfigError
 from . import presets, profiles, suite
 
 
-def rescore_run(run_dir):
-    """Score ``run_dir``'s snapshots again (in this process) and rewrite its summary.json."""
+def evaluation_setup(old, run_dir):
+    """What :func:`mxhet.train.evaluate_run` needs to score the snapshots of the run in ``run_dir`` whose
+    summary is ``old``, on a network of its own (freshly built, never trained, in this process):
+    ``(args, config, net, train_set)``."""
     import mxnet as mx
 
-    from mxhet import data, models, train
+    from mxhet import data, models
     from mxhet.config import WorkerConfig
     from mxhet.evaluation import DEFAULT_BN_BATCHES
 
-    path = os.path.join(run_dir, "summary.json")
-    with open(path) as f:
-        old = json.load(f)
-    snapshots = sorted(glob.glob(os.path.join(run_dir, "snapshots", "*.params")))
-    if len(snapshots) != len(old["curve"]):
-        raise ConfigError("%s: %d snapshots for %d curve points" % (run_dir, len(snapshots), len(old["curve"])))
     args = argparse.Namespace(
         model=old["model"], norm=old.get("norm") or "batch", input_size=old["input_size"],
         batch_size=old["batch_size"], dist=old["dist"],
@@ -46,10 +42,35 @@ def rescore_run(run_dir):
     net.hybridize()
     net(mx.nd.zeros((1, 1, args.input_size, args.input_size)))
     images, labels = data.load_fashion_mnist("train")
-    config = WorkerConfig(num_slots=old["num_workers"])
+    return args, WorkerConfig(num_slots=old["num_workers"]), net, (images, labels)
+
+
+def snapshot_paths(run_dir, old):
+    """The snapshot files of the run in ``run_dir``, one per point of its curve, in order.
+
+    Raises:
+        ConfigError: when they do not match the curve of its summary ``old``.
+    """
+    snapshots = sorted(glob.glob(os.path.join(run_dir, "snapshots", "*.params")))
+    if len(snapshots) != len(old["curve"]):
+        raise ConfigError("%s: %d snapshots for %d curve points" % (run_dir, len(snapshots), len(old["curve"])))
+    return snapshots
+
+
+def rescore_run(run_dir):
+    """Score ``run_dir``'s snapshots again (in this process) and rewrite its summary.json."""
+    import mxnet as mx
+
+    from mxhet import train
+
+    path = os.path.join(run_dir, "summary.json")
+    with open(path) as f:
+        old = json.load(f)
+    snapshots = snapshot_paths(run_dir, old)
+    args, config, net, train_set = evaluation_setup(old, run_dir)
     times = [t for t, _ in old["curve"]]
     new = train.evaluate_run(args, config, old["mode"], net, list(zip(times, snapshots)), mx.cpu(),
-                             args.input_size, old["train_time_s"], old["train_loss"], train_set=(images, labels))
+                             args.input_size, old["train_time_s"], old["train_loss"], train_set=train_set)
     for key in ("engine", "time_unit", "sim"):
         if key in old:
             new[key] = old[key]
