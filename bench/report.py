@@ -360,13 +360,15 @@ def _runs_table(result):
     rows = []
     for r in result["runs"]:
         reached = _t(r["time_to_target_s"])
+        if r.get("confirmation") and r["time_to_target_s"] != r.get("curve_time_to_target_s"):
+            reached += " (1,000-image curve: %s)" % _t(r.get("curve_time_to_target_s"))
         if r["time_to_target_s"] is None and r.get("stopped_at_cap_s") is not None:
             reached = "not reached (compute cap at %.0f s)" % r["stopped_at_cap_s"]
-        rows.append([r["model"], r["mode"], r["dist"], reached, _acc(r["final_accuracy"]),
+        rows.append([r["model"], variant_of(r), r["dist"], r.get("seed", 0), reached, _acc(r["final_accuracy"]),
                      "%.0f" % r["samples_per_s"], "%.2f" % (r["bytes_per_s"] / 1e6),
                      " ".join("%.2f" % x for x in r["compute_ratio"]),
                      " ".join("%.1f" % x for x in r["local_iters_mean"])])
-    return _table(["model", "mode", "data", "time to %.1f" % result["target_accuracy"], "final acc",
+    return _table(["model", "mode", "data", "seed", "time to %.1f" % result["target_accuracy"], "final acc",
                    "samples/s", "MB/s", "compute ratio per device", "local iterations per round"], rows)
 
 
