@@ -77,6 +77,9 @@ def build_parser():
     dyn.add_argument("--window", type=float, default=2.5, help="seconds per line of the printed table")
     sub.add_parser("scale", add_help=False,
                    help="ESync, SSP and ADSP with 100 to 10,000 simulated devices (options: mxhet-bench scale -h)")
+    sub.add_parser("estimate", add_help=False,
+                   help="the cost of a simulator bench on this machine: predicted for whole presets (--preset) "
+                        "or estimated for a finished one (options: mxhet-bench estimate -h)")
     cp = sub.add_parser("control-plane", help="State Server: queries/s and latency under closed-loop load")
     load = cp.add_argument_group("load")
     load.add_argument("--clients", type=int, default=64, help="closed-loop client sockets (default %(default)s)")
@@ -508,6 +511,9 @@ def main(argv=None):
     if raw[:1] == ["scale"]:  # its own parser (bench/scale.py)
         from . import scale
         return scale.main(raw[1:])
+    if raw[:1] == ["estimate"]:  # its own parser (bench/estimate.py)
+        from . import estimate
+        return estimate.main(raw[1:])
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, _terminate)
