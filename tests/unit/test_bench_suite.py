@@ -454,3 +454,11 @@ def test_open_division_takes_each_variants_best_learning_rate_from_its_sweep(tmp
                     measure=lambda m, s, b, c: 0.1, run=fake_run, log=lambda *_: None, confirm_fn=fake_confirm)
     assert {(mode, n): lr for mode, n, lr in lrs}[("esync", 6)] == 0.03
     assert {(mode, n): lr for mode, n, lr in lrs}[("dcasgd", 6)] == 0.1   # not swept: the preset's rate
+
+
+def test_figure_3_averages_the_seeds_of_a_variant_on_their_common_times():
+    from bench import plots
+    t, mean, low, high = plots.mean_curve([[[0, 0.1], [10, 0.5], [20, 0.9]], [[0, 0.3], [5, 0.5], [15, 0.7]]])
+    assert list(t) == [0, 5, 10, 15]                      # up to the shorter run's end
+    assert list(mean) == pytest.approx([0.2, 0.4, 0.55, 0.7]) and list(low) == pytest.approx([0.1, 0.3, 0.5, 0.7])
+    assert list(high) == pytest.approx([0.3, 0.5, 0.6, 0.7])
