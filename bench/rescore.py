@@ -77,6 +77,10 @@ def rescore_run(run_dir):
     new["rescored_from"] = {"final_accuracy": old["final_accuracy"], "curve": old["curve"],
                             "evaluation": old.get("evaluation")}
     suite.write_json(path, new)
+    from . import confirm
+    stale = os.path.join(run_dir, confirm.FILE)   # confirmed with the old scores: the rebuild confirms again
+    if os.path.exists(stale):
+        os.remove(stale)
     return new
 
 
@@ -84,7 +88,7 @@ def rescore(out, models=None, log=print, score=True):
     """Re-score the runs of the bench in ``out`` (only ``models`` if given) and rebuild every experiment
     (``score=False``: only rebuild, from the runs' summaries as they are)."""
     results = {}
-    for name in suite.EXPERIMENTS:
+    for name in suite.EXPERIMENTS + (suite.SWEEP,):
         path = os.path.join(out, "%s.json" % name)
         if os.path.exists(path):
             with open(path) as f:
@@ -121,14 +125,15 @@ def rescore(out, models=None, log=print, score=True):
         summary["resumed"] = old.get("resumed", False)
         return summary
 
-    preset = presets.get(first["preset"])
+    preset = presets.for_result(first)
     profile = profiles.Profile(first["profile"]["name"], tuple(
         profiles.Device(d["context"], d["slowdown"], d.get("label", "")) for d in first["profile"]["devices"]))
     models_run = tuple(dict.fromkeys([m for m in preset.models if m in seconds]
                                      + [m for m in seconds if m not in preset.models]))
     budget = None if first.get("time_budgets_s") else first["time_budget_s"]  # None: the preset's per model
     return suite.run_suite(tuple(results), preset, profile, out, models=models_run, budget=budget,
-                           seed=first["seed"], command=first["command"], measure=recorded, run=finished,
+                           seeds=first.get("seeds") or [first["seed"]], command=first["command"], measure=recorded,
+                           run=finished,
                            log=log, engine=first.get("engine", "cluster"), jobs=first.get("jobs", 1),
                            wall_s=first.get("suite_wall_s"),
                            only={os.path.basename(r) for r in records})
