@@ -361,10 +361,12 @@ def execute(keys, spec_for, out, run=run_with_bar, jobs=1, resume=False, confirm
                     summary["confirmation"] = confirm_fn(run_dir, summary)
                 with lock:
                     records[key] = (summary, spec, run_dir)
-                    tqdm.write("%s: final accuracy %.4f, time to %.2f: %s" % (
+                    ttt = (summary["confirmation"] or {}).get("time_to_target_s") if "confirmation" in summary \
+                        else summary["time_to_target_s"]
+                    tqdm.write("%s: final accuracy %.4f, time to %.2f%s: %s" % (
                         run_name(key), summary["final_accuracy"], spec.target_accuracy,
-                        "%.1f s" % summary["time_to_target_s"] if summary["time_to_target_s"] is not None
-                        else "not reached"))
+                        " (confirmed on all test images)" if "confirmation" in summary else "",
+                        "%.1f s" % ttt if ttt is not None else "not reached"))
             except (JobFailed, OSError, ValueError, KeyError, ConfigError) as exc:
                 with lock:
                     failures[key] = "%s: %s" % (type(exc).__name__, exc)
