@@ -34,6 +34,7 @@ from tqdm import tqdm
 from mxhet.errors import ConfigError
 
 from . import presets, profiles, runner
+from .provenance import provenance
 from .runner import canonical
 
 MODELS = {"resnet18_v1": {"input_size": 32, "lr": 0.1}, "alexnet": {"input_size": 64, "lr": 0.1},
@@ -394,7 +395,8 @@ def write(out, command):
     rows = collect(out)
     path = os.path.join(out, "aggregation.json")
     old = json.load(open(path)) if os.path.exists(path) else {}
-    doc = {"rows": rows, "base_iter_s": BASE_ITER_S, "cluster_base_iter_s": CLUSTER_BASE_ITER_S, "models": MODELS}
+    doc = {"provenance": provenance(["mxhet-bench"] + sys.argv[1:], seeds={r.get("seed", 0) for r in rows}),
+           "rows": rows, "base_iter_s": BASE_ITER_S, "cluster_base_iter_s": CLUSTER_BASE_ITER_S, "models": MODELS}
     if "explore" in old:
         doc["explore"] = old["explore"]
     with open(path, "w") as f:

@@ -6,10 +6,13 @@ runs each needed run once and feeds every experiment from it): JSON per
 experiment, ``report.md`` and PNG figures in ``--out``. See :mod:`bench.presets`
 and :mod:`bench.profiles`.
 
-``mxhet-bench demo`` runs ESync and Sync on the same emulated cluster (by
-default 3 workers, the third 10x slower) training the small CNN on
-Fashion-MNIST, and prints time to target accuracy, final accuracy,
-throughput, per-device local iterations per round (n_i) and compute ratio.
+``mxhet-bench demo`` runs the comparison a user faces on the same emulated
+cluster (by default 3 workers, the third 10x slower) training the small CNN on
+Fashion-MNIST: ESync, Sync, one fast device alone (``local``) and Sync over
+the fast devices only (``sync-fast``), and prints time to target accuracy
+(confirmed on all 10,000 test images), final accuracy, throughput,
+per-device local iterations per round (n_i) and compute ratio, then ESync's
+speedup over Sync and over the best alternative (one seed: no interval).
 Results go to ``--out`` as JSON, with each job's log.
 """
 import argparse
@@ -28,6 +31,7 @@ from . import nodelay as nodelay_bench
 from . import preduce as preduce_bench
 from . import gcada as gcada_bench
 from .metrics import run_record
+from .provenance import provenance
 from .runner import JobFailed, JobSpec, machine_info, run_with_bar as _with_bar
 
 
@@ -55,9 +59,12 @@ def _common(parser, out, slowdown, budget, what):
 def build_parser():
     p = argparse.ArgumentParser(prog="mxhet-bench", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="experiment", required=True)
-    demo = _common(sub.add_parser("demo", help="ESync vs Sync on one emulated heterogeneous cluster"),
-                   "runs/demo", (1.0, 1.0, 10.0), 60.0, "per mode")
-    demo.add_argument("--modes", default="esync,sync", help="comma-separated modes (default %(default)s)")
+    demo = _common(sub.add_parser("demo", help="ESync vs Sync, one fast device alone and Sync over the fast "
+                                               "devices only, on one emulated heterogeneous cluster"),
+                   "runs/demo", (1.0, 1.0, 10.0), 45.0, "per mode")
+    demo.add_argument("--modes", default="esync,sync,local,sync-fast",
+                      help="comma-separated modes; local: the fastest device alone, sync-fast: Sync over the "
+                           "fastest devices only (default %(default)s)")
     demo.add_argument("--model", default="smallcnn")
     demo.add_argument("--lr", type=float, default=0.05)
     demo.add_argument("--target-accuracy", type=float, default=0.8)
@@ -76,6 +83,9 @@ def build_parser():
     dyn.add_argument("--window", type=float, default=2.5, help="seconds per line of the printed table")
     sub.add_parser("scale", add_help=False,
                    help="ESync, SSP and ADSP with 100 to 10,000 simulated devices (options: mxhet-bench scale -h)")
+    sub.add_parser("estimate", add_help=False,
+                   help="the cost of a simulator bench on this machine: predicted for whole presets (--preset) "
+                        "or estimated for a finished one (options: mxhet-bench estimate -h)")
     cp = sub.add_parser("control-plane", help="State Server: queries/s and latency under closed-loop load")
     load = cp.add_argument_group("load")
     load.add_argument("--clients", type=int, default=64, help="closed-loop client sockets (default %(default)s)")
@@ -134,13 +144,17 @@ def build_parser():
                      "curves": "Figure 3: test accuracy over time, i.i.d. and non-i.i.d.",
                      "throughput": "Figure 4: samples and bytes per second per mode",
                      "compute-ratio": "Figure 5: computing-time ratio per device per mode",
-                     "all": "every experiment above, each run once"}[name]
+                     "all": "every experiment above, each run once",
+                     "sweep": "open division: each variant's learning rate sweep on one model (sweep.json; "
+                              "the open preset's other experiments take each variant's best rate from it)"}[name]
         e = sub.add_parser(name, help=help_text)
         e.add_argument("--preset", default="cpu", choices=sorted(presets.PRESETS),
                        help="smoke: pipeline check in minutes; cpu: reduced models for a CPU machine; "
-                            "paper-sim: the paper's 117x profile in virtual time, each run to the target "
-                            "(Inception-v3 only with --models); paper-sim-gpu: the same at the paper's sizes on "
-                            "a GPU; "
+                            "paper-sim: the closed division, the paper's 117x profile and lr 0.001 in virtual "
+                            "time, 3 seeds, times confirmed on all test images (Inception-v3 only with "
+                            "--models); paper-sim-open: the open division, each variant at its best lr from "
+                            "`sweep`; paper-sim-lr0.1: the earlier single-seed lr-0.1 bench; paper-sim-gpu: "
+                            "that at the paper's sizes on a GPU; "
                             "paper: the paper's sizes and 117x profile on a GPU machine (default %(default)s)")
         e.add_argument("--models", default=None, help="comma-separated models (default: the preset's)")
         e.add_argument("--modes", default=None, help="comma-separated modes, replacing each experiment's "
@@ -151,7 +165,11 @@ def build_parser():
         e.add_argument("--out", default=None, help="output directory (default runs/bench-PRESET)")
         e.add_argument("--time-budget", type=float, default=None, help="training seconds per run "
                                                                        "(default: the preset's)")
-        e.add_argument("--seed", type=int, default=0, help="seed of every run (default 0)")
+        seeds = e.add_mutually_exclusive_group()
+        seeds.add_argument("--seed", type=int, default=None, help="one seed for every run (default: the preset's)")
+        seeds.add_argument("--seeds", default=None,
+                           help="comma-separated seeds for every model, e.g. 0,1,2 (default: the preset's: "
+                                "paper-sim runs 0,1,2, the ResNet-50s 0)")
         e.add_argument("--engine", choices=["cluster", "sim"], default=None,
                        help="cluster: real processes on this machine; sim: python -m mxhet.sim in virtual "
                             "time (default: the preset's, cluster but for paper-sim and paper-sim-gpu)")
@@ -164,7 +182,7 @@ def build_parser():
     return p
 
 
-EXPERIMENT_NAMES = ("table1", "curves", "throughput", "compute-ratio", "all")
+EXPERIMENT_NAMES = ("table1", "curves", "throughput", "compute-ratio", "all", "sweep")
 
 
 def _names(text, known, what):
@@ -186,7 +204,11 @@ def run_paper_experiment(args):
         preset = presets.get(args.preset)
         profile = profiles.load(args.profile or preset.profile)
         model_list = _names(args.models, MODEL_NAMES, "models") if args.models else None
-        mode_list = _names(args.modes, tuple(mode_names()), "modes") if args.modes else None
+        mode_list = (_names(args.modes, tuple(mode_names()) + presets.VARIANTS[1:], "modes")
+                     if args.modes else None)
+        seed_list = _ints(args.seeds, "seeds") if args.seeds else None
+        if args.seeds is not None and not seed_list:
+            raise ConfigError("--seeds is empty")
         if args.time_budget is not None and not args.time_budget > 0:
             raise ConfigError("--time-budget must be > 0 seconds")
         if args.jobs < 1:
@@ -195,10 +217,13 @@ def run_paper_experiment(args):
             raise ConfigError("--jobs %d: only simulator runs may share the machine (the cluster's timings "
                               "would not be the emulated ones); use --engine sim or --jobs 1" % args.jobs)
         experiments = suite.EXPERIMENTS if args.experiment == "all" else (args.experiment,)
+        if args.experiment == suite.SWEEP and not preset.lr_sweep:
+            raise ConfigError("preset %s has no learning-rate sweep; use --preset paper-sim-open" % preset.name)
         out = args.out or os.path.join("runs", "bench-%s" % preset.name)
         started = time.time()
         result = suite.run_suite(experiments, preset, profile, out, models=model_list, modes=mode_list,
-                                 budget=args.time_budget, seed=args.seed, command=["mxhet-bench"] + sys.argv[1:],
+                                 budget=args.time_budget, seed=args.seed, seeds=seed_list,
+                                 command=["mxhet-bench"] + sys.argv[1:],
                                  engine=args.engine, jobs=args.jobs, resume=args.resume)
     except ConfigError as exc:
         print("mxhet-bench: error: %s" % exc, file=sys.stderr)
@@ -222,7 +247,7 @@ def format_table(records, target):
             "n_i per device", "compute ratio per device"]
     rows = [head]
     for r in records:
-        rows.append([r["mode"], _fmt_time(r["time_to_target_s"]), "%.4f" % r["final_accuracy"],
+        rows.append([r.get("variant", r["mode"]), _fmt_time(r["time_to_target_s"]), "%.4f" % r["final_accuracy"],
                      "%.0f" % r["samples_per_s"], "%.2f" % (r["bytes_per_s"] / 1e6),
                      " ".join("%.1f" % x for x in r["local_iters_mean"]),
                      " ".join("%.2f" % x for x in r["compute_ratio"])])
@@ -232,8 +257,27 @@ def format_table(records, target):
     return "\n".join(lines)
 
 
+def best_alternative_line(records, target):
+    """ESync against the variant other than ESync that reached ``target`` soonest (one seed: no interval)."""
+    from . import report
+    by_variant = {r.get("variant", r["mode"]): r for r in records}
+    es = by_variant.get("esync")
+    others = [r for v, r in by_variant.items() if v != "esync" and r["time_to_target_s"] is not None]
+    if not es or not others:
+        return ""
+    best = min(others, key=lambda r: r["time_to_target_s"])
+    value, kind = report.speedup(es, best)
+    name = report.VARIANT_NAMES.get(best.get("variant", best["mode"]), best["mode"])
+    if kind == "measured":
+        verdict = "faster" if value > 1 else "slower"
+        return ("Best alternative: %s reached %.2f in %.1f s; ESync is %.2fx %s (one seed: no interval)."
+                % (name, target, best["time_to_target_s"], value if value > 1 else 1 / value, verdict))
+    return "Best alternative: %s reached %.2f in %.1f s; ESync did not reach it." % (
+        name, target, best["time_to_target_s"])
+
+
 def speedup_line(records, target):
-    by_mode = {r["mode"]: r for r in records}
+    by_mode = {r.get("variant", r["mode"]): r for r in records}
     es, sy = by_mode.get("esync"), by_mode.get("sync")
     if not es or not sy:
         return ""
@@ -250,26 +294,42 @@ def speedup_line(records, target):
 def run_demo(args):
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     from mxhet.modes import get_mode
+
+    from . import confirm
     for m in modes:
-        get_mode(m)  # fail early on an unknown name
-    specs = [JobSpec(mode=m, slowdowns=args.slowdown, model=args.model, time_budget=args.time_budget,
-                     lr=args.lr, dist=args.dist, target_accuracy=args.target_accuracy, seed=args.seed)
-             for m in modes]
+        if m != presets.FAST_SYNC:
+            get_mode(m)  # fail early on an unknown name
+    fastest = min(args.slowdown)
+
+    def devices(mode):
+        if mode == presets.STANDALONE:
+            return (fastest,)
+        if mode == presets.FAST_SYNC:
+            return tuple(f for f in args.slowdown if f == fastest)
+        return args.slowdown
+    specs = [(m, JobSpec(mode="sync" if m == presets.FAST_SYNC else m, slowdowns=devices(m), model=args.model,
+                         time_budget=args.time_budget, lr=args.lr, dist=args.dist,
+                         target_accuracy=args.target_accuracy, seed=args.seed)) for m in modes]
     os.makedirs(args.out, exist_ok=True)
-    print("mxhet-bench demo: %d workers, slowdown %s, model %s, %g s of training per mode"
+    print("mxhet-bench demo: %d workers, slowdown %s, model %s, %g s of training per run"
           % (len(args.slowdown), ",".join("%g" % f for f in args.slowdown), args.model, args.time_budget))
     records, failures = [], []
     started = time.time()
-    for spec in specs:
-        out_dir = os.path.join(args.out, spec.mode)
+    for variant, spec in specs:
+        out_dir = os.path.join(args.out, variant)
         try:
-            summary = _with_bar(spec, out_dir, "%-6s" % spec.mode)
-        except JobFailed as exc:
-            failures.append({"mode": spec.mode, "error": str(exc)})
+            summary = _with_bar(spec, out_dir, "%-9s" % variant)
+            confirmation = confirm.ensure(out_dir, summary)   # the time to target on all test images
+        except (JobFailed, ConfigError) as exc:
+            failures.append({"mode": variant, "error": str(exc)})
             tqdm.write("FAILED: %s" % exc, file=sys.stderr)
             continue
-        records.append(run_record(summary))
+        record = run_record(summary)
+        record.update(variant=variant, curve_time_to_target_s=record["time_to_target_s"],
+                      time_to_target_s=confirmation["time_to_target_s"], confirmation=confirmation)
+        records.append(record)
     result = {"experiment": "demo", "command": sys.argv, "machine": machine_info(),
+              "provenance": provenance(["mxhet-bench"] + sys.argv[1:], seeds=[args.seed]),
               "profile": {"slowdown": list(args.slowdown), "contexts": ["cpu"] * len(args.slowdown)},
               "target_accuracy": args.target_accuracy, "seed": args.seed, "runs": records,
               "failures": failures, "started_unix": started}
@@ -277,9 +337,12 @@ def run_demo(args):
         json.dump(result, f, indent=1)
     print()
     print(format_table(records, args.target_accuracy))
-    line = speedup_line(records, args.target_accuracy)
-    if line:
-        print(line)
+    for line in (speedup_line(records, args.target_accuracy), best_alternative_line(records, args.target_accuracy)):
+        if line:
+            print(line)
+    curve_samples = next((r["evaluation"]["curve_samples"] for r in records if r.get("evaluation")), None)
+    print("Times to %.2f are confirmed on all test images (the curve scores %s per point); one seed."
+          % (args.target_accuracy, curve_samples or "a subset"))
     print("results: %s" % os.path.join(args.out, "demo.json"))
     return 1 if failures else 0
 
@@ -311,6 +374,7 @@ def run_epsilon(args):
                      record["local_iters_mean"], record["final_accuracy"]])
     with open(os.path.join(args.out, "epsilon.json"), "w") as f:
         json.dump({"experiment": "epsilon", "command": sys.argv, "machine": machine_info(),
+                   "provenance": provenance(["mxhet-bench"] + sys.argv[1:], seeds=[args.seed]),
                    "profile": {"slowdown": list(args.slowdown)}, "runs": runs, "failures": failures}, f, indent=1)
     print("\neps (s)  compute ratio per device  push/pull wait per round (ms)  rounds  n_i per device  final acc")
     for eps, ratio, wait, rounds, n_i, acc in rows:
@@ -321,10 +385,11 @@ def run_epsilon(args):
     return 1 if failures else 0
 
 
-def _write(out, name, payload):
+def _write(out, name, payload, seeds=()):
     path = os.path.join(out, name)
     with open(path, "w") as f:
-        json.dump(dict(payload, command=sys.argv, machine=machine_info()), f, indent=1)
+        json.dump(dict(payload, command=sys.argv, machine=machine_info(),
+                       provenance=provenance(["mxhet-bench"] + sys.argv[1:], seeds=seeds)), f, indent=1)
     return path
 
 
@@ -355,7 +420,7 @@ def run_acks(args):
             runs.append(record)
             rows.append(record)
     path = _write(args.out, "acks.json", {"experiment": "acks", "profile": {"slowdown": list(args.slowdown)},
-                                          "runs": runs, "failures": failures})
+                                          "runs": runs, "failures": failures}, seeds=[args.seed])
     print("\nack       delay  compute ratio per device  blocked per round (ms)  aborted   rounds  final acc")
     for r in rows:
         print("%-9s %3g ms  %-25s %-23s %-9s %-7d %.4f" % (
@@ -400,7 +465,7 @@ def run_dynamic(args):
                        "slowest_slot": slot_of.get(workers[0]["round_slowest"][t])})
     path = _write(args.out, "dynamic.json", {"experiment": "dynamic", "schedule": args.schedule,
                                              "profile": {"slowdown": list(args.slowdown)}, "rounds": rounds,
-                                             "run": run_record(summary)})
+                                             "run": run_record(summary)}, seeds=[args.seed])
     print("\nschedule %s, base slowdown %s" % (args.schedule, ",".join("%g" % f for f in args.slowdown)))
     print(format_dynamic(rounds, args.window))
     print("results: %s" % path)
@@ -489,6 +554,9 @@ def main(argv=None):
     if raw[:1] == ["scale"]:  # its own parser (bench/scale.py)
         from . import scale
         return scale.main(raw[1:])
+    if raw[:1] == ["estimate"]:  # its own parser (bench/estimate.py)
+        from . import estimate
+        return estimate.main(raw[1:])
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, _terminate)

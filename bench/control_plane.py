@@ -634,9 +634,12 @@ def run_experiment(configs, out, baseline="", profile_registered=(), profile_dur
                                                    count)))
     finally:
         shutil.rmtree(keys, ignore_errors=True)
+    from .provenance import provenance
     from .runner import machine_info
     result = {"experiment": "control-plane", "command": command or ["mxhet-bench", "control-plane"],
-              "machine": machine_info(), "baseline": baseline, "server_packages": packages,
+              "machine": machine_info(), "baseline": baseline,
+              "provenance": provenance(
+                  command or ["mxhet-bench", "control-plane"]), "server_packages": packages,
               "started_unix": started,
               "elapsed_s": round(time.time() - started, 1), "runs": runs, "profiles": profiles,
               "breakdown": breakdowns,

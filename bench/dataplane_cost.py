@@ -24,6 +24,8 @@ import statistics
 import sys
 import time
 
+from bench.provenance import provenance
+
 
 class Counters:
     bytes_pushed = bytes_pulled = 0
@@ -100,7 +102,8 @@ def main(argv=None):
     with open(os.path.join(args.out, "dataplane-cost-%s-%d.json" % (args.model, results[0]["bucket_bytes"])),
               "w") as f:
         json.dump({"experiment": "dataplane-cost", "command": ["python", "-m", "bench.dataplane_cost"] + list(
-            sys.argv[1:] if argv is None else argv), "runs": results, "profiles": profiles}, f, indent=1)
+            sys.argv[1:] if argv is None else argv), "runs": results,
+                   "provenance": provenance(["python", "-m", "bench.dataplane_cost"] + list(sys.argv[1:] if argv is None else argv)), "profiles": profiles}, f, indent=1)
     return 0
 
 

@@ -1,4 +1,9 @@
-"""``python -m bench.estimate``: how long a finished simulator bench takes on an idle machine.
+"""``mxhet-bench estimate`` (``python -m bench.estimate``): how long a simulator bench takes on an idle machine.
+
+With ``--preset`` (repeatable) it predicts a whole bench before it runs
+(:func:`predict`: every planned run at its budget, from per-model costs
+measured once, ``--costs``); otherwise it estimates a finished bench from its
+runs, as follows.
 
 A simulated run's cost is its real work: every device's iterations (a forward
 and backward pass and the local optimizer step each, plus the simulated
@@ -22,6 +27,121 @@ import os
 import subprocess
 import sys
 import tempfile
+
+from mxhet.errors import ConfigError
+
+CONFIRM_SNAPSHOTS = 10
+"""Confirming one candidate crossing on all 10,000 test images costs about 10 snapshots on 1,000 (an upper
+bound: the precise-BN pass of a snapshot does not grow with the test images)."""
+CANDIDATES = 2
+"""Candidate crossings a prediction assumes each run confirms (the first holds, or the second)."""
+
+
+def iterations_per_s(mode, slowdowns, base):
+    """Real iterations per virtual second of a run of ``mode`` on devices of these ``slowdowns``: every
+    device computes all the time in the modes without a barrier; Sync's rounds last the slowest device's
+    iteration, one iteration per device each."""
+    if mode == "sync":
+        return len(slowdowns) / (max(slowdowns) * base)
+    return sum(1.0 / (f * base) for f in slowdowns)
+
+
+def snapshot_count(preset, slowdowns, rate, budget, base):
+    """Snapshots of the global model a run takes on the preset's grid: every ``eval_slowest_share`` of the
+    slowest iteration or ``eval_growth`` of the time so far, whichever is longer, but not before
+    ``eval_min_iterations`` real iterations since the last one."""
+    t, n = 0.0, 1                                   # the first snapshot at 0
+    floor = preset.eval_interval(budget, base * max(slowdowns))
+    gate = preset.eval_min_iterations / rate if rate > 0 else 0.0
+    while True:
+        t += max(floor, preset.eval_growth * t, gate)
+        if t >= budget:
+            return n
+        n += 1
+
+
+def predict(preset, costs, jobs, models=None, seeds=None, profile=None):
+    """The cost of a whole simulator bench of ``preset`` before it runs, from measured per-model ``costs``
+    (:func:`measure`: CPU seconds of an iteration, a snapshot and the fixed part): every planned run's
+    iterations at the rate its mode computes for its whole budget (the divisions' runs do not stop at the
+    target), its snapshots on the preset's grid and, where the preset confirms, ``CANDIDATES`` confirmations
+    on all test images. ``preset.lr_sweep``: the sweep's runs are included.
+
+    Returns:
+        :func:`estimate`'s shape, with ``runs`` carrying ``model``, ``variant``, ``budget_s`` and
+        ``predicted`` True, and ``per_model_s`` (CPU seconds per model).
+
+    Raises:
+        ValueError: a model without a measured cost or a fixed base iteration.
+    """
+    from . import profiles, suite
+    profile = profile or profiles.load(preset.profile)
+    models = tuple(models or preset.default_models())
+    experiments = suite.EXPERIMENTS + ((suite.SWEEP,) if preset.lr_sweep else ())
+    planned = suite.plan(experiments, models, preset.figure_model, preset, seeds=seeds)
+    rows = []
+    for key in suite.unique_runs(planned):
+        if key.model not in costs or key.model not in preset.iteration_s:
+            raise ValueError("no measured cost or fixed base iteration for model %r" % key.model)
+        base = preset.iteration_s[key.model]
+        budget = preset.budget_of(key.model, key.mode)
+        spec = suite.job_spec(key, preset, profile, {"base_iteration_s": base, "input_size": 0}, budget,
+                              engine="sim")
+        rate = iterations_per_s(spec.mode, spec.slowdowns, base)
+        cost = costs[key.model]
+        iterations = int(rate * budget)
+        snapshots = snapshot_count(preset, spec.slowdowns, rate, budget, base)
+        parts = {"iterations_s": iterations * cost["iteration_cpu_s"],
+                 "snapshots_s": max(0, snapshots - cost["fixed_snapshots"]) * cost["snapshot_cpu_s"],
+                 "confirm_s": (CANDIDATES * CONFIRM_SNAPSHOTS * cost["snapshot_cpu_s"]) if preset.confirm else 0.0,
+                 "fixed_s": cost["fixed_cpu_s"]}
+        rows.append(dict(parts, run=suite.run_name(key), model=key.model, variant=key.mode, budget_s=budget,
+                         iterations=iterations, snapshots=snapshots, cost_s=sum(parts.values()), predicted=True))
+    total = sum(r["cost_s"] for r in rows)
+    span, slots = makespan([r["cost_s"] for r in rows], jobs)
+    per_model = {}
+    for r in rows:
+        per_model[r["model"]] = per_model.get(r["model"], 0.0) + r["cost_s"]
+    return {"preset": preset.name, "jobs": jobs, "runs": rows, "total_s": total, "makespan_s": span,
+            "slots_s": slots, "per_model_s": per_model, "costs": costs,
+            "seeds": sorted({s for m in models for s in (seeds or preset.seeds_for(m))})}
+
+
+def predict_report(results, command, costs_from):
+    """Markdown for :func:`predict` results of one or more presets."""
+    lines = ["# What the full simulator bench costs on this 2-core machine (a prediction)", "",
+             "Command: `%s`" % command, "",
+             "Per-model CPU seconds of an iteration, a snapshot (1,000 test images) and the fixed part of a run "
+             "(start-up, the first and the final evaluation on all test images) come from `%s`, measured with "
+             "the simulator on this machine, idle. Each planned run is predicted at its whole budget (the "
+             "divisions' runs go on to it): its iterations at the rate its mode computes (every device "
+             "all the time, Sync one iteration per device every slowest iteration), its snapshots on the "
+             "preset's grid, and %d confirmations on all test images of about %d snapshots each. Runs are "
+             "packed longest first onto the `--jobs` slots; a loaded machine takes longer." % (
+                 costs_from, CANDIDATES, CONFIRM_SNAPSHOTS), ""]
+    grand = 0.0
+    for result in results:
+        grand += result["makespan_s"]
+        lines += ["## Preset `%s` (seeds %s)" % (result["preset"], ", ".join(map(str, result["seeds"]))), "",
+                  "| model | runs | CPU hours | share of the makespan at `--jobs %d` (hours) |" % result["jobs"],
+                  "|---|---|---|---|"]
+        for model, cost in sorted(result["per_model_s"].items(), key=lambda kv: -kv[1]):
+            count = sum(1 for r in result["runs"] if r["model"] == model)
+            lines.append("| %s | %d | %.1f | %.1f |" % (model, count, cost / 3600.0,
+                                                         cost / result["total_s"] * result["makespan_s"] / 3600.0))
+        lines += ["", "All runs one after the other: **%.1f h**; with `--jobs %d`: **%.1f h** (slots: %s h)."
+                  % (result["total_s"] / 3600.0, result["jobs"], result["makespan_s"] / 3600.0,
+                     ", ".join("%.1f" % (x / 3600.0) for x in result["slots_s"])), "",
+                  "| run | budget (virtual s) | iterations | snapshots | total (CPU min) |", "|---|---|---|---|---|"]
+        lines += ["| %s | %.0f | %d | %d | %.1f |" % (r["run"], r["budget_s"], r["iterations"], r["snapshots"],
+                                                       r["cost_s"] / 60.0)
+                  for r in sorted(result["runs"], key=lambda r: -r["cost_s"])]
+        lines.append("")
+    if len(results) > 1:
+        lines += ["All presets, one bench after the other, `--jobs %d`: **%.1f h**." % (results[0]["jobs"],
+                                                                                    grand / 3600.0), ""]
+    return "\n".join(lines)
+
 
 def run_cost(summary, cost):
     """CPU seconds one run takes alone, with ``cost`` its model's :func:`measure`."""
@@ -176,14 +296,51 @@ def _opt_in(out):
     return ()
 
 
+def main_predict(args, argv):
+    """``--preset``: predict the cost of whole benches from the costs of an earlier estimate.json."""
+    from . import presets
+    from .provenance import provenance
+    if not args.costs:
+        raise SystemExit("python -m bench.estimate: --preset needs --costs (an estimate.json with measured costs)")
+    with open(args.costs) as f:
+        costs = json.load(f)["costs"]
+    seeds = tuple(int(x) for x in args.seeds.split(",")) if args.seeds else None
+    try:
+        results = [predict(presets.get(name), costs, args.jobs, seeds=seeds) for name in args.preset]
+    except (ValueError, ConfigError) as exc:
+        raise SystemExit("python -m bench.estimate: %s" % exc)
+    command = "mxhet-bench estimate " + " ".join(argv)
+    os.makedirs(args.out, exist_ok=True)
+    doc = {"command": command, "costs_from": args.costs, "presets": results,
+           "total_makespan_s": sum(r["makespan_s"] for r in results),
+           "provenance": provenance(["mxhet-bench", "estimate"] + list(argv), seeds=seeds or ())}
+    with open(os.path.join(args.out, "estimate.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    text = predict_report(results, command, args.costs)
+    with open(os.path.join(args.out, "estimate.md"), "w") as f:
+        f.write(text)
+    print(text)
+    return 0
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m bench.estimate", description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True, help="a finished simulator bench's output directory (with runs/)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = argparse.ArgumentParser(prog="mxhet-bench estimate", description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="a finished simulator bench's output directory (with runs/); "
+                                                "with --preset, where the prediction is written")
+    p.add_argument("--preset", action="append", default=None,
+                   help="predict the whole bench of this preset (repeatable: paper-sim, paper-sim-open) from the "
+                        "per-model costs in --costs instead of estimating a finished bench")
+    p.add_argument("--seeds", default=None, help="with --preset: every model's seeds (default: the preset's)")
     p.add_argument("--jobs", type=int, default=2, help="runs at once (default %(default)s)")
     p.add_argument("--caps", default="30,90", help="the two compute caps of the measuring runs (default %(default)s)")
     p.add_argument("--costs", default="", help="take the per-model costs from this earlier estimate.json "
                                                "instead of measuring them (models it lacks are measured)")
     args = p.parse_args(argv)
+    if args.jobs < 1:
+        raise SystemExit("python -m bench.estimate: --jobs must be >= 1, got %d" % args.jobs)
+    if args.preset:
+        return main_predict(args, argv)
     runs = load_runs(args.out)
     if not runs:
         raise SystemExit("python -m bench.estimate: no finished runs under %s/runs" % args.out)
@@ -209,9 +366,11 @@ def main(argv=None):
                    key=lambda n: (runs[n].get("mode") != "sync", n))
         costs[model] = dict(measure(runs[name], caps), run=name)
     result = estimate(runs, costs, args.jobs, opt_in=_opt_in(args.out))
-    command = "python -m bench.estimate " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m bench.estimate " + " ".join(argv)
     result.update(command=command, caps=caps,
                   eval_samples=next(iter(runs.values())).get("eval_samples", "its"))
+    from .provenance import provenance
+    result["provenance"] = provenance(["python", "-m", "bench.estimate"] + list(argv))
     with open(os.path.join(args.out, "estimate.json"), "w") as f:
         json.dump(result, f, indent=1)
     text = report(result, command)

@@ -34,6 +34,7 @@ import time
 
 import numpy as np
 
+from .provenance import provenance
 from .runner import JobFailed, JobSpec, machine_info, run_with_bar
 
 SIM_FREE_NETWORK = ("--latency-ms", "0", "--per-key-ms", "0", "--bandwidth-gbps", "1000000")
@@ -259,6 +260,7 @@ def run(args):
     result = {"experiment": "gcada", "objective": args.objective, "loss": args.loss, "cluster_loss": args.cluster_loss,
               "loss_samples": args.loss_samples,
               "batch_size": args.batch_size, "runs": [], "failures": [], "machine": machine_info(),
+              "provenance": provenance(["mxhet-bench"] + sys.argv[1:], seeds=[args.seed]),
               "command": ["mxhet-bench", "gcada"] + [a for a in getattr(args, "argv", []) if a != "gcada"],
               "started": time.time()}
     for engine in [e for e in args.engines.split(",") if e]:

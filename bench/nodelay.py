@@ -24,6 +24,7 @@ from mxhet.errors import ConfigError
 from . import profiles
 from .experiment import failures_block, run_jobs
 from .metrics import run_record
+from .provenance import provenance
 from .runner import JobSpec, machine_info
 
 TAUS = (1, 2, 4, 8, 16)
@@ -186,6 +187,7 @@ def run(args):
     rows, failures = run_jobs([(label, spec, part) for part, label, spec in runs], args.out,
                               lambda label, spec, summary, _dir, part: _row(part, label, spec, summary), width=18)
     result = {"experiment": "nodelay", "command": ["mxhet-bench"] + sys.argv[1:], "machine": machine_info(),
+              "provenance": provenance(["mxhet-bench"] + sys.argv[1:], seeds=[args.seed]),
               "settings": {k: getattr(args, k) for k in ("parts", "engines", "taus", "workers", "delay_ms",
                                                          "tau_budget", "equal_iterations", "modes", "target_budget",
                                                          "profile", "staleness", "local_steps", "base_iter", "model",

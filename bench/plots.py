@@ -1,9 +1,14 @@
 """PNG figures in the style of the ESync paper's Table 1 and Figures 3-5."""
 import os
 
-MODE_ORDER = ("sync", "async", "esync", "adsp", "ssp", "localsgd", "dcasgd", "nodelay", "local")
+MODE_ORDER = ("sync", "async", "esync", "adsp", "ssp", "localsgd", "dcasgd", "nodelay", "local", "sync-fast")
 LABELS = {"sync": "Sync", "async": "Async", "esync": "ESync", "adsp": "ADSP", "ssp": "SSP",
-          "localsgd": "Local SGD", "dcasgd": "DC-ASGD", "preduce": "Partial Reduce", "nodelay": "No-delay ASGD", "local": "Standalone"}
+          "localsgd": "Local SGD", "dcasgd": "DC-ASGD", "preduce": "Partial Reduce", "nodelay": "No-delay ASGD",
+          "local": "Standalone", "sync-fast": "Sync, fast devices only"}
+
+
+def _variant(run):
+    return run.get("variant", run["mode"])
 
 
 def _plt():
@@ -21,7 +26,17 @@ def _save(fig, path):
 
 
 def _sorted_runs(runs):
-    return sorted(runs, key=lambda r: MODE_ORDER.index(r["mode"]) if r["mode"] in MODE_ORDER else 99)
+    return sorted(runs, key=lambda r: MODE_ORDER.index(_variant(r)) if _variant(r) in MODE_ORDER else 99)
+
+
+def mean_curve(curves):
+    """``(times, mean, low, high)`` of several seeds' curves ``[[t, acc], ...]``: each interpolated onto the
+    union of their times up to the shortest run's end; low and high are the lowest and highest seed."""
+    import numpy as np
+    end = min(c[-1][0] for c in curves)
+    times = np.unique(np.concatenate([[t for t, _ in c if t <= end] for c in curves]))
+    values = np.array([np.interp(times, [t for t, _ in c], [a for _, a in c]) for c in curves])
+    return times, values.mean(axis=0), values.min(axis=0), values.max(axis=0)
 
 
 def table1(result, path):
@@ -54,11 +69,16 @@ def curves(result, path):
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
     for ax, dist in zip(axes, ("iid", "non-iid")):
-        for r in _sorted_runs([r for r in result["runs"] if r["dist"] == dist]):
-            if r["curve"]:
-                t, acc = zip(*r["curve"])
-                ax.plot(t, acc, label=LABELS.get(r["mode"], r["mode"]),
-                        linestyle="--" if r["mode"] == "local" else "-")
+        groups = {}
+        for r in _sorted_runs([r for r in result["runs"] if r["dist"] == dist and r["curve"]]):
+            groups.setdefault(_variant(r), []).append(r["curve"])
+        for variant, group in groups.items():   # one line per variant: the mean over seeds, a band min-max
+            t, acc, low, high = mean_curve(group)
+            line, = ax.plot(t, acc, label=LABELS.get(variant, variant) + (" (%d seeds)" % len(group)
+                                                                          if len(group) > 1 else ""),
+                            linestyle="--" if variant in ("local", "sync-fast") else "-")
+            if len(group) > 1:
+                ax.fill_between(t, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
         ax.axhline(result["target_accuracy"], color="gray", linewidth=0.8, linestyle=":")
         ax.set_title("%s, %s" % (result["figure_model"], "i.i.d." if dist == "iid" else "non-i.i.d."), fontsize=9)
         if result.get("engine") == "sim":  # ESync's seconds beside Sync's thousands: a log axis
@@ -77,7 +97,7 @@ def curves(result, path):
 def throughput(result, path):
     plt = _plt()
     runs = _sorted_runs(result["runs"])
-    names = [LABELS.get(r["mode"], r["mode"]) for r in runs]
+    names = [LABELS.get(_variant(r), _variant(r)) for r in runs]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     axes[0].bar(names, [r["samples_per_s"] for r in runs], color="tab:blue")
     axes[0].set_ylabel("samples per second")

@@ -29,6 +29,7 @@ from mxhet.errors import ConfigError
 
 from .experiment import RESUME, failures_block, run_dir, run_jobs
 from .metrics import run_record
+from .provenance import provenance
 from .runner import JobSpec, machine_info
 
 BASELINES = ("sync", "async", "localsgd", "esync")
@@ -311,6 +312,7 @@ def run(args):
     rows, failures = run_jobs(jobs, args.out, lambda name, _spec, summary, directory, c: row(
         name, *c, summary, directory, args.out), width=28, resume=args.resume)
     result = {"experiment": "preduce", "command": ["mxhet-bench"] + sys.argv[1:], "machine": machine_info(),
+              "provenance": provenance(["mxhet-bench"] + sys.argv[1:], seeds=[args.seed]),
               "settings": {k: getattr(args, k) for k in ("engines", "workers", "levels", "group_sizes", "weights",
                                                          "baselines", "budget", "max_iterations", "cluster_workers",
                                                          "cluster_level", "cluster_runs", "cluster_budget",

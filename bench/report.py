@@ -5,16 +5,64 @@ target, a lower bound (``> x``) when only ESync did -- Sync's whole training
 time over ESync's time to target -- an upper bound (``< x``) when only Sync
 did, and absent when neither did.
 """
+import math
 import os
 
-from . import presets
+from . import presets, stats
+
+
+def variant_of(run):
+    """The run's Table 1 variant (``sync-fast`` runs as ``sync``; older runs have no ``variant``)."""
+    return run.get("variant", run["mode"])
 
 
 def _find(runs, model, mode, dist="iid"):
     for r in runs:
-        if r["model"] == model and r["mode"] == mode and r["dist"] == dist:
+        if r["model"] == model and variant_of(r) == mode and r["dist"] == dist:
             return r
     return None
+
+
+def _find_all(runs, model, variant, dist="iid"):
+    return [r for r in runs if r["model"] == model and variant_of(r) == variant and r["dist"] == dist]
+
+
+def cell(runs):
+    """One variant of one model over its seeds: time to target (censored runs counted, see
+    :mod:`bench.stats`), final accuracy, and whether every time was confirmed on the whole test set."""
+    return {"seeds": sorted(r.get("seed", 0) for r in runs),
+            "confirmed": bool(runs) and all(r.get("confirmation") is not None for r in runs),
+            "time_to_target": stats.time_to_target([r["time_to_target_s"] for r in runs],
+                                                   [r["train_time_s"] for r in runs]),
+            "final_accuracy": stats.mean_interval([r["final_accuracy"] for r in runs]),
+            "train_time_s": stats.mean_interval([r["train_time_s"] for r in runs])}
+
+
+def speedup_over(fast_runs, slow_runs):
+    """:func:`bench.stats.speedup` of ``fast_runs`` over ``slow_runs`` (lists of run records)."""
+    return stats.speedup([r["time_to_target_s"] for r in slow_runs], [r["train_time_s"] for r in slow_runs],
+                         [r["time_to_target_s"] for r in fast_runs], [r["train_time_s"] for r in fast_runs])
+
+
+def _log_mean_time(runs):
+    """Geometric mean of the runs' times to target, a censored run at its training time."""
+    times = [r["time_to_target_s"] if r["time_to_target_s"] is not None else r["train_time_s"] for r in runs]
+    return math.exp(sum(math.log(max(t, 1e-9)) for t in times) / len(times))
+
+
+def best_alternative(runs, model):
+    """The variant a user would pick instead of ESync for ``model``: of every other variant with runs, the
+    one that reached the target on all its seeds in the shortest (geometric) mean time; if none reached it
+    on every seed, the one with the shortest mean time counting censored runs at their training time
+    (None when there is no other variant)."""
+    candidates = []
+    for variant in dict.fromkeys(variant_of(r) for r in runs if r["model"] == model and r["dist"] == "iid"):
+        if variant == "esync":
+            continue
+        mine = _find_all(runs, model, variant)
+        all_reached = all(r["time_to_target_s"] is not None for r in mine)
+        candidates.append(((not all_reached, _log_mean_time(mine)), variant))
+    return min(candidates)[1] if candidates else None
 
 
 def speedup(fast, slow):
@@ -58,13 +106,15 @@ def derived(name, result):
         for model in dict.fromkeys(r["model"] for r in runs):
             es, sy, sa = _find(runs, model, "esync"), _find(runs, model, "sync"), _find(runs, model, "local")
             value, kind = speedup(es, sy)
-            rows.append({"model": model, "speedup": value, "speedup_kind": kind,
-                         "esync_time_to_target_s": es and es["time_to_target_s"],
-                         "sync_time_to_target_s": sy and sy["time_to_target_s"],
-                         "esync_accuracy": es and es["final_accuracy"],
-                         "sync_accuracy": sy and sy["final_accuracy"],
-                         "standalone_accuracy": sa and sa["final_accuracy"],
-                         "paper": presets.PAPER_TABLE1.get(model)})
+            row = {"model": model, "speedup": value, "speedup_kind": kind,
+                   "esync_time_to_target_s": es and es["time_to_target_s"],
+                   "sync_time_to_target_s": sy and sy["time_to_target_s"],
+                   "esync_accuracy": es and es["final_accuracy"],
+                   "sync_accuracy": sy and sy["final_accuracy"],
+                   "standalone_accuracy": sa and sa["final_accuracy"],
+                   "paper": presets.PAPER_TABLE1.get(model)}
+            row.update(seed_statistics(runs, model))
+            rows.append(row)
         return {"rows": rows}
     if name == "throughput":
         model = result["figure_model"]
@@ -82,6 +132,36 @@ def derived(name, result):
             out[dist] = {"esync_over_sync": value, "kind": kind}
         return {"speedups": out}
     return {}
+
+
+def seed_statistics(runs, model):
+    """Table 1's statistics over seeds for ``model``: every variant's :func:`cell`, ESync's speedup over
+    Sync and over the best alternative (:func:`best_alternative`) with their intervals, and the variants
+    ESync loses to (its speedup over them below 1: ``significant`` where the interval's upper end is too;
+    and on final accuracy, where its mean is lower)."""
+    esync = _find_all(runs, model, "esync")
+    variants = list(dict.fromkeys(variant_of(r) for r in runs if r["model"] == model and r["dist"] == "iid"))
+    cells = {v: cell(_find_all(runs, model, v)) for v in variants}
+    best = best_alternative(runs, model)
+    over_sync = speedup_over(esync, _find_all(runs, model, "sync"))
+    over_best = speedup_over(esync, _find_all(runs, model, best)) if best else dict(
+        stats.speedup([], [], [], []))
+    loses = []
+    for v in variants:
+        if v == "esync" or not esync:
+            continue
+        sp = speedup_over(esync, _find_all(runs, model, v))
+        if sp["value"] is not None and sp["value"] < 1 and sp["kind"] in ("measured", "upper_bound"):
+            loses.append({"variant": v, "on": "time to target", "speedup": sp,
+                          "significant": sp["high"] is not None and sp["high"] < 1})
+        mine, theirs = cells["esync"]["final_accuracy"], cells[v]["final_accuracy"]
+        if mine["mean"] is not None and theirs["mean"] is not None and mine["mean"] < theirs["mean"]:
+            loses.append({"variant": v, "on": "final accuracy", "esync": mine["mean"], "other": theirs["mean"],
+                          "significant": mine["high"] is not None and theirs["low"] is not None
+                          and mine["high"] < theirs["low"]})
+    return {"variants": cells, "speedup_over_sync": over_sync, "best_alternative": best,
+            "speedup_over_best": over_best, "esync_loses_to": loses,
+            "seeds": sorted({r.get("seed", 0) for r in runs if r["model"] == model})}
 
 
 def _acc(x):
@@ -159,16 +239,30 @@ def _header(result):
     m, p = result["machine"], result["profile"]
     devices = ", ".join("%s ×%g" % (d["context"], d["slowdown"]) for d in p["devices"])
     engine = result.get("engine", "cluster")
-    lines = ["Engine: **%s" % ENGINE_TEXT[engine], "",
-             "Command: `%s`" % " ".join(os.path.basename(a) if i == 0 else a
+    prov = result.get("provenance")
+    division = {"closed": "Division: **closed** (the paper's hyperparameters: lr %s, batch %d, plain SGD).",
+                "open": "Division: **open** (each variant at its best learning rate from the sweep: %s; "
+                        "batch %d, plain SGD)."}.get(result.get("division"))
+    lines = ["Engine: **%s" % ENGINE_TEXT[engine], ""]
+    if division:
+        lrs = (", ".join("%s %g" % kv for kv in sorted(result.get("mode_lrs", {}).items()))
+               if result["division"] == "open" else
+               ", ".join(sorted({"%g" % v for v in (result.get("lrs") or {}).values() if v is not None})))
+        lines += [division % (lrs or "see the runs", result["batch_size"]), ""]
+    if prov:
+        lines += ["Provenance: commit `%s`%s, %s, seeds %s." % (
+            (prov["commit"] or "unknown")[:12], " (with uncommitted changes)" if prov["dirty"] else "",
+            prov["date"], ", ".join(map(str, prov["seeds"])) or "—"), ""]
+    lines += ["Command: `%s`" % " ".join(os.path.basename(a) if i == 0 else a
                                         for i, a in enumerate(result["command"])),
              "",
              "Machine: %s, %s cores, %d GPU(s), MXNet %s, Python %s." % (
                  m["cpu"], m["cores"], m["gpus"], m["mxnet"], m["python"]),
              "",
-             "Profile `%s` (%d devices, slowdown per device): %s. Batch %d, plain SGD, seed %d, %.0f s of "
+             "Profile `%s` (%d devices, slowdown per device): %s. Batch %d, plain SGD, seed(s) %s, %.0f s of "
              "training per run%s, target accuracy %.2f." % (
-                 p["name"], len(p["devices"]), devices, result["batch_size"], result["seed"],
+                 p["name"], len(p["devices"]), devices, result["batch_size"],
+                 ", ".join(map(str, result.get("seeds") or [result["seed"]])),
                  result["time_budget_s"], "".join(" (%s: %.0f s)" % kv
                                                   for kv in sorted((result.get("time_budgets_s") or {}).items())),
                  result["target_accuracy"]),
@@ -211,17 +305,70 @@ def _table1(result):
                    "Sync acc (ours)", "ESync acc (paper)", "Standalone acc (paper)"], rows)
 
 
+VARIANT_NAMES = {"esync": "ESync", "sync": "Sync", "local": "standalone (fastest device)",
+                 "sync-fast": "Sync, fast devices only", "async": "Async", "dcasgd": "DC-ASGD", "adsp": "ADSP",
+                 "localsgd": "local SGD", "ssp": "SSP"}
+
+
+def _seconds(summary):
+    return stats.format_interval(summary, "%.0f", " s")
+
+
+def _accuracy(summary):
+    return stats.format_interval(summary, "%.3f") if summary["n"] else "not yet measured"
+
+
+def _losses(row):
+    if not row["esync_loses_to"]:
+        return "nowhere measured"
+    return "; ".join("%s on %s%s" % (VARIANT_NAMES.get(x["variant"], x["variant"]), x["on"],
+                                      "" if x["significant"] else " (within the intervals)")
+                     for x in row["esync_loses_to"])
+
+
+def _table1_seeds(result):
+    """Table 1 over seeds: ESync's time to target and speedups with 95% intervals, the best alternative,
+    converged accuracies and where ESync loses; then every variant's cell."""
+    head = ["Model", "seeds", "ESync to %.1f" % result["target_accuracy"], "vs Sync", "best alternative",
+            "vs best alternative", "ESync acc", "standalone acc", "Sync (fast only) acc", "ESync loses to"]
+    rows, cells = [], []
+    for r in result["rows"]:
+        paper = r["paper"] or {}
+        v = r["variants"]
+        missing = {"n": 0}
+        rows.append([paper.get("name", r["model"]), ",".join(map(str, r["seeds"])),
+                     _seconds(v["esync"]["time_to_target"]) if "esync" in v else "not yet measured",
+                     stats.format_speedup(r["speedup_over_sync"]),
+                     VARIANT_NAMES.get(r["best_alternative"], r["best_alternative"] or "—"),
+                     stats.format_speedup(r["speedup_over_best"]),
+                     _accuracy(v.get("esync", {}).get("final_accuracy", missing)),
+                     _accuracy(v.get("local", {}).get("final_accuracy", missing)),
+                     _accuracy(v.get("sync-fast", {}).get("final_accuracy", missing)), _losses(r)])
+        for variant, c in v.items():
+            cells.append([paper.get("name", r["model"]), VARIANT_NAMES.get(variant, variant),
+                          ",".join(map(str, c["seeds"])), "%d/%d" % (c["time_to_target"]["reached"] or 0,
+                                                                     len(c["seeds"])),
+                          _seconds(c["time_to_target"]), _accuracy(c["final_accuracy"]),
+                          "%.0f s" % c["train_time_s"]["mean"], "yes" if c["confirmed"] else "no"])
+    return (_table(head, rows) + "\n\n" +
+            _table(["Model", "variant", "seeds", "reached", "time to %.1f (mean [95%% interval])"
+                    % result["target_accuracy"], "final accuracy (all test images)", "budget",
+                    "confirmed on all test images"], cells))
+
+
 def _runs_table(result):
     rows = []
     for r in result["runs"]:
         reached = _t(r["time_to_target_s"])
+        if r.get("confirmation") and r["time_to_target_s"] != r.get("curve_time_to_target_s"):
+            reached += " (1,000-image curve: %s)" % _t(r.get("curve_time_to_target_s"))
         if r["time_to_target_s"] is None and r.get("stopped_at_cap_s") is not None:
             reached = "not reached (compute cap at %.0f s)" % r["stopped_at_cap_s"]
-        rows.append([r["model"], r["mode"], r["dist"], reached, _acc(r["final_accuracy"]),
+        rows.append([r["model"], variant_of(r), r["dist"], r.get("seed", 0), reached, _acc(r["final_accuracy"]),
                      "%.0f" % r["samples_per_s"], "%.2f" % (r["bytes_per_s"] / 1e6),
                      " ".join("%.2f" % x for x in r["compute_ratio"]),
                      " ".join("%.1f" % x for x in r["local_iters_mean"])])
-    return _table(["model", "mode", "data", "time to %.1f" % result["target_accuracy"], "final acc",
+    return _table(["model", "mode", "data", "seed", "time to %.1f" % result["target_accuracy"], "final acc",
                    "samples/s", "MB/s", "compute ratio per device", "local iterations per round"], rows)
 
 
@@ -238,7 +385,17 @@ def markdown(results, out_dir):
     """The Markdown report of one ``mxhet-bench`` invocation."""
     first = next(iter(results.values()))
     lines = ["# mxhet-bench: preset `%s`" % first["preset"], "", _header(first), ""]
-    if "table1" in results:
+    if "table1" in results and len(results["table1"].get("seeds") or [0]) > 1:
+        lines += ["## Table 1: ESync against Sync and against the best alternative, over seeds", "",
+                  "Times to target: the first snapshot whose accuracy reaches the target on all test images "
+                  "(candidates from the curve, confirmed in order), mean over seeds with a 95% Student-t "
+                  "interval; a seed that never reached it counts at its training time and makes the mean a "
+                  "lower bound (`>`, with how many reached). Speedups: ratio of geometric mean times, with "
+                  "Welch's 95% interval on log times (see bench/stats.py). The best alternative is the "
+                  "variant other than ESync that reached the target fastest. Accuracies: the final model on "
+                  "all test images, at the common budget.", "",
+                  _table1_seeds(results["table1"]), ""]
+    elif "table1" in results:
         lines += ["## Table 1: speedup of ESync over Sync and final accuracy", "",
                   "Speedup: Sync's time to the target over ESync's. `> x` means Sync did not reach the target "
                   "within its run, and x is its whole training time over ESync's time (a lower bound).", "",
@@ -275,6 +432,17 @@ def markdown(results, out_dir):
                   "communication, per device in profile order.", ""]
         if os.path.exists(os.path.join(out_dir, "fig5-compute-ratio.png")):
             lines += ["![Figure 5](fig5-compute-ratio.png)", ""]
+    if "sweep" in results:
+        r = results["sweep"]
+        rows = [[VARIANT_NAMES.get(variant_of(x), variant_of(x)), "%g" % x["lr"], _t(x["time_to_target_s"]),
+                 _acc(x["final_accuracy"]), "best" if r.get("best_lrs", {}).get(variant_of(x)) == x["lr"] else ""]
+                for x in sorted(r["runs"], key=lambda x: (variant_of(x), x["lr"]))]
+        lines += ["## Learning-rate sweep (open division)", "",
+                  "Each variant's best learning rate on %s, one seed: the shortest time to %.1f confirmed on "
+                  "all test images, else the best final accuracy. The open division's runs use it for every "
+                  "model." % (", ".join(sorted({x["model"] for x in r["runs"]})), r["target_accuracy"]), "",
+                  _table(["variant", "lr", "time to %.1f" % r["target_accuracy"], "final accuracy", ""], rows),
+                  ""]
     seen, all_runs = set(), []
     for result in results.values():
         for run in result["runs"]:

@@ -20,20 +20,17 @@ from mxhet.errors import ConfigError
 from . import presets, profiles, suite
 
 
-def rescore_run(run_dir):
-    """Score ``run_dir``'s snapshots again (in this process) and rewrite its summary.json."""
+def evaluation_setup(old, run_dir):
+    """What :func:`mxhet.train.evaluate_run` needs to score the snapshots of the run in ``run_dir`` whose
+    summary is ``old``, on a network of its own (freshly built, never trained, in this process):
+    ``(args, config, net, train_set)``."""
     import mxnet as mx
 
-    from mxhet import data, train
+    from mxhet import data
+    from mxhet.evaluation import evaluation_network
     from mxhet.config import WorkerConfig
     from mxhet.evaluation import DEFAULT_BN_BATCHES
 
-    path = os.path.join(run_dir, "summary.json")
-    with open(path) as f:
-        old = json.load(f)
-    snapshots = sorted(glob.glob(os.path.join(run_dir, "snapshots", "*.params")))
-    if len(snapshots) != len(old["curve"]):
-        raise ConfigError("%s: %d snapshots for %d curve points" % (run_dir, len(snapshots), len(old["curve"])))
     args = argparse.Namespace(
         model=old["model"], norm=old.get("norm") or "batch", input_size=old["input_size"],
         batch_size=old["batch_size"], dist=old["dist"],
@@ -41,17 +38,48 @@ def rescore_run(run_dir):
         loss=old.get("loss") or "softmax",
         eval_samples=old["eval_samples"], final_eval_samples=0, bn_batches=DEFAULT_BN_BATCHES, data_dir=None,
         metrics_out=run_dir)
+    net = evaluation_network(args.model, args.input_size, args.norm, mx.cpu())
     images, labels = data.load_fashion_mnist("train")
-    config = WorkerConfig(num_slots=old["num_workers"])
+    return args, WorkerConfig(num_slots=old["num_workers"]), net, (images, labels)
+
+
+def snapshot_paths(run_dir, old):
+    """The snapshot files of the run in ``run_dir``, one per point of its curve, in order.
+
+    Raises:
+        ConfigError: when they do not match the curve of its summary ``old``.
+    """
+    snapshots = sorted(glob.glob(os.path.join(run_dir, "snapshots", "*.params")))
+    if len(snapshots) != len(old["curve"]):
+        raise ConfigError("%s: %d snapshots for %d curve points" % (run_dir, len(snapshots), len(old["curve"])))
+    return snapshots
+
+
+def rescore_run(run_dir):
+    """Score ``run_dir``'s snapshots again (in this process) and rewrite its summary.json."""
+    import mxnet as mx
+
+    from mxhet import train
+
+    path = os.path.join(run_dir, "summary.json")
+    with open(path) as f:
+        old = json.load(f)
+    snapshots = snapshot_paths(run_dir, old)
+    args, config, net, train_set = evaluation_setup(old, run_dir)
     times = [t for t, _ in old["curve"]]
     new = train.evaluate_run(args, config, old["mode"], list(zip(times, snapshots)), mx.cpu(),
-                             args.input_size, old["train_time_s"], old["train_loss"], train_set=(images, labels))
+                             args.input_size, old["train_time_s"], old["train_loss"], train_set=train_set,
+                             eval_net=net)
     for key in ("engine", "time_unit", "sim"):
         if key in old:
             new[key] = old[key]
     new["rescored_from"] = {"final_accuracy": old["final_accuracy"], "curve": old["curve"],
                             "evaluation": old.get("evaluation")}
     suite.write_json(path, new)
+    from . import confirm
+    stale = os.path.join(run_dir, confirm.FILE)   # confirmed with the old scores: the rebuild confirms again
+    if os.path.exists(stale):
+        os.remove(stale)
     return new
 
 
@@ -59,7 +87,7 @@ def rescore(out, models=None, log=print, score=True):
     """Re-score the runs of the bench in ``out`` (only ``models`` if given) and rebuild every experiment
     (``score=False``: only rebuild, from the runs' summaries as they are)."""
     results = {}
-    for name in suite.EXPERIMENTS:
+    for name in suite.EXPERIMENTS + (suite.SWEEP,):
         path = os.path.join(out, "%s.json" % name)
         if os.path.exists(path):
             with open(path) as f:
@@ -96,14 +124,15 @@ def rescore(out, models=None, log=print, score=True):
         summary["resumed"] = old.get("resumed", False)
         return summary
 
-    preset = presets.get(first["preset"])
+    preset = presets.for_result(first)
     profile = profiles.Profile(first["profile"]["name"], tuple(
         profiles.Device(d["context"], d["slowdown"], d.get("label", "")) for d in first["profile"]["devices"]))
     models_run = tuple(dict.fromkeys([m for m in preset.models if m in seconds]
                                      + [m for m in seconds if m not in preset.models]))
     budget = None if first.get("time_budgets_s") else first["time_budget_s"]  # None: the preset's per model
     return suite.run_suite(tuple(results), preset, profile, out, models=models_run, budget=budget,
-                           seed=first["seed"], command=first["command"], measure=recorded, run=finished,
+                           seeds=first.get("seeds") or [first["seed"]], command=first["command"], measure=recorded,
+                           run=finished,
                            log=log, engine=first.get("engine", "cluster"), jobs=first.get("jobs", 1),
                            wall_s=first.get("suite_wall_s"),
                            only={os.path.basename(r) for r in records})

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 
+from .provenance import provenance
 from .runner import JobFailed, JobSpec, machine_info, run_job
 
 
@@ -245,7 +246,8 @@ def main(argv=None):
     if args.client_only:
         costs = client_costs()
         with open(os.path.join(out, "client-costs.json"), "w") as f:
-            json.dump(dict(costs, command=sys.argv, machine=machine_info()), f, indent=1)
+            json.dump(dict(costs, command=sys.argv, machine=machine_info(), provenance=provenance()), f,
+                      indent=1)
         for name in ("blocking_query_s", "delayed_send_query_s", "delayed_poll_s", "send_reset_s"):
             c = costs[name]
             print("%-22s p50 %7.1f µs  p90 %7.1f µs  p99 %7.1f µs  mean %7.1f µs" % (
@@ -299,6 +301,7 @@ def main(argv=None):
         f.write(format_report(results, args.model, slowdowns, args.time_budget))
     with open(os.path.join(out, "round-cost.json"), "w") as f:
         json.dump({"experiment": "round-cost", "command": sys.argv, "machine": machine_info(),
+                   "provenance": provenance(seeds=[args.seed] if hasattr(args, "seed") else ()),
                    "model": args.model, "slowdown": list(slowdowns), "time_budget": args.time_budget,
                    "runs": results}, f, indent=1)
     return 0

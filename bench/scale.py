@@ -449,10 +449,13 @@ def main(argv=None):
                            "%.1f µs/handle  %.0f MB" % (mode, n, record["wall_s"], record["cpu_s"],
                                                         record["cpu_per_round_s"] or 0, record["decisions_per_cpu_s"],
                                                         record["handle_us_per_decision"], record["peak_rss_mb"]))
+    from .provenance import provenance
     from .runner import machine_info
     command = "mxhet-bench scale " + " ".join(argv if argv is not None else sys.argv[1:])
     with open(os.path.join(args.out, "scale.json"), "w") as f:
         json.dump({"experiment": "scale", "command": command, "machine": machine_info(), "runs": records,
+                   "provenance": provenance(["mxhet-bench", "scale"] + list(argv if argv is not None
+                                                                              else sys.argv[1:])),
                    "unfinished": unfinished}, f, indent=1)
     text = report(records, command) + "".join("\n%s with %d devices did not finish within %.0f wall seconds.\n"
                                               % (u["mode"], u["devices"], u["timeout_s"]) for u in unfinished)

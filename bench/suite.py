@@ -21,44 +21,100 @@ from mxhet.errors import ConfigError
 
 from . import calibrate, presets, runner
 from .metrics import run_record
+from .provenance import provenance
 from .runner import JobFailed, JobSpec, machine_info, run_with_bar
 
 EXPERIMENTS = ("table1", "curves", "throughput", "compute-ratio")
+SWEEP = "sweep"
+"""The open division's learning-rate sweep (not part of ``all``: the other experiments need its result)."""
 ENGINES = ("cluster", "sim")
 
-RunKey = collections.namedtuple("RunKey", "model mode dist")
+RunKey = collections.namedtuple("RunKey", "model mode dist seed lr", defaults=(0, None))
+"""One run: ``mode`` is a mode or a variant (:data:`bench.presets.VARIANTS`); ``lr`` None: the preset's."""
 
 
 def run_name(key):
-    return "%s-%s-%s" % key
+    """``model-mode-dist``, then ``-lrX`` for a sweep's run and ``-seedN`` for seeds other than 0 (seed 0
+    keeps the name earlier single-seed benches used, so that ``--resume`` keeps their runs)."""
+    name = "%s-%s-%s" % tuple(key[:3])
+    if key.lr is not None:
+        name += "-lr%g" % key.lr
+    return name + ("-seed%d" % key.seed if key.seed else "")
 
 
-def plan(experiments, table_models, figure_model, preset, modes=None):
-    """``{experiment: [RunKey, ...]}``; ``modes`` (if given) replaces each experiment's modes.
+def plan(experiments, table_models, figure_model, preset, modes=None, seeds=None):
+    """``{experiment: [RunKey, ...]}``; ``modes`` (if given) replaces each experiment's modes, ``seeds``
+    (if given) every model's seeds.
 
-    Table 1 runs the table modes and the standalone run for every model;
-    Figure 3 the curve modes on both distributions and the standalone run;
-    Figures 4 and 5 every distributed mode, i.i.d., on the figure model.
+    Table 1 runs the table variants and the standalone run for every model,
+    once per seed; Figure 3 the curve variants on both distributions and the
+    standalone run; Figures 4 and 5 every distributed mode, i.i.d., on the
+    figure model, with its first seed; the sweep (open division) each of its
+    modes at each of its learning rates on its model, first seed.
     """
     def chosen(default):
         return tuple(m for m in (modes or default))
+
+    def seeds_of(model, dist="iid"):
+        return tuple(seeds) if seeds else preset.seeds_for(model, dist)
 
     out = {}
     for name in experiments:
         keys = []
         if name == "table1":
             for model in table_models:
-                keys += [RunKey(model, m, "iid") for m in chosen(preset.table_modes + (presets.STANDALONE,))]
+                keys += [RunKey(model, m, "iid", s) for m in chosen(preset.table_modes_for(model)
+                                                                     + (presets.STANDALONE,))
+                         for s in seeds_of(model)]
         elif name == "curves" and figure_model:
             for dist in ("iid", "non-iid"):
-                keys += [RunKey(figure_model, m, dist) for m in chosen(preset.curve_modes + (presets.STANDALONE,))
-                         if not (m == presets.STANDALONE and dist != "iid")]  # one device has no split
+                keys += [RunKey(figure_model, m, dist, s)
+                         for m in chosen(preset.curve_modes + (presets.STANDALONE,))
+                         if not (m == presets.STANDALONE and dist != "iid")  # one device has no split
+                         for s in seeds_of(figure_model, dist)]
         elif name in ("throughput", "compute-ratio") and figure_model:
-            keys += [RunKey(figure_model, m, "iid") for m in chosen(preset.modes)]
+            keys += [RunKey(figure_model, m, "iid", seeds_of(figure_model)[0]) for m in chosen(preset.modes)]
+        elif name == SWEEP:
+            sweep = preset.lr_sweep
+            if not sweep:
+                raise ConfigError("preset %r has no learning-rate sweep (the open division's has)" % preset.name)
+            keys += [RunKey(sweep["model"], m, "iid", seeds_of(sweep["model"])[0], lr)
+                     for m in chosen(sweep["modes"]) for lr in sweep["lrs"]]
         elif name not in EXPERIMENTS:
             raise ConfigError("unknown experiment %r" % name)
         out[name] = keys
     return out
+
+
+def best_lrs(result):
+    """variant -> the best learning rate of a sweep's result: the shortest confirmed time to the target,
+    else (no rate reached it) the best final accuracy."""
+    best = {}
+    for run in result["runs"]:
+        variant = run.get("variant", run["mode"])
+        t = run["time_to_target_s"]
+        rank = (0, t) if t is not None else (1, -run["final_accuracy"])
+        if variant not in best or rank < best[variant][0]:
+            best[variant] = (rank, run["lr"])
+    return {v: lr for v, (_, lr) in best.items()}
+
+
+def sweep_lrs(preset, out):
+    """The open division's learning rates: ``preset`` with ``mode_lrs`` from ``out/sweep.json``.
+
+    Raises:
+        ConfigError: when the sweep has not been run (or not for this preset).
+    """
+    path = os.path.join(out, "%s.json" % SWEEP)
+    if not os.path.exists(path):
+        raise ConfigError("preset %s takes each variant's learning rate from its sweep, and %s does not exist: "
+                          "run `mxhet-bench sweep --preset %s --out %s` first" % (preset.name, path, preset.name,
+                                                                                   out))
+    with open(path) as f:
+        result = json.load(f)
+    if result.get("preset") != preset.name:
+        raise ConfigError("%s is a sweep of preset %r, not %r" % (path, result.get("preset"), preset.name))
+    return dataclasses.replace(preset, mode_lrs=dict(preset.mode_lrs, **result["best_lrs"]))
 
 
 def unique_runs(planned):
@@ -132,22 +188,30 @@ def calibrate_models(preset, profile, models, budget, measure=calibrate.measure,
     return calibration, skipped
 
 
-def job_spec(key, preset, profile, record, budget, seed, extra_launcher=(), engine="cluster"):
-    """The job of one run, on the ``cluster`` (launcher) or the ``sim`` engine."""
+def job_spec(key, preset, profile, record, budget, seed=None, extra_launcher=(), engine="cluster"):
+    """The job of one run, on the ``cluster`` (launcher) or the ``sim`` engine (``seed``, if given,
+    replaces the key's). The standalone variant runs the fastest device alone; ``sync-fast`` runs Sync
+    over the devices of the smallest slowdown only."""
     base = record["base_iteration_s"]
+    mode = key.mode
     if key.mode == presets.STANDALONE:
         device = profile.fastest()
         slowdowns, contexts = (device.slowdown,), (device.context,)
+    elif key.mode == presets.FAST_SYNC:
+        fastest = min(d.slowdown for d in profile.devices)
+        fast = [d for d in profile.devices if d.slowdown == fastest]
+        slowdowns, contexts, mode = tuple(d.slowdown for d in fast), tuple(d.context for d in fast), "sync"
     else:
         slowdowns, contexts = profile.slowdowns, profile.contexts
     return JobSpec(
-        mode=key.mode, slowdowns=slowdowns, contexts=contexts, model=key.model, time_budget=budget,
-        batch_size=preset.batch_size, lr=preset.lrs.get(key.model, 0.05), dist=key.dist,
-        target_accuracy=preset.target_accuracy, seed=seed, input_size=record["input_size"],
+        mode=mode, slowdowns=slowdowns, contexts=contexts, model=key.model, time_budget=budget,
+        batch_size=preset.batch_size, lr=key.lr if key.lr is not None else preset.lr_for(key.model, key.mode),
+        dist=key.dist, seed=key.seed if seed is None else seed,
+        target_accuracy=preset.target_accuracy, input_size=record["input_size"],
         eval_interval=preset.eval_interval(budget, base * max(slowdowns)), startup_allowance=preset.startup_allowance,
-        extra_train_args=("--eval-samples", str(preset.eval_samples)) + _mode_train_args(key.mode), engine=engine,
+        extra_train_args=("--eval-samples", str(preset.eval_samples)) + _mode_train_args(mode), engine=engine,
         sim_args=_sim_args(preset, key.model, key.dist) if engine == "sim" else (),
-        launcher_args=("--base-iter", "%.6f" % base, "--omp-threads", "1") + _mode_args(key.mode, slowdowns, base,
+        launcher_args=("--base-iter", "%.6f" % base, "--omp-threads", "1") + _mode_args(mode, slowdowns, base,
                                                                                         budget)
         + tuple(extra_launcher))
 
@@ -197,6 +261,11 @@ def record_of(summary, key, spec, record, run_dir, out_dir):
     """The bench's JSON record of one finished run (``run_dir`` relative to ``out_dir``)."""
     rec = run_record(summary)
     rec["command"] = _portable(summary.get("command") or [], out_dir)
+    rec["variant"] = key.mode
+    confirmation = summary.get("confirmation")
+    if confirmation is not None:   # a time to target counts only when confirmed on the whole test set
+        rec.update(curve_time_to_target_s=rec["time_to_target_s"], time_to_target_s=confirmation["time_to_target_s"],
+                   confirmation=confirmation)
     workers = sorted(summary["workers"], key=lambda w: w["slot"])
     rec.update(standalone=key.mode == presets.STANDALONE, input_size=spec.input_size, lr=spec.lr,
                batch_size=spec.batch_size, seed=spec.seed, time_budget_s=spec.time_budget,
@@ -255,7 +324,7 @@ def finished_run(spec, run_dir):
     return summary
 
 
-def execute(keys, spec_for, out, run=run_with_bar, jobs=1, resume=False):
+def execute(keys, spec_for, out, run=run_with_bar, jobs=1, resume=False, confirm_fn=None):
     """Run every key once; returns ``(records, failures)``, both keyed by RunKey.
 
     Args:
@@ -264,6 +333,8 @@ def execute(keys, spec_for, out, run=run_with_bar, jobs=1, resume=False):
         jobs: runs at once (each its own process; for the simulator, whose runs
             are independent single processes).
         resume: keep a simulator run already finished with the same command.
+        confirm_fn: ``(run_dir, summary) -> confirmation record`` (:func:`bench.confirm.ensure`),
+            run after each run on its slot; the record goes into the summary as ``confirmation``.
 
     Raises:
         ValueError: if ``jobs`` < 1.
@@ -286,13 +357,17 @@ def execute(keys, spec_for, out, run=run_with_bar, jobs=1, resume=False):
                 summary = finished_run(spec, run_dir) if resume else None
                 if summary is None:
                     summary = run(spec, run_dir, run_name(key).ljust(width), row, False)
+                if confirm_fn is not None:
+                    summary["confirmation"] = confirm_fn(run_dir, summary)
                 with lock:
                     records[key] = (summary, spec, run_dir)
-                    tqdm.write("%s: final accuracy %.4f, time to %.2f: %s" % (
+                    ttt = (summary["confirmation"] or {}).get("time_to_target_s") if "confirmation" in summary \
+                        else summary["time_to_target_s"]
+                    tqdm.write("%s: final accuracy %.4f, time to %.2f%s: %s" % (
                         run_name(key), summary["final_accuracy"], spec.target_accuracy,
-                        "%.1f s" % summary["time_to_target_s"] if summary["time_to_target_s"] is not None
-                        else "not reached"))
-            except (JobFailed, OSError, ValueError, KeyError) as exc:
+                        " (confirmed on all test images)" if "confirmation" in summary else "",
+                        "%.1f s" % ttt if ttt is not None else "not reached"))
+            except (JobFailed, OSError, ValueError, KeyError, ConfigError) as exc:
                 with lock:
                     failures[key] = "%s: %s" % (type(exc).__name__, exc)
                     tqdm.write("FAILED %s: %s" % (run_name(key), exc), file=sys.stderr)
@@ -320,10 +395,14 @@ class SuiteResult:
     failures: int
 
 
-def run_suite(experiments, preset, profile, out, models=None, modes=None, budget=None, seed=0,
+def run_suite(experiments, preset, profile, out, models=None, modes=None, budget=None, seed=None,
               command=None, measure=calibrate.measure, run=run_with_bar, log=print, engine=None, jobs=1,
-              wall_s=None, resume=False, only=None):
+              wall_s=None, resume=False, only=None, seeds=None, confirm_fn=None):
     """Calibrate, run the union of the experiments' runs, write JSON, report and figures.
+
+    ``seeds`` (or one ``seed``) replaces the preset's seeds for every model.
+    ``confirm_fn``: how a run's time to target is confirmed on the whole test set (default, where the preset
+    confirms: :func:`bench.confirm.ensure`; a rebuild passes what was recorded).
 
     ``engine``: ``cluster`` (real processes) or ``sim`` (virtual time); default the preset's.
     ``jobs``: simulator runs at once, each with one compute thread (:func:`bench.runner.share_cores`).
@@ -334,9 +413,17 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
     from . import plots, report
 
     started = time.monotonic()
+    if seeds is None and seed is not None:
+        seeds = (seed,)
+    if preset.lr_sweep and SWEEP not in experiments:
+        preset = sweep_lrs(preset, out)   # the open division: each variant at its best learning rate
+    if confirm_fn is None and preset.confirm:
+        from . import confirm
+        confirm_fn = confirm.ensure
     models = tuple(models or preset.default_models())
     opted_out = [m for m in preset.models if m in preset.opt_in and m not in models]
     budgets = {m: budget or preset.budget_for(m) for m in set(models) | {preset.figure_model}}
+    fixed_budget = budget
     budget = budget or preset.time_budget
     engine = engine or preset.engine
     runner.share_cores(jobs, profile.contexts)
@@ -346,6 +433,9 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
     os.makedirs(out, exist_ok=True)
     needs_figures = any(e != "table1" for e in experiments)
     candidates = list(models if "table1" in experiments else ())
+    if SWEEP in experiments and preset.lr_sweep and preset.lr_sweep["model"] not in candidates:
+        candidates.append(preset.lr_sweep["model"])
+        budgets.setdefault(preset.lr_sweep["model"], fixed_budget or preset.budget_for(preset.lr_sweep["model"]))
     figure_model = preset.figure_model if preset.figure_model in models else models[0]
     if needs_figures and figure_model not in candidates:
         candidates.append(figure_model)
@@ -369,7 +459,7 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
         runnable = [m for m in models if m in calibration]
         figure_model = runnable[0] if runnable else None
     table_models = [m for m in models if m in calibration] if "table1" in experiments else []
-    planned = plan(experiments, table_models, figure_model, preset, modes)
+    planned = plan(experiments, table_models, figure_model, preset, modes, seeds)
     if only is not None:
         planned = {name: [k for k in keys if run_name(k) in only] for name, keys in planned.items()}
     keys = unique_runs(planned)
@@ -377,10 +467,13 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
     log("%d run(s) of %.0f s training each%s: %s" % (
         len(keys), budget, "".join(" (%s: %.0f s)" % kv for kv in sorted(others.items())),
         ", ".join(run_name(k) for k in keys)))
+
+    def budget_of(key):
+        return fixed_budget or preset.budget_of(key.model, key.mode)
     records, failures = execute(
-        keys, lambda k: job_spec(k, preset, profile, calibration[k.model], budgets.get(k.model, budget), seed,
-                                 engine=engine), out,
-        run=run, jobs=jobs, resume=resume)
+        keys, lambda k: job_spec(k, preset, profile, calibration[k.model], budget_of(k), engine=engine), out,
+        run=run, jobs=jobs, resume=resume, confirm_fn=confirm_fn)
+    used_seeds = sorted({k.seed for k in keys})
 
     common = {"engine": engine, "jobs": jobs, "suite_wall_s": wall_s or round(time.monotonic() - started, 1),
               "resumed_runs": sorted(run_name(k) for k, (summary, _, _) in records.items() if summary.get("resumed")),
@@ -389,9 +482,15 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
               if engine == "sim" else {},
               "non_iid_max_iterations": preset.non_iid_max_iterations if engine == "sim" else 0,
               "eval_min_iterations": preset.eval_min_iterations if engine == "sim" else 0,
-              "fixed_iterations": sorted(preset.iteration_s) if engine == "sim" else [], "command": list(command or sys.argv), "machine": machine_info(profile.contexts),
+              "fixed_iterations": sorted(preset.iteration_s) if engine == "sim" else [],
+              "command": list(command or sys.argv), "machine": machine_info(profile.contexts),
+              "provenance": provenance(command or sys.argv, used_seeds, profile.contexts),
+              "division": preset.division, "seeds": used_seeds, "confirmed": bool(confirm_fn),
+              "mode_lrs": dict(preset.mode_lrs), "lrs": {m: preset.lrs.get(m) for m in sorted(calibration)},
+              "mode_time_budgets_s": {} if fixed_budget else
+              {v: {m: b for m, b in per.items() if m in calibration} for v, per in preset.mode_time_budgets.items()},
               "profile": dict(profile.as_dict(), calibration=calibration), "target_accuracy": preset.target_accuracy,
-              "seed": seed, "time_budget_s": budget, "time_budgets_s": others, "batch_size": preset.batch_size, "figure_model": figure_model,
+              "seed": used_seeds[0] if used_seeds else 0, "time_budget_s": budget, "time_budgets_s": others, "batch_size": preset.batch_size, "figure_model": figure_model,
               "skipped": skipped}
     results, files = {}, []
     for name in experiments:
@@ -404,6 +503,8 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
                  for k in planned[name] if k in failures]
         result = dict(common, experiment=name, runs=runs, failures=fails)
         result.update(report.derived(name, result))
+        if name == SWEEP:
+            result["best_lrs"] = best_lrs(result)
         results[name] = result
         path = os.path.join(out, "%s.json" % name)
         write_json(path, result)

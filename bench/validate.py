@@ -20,6 +20,7 @@ import sys
 
 import numpy as np
 
+from .provenance import provenance
 from .runner import JobSpec, machine_info, run_with_bar
 from .suite import write_json
 
@@ -119,7 +120,8 @@ def run(cases, modes, model, budget, base_iter, out, seed=0, run_job=run_with_ba
                             "final_accuracy": {e: pair[e]["final_accuracy"] for e in pair},
                             "sim_speed": pair["sim"].get("sim", {}).get("virtual_s_per_wall_s")})
     result = {"experiment": "validate-sim", "engine": "both", "agree": all(r["agree"] for r in results),
-              "command": list(command or sys.argv), "machine": machine_info(("cpu",)), "model": model,
+              "command": list(command or sys.argv), "machine": machine_info(("cpu",)),
+              "provenance": provenance(command, seeds=[seed]), "model": model,
               "time_budget_s": budget, "base_iteration_s": base_iter, "seed": seed, "tolerances": {
                   k: "%s %g" % v for k, v in TOLERANCES.items()}, "warmup_share": WARMUP, "results": results}
     write_json(os.path.join(out, "validate-sim.json"), result)

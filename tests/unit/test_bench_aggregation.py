@@ -13,7 +13,7 @@ from bench import aggregation, presets, profiles, runner, suite
 
 
 def _paper_sim_command(model, mode, dist, out):
-    preset = presets.get("paper-sim")
+    preset = presets.get("paper-sim-lr0.1")
     record = {"base_iteration_s": preset.iteration_s[model], "input_size": preset.input_sizes[model]}
     spec = suite.job_spec(suite.RunKey(model, mode, dist), preset, profiles.BUILTIN["paper-sim"], record,
                           preset.time_budget, 0, engine="sim")

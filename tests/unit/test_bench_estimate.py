@@ -117,3 +117,25 @@ def test_costs_from_an_earlier_estimate_are_not_measured_again(tmp_path, monkeyp
     written = json.loads((tmp_path / "estimate.json").read_text())
     assert written["total_s"] == pytest.approx(20 * 0.1 + 2 * 2.0 + 10) and written["caps"] == [30, 90]
     assert "a-sync" in (tmp_path / "estimate.md").read_text()
+
+
+def test_a_whole_division_is_predicted_at_its_budgets_before_it_runs():
+    from bench import presets
+    cost = {"iteration_cpu_s": 0.1, "snapshot_cpu_s": 1.0, "fixed_cpu_s": 10.0, "fixed_snapshots": 2}
+    preset = presets.get("paper-sim")
+    result = estimate.predict(preset, {"resnet18_v1": cost}, 2, models=("resnet18_v1",))
+    runs = {r["run"]: r for r in result["runs"]}
+    base, budget = preset.iteration_s["resnet18_v1"], preset.budget_for("resnet18_v1")
+    assert runs["resnet18_v1-local-iid-seed2"]["iterations"] == int(budget / base)
+    assert runs["resnet18_v1-esync-iid"]["iterations"] == int((4 + 2 / 117.0) * budget / base)
+    sync = runs["resnet18_v1-sync-iid"]
+    assert sync["budget_s"] == presets.SYNC_BUDGET_FACTOR * budget
+    assert sync["iterations"] == int(6 / (117.0 * base) * sync["budget_s"])
+    assert sync["confirm_s"] == estimate.CANDIDATES * estimate.CONFIRM_SNAPSHOTS * 1.0
+    assert result["per_model_s"]["resnet18_v1"] == pytest.approx(result["total_s"])
+    assert result["makespan_s"] >= result["total_s"] / 2
+    open_runs = {r["run"] for r in estimate.predict(presets.get("paper-sim-open"), {"resnet18_v1": cost}, 2,
+                                                    models=("resnet18_v1",))["runs"]}
+    assert {"resnet18_v1-esync-iid-lr0.01", "resnet18_v1-sync-fast-iid-lr0.1"} <= open_runs   # the sweep's
+    with pytest.raises(ValueError, match="alexnet"):
+        estimate.predict(preset, {"resnet18_v1": cost}, 2, models=("alexnet",))

@@ -41,3 +41,14 @@ def test_dynamic_table_groups_rounds_by_time():
     assert len(lines) == 3
     assert "3.0 1.0" in lines[1] and lines[1].rstrip().endswith("1")
     assert "1.0 3.0" in lines[2] and lines[2].rstrip().endswith("0")
+
+
+def test_demo_names_the_best_alternative_and_says_when_esync_loses():
+    from bench.cli import best_alternative_line
+    es = dict(run_record(_summary("esync", 4.0, [_worker(0, 64, [3], 1.0, 1.0)])), variant="esync")
+    alone = dict(run_record(_summary("local", 2.0, [_worker(0, 64, [1], 1.0, 1.0)])), variant="local")
+    fast = dict(run_record(_summary("sync", 6.0, [_worker(0, 64, [1], 1.0, 1.0)])), variant="sync-fast")
+    line = best_alternative_line([es, alone, fast], 0.8)
+    assert "standalone (fastest device) reached 0.80 in 2.0 s" in line and "2.00x slower" in line
+    assert "sync-fast" in format_table([es, alone, fast], 0.8)
+    assert "ESync is 1.50x faster" in best_alternative_line([es, fast], 0.8)

@@ -370,3 +370,95 @@ def test_the_report_says_how_long_the_bench_took_or_that_it_ran_nothing():
     assert "keeping 1 finished run(s) (a)" in partly and "took 2 min" in partly
     kept = report._stopping_line(dict(result, resumed_runs=["a", "b"], suite_wall_s=3.0))
     assert "Every run was kept" in kept and "took" not in kept.split("This experiment")[0]
+
+
+def _seeded_summary(spec):
+    """A finished simulator run whose time to target depends on the variant and the seed."""
+    n = len(spec.slowdowns) if spec.mode != "local" else 1
+    ttt = {"esync": 100.0, "local": 60.0, "sync": 5000.0}.get(spec.mode if n != 4 else "sync-fast", 150.0)
+    ttt *= 1 + 0.1 * spec.seed
+    curve = [[0.0, 0.1], [ttt, 0.81], [spec.time_budget, 0.9]]
+    workers = [{"slot": i, "rank": i, "samples": 64, "local_iters": [1], "iterations": 10, "compute_ratio": 0.5,
+                "bytes_pushed": 1, "bytes_pulled": 1, "slowdown": spec.slowdowns[i], "rounds": 1, "context": "cpu",
+                "overruns": 0} for i in range(n)]
+    return {"model": spec.model, "mode": spec.mode, "dist": spec.dist, "time_to_target_s": ttt,
+            "final_accuracy": 0.9 if spec.mode != "esync" else 0.88, "train_time_s": spec.time_budget,
+            "curve": curve, "workers": workers, "target_accuracy": spec.target_accuracy}
+
+
+def test_closed_division_runs_every_variant_on_every_seed_and_reports_intervals(tmp_path):
+    from bench import confirm
+
+    specs = {}
+
+    def fake_run(spec, run_dir, desc, position, leave):
+        specs[os.path.basename(run_dir)] = spec
+        return _seeded_summary(spec)
+
+    def fake_confirm(run_dir, summary):   # every candidate holds on the whole test set
+        return confirm.confirm(summary, lambda i: summary["curve"][i][1])
+
+    out = str(tmp_path / "closed")
+    suite.run_suite(("table1",), presets.get("paper-sim"), profiles.load("paper-sim"), out,
+                    models=("resnet18_v1", "mobilenet1.0"), measure=lambda m, s, b, c: 0.1, run=fake_run,
+                    log=lambda *_: None, command=["mxhet-bench", "table1"], confirm_fn=fake_confirm)
+    assert {"resnet18_v1-esync-iid", "resnet18_v1-esync-iid-seed2", "mobilenet1.0-sync-fast-iid-seed1",
+            "resnet18_v1-adsp-iid-seed1"} <= set(specs)
+    assert "mobilenet1.0-adsp-iid" not in specs          # the extra baselines on ResNet-18 and AlexNet only
+    fast = specs["resnet18_v1-sync-fast-iid"]
+    assert fast.mode == "sync" and fast.slowdowns == (1.0,) * 4 and fast.lr == 0.001
+    assert "--stop-at-target" not in fast.sim_args and fast.time_budget == specs["resnet18_v1-local-iid"].time_budget
+    assert specs["resnet18_v1-sync-iid"].time_budget == presets.SYNC_BUDGET_FACTOR * fast.time_budget
+    table = json.load(open(os.path.join(out, "table1.json")))
+    prov = table["provenance"]
+    assert prov["seeds"] == [0, 1, 2] and prov["command"] == ["mxhet-bench", "table1"] and prov["date"]
+    assert {"cpu", "cores", "memory_bytes", "mxnet", "python"} <= set(prov["machine"])
+    assert table["division"] == "closed" and table["confirmed"]
+    row = next(r for r in table["rows"] if r["model"] == "resnet18_v1")
+    assert row["best_alternative"] == "local" and row["variants"]["esync"]["time_to_target"]["n"] == 3
+    assert row["speedup_over_best"]["value"] == pytest.approx(0.6) and row["speedup_over_best"]["high"] < 1
+    assert row["speedup_over_sync"]["value"] == pytest.approx(50.0)
+    assert any(x["variant"] == "local" and x["significant"] for x in row["esync_loses_to"])
+    text = open(os.path.join(out, "report.md")).read()
+    assert "vs best alternative" in text and "standalone (fastest device) on time to target" in text
+    assert "Division: **closed**" in text and "Provenance: commit" in text
+
+
+def test_open_division_takes_each_variants_best_learning_rate_from_its_sweep(tmp_path):
+    from bench import confirm
+
+    out = str(tmp_path / "open")
+    preset = presets.get("paper-sim-open")
+    with pytest.raises(ConfigError, match="mxhet-bench sweep"):
+        suite.run_suite(("table1",), preset, profiles.load("paper-sim"), out, models=("resnet18_v1",),
+                        measure=lambda m, s, b, c: 0.1, run=None, log=lambda *_: None)
+    lrs = []
+
+    def fake_run(spec, run_dir, desc, position, leave):
+        lrs.append((spec.mode, len(spec.slowdowns), spec.lr))
+        summary = _seeded_summary(spec)
+        if spec.lr != 0.03:   # 0.03 is every variant's best: the others never reach the target
+            summary.update(time_to_target_s=None, curve=[[0.0, 0.1], [spec.time_budget, 0.5]], final_accuracy=0.5)
+        return summary
+
+    def fake_confirm(run_dir, summary):
+        return confirm.confirm(summary, lambda i: summary["curve"][i][1])
+    suite.run_suite((suite.SWEEP,), preset, profiles.load("paper-sim"), out, measure=lambda m, s, b, c: 0.1,
+                    run=fake_run, log=lambda *_: None, command=["mxhet-bench", "sweep"], confirm_fn=fake_confirm)
+    assert len(lrs) == 4 * 3 and {lr for _, _, lr in lrs} == {0.01, 0.03, 0.1}
+    sweep = json.load(open(os.path.join(out, "sweep.json")))
+    assert sweep["best_lrs"] == {"esync": 0.03, "local": 0.03, "sync-fast": 0.03, "async": 0.03}
+    assert "Learning-rate sweep" in open(os.path.join(out, "report.md")).read()
+    lrs.clear()
+    suite.run_suite(("table1",), preset, profiles.load("paper-sim"), out, models=("resnet18_v1",), seeds=(0,),
+                    measure=lambda m, s, b, c: 0.1, run=fake_run, log=lambda *_: None, confirm_fn=fake_confirm)
+    assert {(mode, n): lr for mode, n, lr in lrs}[("esync", 6)] == 0.03
+    assert {(mode, n): lr for mode, n, lr in lrs}[("dcasgd", 6)] == 0.1   # not swept: the preset's rate
+
+
+def test_figure_3_averages_the_seeds_of_a_variant_on_their_common_times():
+    from bench import plots
+    t, mean, low, high = plots.mean_curve([[[0, 0.1], [10, 0.5], [20, 0.9]], [[0, 0.3], [5, 0.5], [15, 0.7]]])
+    assert list(t) == [0, 5, 10, 15]                      # up to the shorter run's end
+    assert list(mean) == pytest.approx([0.2, 0.4, 0.55, 0.7]) and list(low) == pytest.approx([0.1, 0.3, 0.5, 0.7])
+    assert list(high) == pytest.approx([0.3, 0.5, 0.6, 0.7])

@@ -74,9 +74,14 @@ def test_a_job_spec_runs_on_either_engine(tmp_path):
 def test_paper_sim_preset_is_the_papers_profile_in_virtual_time():
     preset = presets.get("paper-sim")
     profile = profiles.load(preset.profile)
-    assert preset.engine == "sim" and preset.stop_at_target
+    # the closed division: the paper's settings, every run to its budget, confirmed times, 3 seeds
+    assert preset.engine == "sim" and not preset.stop_at_target and preset.confirm and preset.division == "closed"
     assert profile.slowdowns == (117.0, 117.0, 1.0, 1.0, 1.0, 1.0) and set(profile.contexts) == {"cpu"}
     assert preset.batch_size == 64 and set(preset.models) == set(presets.PAPER_ORDER)
+    assert set(preset.lrs.values()) == {0.001} and preset.seeds == (0, 1, 2) and not preset.max_iterations
+    assert preset.budget_of("resnet18_v1", "esync") == preset.budget_of("resnet18_v1", "local")   # common budget
+    assert {"sync-fast", "local", "async", "dcasgd", "adsp", "localsgd"} <= set(
+        preset.table_modes_for("resnet18_v1") + (presets.STANDALONE,))
 
 
 def _finished(spec):
@@ -94,7 +99,8 @@ def test_every_bench_json_records_its_engine(tmp_path):
         assert spec.engine == "sim" and "--stop-at-target" in spec.sim_args
         return _finished(spec)
     out = str(tmp_path / "out")
-    suite.run_suite(("table1",), presets.get("paper-sim"), profiles.load("paper-sim"), out, models=("resnet18_v1",),
+    suite.run_suite(("table1",), presets.get("paper-sim-lr0.1"), profiles.load("paper-sim"), out,
+                    models=("resnet18_v1",),
                     measure=lambda m, s, b, c: 0.1, run=fake_run, log=lambda *_: None, command=["mxhet-bench"])
     data = json.load(open(os.path.join(out, "table1.json")))
     assert data["engine"] == "sim" and data["profile"]["calibration"]["resnet18_v1"]["base_iteration_s"] == 0.1
@@ -102,7 +108,7 @@ def test_every_bench_json_records_its_engine(tmp_path):
 
 
 def test_paper_sim_gpu_is_paper_sim_at_the_papers_sizes_on_the_gpu(tmp_path):
-    preset, cpu = presets.get("paper-sim-gpu"), presets.get("paper-sim")
+    preset, cpu = presets.get("paper-sim-gpu"), presets.get("paper-sim-lr0.1")
     assert preset.engine == "sim" and preset.stop_at_target and preset.max_iterations == cpu.max_iterations
     assert preset.input_sizes["resnet18_v1"] == 224 and preset.input_sizes["inceptionv3"] == 299
     assert preset.default_models() == presets.PAPER_ORDER and not preset.iteration_s   # measured on the GPU
@@ -120,7 +126,8 @@ def test_paper_sim_gpu_is_paper_sim_at_the_papers_sizes_on_the_gpu(tmp_path):
 
 def test_paper_sim_runs_inception_only_when_asked(tmp_path):
     """Inception-v3 is opt-in in paper-sim: the default bench leaves it out, and Table 1 says why."""
-    preset = presets.get("paper-sim")
+    preset = presets.get("paper-sim-lr0.1")
+    assert "inceptionv3" in presets.get("paper-sim").opt_in
     assert "inceptionv3" not in preset.default_models() and "inceptionv3" in preset.models
     ran = []
 
