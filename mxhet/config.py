@@ -90,6 +90,31 @@ def mx_context(text):
     return ctx
 
 
+def mx_contexts(text):
+    """The MXNet contexts of one worker from a comma-separated list of ``cpu``
+    and ``gpu(i)`` (``python -m mxhet.train --worker-contexts``): the k-th
+    ``cpu`` of the list is ``cpu(k)``, so ``cpu,cpu`` is two CPU contexts, as
+    ``[mx.cpu(0), mx.cpu(1)]`` in a Gluon script.
+
+    Raises:
+        ConfigError: for an empty list, a bad item (see :func:`mx_context`) or
+            the same GPU twice.
+    """
+    import mxnet as mx
+    items = [item.strip() for item in str(text).split(",")]
+    if not items or not all(items):
+        raise ConfigError("a worker's contexts must be a comma-separated list of cpu and gpu(i), got %r" % (text,))
+    contexts, cpus = [], 0
+    for item in items:
+        ctx = mx_context(item)
+        if ctx.device_type == "cpu":
+            ctx, cpus = mx.cpu(cpus), cpus + 1
+        elif ctx in contexts:
+            raise ConfigError("%s appears twice in the worker's contexts %r" % (item, text))
+        contexts.append(ctx)
+    return contexts
+
+
 def parse_slowdown(text):
     """Parse a slowdown factor (float >= 1).
 

@@ -45,6 +45,10 @@ def build_parser():
                         "group, disjoint across groups; needs --groups)")
     g.add_argument("--data-dir", default=None, help="Fashion-MNIST directory (default: MXHET_DATA_DIR or Debian's)")
     g.add_argument("--seed", type=int, default=0, help="seed of initialization, split and shuffling")
+    g.add_argument("--worker-contexts", default="", metavar="LIST",
+                   help="every worker trains on these contexts, e.g. cpu,cpu or cpu,gpu(0): each batch is split "
+                        "across them (split_and_load) and their gradients summed (default: the launcher's one "
+                        "context per worker, --contexts)")
     g = p.add_argument_group("optimization")
     g.add_argument("--sync", default=None, help="sync mode (default: the launcher's --sync, else local)")
     g.add_argument("--batch-size", type=int, default=64, help="samples per local iteration")
@@ -176,9 +180,27 @@ def mode_options(args, mode):
     return {name: value for name, value in offered.items() if name in takes}
 
 
-def _context(text):
-    from .config import mx_context
-    return mx_context(text)
+def worker_contexts(args, config):
+    """This worker's MXNet contexts: ``--worker-contexts``, else the launcher's one."""
+    from .config import mx_context, mx_contexts
+    return mx_contexts(args.worker_contexts) if args.worker_contexts else [mx_context(config.context)]
+
+
+def split_batch(x, y, contexts):
+    """``(data, label)`` parts of one batch, one pair per context (gluon's ``split_and_load``)."""
+    if len(contexts) == 1:
+        return [(x, y)]
+    from mxnet import gluon
+    return list(zip(gluon.utils.split_and_load(x, contexts), gluon.utils.split_and_load(y, contexts)))
+
+
+def context_digests(trainer, contexts, keys):
+    """Per context, the digest of parameters ``keys`` (in key order) as that
+    context holds them: the same as ``final_model_sha256`` when every copy is
+    the job's final model."""
+    from .modes.base import model_digest
+    params = trainer_params(trainer)
+    return [model_digest([params[i].data(c) for i in keys]) for c in contexts]
 
 
 def _atomic_json(path, obj):
@@ -226,14 +248,15 @@ def run(args, config=None):
     if args.sync and config.launched and args.sync != config.sync:
         raise ConfigError("--sync %s contradicts the launcher's --sync %s" % (args.sync, config.sync))
     mode = args.sync or config.sync
-    ctx = _context(config.context)
+    contexts = worker_contexts(args, config)
+    ctx = contexts[0]   # data, snapshots and evaluation; the mode synchronizes this copy
     os.makedirs(args.metrics_out, exist_ok=True)
 
     mx.random.seed(args.seed)
     np.random.seed(args.seed)
     input_size = args.input_size or models.default_input_size(args.model)
     net = models.get_model(args.model, classes=10, input_size=input_size, norm=args.norm)
-    net.initialize(mx.init.Xavier(), ctx=ctx)
+    net.initialize(mx.init.Xavier(), ctx=contexts)
     net.hybridize()
 
     images, labels = data.load_fashion_mnist("train", args.data_dir or config.data_dir)
@@ -266,8 +289,8 @@ def run(args, config=None):
     trainer.setup(args.batch_size)
     rank = trainer.rank
     is_chief = rank == 0
-    LOG.info("slot %d is PS-LITE rank %d, mode %s, context %s, slowdown %g",
-             config.slot, rank, mode, config.context, config.slowdown)
+    LOG.info("slot %d is PS-LITE rank %d, mode %s, contexts %s, slowdown %g",
+             config.slot, rank, mode, ",".join(str(c) for c in contexts), config.slowdown)
 
     dumper = RoundDumper(os.path.join(args.metrics_out, "dump"), config.slot, args.dump_rounds) \
         if args.dump_rounds else None
@@ -306,8 +329,9 @@ def run(args, config=None):
     while not trainer.should_stop:
         x, y = next(batches)
         with autograd.record():
-            loss = loss_fn(net(x), y)
-        loss.backward()
+            parts = [loss_fn(net(xp), yp) for xp, yp in split_batch(x, y, contexts)]
+        autograd.backward(parts)
+        loss = parts[0] if len(parts) == 1 else mx.nd.concat(*[p.as_in_context(ctx) for p in parts], dim=0)
         trainer.step(args.batch_size)
         if trainer.mode.uses_loss:  # reading the loss waits for the step: only when it is used
             trainer.observe_loss(loss.mean().asscalar())
@@ -342,6 +366,9 @@ def run(args, config=None):
 
     stats = trainer.stats.as_dict()
     stats["train_time_s"] = train_time
+    stats["contexts"] = [str(c) for c in contexts]
+    stats["context_model_sha256"] = context_digests(trainer, contexts, trainer.mode.global_keys())
+    stats["contexts_equal"] = len(set(context_digests(trainer, contexts, range(len(trainer_params(trainer)))))) == 1
     _atomic_json(os.path.join(args.metrics_out, "worker-%d.json" % config.slot), stats)
     trainer.mode.barrier()  # every worker file is written
     if is_chief:

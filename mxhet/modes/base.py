@@ -101,7 +101,7 @@ class WorkerStats:
         return out
 
 
-__all__ = ["NONFINITE_POLICIES", "SyncMode", "WorkerStats", "nonfinite_indices", "portable_names"]
+__all__ = ["NONFINITE_POLICIES", "SyncMode", "WorkerStats", "model_digest", "nonfinite_indices", "portable_names"]
 
 
 def portable_names(names):
@@ -130,6 +130,14 @@ def nonfinite_indices(arrays):
         return []
     flags = mx.nd.concat(*[mx.nd.all_finite(a).reshape((1,)).as_in_context(mx.cpu()) for a in arrays], dim=0)
     return [i for i, ok in enumerate(flags.asnumpy()) if not ok]
+
+
+def model_digest(arrays):
+    """The sha256 (hex) of ``arrays``' values, in order: equal digests mean equal models."""
+    digest = hashlib.sha256()
+    for a in arrays:
+        digest.update(np.ascontiguousarray(a.asnumpy()).tobytes())
+    return digest.hexdigest()
 
 
 def check_contexts(params):
@@ -286,8 +294,8 @@ class SyncMode:
             self.on_connect()  # e.g. join the State Server, which checks the model, before any push
             self.wbufs = self.channel.share_model(self.keys, self.weights(), self.server_updater(batch_size),
                                                   self.config.num_servers)
-        self.broadcast_weights()
         self.on_setup(batch_size)
+        self.broadcast_weights()   # after on_setup: a mode may pull a newer model there (gcada)
         self._ready = True
         self._t_last = self._t_start = self.stats.start_clock_s = self.clock()
 
@@ -385,11 +393,8 @@ class SyncMode:
         else:
             weights = self.weights()
             arrays = [weights[i] for i in keys]
-        digest = hashlib.sha256()
-        for a in arrays:
-            digest.update(np.ascontiguousarray(a.asnumpy()).tobytes())
         self.broadcast_weights()
-        self.stats.final_model_sha256 = digest.hexdigest()
+        self.stats.final_model_sha256 = model_digest(arrays)
         self.stats.final_model_keys = len(keys)
         self.aggregated = True
 

@@ -3,6 +3,7 @@ summed over the contexts as gluon.Trainer does locally, and every context ends
 each step holding the same weights. Standalone mode, in-process."""
 import mxnet as mx
 import numpy as np
+import pytest
 from mxnet import autograd, gluon
 
 import mxhet
@@ -35,3 +36,60 @@ def test_two_contexts_train_as_one_and_stay_equal():
         np.testing.assert_allclose(copies[0], w, rtol=1e-5, atol=1e-6, err_msg=name)
         np.testing.assert_array_equal(copies[1], copies[0], err_msg=name)
 
+
+
+def _two_context_trainer(**options):
+    contexts = [mx.cpu(0), mx.cpu(1)]
+    net = gluon.nn.Dense(3, in_units=4)
+    net.initialize(mx.init.Xavier(), ctx=contexts)
+    trainer = mxhet.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, sync="local", **options)
+    return net, trainer, contexts
+
+
+def _backward(net, contexts):
+    data = mx.nd.ones((4, 4))
+    with autograd.record():
+        losses = [net(x).sum() for x in gluon.utils.split_and_load(data, contexts)]
+    autograd.backward(losses)
+
+
+def test_a_model_pulled_in_on_setup_reaches_every_context():
+    """A mode may replace the first copy while it sets up (gcada downloads the
+    iteration it is selected for): the other contexts get it before the first
+    gradient is computed on them."""
+    net, trainer, contexts = _two_context_trainer()
+
+    def on_setup(batch_size):
+        for w in trainer.mode.weights():
+            w[:] = 7.0
+    trainer.mode.on_setup = on_setup
+    trainer.setup(4)
+    for p in net.collect_params().values():
+        for c in contexts:
+            np.testing.assert_array_equal(p.data(c).asnumpy(), np.full(p.shape, 7.0), err_msg=str(c))
+
+
+def test_the_mode_runs_once_per_worker_with_the_whole_workers_iteration_time():
+    """With two contexts, communicate() runs once per step, and the capability
+    it gets (what ESync reports to the State Server) is the time since the last
+    step: the forward and backward passes on every context, not one context's."""
+    now = [0.0]
+    net, trainer, contexts = _two_context_trainer(clock=lambda: now[0])
+    seen = []
+    trainer.mode.communicate = lambda batch_size, capability, compute_end: seen.append(capability)
+    trainer.setup(4)
+    for spent in (0.25, 0.5):
+        _backward(net, contexts)
+        now[0] += spent   # the loop's forward and backward passes on both contexts
+        trainer.step(4)
+    assert seen == [0.25, 0.5]
+
+
+def test_worker_contexts_number_the_cpus_in_order():
+    from mxhet.config import mx_contexts
+    from mxhet.errors import ConfigError
+    assert mx_contexts("cpu,cpu") == [mx.cpu(0), mx.cpu(1)]
+    assert mx_contexts("cpu") == [mx.cpu(0)]
+    for bad in ("", "cpu,,cpu", "tpu", "cpu(1)"):
+        with pytest.raises(ConfigError):
+            mx_contexts(bad)

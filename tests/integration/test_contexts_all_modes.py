@@ -1,0 +1,47 @@
+"""Two CPU contexts per worker in the modes not covered by test_user_kvstore.py
+(sync, esync, localsgd, async run there): ``python -m mxhet.train
+--worker-contexts cpu,cpu`` splits each batch across both contexts, the mode's
+protocol runs once per worker on the first copy, and its state (DC-ASGD's
+backup weights on the servers, SSP's clock, ADSP's accumulated update,
+nodelay's x_init and w.x, G-CADA's and CADA's stale gradients and downloads,
+Partial Reduce's group averages and final average) stays in step with that
+copy: every context of every worker ends holding the job's final model.
+
+One short job per mode: 2 workers, one 2x slower, iteration times pinned
+(``--base-iter``), a fixed number of rounds.
+"""
+import pytest
+
+from .jobs import launch, load_summary, train_command
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.mark.parametrize("mode, launcher", [
+    ("dcasgd", []),
+    ("ssp", ["--staleness", "2"]),
+    ("adsp", ["--adsp-period", "1"]),
+    ("nodelay", []),
+    ("preduce", []),
+    ("gcada", []),
+    ("cada", []),
+])
+def test_two_contexts_per_worker_end_on_the_final_model(tmp_path, child_pids, mode, launcher):
+    out = tmp_path / mode
+    proc = launch(["-n", "2", "-s", "1", "--sync", mode, "--slowdown", "1,2", "--base-iter", "0.05",
+                   "--timeout", "90", *launcher],
+                  train_command(out, "--worker-contexts", "cpu,cpu", "--max-rounds", "6", "--time-budget", "60",
+                                "--batch-size", "32", "--eval-samples", "100", "--final-eval-samples", "100"),
+                  tmp_path, child_pids, timeout=110)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    workers = load_summary(out)["workers"]
+    assert len(workers) == 2
+    final = {w["final_model_sha256"] for w in workers}
+    assert len(final) == 1 and "" not in final, final   # every mode ends on one model
+    for w in workers:
+        assert w["contexts"] == ["cpu(0)", "cpu(1)"], w["contexts"]
+        assert w["iterations"] + w["aborted"] >= 1   # gcada: the slower member of the one group is always dropped
+        # both copies are the final model, local parameters (BatchNorm statistics) included
+        assert w["context_model_sha256"] == [w["final_model_sha256"]] * 2, w["context_model_sha256"]
+        assert w["contexts_equal"]
+    assert not child_pids.alive()
