@@ -10,4 +10,7 @@ def __getattr__(name):
     if name == "Trainer":
         from .trainer import Trainer
         return Trainer
+    if name in ("split_by_speed", "measure_speeds"):
+        from . import contexts
+        return getattr(contexts, name)
     raise AttributeError("module 'mxhet' has no attribute %r" % name)

@@ -9,7 +9,7 @@ from mxnet import autograd, gluon
 import mxhet
 
 
-def _train(contexts, steps=5, batch=8):
+def _train(contexts, steps=5, batch=8, split=None):
     mx.random.seed(3)
     net = gluon.nn.HybridSequential()
     net.add(gluon.nn.Dense(16, activation="relu"), gluon.nn.Dense(4))
@@ -20,7 +20,8 @@ def _train(contexts, steps=5, batch=8):
     for _ in range(steps):
         data = mx.nd.array(rng.randn(batch, 10))
         label = mx.nd.array(rng.randint(0, 4, batch))
-        xs, ys = gluon.utils.split_and_load(data, contexts), gluon.utils.split_and_load(label, contexts)
+        split = split or gluon.utils.split_and_load
+        xs, ys = split(data, contexts), split(label, contexts)
         with autograd.record():
             losses = [loss_fn(net(x), y) for x, y in zip(xs, ys)]
         for loss in losses:
@@ -36,6 +37,41 @@ def test_two_contexts_train_as_one_and_stay_equal():
         np.testing.assert_allclose(copies[0], w, rtol=1e-5, atol=1e-6, err_msg=name)
         np.testing.assert_array_equal(copies[1], copies[0], err_msg=name)
 
+
+
+def test_a_split_by_speed_trains_as_one_context():
+    """Unequal parts (3:1) change which context does how much, not the update:
+    the step sums the parts' gradients."""
+    one = _train([mx.cpu(0)])
+    two = _train([mx.cpu(0), mx.cpu(1)], split=lambda data, ctx: mxhet.split_by_speed(data, ctx, [3.0, 1.0]))
+    for (name, [w]), (name2, copies) in zip(sorted(one.items()), sorted(two.items())):
+        np.testing.assert_allclose(copies[0], w, rtol=1e-5, atol=1e-6, err_msg=name)
+        np.testing.assert_array_equal(copies[1], copies[0], err_msg=name)
+
+
+def test_split_by_speed_loads_parts_sized_by_speed_on_their_contexts():
+    data = mx.nd.arange(16).reshape((8, 2))
+    parts = mxhet.split_by_speed(data, [mx.cpu(0), mx.cpu(1)], [3.0, 1.0])
+    assert [p.shape[0] for p in parts] == [6, 2] and [p.context for p in parts] == [mx.cpu(0), mx.cpu(1)]
+    np.testing.assert_array_equal(np.concatenate([p.asnumpy() for p in parts]), data.asnumpy())
+    with pytest.raises(ValueError):
+        mxhet.split_by_speed(data, [mx.cpu(0), mx.cpu(1)], [1.0])
+
+
+def test_measuring_speeds_leaves_the_model_and_its_gradients_as_they_were():
+    contexts = [mx.cpu(0), mx.cpu(1)]
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(8), gluon.nn.BatchNorm(), gluon.nn.Dense(3))
+    net.initialize(mx.init.Xavier(), ctx=contexts)
+    data, label = mx.nd.ones((16, 5)), mx.nd.zeros((16,))
+    net(data.as_in_context(contexts[0]))
+    before = {name: p.data(contexts[1]).asnumpy() for name, p in net.collect_params().items()}
+    speeds = mxhet.measure_speeds(net, gluon.loss.SoftmaxCrossEntropyLoss(), data, label, contexts, repeats=1)
+    assert len(speeds) == 2 and min(speeds) > 0
+    for name, p in net.collect_params().items():
+        np.testing.assert_array_equal(p.data(contexts[1]).asnumpy(), before[name], err_msg=name)  # BatchNorm too
+        if p.grad_req != "null":
+            assert not any(g.asnumpy().any() for g in p.list_grad()), name
 
 
 def _two_context_trainer(**options):
