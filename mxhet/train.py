@@ -359,6 +359,9 @@ def run(args, config=None):
                      trainer.stats.rounds, trainer.stats.iterations)
             last_log = now
     train_time = time.monotonic() - start
+    all_keys = range(len(trainer_params(trainer)))
+    # the last step left every context with the worker's model (BatchNorm statistics included)
+    equal_after_steps = len(contexts) == 1 or len(set(context_digests(trainer, contexts, all_keys))) == 1
     observer.set_phase("finishing", trainer.stats, elapsed_s=train_time)
     trainer.finish()  # every worker now holds the job's final global model
     if is_chief:
@@ -367,8 +370,10 @@ def run(args, config=None):
     stats = trainer.stats.as_dict()
     stats["train_time_s"] = train_time
     stats["contexts"] = [str(c) for c in contexts]
-    stats["context_model_sha256"] = context_digests(trainer, contexts, trainer.mode.global_keys())
-    stats["contexts_equal"] = len(set(context_digests(trainer, contexts, range(len(trainer_params(trainer)))))) == 1
+    if len(contexts) > 1:   # each copy against the final model (final_model_sha256's keys), and against each other
+        stats["context_model_sha256"] = context_digests(trainer, contexts, trainer.mode.global_keys())
+        stats["contexts_equal_after_steps"] = equal_after_steps
+        stats["contexts_equal"] = len(set(context_digests(trainer, contexts, all_keys))) == 1
     _atomic_json(os.path.join(args.metrics_out, "worker-%d.json" % config.slot), stats)
     trainer.mode.barrier()  # every worker file is written
     if is_chief:

@@ -43,5 +43,5 @@ def test_two_contexts_per_worker_end_on_the_final_model(tmp_path, child_pids, mo
         assert w["iterations"] + w["aborted"] >= 1   # gcada: the slower member of the one group is always dropped
         # both copies are the final model, local parameters (BatchNorm statistics) included
         assert w["context_model_sha256"] == [w["final_model_sha256"]] * 2, w["context_model_sha256"]
-        assert w["contexts_equal"]
+        assert w["contexts_equal"] and w["contexts_equal_after_steps"]   # after the last step, before finish()
     assert not child_pids.alive()
