@@ -181,9 +181,18 @@ def mode_options(args, mode):
 
 
 def worker_contexts(args, config):
-    """This worker's MXNet contexts: ``--worker-contexts``, else the launcher's one."""
+    """This worker's MXNet contexts: ``--worker-contexts``, else the launcher's one.
+
+    Raises:
+        ConfigError: both name a context (the launcher gave this worker a GPU).
+    """
     from .config import mx_context, mx_contexts
-    return mx_contexts(args.worker_contexts) if args.worker_contexts else [mx_context(config.context)]
+    if not args.worker_contexts:
+        return [mx_context(config.context)]
+    if config.context != "cpu":
+        raise ConfigError("--worker-contexts %s and the launcher's context %s for slot %d: give one of them"
+                          % (args.worker_contexts, config.context, config.slot))
+    return mx_contexts(args.worker_contexts)
 
 
 def split_batch(x, y, contexts):

@@ -129,3 +129,13 @@ def test_worker_contexts_number_the_cpus_in_order():
     for bad in ("", "cpu,,cpu", "tpu", "cpu(1)"):
         with pytest.raises(ConfigError):
             mx_contexts(bad)
+
+
+def test_worker_contexts_do_not_override_a_gpu_the_launcher_gave():
+    from mxhet.config import WorkerConfig
+    from mxhet.errors import ConfigError
+    from mxhet.train import build_parser, worker_contexts
+    args = build_parser().parse_args(["--metrics-out", "x", "--worker-contexts", "cpu,cpu"])
+    assert worker_contexts(args, WorkerConfig()) == [mx.cpu(0), mx.cpu(1)]
+    with pytest.raises(ConfigError, match="give one of them"):
+        worker_contexts(args, WorkerConfig(context="gpu(0)"))
