@@ -122,6 +122,9 @@ def make_job(args):
     spec = get_spec(mode)
     if not spec.distributed and n != 1:
         raise ConfigError("--sync %s runs one standalone device; got -n %d" % (mode, n))
+    if getattr(args, "worker_contexts", ""):
+        raise ConfigError("--worker-contexts %s: a simulated device is one replica on one context; "
+                          "give its speed with --slowdown" % args.worker_contexts)
     base = parse_base_iter(args.base_iter)
     if not base > 0:
         raise ConfigError("--base-iter must be > 0 seconds in the simulator, got %r" % (args.base_iter,))

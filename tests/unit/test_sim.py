@@ -161,6 +161,7 @@ def test_a_local_step_cap_on_a_zoo_model(tmp_path):
     (("-n", "2", "--sync", "esync", "--base-iter", "0.1", "--slowdown-schedule", "5:1-=2"), "slot"),
     (("-n", "2", "--sync", "esync", "--base-iter", "0.1", "--eval-min-iterations", "-1"), "eval-min-iterations"),
     (("-n", "2", "--sync", "esync", "--base-iter", "0.1", "--max-local-steps", "-2"), "max-local-steps"),
+    (("-n", "2", "--sync", "esync", "--base-iter", "0.1", "--worker-contexts", "cpu,cpu"), "worker-contexts"),
 ])
 def test_bad_command_lines_are_refused(tmp_path, argv, message):
     args = cli.build_parser().parse_args([*argv, "--metrics-out", str(tmp_path)])
