@@ -69,6 +69,3 @@ class ProgramMode(SyncMode):
         if isinstance(effect, Now):
             return self.clock() - self._t_start
         raise TypeError("the cluster runtime cannot carry out %r" % (effect,))
-
-    def exchange_gradients(self, batch_size, round_index, extra_keys, extra_values, extra_outs):
-        raise TypeError("mode %r exchanges no gradients" % self.name)

@@ -212,7 +212,7 @@ class SyncRound:
         else:
             for s, v in zip(self.sums, values):
                 s += v
-        self.votes = max(self.votes, vote)
+        self.votes += vote   # the stop ballots, summed as the PS-LITE servers sum every pushed key
         self.count += 1
         if self.count == self.workers:
             for key, value in zip(self.keys, self.sums):
