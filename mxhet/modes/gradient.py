@@ -19,8 +19,9 @@ from ..gluon_private import mark_grad_used, trainer_params
 from ..dataplane import copy_all
 from ..errors import ConfigError
 from ..policy import specs
-from ..policy.stop import StopRule
+from ..protocol import programs
 from .base import SyncMode
+from .program import ProgramMode
 from .registry import register
 
 
@@ -52,43 +53,42 @@ class _GradientMode(SyncMode):
             self.check_fresh_grads(self._grad_keys)
 
     def communicate(self, batch_size, capability, compute_end):
+        round_index = self.stats.rounds
+        self.stats.rounds += 1
+        self.stats.local_iters.append(1)
+        self.exchange_gradients(batch_size, round_index)
+        self.after_sync()
+
+    def exchange_gradients(self, batch_size, round_index, extra_keys=(), extra_values=(), extra_outs=()):
+        """Push this step's gradients (and control values) and pull the weights
+        into the parameters, in one push/pull; the gradients count as used."""
         params = trainer_params(self.trainer)
         keys = list(self._grad_keys)
         copy_all([params[i].list_grad()[0] for i in keys], self._gbufs)
         if batch_size != self._batch_size:  # the servers divide by the first step's batch size
             for g in self._gbufs:
                 g *= self._batch_size / batch_size
-        self.check_finite(self._gbufs, "gradient", self.stats.rounds)
+        self.check_finite(self._gbufs, "gradient", round_index)
         wbufs = [self.wbufs[i] for i in keys]
-        self.stats.rounds += 1
-        self.stats.local_iters.append(1)
-        extra_keys, extra_values, extra_outs = self.control_values()
-        self.push_pull(keys + extra_keys, self._gbufs + extra_values, wbufs + extra_outs)
+        self.push_pull(keys + list(extra_keys), self._gbufs + list(extra_values), wbufs + list(extra_outs))
         weights = [params[i].list_data()[0] for i in keys]
         copy_all(wbufs, weights)
         for w in weights:
             mark_grad_used(w)
-        self.after_sync(extra_outs)
 
     def global_keys(self):
         return list(self._grad_keys)
 
-    def control_values(self):
-        """Extra (keys, values, outs) to push and pull with the gradients."""
-        return [], [], []
-
-    def after_sync(self, control_outs):
-        """Look at the pulled control values."""
+    def after_sync(self):
+        """After the push/pull of the modes without a worker program (async, dcasgd, ssp)."""
 
 
 @register
-class Sync(_GradientMode):
+class Sync(ProgramMode, _GradientMode):
+    """Synchronous SGD on the real cluster: the worker program
+    (:func:`mxhet.protocol.programs.sync`) over the gradient exchange."""
     spec = specs.SYNC
-
-    def on_setup(self, batch_size):
-        super().on_setup(batch_size)
-        self._vote = [mx.nd.zeros((1,))]
-        self.channel.init([ps_keys.STOP_VOTE_KEY], [mx.nd.zeros((1,))])
+    program = staticmethod(programs.sync)
 
     def allreduce_grads(self):
         """Every worker's gradients become their mean over the workers: one
@@ -119,22 +119,12 @@ class Sync(_GradientMode):
         self.stats.wait_s += spent
         self.pause(spent)  # exchange time is not compute time
 
-    def control_values(self):
-        # Every worker must run the same number of steps, or the others' next
-        # push waits forever: the stop vote rides on each step's own push/pull.
-        vote = mx.nd.full((1,), StopRule.ballot(self.wants_stop()))
-        return [ps_keys.STOP_VOTE_KEY], [vote], self._vote
-
-    def after_sync(self, control_outs):
-        if StopRule.agreed(control_outs[0].asscalar()):
-            self.stopped = True
-
 
 @register
 class Async(_GradientMode):
     spec = specs.ASYNC
 
-    def after_sync(self, control_outs):
+    def after_sync(self):
         self.stopped = self.wants_stop()
 
     def request_stop(self):
@@ -169,8 +159,8 @@ class SSP(Async):
     def on_connect(self):
         self.client = self.join_state_server()
 
-    def after_sync(self, control_outs):
-        super().after_sync(control_outs)
+    def after_sync(self):
+        super().after_sync()
         if self.stopped:
             # Leave the gate now, not at close(): the others must not wait for
             # this worker's clock while it waits for them at the final barrier.

@@ -4,7 +4,9 @@ A mode is described by a :class:`~mxhet.policy.ModeSpec` (readable without
 MXNet: :func:`mxhet.policy.get_spec`) and carried out on the cluster by a
 :class:`~mxhet.modes.base.SyncMode` subclass registered under the spec's name
 with :func:`register`. The Trainer looks the executor up by name with
-:func:`get_mode`; nothing else switches on mode strings.
+:func:`get_mode`; nothing else switches on mode strings. A mode whose worker
+protocol is a program (:mod:`mxhet.protocol`) names it as its class's
+``program``; the simulator runs it from here (:func:`get_program`).
 """
 from ..errors import ConfigError, UnknownModeError
 from ..policy import get_spec
@@ -49,3 +51,14 @@ def get_mode(name):
 def mode_names():
     """Registered mode names, sorted."""
     return sorted(_MODES)
+
+
+def get_program(name):
+    """The worker program of mode ``name`` (``program(opts, stats)`` -> generator
+    of :mod:`mxhet.protocol.effects`), or None for a mode whose protocol is not
+    a program yet.
+
+    Raises:
+        UnknownModeError: naming the known modes.
+    """
+    return getattr(get_mode(name), "program", None)

@@ -42,8 +42,7 @@ from ..modes.base import WorkerStats
 from ..policy import get_spec
 from ..policy.aggregation import check_options as check_aggregation
 from ..policy.pacing import Pacing
-from ..policy.stop import StopRule
-from ..policy.worker import Action, ADSPPolicy, ESyncPolicy, LocalSGDPolicy
+from ..policy.worker import Action, ADSPPolicy, ESyncPolicy
 from .aggregation import weigh_delta
 
 LOG = logging.getLogger("mxhet.sim")
@@ -213,7 +212,7 @@ class SyncRound:
         else:
             for s, v in zip(self.sums, values):
                 s += v
-        self.votes = max(self.votes, vote)
+        self.votes += vote   # the stop ballots, summed as the PS-LITE servers sum every pushed key
         self.count += 1
         if self.count == self.workers:
             for key, value in zip(self.keys, self.sums):
@@ -255,6 +254,7 @@ class Simulation:
         self.capped_at = None      # virtual time at which the compute cap stopped the run
         self.progress = None       # callable(virtual seconds), called at every snapshot
         self.scores = []           # target_check's accuracy per snapshot (stop at the target)
+        self.traces = None         # {} to record each device's worker-program (effect, result) pairs, by slot
 
     # -- the State Server over the emulated links --------------------------------
     def _answer(self, dev, request):
@@ -499,42 +499,8 @@ class Simulation:
                 ready = self.env.event()
         yield from self.leave(dev)
 
-    def localsgd(self, dev):
-        policy = LocalSGDPolicy(self.job.mode_options.get("local_steps", 8))
-        yield from self.register(dev)
-        while True:
-            yield from self.iterate(dev)
-            dev.compute(local_step=True)
-            if policy.completed() is not Action.AGGREGATE:
-                continue
-            index = dev.stats.rounds
-            result, votes = yield from self.exchange(dev, ("localsgd", index), self.deltas(dev),
-                                                     list(range(len(dev.params))),
-                                                     vote=StopRule.ballot(self.wants_stop(dev)))
-            self.take_global(dev, result)
-            dev.stats.rounds += 1
-            dev.stats.local_iters.append(policy.aggregated())
-            if StopRule.agreed(votes):
-                break
-        yield from self.leave(dev)
-
     def _gradients(self, dev):
         return [dev.params[k].grad().copy() for k in self.grad_keys]
-
-    def sync(self, dev):
-        yield from self.register(dev)
-        while True:
-            yield from self.iterate(dev)
-            dev.compute(local_step=False)
-            index = dev.stats.rounds
-            result, votes = yield from self.exchange(dev, ("sync", index), self._gradients(dev), self.grad_keys,
-                                                     vote=StopRule.ballot(self.wants_stop(dev)))
-            self.take_global(dev, result, self.grad_keys)
-            dev.stats.rounds += 1
-            dev.stats.local_iters.append(1)
-            if StopRule.agreed(votes):
-                break
-        yield from self.leave(dev)
 
     def asynchronous(self, dev, gate=False):
         yield from self.register(dev)
@@ -597,8 +563,10 @@ class Simulation:
         for key, w in enumerate(dev.weights()):
             w.copyto(self.servers.weights[key])
 
-    PROCESSES = {"esync": "esync", "localsgd": "localsgd", "sync": "sync", "async": "asynchronous",
-                 "dcasgd": "asynchronous", "ssp": "ssp", "adsp": "adsp", "local": "local"}
+    PROCESSES = {"esync": "esync", "async": "asynchronous", "dcasgd": "asynchronous", "ssp": "ssp",
+                 "adsp": "adsp", "local": "local"}
+    """The modes not yet ported to a worker program (:mod:`mxhet.protocol`) whose
+    simulator model is a method here; the others in :data:`DRIVERS`."""
 
     def snapshotter(self):
         while True:
@@ -628,7 +596,18 @@ class Simulation:
     def run(self):
         """Run until every device stopped; returns the virtual seconds of training."""
         from . import drivers  # noqa: F401  (registers the modes kept in their own modules)
-        if self.job.mode in DRIVERS:
+        from ..modes.registry import get_program
+        from .program import run_program
+        try:
+            program = get_program(self.job.mode)
+        except ConfigError:  # a mode only the simulator models
+            program = None
+        if program is not None:   # the mode's one worker program, as the cluster runs it
+
+            def body(dev):
+                trace = None if self.traces is None else self.traces.setdefault(dev.slot, [])
+                return run_program(self, dev, program, trace)
+        elif self.job.mode in DRIVERS:   # not yet ported: the simulator's own model of the mode
             fn = DRIVERS[self.job.mode]
 
             def body(dev):

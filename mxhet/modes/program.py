@@ -1,0 +1,71 @@
+"""The cluster's interpreter of worker programs (:mod:`mxhet.protocol`).
+
+A :class:`ProgramMode` runs its mode's program one ``Trainer.step()`` at a
+time: the step *is* the :class:`~mxhet.protocol.Compute` the program waits on
+(forward and backward ran in the script; :class:`SyncMode` adds the emulated
+slowdown and the time accounting, and this class the local optimizer step if
+the program asked for one); then the program advances, every other effect
+carried out with blocking calls (the kvstore channel, the real clock), up to
+its next ``Compute``. When the program returns, training has stopped.
+"""
+import mxnet as mx
+
+from kvstore_ext import keys as ps_keys
+from ..protocol import Compute, Exchange, Now, Payload, Session, WantsStop
+from .base import SyncMode
+
+
+class ProgramMode(SyncMode):
+    """Base of the modes whose worker protocol is a program (``program``:
+    ``program(opts, stats)`` -> generator of effects, registered with the mode
+    and run by the simulator too). Subclasses provide the data plane of the
+    payloads their program exchanges (:meth:`exchange_gradients` for
+    ``GRADIENTS``; ``DELTAS`` is :meth:`SyncMode.exchange_deltas`).
+
+    ``trace``: a list to record the program's ``(effect, result)`` pairs in
+    (None: not recorded).
+    """
+    program = None
+    trace = None
+
+    def on_setup(self, batch_size):
+        super().on_setup(batch_size)
+        # The stop ballot of an Exchange travels as one more key of its push/pull.
+        self._vote = [mx.nd.zeros((1,))]
+        self.channel.init([ps_keys.STOP_VOTE_KEY], [mx.nd.zeros((1,))])
+        self.session = Session(type(self).program(self.opts, self.stats), self.trace)
+        if self.session.advance() is None:
+            self.stopped = True
+
+    def local_update(self, batch_size, ignore_stale_grad):
+        """The pending Compute's end: the local optimizer step if it asked for one."""
+        effect = self.session.pending
+        if not isinstance(effect, Compute):
+            raise RuntimeError("the %s program waits on %r, not a Compute" % (self.name, effect))
+        if effect.local_step:
+            self.trainer.local_step(batch_size, ignore_stale_grad)
+            self.aggregated = False
+        else:
+            super().local_update(batch_size, ignore_stale_grad)
+
+    def communicate(self, batch_size, capability, compute_end):
+        self._step_batch = batch_size
+        if self.session.run_until_compute(self.carry_out) is None:
+            self.stopped = True
+
+    def carry_out(self, effect):
+        """Carry out one effect (not a Compute) with blocking calls; returns its result."""
+        if isinstance(effect, WantsStop):
+            return self.wants_stop()
+        if isinstance(effect, Exchange):
+            vote = mx.nd.full((1,), effect.vote)
+            control = ([ps_keys.STOP_VOTE_KEY], [vote], self._vote)
+            if effect.payload is Payload.DELTAS:
+                self.exchange_deltas(effect.round, *control)
+                self.aggregated = True
+            else:
+                self.exchange_gradients(self._step_batch, effect.round, *control)
+            return float(self._vote[0].asscalar())
+        if isinstance(effect, Now):
+            return self.clock() - self._t_start
+        raise TypeError("the cluster runtime cannot carry out %r" % (effect,))

@@ -1,0 +1,26 @@
+"""Each mode's worker protocol, written once, sans I/O.
+
+A mode's *worker program* is a generator that yields effects
+(:mod:`.effects`: compute one iteration, exchange with the servers, ask
+whether to stop, read the clock) and receives their results; it holds the
+mode's policy (:mod:`mxhet.policy.worker`), the stop protocol
+(:mod:`mxhet.policy.stop`) and the per-round statistics. It never touches
+MXNet, a socket or a clock, so it runs unchanged under two interpreters:
+
+* the cluster's (:class:`mxhet.modes.program.ProgramMode`): ``Trainer.step()``
+  advances the program to its next :class:`~.effects.Compute`, carrying the
+  effects out with the kvstore channel and the real clock;
+* the simulator's (:func:`mxhet.sim.program.run_program`): a SimPy process
+  that carries them out with the simulated servers, the link model and the
+  virtual clock.
+
+Programs are found through the mode registry (a mode class's ``program``,
+:func:`mxhet.modes.registry.get_program`). Ported so far: ``localsgd`` and
+``sync``; the other modes still have their protocol written twice (see
+docs/layout.md).
+"""
+from .effects import Compute, Exchange, Now, Payload, WantsStop
+from .runtime import Session
+from .programs import localsgd, sync
+
+__all__ = ["Compute", "Exchange", "Now", "Payload", "WantsStop", "Session", "localsgd", "sync"]

@@ -1,0 +1,66 @@
+"""The effects a worker program yields, and what each one returns.
+
+Plain frozen records: the program says *what* it needs, an interpreter
+(cluster or simulator) says *how*. Each docstring says what both
+interpreters do with it and what the program receives back.
+"""
+import dataclasses
+import enum
+
+
+@dataclasses.dataclass(frozen=True)
+class Compute:
+    """One local iteration.
+
+    Cluster: control returns to the user's script, whose next
+    ``Trainer.step()`` is the iteration (forward, backward, the emulated
+    slowdown). Simulator: virtual time advances by the device's iteration
+    time and the real forward and backward pass runs. With ``local_step``
+    the local optimizer then applies the gradient to the replica; without,
+    the gradient is left for an :class:`Exchange` of ``GRADIENTS``.
+
+    Returns: None.
+    """
+    local_step: bool = True
+
+
+class Payload(enum.Enum):
+    """What an :class:`Exchange` pushes, and what the worker does with what it pulls."""
+    DELTAS = "deltas"        # Δ = replica − global model, every key; the replica becomes the new global model
+    GRADIENTS = "gradients"  # this iteration's gradients (trainable keys); the weights pulled replace the replica's
+
+
+@dataclasses.dataclass(frozen=True)
+class Exchange:
+    """A synchronous push and pull (``dist_sync``) of round ``round``: every
+    worker pushes, the servers apply the mode's updater once all have, every
+    worker pulls. ``vote`` (a :meth:`mxhet.policy.stop.StopRule.ballot`) rides
+    on the same exchange as one more value.
+
+    Cluster: :class:`mxhet.dataplane.KVChannel` push/pull (plus the stop-vote
+    key). Simulator: the round's :class:`mxhet.sim.engine.SyncRound` over the
+    link model.
+
+    Returns: the workers' ballots combined (> 0: someone wants to stop).
+    """
+    payload: Payload
+    round: int
+    vote: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class WantsStop:
+    """Whether this worker wants to stop now: asked to, or its stop condition
+    holds (cluster: the script's :class:`~mxhet.policy.stop.StopRule`;
+    simulator: the time budget, the round or compute cap, the target).
+
+    Returns: bool.
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class Now:
+    """The interpreter's clock: seconds since training started (real or virtual).
+
+    Returns: float.
+    """

@@ -1,0 +1,57 @@
+"""The simulator's interpreter of worker programs (:mod:`mxhet.protocol`).
+
+:func:`run_program` is one device's SimPy process: it runs the mode's
+program, carrying each effect out in virtual time with the simulation's
+servers, link model and clock -- the same program the cluster runs
+(:class:`mxhet.modes.program.ProgramMode`). Registration with the State
+Server before and the goodbye after are the runtime's, as on the cluster.
+"""
+import types
+
+from ..errors import ConfigError
+from ..protocol import Compute, Exchange, Now, Payload, Session, WantsStop
+
+
+def _compute(sim, dev, effect):
+    yield from sim.iterate(dev)
+    dev.compute(local_step=effect.local_step)
+
+
+def _exchange(sim, dev, effect):
+    if effect.payload is Payload.DELTAS:
+        keys = list(range(len(dev.params)))
+        values = sim.deltas(dev)
+    else:
+        keys = sim.grad_keys
+        values = [dev.params[k].grad().copy() for k in keys]
+    result, votes = yield from sim.exchange(dev, (sim.job.mode, effect.round), values, keys, vote=effect.vote)
+    sim.take_global(dev, result, keys)
+    return votes
+
+
+_HANDLERS = {
+    Compute: _compute,
+    Exchange: _exchange,
+    WantsStop: lambda sim, dev, effect: sim.wants_stop(dev),
+    Now: lambda sim, dev, effect: sim.env.now,
+}
+
+
+def run_program(sim, dev, program, trace=None):
+    """SimPy process: device ``dev`` of simulation ``sim`` runs ``program``
+    (``program(opts, stats)``); ``trace`` as :class:`mxhet.protocol.Session`'s.
+
+    Raises:
+        ConfigError: the program yields an effect the simulator cannot carry out.
+    """
+    yield from sim.register(dev)
+    session = Session(program(sim.spec.resolve(sim.job.mode_options), dev.stats), trace)
+    effect = session.advance()
+    while effect is not None:
+        handler = _HANDLERS.get(type(effect))
+        if handler is None:
+            raise ConfigError("the simulator cannot carry out %r" % (effect,))
+        outcome = handler(sim, dev, effect)
+        result = (yield from outcome) if isinstance(outcome, types.GeneratorType) else outcome
+        effect = session.advance(result)
+    yield from sim.leave(dev)
