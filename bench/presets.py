@@ -250,11 +250,10 @@ _R50 = ("resnet50_v1", "resnet50_v2")
 #   again against the next, as DECIDECOMMITRATE recurses), so each of a run's three searches (from 0, 18Γ
 #   and 36Γ; every budget is 53.5Γ) makes 1 to 4 comparisons: 3 to 12 a run, on every model
 #   (bench/results/adsp-search/schedule.json, the scheduler's rule with scripted rewards; each run's summary
-#   records them as ``adsp_search``). The
-#   lr-0.1 bench's runs ended at the target, at 67 s, before the first. Γ stays, since 3 to 12 comparisons
-#   fit; a Γ long enough for the slow devices to meet rate 3 would halve that. At 1.5 slowest iterations
-#   they commit about 1.5 times a period (once an iteration), so at rates of 2 and more their commit counts
-#   fall behind the fast devices' (bench/results/adsp-search/scaled-run.json, the same schedule scaled
+#   records them as ``adsp_search``). The lr-0.1 bench's runs ended at the target, at 67 s, before the
+#   first. Γ stays, since 3 to 12 comparisons fit; a Γ long enough for the slow devices to meet rate 3
+#   would halve that. At 1.5 slowest iterations they commit about 1.5 times a period (once an iteration),
+#   so at rates of 2 and more their commit counts fall behind the fast devices' (bench/results/adsp-search/scaled-run.json, the same schedule scaled
 #   down: 6 comparisons in 3 searches, and 77 vs 101 commits after 53 periods).
 PRESETS["paper-sim"] = dataclasses.replace(
     _LEGACY, name="paper-sim", division="closed", lrs={m: 0.001 for m in PAPER_ORDER},
