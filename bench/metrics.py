@@ -32,9 +32,20 @@ def local_iters_mean(summary):
     return out
 
 
+def adsp_search(summary):
+    """An ADSP run's commit-rate search, short (its summary's ``adsp_search``: the counts and every
+    comparison's time, rates, rewards and decision); None for other modes or a summary without it."""
+    record = summary.get("adsp_search")
+    if not record:
+        return None
+    return {"period": record["period"], "epoch": record["epoch"], "counts": record["counts"],
+            "comparisons": [{k: c[k] for k in ("time", "rates", "rewards", "decision")}
+                            for c in record["comparisons"]]}
+
+
 def run_record(summary):
-    """The bench's per-run record."""
-    return {
+    """The bench's per-run record (ADSP runs also carry :func:`adsp_search`)."""
+    record = {
         "model": summary["model"],
         "mode": summary["mode"],
         "dist": summary["dist"],
@@ -54,3 +65,6 @@ def run_record(summary):
         # simulator runs: when the compute cap (max real iterations) ended the run, virtual seconds
         "stopped_at_cap_s": (summary.get("sim") or {}).get("stopped_at_cap_s"),
     }
+    if summary["mode"] == "adsp":
+        record["adsp_search"] = adsp_search(summary)
+    return record

@@ -375,6 +375,7 @@ def run(args, config=None):
     trainer.finish()  # every worker now holds the job's final global model
     if is_chief:
         snapshot()
+        extra = trainer.mode.summary_fields()   # now: the State Server is still up, every commit is in
 
     stats = trainer.stats.as_dict()
     stats["train_time_s"] = train_time
@@ -393,6 +394,7 @@ def run(args, config=None):
         summary = evaluate_run(args, config, mode, snapshots, ctx, input_size, train_time, losses,
                                train_set=(images, labels),
                                on_point=lambda t, acc: observer.evaluated(t, acc, trainer.stats))
+        summary.update(extra)
         _atomic_json(os.path.join(args.metrics_out, "summary.json"), summary)
         observer.finished(summary)
         LOG.info("summary: final accuracy %.4f, time to %.2f: %s", summary["final_accuracy"],

@@ -205,6 +205,9 @@ class ADSPScheduler:
         self.levels = []               # ℓ of every search so far
         self.c_target = self.search.rate
         self.log = []                  # one record per checkpoint
+        self.searches = 0              # search epochs begun (the first at the start)
+        self.windows = []              # one record per evaluated window (see search_record)
+        self.comparisons = []          # one record per comparison of two rates (see search_record)
 
     def next_checkpoint_time(self):
         return self.start + (self.checkpoint + 1) * self.period
@@ -223,18 +226,44 @@ class ADSPScheduler:
                 if self.level is not None:
                     self.levels.append(self.level)
             offset = (self.window_start - self.epoch_start) * self.period
-            self.search.window_done(None if self.level is None else fit_reward(self.samples, self.level, offset))
+            reward = None if self.level is None else fit_reward(self.samples, self.level, offset)
+            self._record_window(reward)
             self.window_start = self.checkpoint
             self.samples = []
         if (self.checkpoint - self.epoch_start) * self.period >= self.epoch:
             self.search.restart()
+            self.searches += 1
             self.epoch_start = self.window_start = self.checkpoint
             self.samples = []
             self.level = None
         self.c_target = max(commits.values()) + self.search.rate
         self.log.append({"checkpoint": self.checkpoint, "time": self.checkpoint * self.period,
                          "commits": {str(r): c for r, c in sorted(commits.items())},
-                         "rate": self.search.rate, "c_target": self.c_target})
+                         "rate": self.search.rate, "c_target": self.c_target,
+                         "phase": self.search.phase, "search": self.searches})
+
+    def _record_window(self, reward):
+        """Feed a finished window's reward to the search and record it (and the comparison it closes)."""
+        losses = [l for _, l in self.samples]
+        phase, rate, base_reward = self.search.phase, self.search.rate, self.search.base_reward
+        window = {"search": self.searches, "rate": rate,
+                  "start": self.window_start * self.period, "end": self.checkpoint * self.period,
+                  "samples": len(losses), "first_loss": losses[0] if losses else None,
+                  "last_loss": losses[-1] if losses else None, "min_loss": min(losses) if losses else None,
+                  "level": self.level, "reward": reward}
+        self.windows.append(window)
+        self.search.window_done(reward)
+        if phase == "next":
+            first = self.windows[-2]
+            climbed = self.search.phase == "base"
+            self.comparisons.append({
+                "search": self.searches, "checkpoint": self.checkpoint, "time": self.checkpoint * self.period,
+                "rates": [rate - 1, rate], "rewards": [base_reward, reward],
+                "losses": [[first["first_loss"], first["last_loss"]], [window["first_loss"], window["last_loss"]]],
+                "samples": [first["samples"], window["samples"]], "level": self.level,
+                "decision": ("climb" if climbed else "keep" if reward is not None and base_reward is not None
+                             else "keep (no reward)"),
+                "rate_after": self.search.rate})
 
     def report(self, rank, commits, loss, commit_cost, now):
         """A worker's commit report at scheduler time ``now``.
@@ -261,8 +290,38 @@ class ADSPScheduler:
             self.samples.append((now - window_t0, float(loss)))
         return self.c_target, self.next_checkpoint_time() - now
 
+    def search_record(self, origin=0.0):
+        """The commit-rate search as it ran, for a run's summary (``adsp_search``, docs/metrics.md).
+
+        Times are seconds on the scheduler's clock from its start (the first
+        commit report) plus ``origin`` (the simulator passes the virtual time of
+        that report, so times are on the run's clock; the cluster passes 0).
+
+        Returns:
+            a dict: ``period``, ``epoch``, ``window_periods``, ``origin``;
+            ``comparisons`` (each: ``time``, ``checkpoint``, ``search``, the
+            ``rates`` compared, their ``rewards`` (1/s; null: no fit), each
+            window's first and last reported ``losses`` and ``samples``, the
+            ``level`` ℓ, the ``decision`` -- ``climb`` (rate + 1 won: it is
+            compared with rate + 2 next), ``keep`` or ``keep (no reward)`` --
+            and ``rate_after``); ``windows`` (every evaluated window);
+            ``periods`` (every checkpoint: ``time``, ``rate``, ``c_target``,
+            ``phase`` of the search, ``commits``); ``counts``.
+        """
+        def shifted(record, keys=("time",)):
+            return dict(record, **{k: origin + record[k] for k in keys})
+        comparisons = [shifted(c) for c in self.comparisons]
+        return {"period": self.period, "epoch": self.epoch, "window_periods": self.window_periods,
+                "origin": origin, "comparisons": comparisons,
+                "windows": [shifted(w, ("start", "end")) for w in self.windows],
+                "periods": [shifted(p) for p in self.log],
+                "counts": {"searches": self.searches + 1, "comparisons": len(comparisons),
+                           "climbs": sum(c["decision"] == "climb" for c in comparisons),
+                           "windows": len(self.windows), "periods": len(self.log),
+                           "final_rate": self.search.rate}}
+
     def stats(self):
         return {"period": self.period, "epoch": self.epoch, "window_periods": self.window_periods,
                 "search": [{"rate": r, "reward": w} for r, w in self.search.history],
                 "loss_thresholds": list(self.levels),
-                "checkpoints": self.log}
+                "checkpoints": self.log, "comparisons": self.comparisons}

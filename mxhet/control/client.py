@@ -22,6 +22,7 @@ register again with a restarted State Server: it sends the registration and
 picks up the answer later.
 """
 import dataclasses
+import json
 import random
 import time
 
@@ -300,6 +301,25 @@ class StateClient:
         reply = self.request(self._message(m.Commit, commits=int(commits), loss=float(loss),
                                            commit_cost=float(commit_cost)))
         return reply.target, reply.period_left
+
+    def adsp_record(self):
+        """ADSP: the commit-rate search's record, as the State Server keeps it (a dict; None before any
+        commit report), fetched page by page (:class:`~mxhet.control.messages.AdspRecord`).
+
+        Raises:
+            ProtocolError: when the pages do not add up to the announced length or to JSON.
+        """
+        text, total = "", None
+        while total is None or len(text) < total:
+            reply = self.request(self._message(m.AdspRecord, start=len(text)))
+            if total is not None and reply.k != total or not reply.payload and len(text) < reply.k:
+                raise ProtocolError("ADSP record pages do not add up (%d of %d characters)" % (len(text), reply.k))
+            total = reply.k
+            text += reply.payload
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise ProtocolError("the ADSP record is not JSON: %s" % exc) from None
 
     def reduce_join(self, group_size, dynamic, alpha, avoid_frozen, window):
         """Partial Reduce: tell the controller the job's settings (the same on every worker)."""

@@ -159,6 +159,26 @@ class Commit(Request):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class AdspRecord(Request):
+    """ADSP: rank 0 asks for the record of the commit-rate search (for its run's
+    summary) after the last commit. The record is a JSON text, sent in pages:
+    the answer's ``payload`` holds its characters from ``start`` on (at most
+    :data:`RECORD_PAGE`) and ``k`` the text's whole length; the text is fixed
+    when a page with ``start`` 0 is asked for."""
+    TYPE = "adsp_record"
+    start: int = 0
+
+    def validate(self):
+        super().validate()
+        _check_int("start", self.start)
+
+
+RECORD_PAGE = 6000
+"""Characters of a record per answer: escaped into JSON (at most two bytes a character: the record is ASCII
+JSON) the answer stays below :data:`MAX_MESSAGE_BYTES`."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Notify(Request):
     """nodelay: the worker holds ``pending`` (>= 1) gradients for transfer round
     ``round`` (Algorithm 1, line 16). The answer, deferred until the master's
@@ -341,7 +361,8 @@ class Reply:
     slowest device (-1 when it does not apply); ``stop`` answers a reset, and
     a query of a round after which the job decided to stop (v2);
     ``target`` (total commits due by the next checkpoint) and ``period_left``
-    (seconds until it) answer an ADSP commit report. The G-CADA requests
+    (seconds until it) answer an ADSP commit report; ``payload`` and ``k``
+    answer an ADSP record request (:class:`AdspRecord`). The G-CADA requests
     (``Group*``) say in their docstrings what ``ready``, ``round`` and
     ``target`` mean for them. ``code`` is
     ``not_registered`` when the State Server does not know the sender.
@@ -362,6 +383,7 @@ class Reply:
     group_slot: int = -1
     weight: float = 0.0
     k: int = 0
+    payload: str = ""   # a page of an ADSP search record (AdspRecord)
 
     def validate(self):
         _check_int("seq", self.seq)
@@ -380,6 +402,8 @@ class Reply:
             raise ProtocolError("field 'code' must be a short string")
         if not isinstance(self.error, str):
             raise ProtocolError("field 'error' must be a string")
+        if not isinstance(self.payload, str) or len(self.payload) > RECORD_PAGE:
+            raise ProtocolError("field 'payload' must be a string of at most %d characters" % RECORD_PAGE)
 
 
 _REPLY_FIELDS = {f.name: (0 if f.name == "seq" else f.default) for f in dataclasses.fields(Reply)}
@@ -398,7 +422,8 @@ def query_reply(seq, ready, round_, slowest):
     return reply
 
 
-REQUEST_TYPES = {cls.TYPE: cls for cls in (Register, Query, Reset, Clock, Commit, Notify, Merged, Heartbeat, Bye)}
+REQUEST_TYPES = {cls.TYPE: cls for cls in (Register, Query, Reset, Clock, Commit, Notify, Merged, Heartbeat, Bye,
+                                            AdspRecord)}
 REPLAYABLE = {Register.TYPE, Reset.TYPE, Clock.TYPE, Commit.TYPE, Bye.TYPE, Query.TYPE, Notify.TYPE, Merged.TYPE}
 """Requests whose repeat (same incarnation and sequence number) gets the first answer again."""
 _REDUCE_TYPES = (ReduceJoin, ReduceReady, ReducePushed)   # Partial Reduce (mxhet.control.preduce)

@@ -388,6 +388,16 @@ class StateService:
         target, left = self.adsp.report(req.rank, req.commits, req.loss, req.commit_cost, now)
         return m.Reply(seq=req.seq, target=target, period_left=max(0.0, left))
 
+    def _on_adsp_record(self, req, now):
+        """A page of the commit-rate search's record (JSON text, ``null`` before any commit report);
+        the text is taken anew whenever page 0 is asked for."""
+        self._registered(req.rank)
+        if req.start == 0 or getattr(self, "_adsp_text", None) is None:
+            record = self.adsp.search_record() if self.adsp is not None else None
+            self._adsp_text = json.dumps(record, separators=(",", ":"), ensure_ascii=True)
+        text = self._adsp_text
+        return m.Reply(seq=req.seq, payload=text[req.start:req.start + m.RECORD_PAGE], k=len(text))
+
     # -- nodelay (mxhet.control.nodelay) ------------------------------------------
     def _transfer_rule(self):
         if getattr(self, "transfers", None) is None:

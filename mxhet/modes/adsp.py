@@ -14,14 +14,18 @@ spreads the remaining commits evenly over that time, minus its measured
 commit cost O_i (the paper's timer Γ/ΔC_target^i − O_i, re-aimed after every
 commit so that all workers reach the checkpoint with the same count). Commits
 happen between iterations, at the boundary nearest to the due time. The worker's recent training loss goes with each
-report and feeds the commit-rate search.
+report and feeds the commit-rate search; rank 0 puts the search's record in the run's summary (``adsp_search``).
 """
+import logging
+
 from ..dataplane.channel import DEFAULT_BUCKET_BYTES
-from ..errors import ConfigError
+from ..errors import ConfigError, ProtocolError, StateServerTimeout
 from ..policy import specs
 from ..policy.worker import Action, ADSPPolicy
 from .base import SyncMode
 from .registry import register
+
+LOG = logging.getLogger(__name__)
 
 
 @register
@@ -79,6 +83,16 @@ class ADSP(SyncMode):
             self.stopped = True
             return
         self._report(self.clock())
+
+    def summary_fields(self):
+        """The commit-rate search as the scheduler ran it (``adsp_search``; times in seconds from the
+        scheduler's start, the first commit report, which comes just before the run's clock starts).
+        None, with a warning, when the State Server cannot send it: the run's summary is still written."""
+        try:
+            return {"adsp_search": self.client.adsp_record()}
+        except (ProtocolError, StateServerTimeout) as exc:
+            LOG.warning("the ADSP search record could not be fetched: %s", exc)
+            return {"adsp_search": None}
 
     def request_stop(self):
         super().request_stop()

@@ -398,6 +398,11 @@ class SyncMode:
         self.stats.final_model_keys = len(keys)
         self.aggregated = True
 
+    def summary_fields(self):
+        """Entries rank 0 adds to the run's ``summary.json`` after :meth:`finish` (docs/metrics.md);
+        none by default."""
+        return {}
+
     def leave_state_server(self):
         """Say goodbye to the State Server (if connected) and close the connection."""
         if self.client is not None:

@@ -254,6 +254,9 @@ def run(args):
                       "stopped_at_target_s": sim.target_reached_at,
                       "max_iterations": job.max_iterations, "stopped_at_cap_s": sim.capped_at,
                       "command": ["python", "-m", "mxhet.sim"] + list(args.argv)}
+    if job.mode == "adsp":   # the commit-rate search as it ran, times in virtual seconds of the run
+        scheduler = sim.service.adsp
+        summary["adsp_search"] = scheduler.search_record(origin=scheduler.start) if scheduler is not None else None
     gcada = getattr(sim.service, "gcada", None)   # G-CADA: every iteration's selection and counts
     summary["gcada"] = gcada.stats(args.batch_size) if gcada is not None else None
     _atomic_json(os.path.join(args.metrics_out, "summary.json"), summary)

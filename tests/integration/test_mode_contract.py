@@ -33,8 +33,19 @@ def test_adsp_commit_counts_stay_equal_at_checkpoints(tmp_path, child_pids):
         counts = list(cp["commits"].values())
         assert max(counts) - min(counts) <= 1, record["checkpoints"]
     assert record["search"], "the commit-rate search evaluated no window"
-    workers = load_summary(out)["workers"]
+    summary = load_summary(out)
+    workers = summary["workers"]
     assert len({w["final_model_sha256"] for w in workers}) == 1
+    # rank 0 put the search in the summary, as the State Server had it after the last commit (the State
+    # Server's own file, written when it ends, may hold a checkpoint or a comparison more)
+    search = summary["adsp_search"]
+    assert search["period"] == 2.0 and search["window_periods"] == 1 and search["origin"] == 0.0
+    comparisons = search["comparisons"]
+    assert search["counts"]["comparisons"] == len(comparisons) >= 1   # the first falls 4 s in
+    assert comparisons == record["comparisons"][:len(comparisons)]
+    periods = search["periods"]
+    assert len(periods) >= 5 and periods == record["checkpoints"][:len(periods)]
+    assert all(p["c_target"] == max(p["commits"].values()) + p["rate"] for p in periods)
 
 
 @pytest.mark.parametrize("mode, launcher, train", [

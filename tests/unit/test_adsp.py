@@ -1,4 +1,5 @@
 """ADSP's scheduler: reward fitting, the commit-rate search, commit targets (injected clock)."""
+import json
 import math
 
 import pytest
@@ -153,3 +154,74 @@ def test_commit_reports_through_the_service():
     reply = svc.handle(m.Commit(rank=0, seq=2, commits=0, loss=-1.0, commit_cost=0.0), 5.0)
     assert reply.ok and reply.target == 1 and reply.period_left > 0
     assert svc.stats()["adsp"]["period"] > 0
+
+
+def _drive(sched, speeds, until, step=0.05):
+    """Commit reports from one worker whose loss runs down one curve at a speed set by the current rate
+    (``speeds[rate]``): rate 2 is better than 1, 3 worse than 2. Returns the scheduler."""
+    t = tau = 0.0
+    while t < until:
+        sched.report(0, int(t * 5), loss_curve(tau, 0.1, 1.0, 0.1), 0.0, now=t)
+        tau += step * speeds[sched.search.rate]
+        t += step
+    return sched
+
+
+def test_the_search_record_holds_every_comparison_and_every_period():
+    sched = _drive(ADSPScheduler([0], period=1.0, epoch=100.0, window_periods=1, now=0.0),
+                   {1: 1.0, 2: 2.0, 3: 0.3}, until=8.0)
+    record = sched.search_record(origin=10.0)
+    comparisons = record["comparisons"]
+    # windows of one period: rate 1, rate 2 (compared: 2 wins), rate 2 again, rate 3 (compared: 3 loses)
+    assert [c["rates"] for c in comparisons] == [[1, 2], [2, 3]]
+    assert [c["decision"] for c in comparisons] == ["climb", "keep"]
+    assert [c["time"] for c in comparisons] == [12.0, 14.0]                # checkpoints 2 and 4, from origin 10
+    assert comparisons[0]["rewards"][1] > comparisons[0]["rewards"][0] > 0
+    assert comparisons[1]["rewards"][1] < comparisons[1]["rewards"][0]
+    assert [c["rate_after"] for c in comparisons] == [2, 2]
+    assert all(c["level"] == sched.levels[0] and min(c["samples"]) >= 19 for c in comparisons)
+    first = comparisons[0]["losses"][0]
+    assert first[0] == pytest.approx(loss_curve(0.0, 0.1, 1.0, 0.1)) and first[1] < first[0]
+    assert record["counts"] == {"searches": 1, "comparisons": 2, "climbs": 1, "windows": 4,
+                                "periods": len(sched.log), "final_rate": 2}
+    assert [(w["rate"], w["start"], w["end"]) for w in record["windows"]] == [
+        (1, 10.0, 11.0), (2, 11.0, 12.0), (2, 12.0, 13.0), (3, 13.0, 14.0)]
+    # every period's commit target is the most commits so far plus the rate the search was at
+    periods = record["periods"]
+    assert [p["rate"] for p in periods[:6]] == [2, 2, 3, 2, 2, 2]
+    assert [p["phase"] for p in periods[:6]] == ["next", "base", "next", "fixed", "fixed", "fixed"]
+    assert all(p["c_target"] == max(p["commits"].values()) + p["rate"] for p in periods)
+    assert periods[0]["time"] == 11.0
+
+
+def test_a_new_epoch_starts_a_new_search_and_a_failed_fit_is_recorded_as_such():
+    sched = ADSPScheduler([0], period=1.0, epoch=3.0, window_periods=1, now=0.0)
+    for t in (0.2, 0.5, 0.8, 1.2, 1.5, 1.8, 3.5):   # 3 samples in the first window: no fit
+        sched.report(0, 0, 1.0 - 0.1 * t, 0.0, now=t)
+    record = sched.search_record()
+    assert record["comparisons"][0]["rewards"][0] is None
+    assert record["comparisons"][0]["decision"] == "keep (no reward)"
+    assert record["counts"]["searches"] == 2 and [p["search"] for p in record["periods"]] == [0, 0, 1]
+    assert record["periods"][-1]["rate"] == 1 and record["periods"][-1]["phase"] == "base"
+
+
+def test_the_record_travels_in_pages(monkeypatch):
+    import itertools
+
+    from mxhet.control.client import StateClient
+    monkeypatch.setattr(m, "RECORD_PAGE", 100)
+    svc = _registered(1, staleness=0)
+    client = object.__new__(StateClient)
+    seqs = itertools.count(10)
+    client._message = lambda cls, **fields: cls(rank=0, seq=next(seqs), **fields)
+    client.request = lambda msg: m.decode(m.encode(svc.handle(m.decode(m.encode(msg)), 0.0)))
+    assert client.adsp_record() is None                          # no commit report yet
+    t = 0.0
+    while t < 20.0:   # the service's default period (2 s) and windows (2 periods): two comparisons
+        svc.handle(m.Commit(rank=0, seq=next(seqs), commits=int(t * 5), loss=loss_curve(t, 1.0, 1.0, 0.1),
+                            commit_cost=0.0), t)
+        t += 0.05
+    record = client.adsp_record()
+    assert len(json.dumps(record)) > 5 * 100                      # several pages
+    assert record == json.loads(json.dumps(svc.adsp.search_record()))
+    assert record["counts"]["comparisons"] >= 1 and record["origin"] == 0.0

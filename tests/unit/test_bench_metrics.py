@@ -52,3 +52,18 @@ def test_demo_names_the_best_alternative_and_says_when_esync_loses():
     assert "standalone (fastest device) reached 0.80 in 2.0 s" in line and "2.00x slower" in line
     assert "sync-fast" in format_table([es, alone, fast], 0.8)
     assert "ESync is 1.50x faster" in best_alternative_line([es, fast], 0.8)
+
+
+def test_an_adsp_run_record_carries_its_search_short():
+    comparison = {"time": 80.7, "checkpoint": 4, "search": 0, "rates": [1, 2], "rewards": [0.01, 0.02],
+                  "losses": [[2.3, 2.1], [2.1, 1.9]], "samples": [20, 30], "level": 1.9, "decision": "climb",
+                  "rate_after": 2}
+    s = dict(_summary("adsp", None, [_worker(0, 64, [3], 1.0, 1.0)]),
+             adsp_search={"period": 20.2, "epoch": 360.0, "window_periods": 2, "origin": 0.0,
+                          "comparisons": [comparison], "windows": [], "periods": [],
+                          "counts": {"searches": 1, "comparisons": 1, "climbs": 1, "windows": 2, "periods": 4,
+                                     "final_rate": 2}})
+    r = run_record(s)["adsp_search"]
+    assert r["counts"]["comparisons"] == 1 and r["period"] == 20.2
+    assert r["comparisons"] == [{"time": 80.7, "rates": [1, 2], "rewards": [0.01, 0.02], "decision": "climb"}]
+    assert "adsp_search" not in run_record(_summary("esync", 4.0, [_worker(0, 64, [3], 1.0, 1.0)]))
