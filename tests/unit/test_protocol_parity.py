@@ -1,8 +1,8 @@
 """Parity of the two interpreters of a worker program: one short scripted job
 (3 workers, fixed iteration times, one seed, 3 rounds) run by the simulator
 (the real engine, virtual time) and by the cluster's real executors
-(``LocalSGD``, ``Sync``, ``Async``, ``DCASGD``, ``SSP``) and their ``step()``,
-with in-process fakes for the trainer, the parameter servers and the State
+(``LocalSGD``, ``Sync``, ``Async``, ``DCASGD``, ``SSP``) and their ``step()``
+(with in-process fakes for the trainer, the parameter servers and the State
 Server, one thread per worker) must make the same decisions: every effect
 with its result, in order -- iterations, stop wishes, exchanges and
 asynchronous pushes with their round and ballot, the summed ballots, SSP's
