@@ -1,4 +1,5 @@
-"""Gradient-pushing baselines: synchronous SGD (``sync``) and asynchronous SGD (``async``).
+"""Gradient-pushing baselines: synchronous SGD (``sync``) and asynchronous SGD
+(``async``, ``dcasgd``, ``ssp``), each a worker program (:mod:`mxhet.protocol.programs`).
 
 Every step each worker pushes its gradients and pulls the weights; the
 servers apply the trainer's own optimizer (:class:`kvstore_ext.updaters.ServerOptimizer`).
@@ -52,13 +53,6 @@ class _GradientMode(SyncMode):
         if not ignore_stale_grad:
             self.check_fresh_grads(self._grad_keys)
 
-    def communicate(self, batch_size, capability, compute_end):
-        round_index = self.stats.rounds
-        self.stats.rounds += 1
-        self.stats.local_iters.append(1)
-        self.exchange_gradients(batch_size, round_index)
-        self.after_sync()
-
     def exchange_gradients(self, batch_size, round_index, extra_keys=(), extra_values=(), extra_outs=()):
         """Push this step's gradients (and control values) and pull the weights
         into the parameters, in one push/pull; the gradients count as used."""
@@ -78,9 +72,6 @@ class _GradientMode(SyncMode):
 
     def global_keys(self):
         return list(self._grad_keys)
-
-    def after_sync(self):
-        """After the push/pull of the modes without a worker program (async, dcasgd, ssp)."""
 
 
 @register
@@ -121,13 +112,15 @@ class Sync(ProgramMode, _GradientMode):
 
 
 @register
-class Async(_GradientMode):
+class Async(ProgramMode, _GradientMode):
+    """Asynchronous SGD on the real cluster: the worker program
+    (:func:`mxhet.protocol.programs.asynchronous`) over ``dist_async``."""
     spec = specs.ASYNC
-
-    def after_sync(self):
-        self.stopped = self.wants_stop()
+    program = staticmethod(programs.asynchronous)
+    votes = False   # each worker stops on its own
 
     def request_stop(self):
+        # Nobody waits for this worker: it stops at once, not at its next push.
         super().request_stop()
         self.stopped = True
 
@@ -151,25 +144,21 @@ class DCASGD(Async):
 @register
 class SSP(Async):
     """Stale synchronous parallel: asynchronous SGD, but no worker runs more
-    than ``staleness`` iterations ahead of the slowest worker still training.
-    The gate is the State Server (``mxhet-launch --staleness S``): after each
-    step the worker reports its iteration count and waits for the go-ahead."""
+    than ``staleness`` iterations ahead of the slowest worker still training
+    (the worker program :func:`mxhet.protocol.programs.ssp`). The gate is the
+    State Server (``mxhet-launch --staleness S``)."""
     spec = specs.SSP
+    program = staticmethod(programs.ssp)
 
     def on_connect(self):
         self.client = self.join_state_server()
 
-    def after_sync(self):
-        super().after_sync()
+    def communicate(self, batch_size, capability, compute_end):
+        super().communicate(batch_size, capability, compute_end)
         if self.stopped:
             # Leave the gate now, not at close(): the others must not wait for
             # this worker's clock while it waits for them at the final barrier.
             self.leave_state_server()
-            return
-        t0 = self.clock()
-        self.client.clock(self.stats.iterations)
-        self.stats.query_s += self.clock() - t0
-        self.stats.waited_iterations += 1
 
     def request_stop(self):
         super().request_stop()

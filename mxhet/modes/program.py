@@ -11,7 +11,7 @@ its next ``Compute``. When the program returns, training has stopped.
 import mxnet as mx
 
 from kvstore_ext import keys as ps_keys
-from ..protocol import Compute, Exchange, Now, Payload, Session, WantsStop
+from ..protocol import Clock, Compute, Exchange, Now, Payload, PushAsync, Session, WantsStop
 from .base import SyncMode
 
 
@@ -23,16 +23,19 @@ class ProgramMode(SyncMode):
     ``GRADIENTS``; ``DELTAS`` is :meth:`SyncMode.exchange_deltas`).
 
     ``trace``: a list to record the program's ``(effect, result)`` pairs in
-    (None: not recorded).
+    (None: not recorded). ``votes``: whether the program's exchanges carry
+    a stop ballot (False for the asynchronous modes, whose workers stop alone).
     """
     program = None
     trace = None
+    votes = True
 
     def on_setup(self, batch_size):
         super().on_setup(batch_size)
-        # The stop ballot of an Exchange travels as one more key of its push/pull.
-        self._vote = [mx.nd.zeros((1,))]
-        self.channel.init([ps_keys.STOP_VOTE_KEY], [mx.nd.zeros((1,))])
+        if self.votes:
+            # The stop ballot of an Exchange travels as one more key of its push/pull.
+            self._vote = [mx.nd.zeros((1,))]
+            self.channel.init([ps_keys.STOP_VOTE_KEY], [mx.nd.zeros((1,))])
         self.session = Session(type(self).program(self.opts, self.stats), self.trace)
         if self.session.advance() is None:
             self.stopped = True
@@ -66,6 +69,17 @@ class ProgramMode(SyncMode):
             else:
                 self.exchange_gradients(self._step_batch, effect.round, *control)
             return float(self._vote[0].asscalar())
+        if isinstance(effect, PushAsync):
+            if effect.payload is not Payload.GRADIENTS:
+                raise TypeError("the cluster runtime pushes only gradients asynchronously, not %r" % (effect,))
+            self.exchange_gradients(self._step_batch, effect.round)
+            return None
+        if isinstance(effect, Clock):
+            t0 = self.clock()
+            self.client.clock(effect.iterations)
+            self.stats.query_s += self.clock() - t0
+            self.stats.waited_iterations += 1
+            return None
         if isinstance(effect, Now):
             return self.clock() - self._t_start
         raise TypeError("the cluster runtime cannot carry out %r" % (effect,))

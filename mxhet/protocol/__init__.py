@@ -15,12 +15,13 @@ MXNet, a socket or a clock, so it runs unchanged under two interpreters:
   virtual clock.
 
 Programs are found through the mode registry (a mode class's ``program``,
-:func:`mxhet.modes.registry.get_program`). Ported so far: ``localsgd`` and
-``sync``; the other modes still have their protocol written twice (see
+:func:`mxhet.modes.registry.get_program`). Ported so far: ``localsgd``,
+``sync``, ``async``, ``dcasgd`` and ``ssp``; the other modes still have their protocol written twice (see
 docs/layout.md).
 """
-from .effects import Compute, Exchange, Now, Payload, WantsStop
+from .effects import Clock, Compute, Exchange, Now, Payload, PushAsync, WantsStop
 from .runtime import Session
-from .programs import localsgd, sync
+from .programs import asynchronous, localsgd, ssp, sync
 
-__all__ = ["Compute", "Exchange", "Now", "Payload", "WantsStop", "Session", "localsgd", "sync"]
+__all__ = ["Clock", "Compute", "Exchange", "Now", "Payload", "PushAsync", "WantsStop", "Session",
+           "asynchronous", "localsgd", "ssp", "sync"]

@@ -17,7 +17,8 @@ class Compute:
     slowdown). Simulator: virtual time advances by the device's iteration
     time and the real forward and backward pass runs. With ``local_step``
     the local optimizer then applies the gradient to the replica; without,
-    the gradient is left for an :class:`Exchange` of ``GRADIENTS``.
+    the gradient is left for an :class:`Exchange` or a
+    :class:`PushAsync` of ``GRADIENTS``.
 
     Returns: None.
     """
@@ -46,6 +47,38 @@ class Exchange:
     payload: Payload
     round: int
     vote: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class PushAsync:
+    """An asynchronous push and pull (``dist_async``) of round ``round``: the
+    servers apply this worker's push with the mode's updater on arrival and
+    the worker pulls the model as it is then; nobody waits for the others, so
+    the pulled model may already hold other workers' pushes and this push may
+    have been computed on a stale one. Only ``GRADIENTS`` for now.
+
+    Cluster: :class:`mxhet.dataplane.KVChannel` push/pull. Simulator:
+    :meth:`mxhet.sim.engine.Simulation.push_async` over the link model.
+
+    Returns: None.
+    """
+    payload: Payload
+    round: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Clock:
+    """Stale synchronous parallel's gate: report this worker's clock
+    (``iterations`` done) to the State Server and wait until it is no more
+    than the job's staleness ahead of the slowest worker still training
+    (:class:`mxhet.control.server.StateService`'s CLOCK).
+
+    Cluster: :meth:`mxhet.control.client.StateClient.clock`. Simulator: a
+    blocking request over the device's link to the same service.
+
+    Returns: None.
+    """
+    iterations: int
 
 
 @dataclasses.dataclass(frozen=True)

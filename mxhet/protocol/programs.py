@@ -2,11 +2,12 @@
 
 A program is called with the mode's resolved options and the worker's
 statistics record (``rounds``, ``local_iters``: the per-round accounting both
-engines report) and yields :mod:`.effects`. Ported: ``localsgd``, ``sync``.
+engines report) and yields :mod:`.effects`. Ported: ``localsgd``, ``sync``,
+``async`` and ``dcasgd`` (:func:`asynchronous`), ``ssp``.
 """
 from ..policy.stop import StopRule
 from ..policy.worker import Action, LocalSGDPolicy
-from .effects import Compute, Exchange, Payload, WantsStop
+from .effects import Clock, Compute, Exchange, Payload, PushAsync, WantsStop
 
 
 def _aggregate(stats, payload, local_steps):
@@ -44,4 +45,40 @@ def sync(opts, stats):
     while True:
         yield Compute(local_step=False)
         if (yield from _aggregate(stats, Payload.GRADIENTS, 1)):
+            return
+
+
+def _push_gradient(stats):
+    """One asynchronous step: count it as a round of one iteration, push its gradient."""
+    index = stats.rounds
+    stats.rounds += 1
+    stats.local_iters.append(1)
+    yield PushAsync(Payload.GRADIENTS, index)
+
+
+def asynchronous(opts, stats):
+    """Asynchronous SGD (``async``; ``dcasgd`` is the same worker with the
+    delay-compensating updater on the servers): every iteration's gradient is
+    pushed and applied on arrival, the model pulled; each worker stops on its
+    own, after a push, once it wants to (there is no vote: nobody waits)."""
+    while True:
+        yield Compute(local_step=False)
+        yield from _push_gradient(stats)
+        if (yield WantsStop()):
+            return
+
+
+def ssp(opts, stats):
+    """Stale synchronous parallel: asynchronous SGD, but after each push the
+    worker reports its clock and waits until it is no more than the staleness
+    ahead of the slowest worker still training. A worker that stops leaves the
+    gate (the runtime's goodbye) so the others do not wait for it; the wish to
+    stop is asked again after the wait, which may have outlasted the job."""
+    while True:
+        yield Compute(local_step=False)
+        yield from _push_gradient(stats)
+        if (yield WantsStop()):
+            return
+        yield Clock(stats.iterations)
+        if (yield WantsStop()):
             return

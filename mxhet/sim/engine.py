@@ -499,28 +499,6 @@ class Simulation:
                 ready = self.env.event()
         yield from self.leave(dev)
 
-    def _gradients(self, dev):
-        return [dev.params[k].grad().copy() for k in self.grad_keys]
-
-    def asynchronous(self, dev, gate=False):
-        yield from self.register(dev)
-        while not self.wants_stop(dev):
-            yield from self.iterate(dev)
-            dev.compute(local_step=False)
-            result = yield from self.push_async(dev, self._gradients(dev), self.grad_keys)
-            self.take_global(dev, result, self.grad_keys)
-            dev.stats.rounds += 1
-            dev.stats.local_iters.append(1)
-            if gate and not self.wants_stop(dev):
-                t1 = self.env.now
-                yield from self.request(dev, dev.message(m.Clock, clock=dev.stats.iterations))
-                self.blocked(dev, t1, query=True)
-                dev.stats.waited_iterations += 1
-        yield from self.leave(dev)
-
-    def ssp(self, dev):
-        yield from self.asynchronous(dev, gate=True)
-
     def adsp(self, dev):
         policy = ADSPPolicy()
         yield from self.register(dev)
@@ -563,8 +541,7 @@ class Simulation:
         for key, w in enumerate(dev.weights()):
             w.copyto(self.servers.weights[key])
 
-    PROCESSES = {"esync": "esync", "async": "asynchronous", "dcasgd": "asynchronous", "ssp": "ssp",
-                 "adsp": "adsp", "local": "local"}
+    PROCESSES = {"esync": "esync", "adsp": "adsp", "local": "local"}
     """The modes not yet ported to a worker program (:mod:`mxhet.protocol`) whose
     simulator model is a method here; the others in :data:`DRIVERS`."""
 

@@ -9,7 +9,8 @@ Server before and the goodbye after are the runtime's, as on the cluster.
 import types
 
 from ..errors import ConfigError
-from ..protocol import Compute, Exchange, Now, Payload, Session, WantsStop
+from ..control import messages as m
+from ..protocol import Clock, Compute, Exchange, Now, Payload, PushAsync, Session, WantsStop
 
 
 def _compute(sim, dev, effect):
@@ -17,21 +18,39 @@ def _compute(sim, dev, effect):
     dev.compute(local_step=effect.local_step)
 
 
+def _payload(sim, dev, payload):
+    """The keys and values a push of ``payload`` carries."""
+    if payload is Payload.DELTAS:
+        return list(range(len(dev.params))), sim.deltas(dev)
+    keys = sim.grad_keys
+    return keys, [dev.params[k].grad().copy() for k in keys]
+
+
 def _exchange(sim, dev, effect):
-    if effect.payload is Payload.DELTAS:
-        keys = list(range(len(dev.params)))
-        values = sim.deltas(dev)
-    else:
-        keys = sim.grad_keys
-        values = [dev.params[k].grad().copy() for k in keys]
+    keys, values = _payload(sim, dev, effect.payload)
     result, votes = yield from sim.exchange(dev, (sim.job.mode, effect.round), values, keys, vote=effect.vote)
     sim.take_global(dev, result, keys)
     return votes
 
 
+def _push_async(sim, dev, effect):
+    keys, values = _payload(sim, dev, effect.payload)
+    result = yield from sim.push_async(dev, values, keys)
+    sim.take_global(dev, result, keys)
+
+
+def _clock(sim, dev, effect):
+    t0 = sim.env.now
+    yield from sim.request(dev, dev.message(m.Clock, clock=effect.iterations))
+    sim.blocked(dev, t0, query=True)
+    dev.stats.waited_iterations += 1
+
+
 _HANDLERS = {
     Compute: _compute,
     Exchange: _exchange,
+    PushAsync: _push_async,
+    Clock: _clock,
     WantsStop: lambda sim, dev, effect: sim.wants_stop(dev),
     Now: lambda sim, dev, effect: sim.env.now,
 }

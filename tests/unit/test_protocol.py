@@ -5,7 +5,7 @@ import types
 import pytest
 
 from mxhet.errors import ConfigError
-from mxhet.protocol import Compute, Exchange, Payload, Session, WantsStop, programs
+from mxhet.protocol import Clock, Compute, Exchange, Payload, PushAsync, Session, WantsStop, programs
 
 
 def _stats():
@@ -62,6 +62,44 @@ def test_another_workers_vote_stops_a_worker_that_wants_to_go_on():
         return False if isinstance(effect, WantsStop) else None
     trace = _run(programs.localsgd({"local_steps": 1}, stats), results)
     assert stats.rounds == 2 and trace[-1] == (Exchange(Payload.DELTAS, 1, 0.0), 1.0)
+
+
+@pytest.mark.parametrize("mode", ["async", "dcasgd"])
+def test_async_pushes_every_gradient_alone_and_stops_after_the_push_it_wants_to_stop_at(mode):
+    from mxhet.modes.registry import get_program
+    stats = _stats()
+    trace = _run(get_program(mode)({}, stats), _stop_at_round(stats, 3))
+    one = [(Compute(local_step=False), None)]
+    assert trace == (one + [(PushAsync(Payload.GRADIENTS, 0), None), (WantsStop(), False)]
+                     + one + [(PushAsync(Payload.GRADIENTS, 1), None), (WantsStop(), False)]
+                     + one + [(PushAsync(Payload.GRADIENTS, 2), None), (WantsStop(), True)])
+    assert stats.rounds == 3 and stats.local_iters == [1, 1, 1]
+
+
+def test_ssp_reports_its_clock_after_each_push_and_asks_again_after_the_wait():
+    stats = _stats()
+    stats.iterations = 0
+    waits = []
+
+    def results(effect):   # the condition starts to hold during the second wait
+        if isinstance(effect, Compute):
+            stats.iterations += 1   # as both interpreters count an iteration
+        if isinstance(effect, Clock):
+            waits.append(effect.iterations)
+        if isinstance(effect, WantsStop):
+            return len(waits) >= 2
+        return None
+    trace = _run(programs.ssp({}, stats), results)
+    assert waits == [1, 2] and stats.rounds == 2
+    assert [e for e, _ in trace[-4:]] == [PushAsync(Payload.GRADIENTS, 1), WantsStop(), Clock(2), WantsStop()]
+    assert trace[-1][1] is True
+
+
+def test_ssp_does_not_wait_at_the_gate_once_it_wants_to_stop():
+    stats = _stats()
+    stats.iterations = 0
+    trace = _run(programs.ssp({}, stats), _stop_at_round(stats, 1))
+    assert [e for e, _ in trace] == [Compute(False), PushAsync(Payload.GRADIENTS, 0), WantsStop()]
 
 
 def test_a_resumed_worker_numbers_its_rounds_from_the_checkpoint():
@@ -136,3 +174,67 @@ def test_the_simulator_interpreter_runs_a_program_in_virtual_time():
     env.run()
     assert log == ["register", ("compute", False, 1.25), ("compute", True, 2.25), ("now", 1.25, 2.25), "bye"]
     assert [result for _, result in trace] == [None, 1.25, None, 2.25]
+
+
+def test_the_simulator_interpreter_pushes_asynchronously_and_waits_at_the_gate():
+    """PushAsync goes through the simulation's dist_async push and the replica
+    takes the pulled model; Clock is a blocking CLOCK request, counted as a
+    query wait and a waited iteration."""
+    simpy = pytest.importorskip("simpy")
+    from mxhet.sim.program import run_program
+
+    env = simpy.Environment()
+    log = []
+
+    class Sim:
+        job = types.SimpleNamespace(mode_options={})
+        spec = types.SimpleNamespace(resolve=dict)
+        grad_keys = [0]
+
+        def register(self, dev):
+            yield env.timeout(0)
+
+        def leave(self, dev):
+            log.append("bye")
+            yield env.timeout(0)
+
+        def push_async(self, dev, values, keys):
+            yield env.timeout(0.5)
+            log.append(("push", values, keys))
+            return ["pulled"]
+
+        def take_global(self, dev, arrays, keys):
+            log.append(("take", arrays, keys))
+
+        def request(self, dev, request):
+            yield env.timeout(2.0)
+            log.append(("clock", request.clock))
+
+        def blocked(self, dev, since, query=False):
+            log.append(("blocked", since, env.now, query))
+
+    class Grad:
+        def grad(self):
+            return self
+
+        def copy(self):
+            return "g"
+
+    class Dev:
+        stats = _stats()
+        params = [Grad()]
+
+        def message(self, cls, **fields):
+            return cls(rank=0, seq=1, incarnation=1, **fields)
+
+    Dev.stats.waited_iterations = 0
+
+    def program(opts, stats):
+        yield PushAsync(Payload.GRADIENTS, 0)
+        yield Clock(5)
+
+    Sim.env = env
+    env.process(run_program(Sim(), Dev(), program))
+    env.run()
+    assert log == [("push", ["g"], [0]), ("take", ["pulled"], [0]), ("clock", 5), ("blocked", 0.5, 2.5, True), "bye"]
+    assert Dev.stats.waited_iterations == 1

@@ -1,11 +1,13 @@
 """Parity of the two interpreters of a worker program: one short scripted job
 (3 workers, fixed iteration times, one seed, 3 rounds) run by the simulator
-(the real engine, virtual time) and by the cluster's executor classes (the
-real ``LocalSGD`` / ``Sync`` modes and their ``step()``, with in-process fakes
-for the trainer and the parameter servers, one thread per worker) must make
-the same decisions: every effect with its result, in order -- iterations,
-stop wishes, exchanges with their round and ballot, the summed ballots, the
-stop -- and the same per-round accounting (rounds, local steps per round).
+(the real engine, virtual time) and by the cluster's real executors
+(``LocalSGD``, ``Sync``, ``Async``, ``DCASGD``, ``SSP``) and their ``step()``
+(with in-process fakes for the trainer, the parameter servers and the State
+Server, one thread per worker) must make the same decisions: every effect
+with its result, in order -- iterations, stop wishes, exchanges and
+asynchronous pushes with their round and ballot, the summed ballots, SSP's
+clocks, the stop -- and the same per-round accounting (rounds, local steps
+per round).
 """
 import threading
 
@@ -13,6 +15,7 @@ import pytest
 
 from mxhet.config import WorkerConfig
 from mxhet.modes import get_mode
+from mxhet.protocol import Clock, Payload, PushAsync, WantsStop
 from mxhet.sim import cli, engine
 
 pytestmark = pytest.mark.timeout(300)
@@ -48,6 +51,17 @@ class _Channel:
         pass
 
 
+class _Client:
+    def clock(self, iterations):
+        pass
+
+    def bye(self):
+        pass
+
+    def close(self):
+        pass
+
+
 def _cluster_traces(mode_name, options):
     servers = _Servers(WORKERS)
 
@@ -56,7 +70,8 @@ def _cluster_traces(mode_name, options):
             extra_outs[0][:] = servers.exchange(round_index, extra_values[0].asscalar())
 
         def exchange_gradients(self, batch_size, round_index, extra_keys=(), extra_values=(), extra_outs=()):
-            self.exchange_deltas(round_index, extra_keys, extra_values, extra_outs)
+            if extra_values:   # dist_sync with the stop ballot; a dist_async push waits for nobody
+                self.exchange_deltas(round_index, extra_keys, extra_values, extra_outs)
 
     now = [0.0]
     modes = []
@@ -69,6 +84,7 @@ def _cluster_traces(mode_name, options):
         mode._ready = True
         mode._t_last = mode._t_start = 0.0
         mode.stop_condition = lambda stats: stats.rounds >= ROUNDS   # mxhet.train's --max-rounds
+        mode.client = _Client()   # the State Server (ssp's gate: the test's rounds need no waiting)
         modes.append(mode)
     errors = []
 
@@ -112,6 +128,9 @@ def _sim_traces(tmp_path, mode_name, argv, monkeypatch):
 @pytest.mark.parametrize("mode_name, argv, options", [
     ("localsgd", ["--local-steps", "2"], {"local_steps": 2}),
     ("sync", [], {}),
+    ("async", [], {}),
+    ("dcasgd", [], {}),
+    ("ssp", ["--staleness", "1"], {}),
 ])
 def test_both_interpreters_make_the_same_decisions(tmp_path, monkeypatch, mode_name, argv, options):
     cluster = _cluster_traces(mode_name, options)
@@ -121,4 +140,9 @@ def test_both_interpreters_make_the_same_decisions(tmp_path, monkeypatch, mode_n
         assert sim[slot] == cluster[slot], slot
     trace, rounds, local_iters = sim[0]
     assert rounds == ROUNDS and local_iters == [options.get("local_steps", 1)] * ROUNDS
-    assert trace[-1][1] == WORKERS   # everyone voted to stop in the last exchange
+    if mode_name in ("localsgd", "sync"):
+        assert trace[-1][1] == WORKERS   # everyone voted to stop in the last exchange
+    else:   # each stops alone, after its last push
+        assert trace[-2:] == [(PushAsync(Payload.GRADIENTS, ROUNDS - 1), None), (WantsStop(), True)]
+    if mode_name == "ssp":
+        assert [e.iterations for e, _ in trace if isinstance(e, Clock)] == list(range(1, ROUNDS))
