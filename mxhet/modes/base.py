@@ -258,6 +258,7 @@ class SyncMode:
         self.aggregated = True   # False while the replica holds unaggregated local work
         self._ready = False
         self._reduced = False      # this iteration's gradients are summed over the worker's contexts
+        self._multi = None         # the parameters on several contexts, once known
         self._progressed = False   # a step has returned (told the launcher's hang watch once)
         self._t_last = self._t_start = None
 
@@ -476,8 +477,8 @@ class SyncMode:
         if self._reduced:
             return
         self._reduced = True
-        for p in trainer_params(self.trainer):
-            if p.grad_req == "null" or len(p.list_ctx()) < 2:
+        for p in self._multi_context_params():
+            if p.grad_req == "null":
                 continue
             grads = p.list_grad()
             for g in grads[1:]:
@@ -489,10 +490,18 @@ class SyncMode:
         """Copy every parameter's first copy (the one the mode synchronizes)
         to its other contexts; BatchNorm statistics included, so every
         context holds the worker's model."""
-        for p in trainer_params(self.trainer):
+        for p in self._multi_context_params():
             data = p.list_data()
             for d in data[1:]:
                 data[0].copyto(d)
+
+    def _multi_context_params(self):
+        """The parameters that live on several contexts (found once: a
+        parameter's contexts are fixed at initialization), so a one-context
+        worker's step pays nothing for the multi-context path."""
+        if self._multi is None:
+            self._multi = [p for p in trainer_params(self.trainer) if len(p.list_ctx()) > 1]
+        return self._multi
 
     def wait_compute(self):
         """Wait for the iteration's own work (forward, backward, local update)
