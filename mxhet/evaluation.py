@@ -40,8 +40,8 @@ def evaluation_network(model, input_size, norm="batch", ctx=None):
     from . import models
     net = models.get_model(model, classes=10, input_size=input_size, norm=norm)
     net.initialize(mx.init.Xavier(), ctx=ctx)
-    # Never static_alloc/static_shape, and never a training replica (the simulator's are built
-    # that way): in MXNet 1.9.1 such a CachedOp's BatchNorm writes the running statistics of a
+    # Never static_alloc/static_shape, and never a training replica (the simulator's were built
+    # that way until they hit the same race, see build_devices): in MXNet 1.9.1 such a CachedOp's BatchNorm writes the running statistics of a
     # training-mode pass without ordering later reads of the Parameter after that write (a read
     # right after the pass may see the value from before it; after mx.nd.waitall() it sees the
     # update), so precise BatchNorm on a replica may average nothing and keep the snapshot's

@@ -613,10 +613,15 @@ def build_devices(job, model, input_size, images, labels, dist, optimizer, optim
     for slot, config in enumerate(job.configs):
         net = models.get_model(model, classes=10, input_size=input_size, norm=norm)
         net.initialize(mx.init.Xavier(), ctx=ctx)
-        # A replica's batches all have the job's shape, so its graph's memory is planned once:
-        # 3.5-4.4% less time on the ResNet-50 runs of the paper-sim bench, within 1% on AlexNet and
-        # ResNet-18, the same weights
-        net.hybridize(static_alloc=True, static_shape=True)
+        # No static_alloc/static_shape: on MXNet 1.9.1's threaded engine the BatchNorm running
+        # statistics a static CachedOp writes in a training pass are not ordered with later reads or
+        # writes of those Parameters (even wait_to_read does not wait for them), so deltas, take_global,
+        # snapshots and the final model could hold the values from before the pass, depending on timing.
+        # Plain hybridize() lets the engine order every access, and a run is bit-identical to a static
+        # replica on NaiveEngine. Fencing each pass with mx.nd.waitall() also works and cost the same
+        # within noise on 1-thread ResNet-18, but every new read or write point would need its fence.
+        # The price: static memory's 3.5-4.4% on ResNet-50 (17dabf8), on NaiveEngine too.
+        net.hybridize()
         shard = data.partition(labels, n, slot, dist=dist, seed=job.seed, groups=job.mode_options.get("groups"))
         batches = data.ShardIterator(images, labels, shard, job.batch_size, seed=job.seed + 1000 * slot,
                                      input_size=input_size, ctx=ctx)

@@ -1,6 +1,6 @@
 """Snapshots are scored on a network of their own, never on a training replica (issue 36).
 
-The simulator's replicas are hybridized with static_alloc/static_shape and train;
+The simulator's replicas train (they were static_alloc/static_shape until the same race hit them);
 a snapshot scored through the evaluation path must score what the same snapshot
 scores in a freshly built network, with the same precise-BatchNorm protocol.
 """
@@ -35,7 +35,7 @@ def _fresh_score(path, model, input_size, batch_size, limit):
 
 @pytest.mark.parametrize("model", ["resnet18_v1", "smallcnn"])
 def test_the_simulator_scores_its_snapshots_as_a_fresh_network_does(tmp_path, model):
-    """A standalone run (its replica trains 80 steps under static_alloc/static_shape), every
+    """A standalone run (its replica trains 80 steps), every
     snapshot scored after the run: the curve and the final accuracy are what a fresh network scores.
     Before the fix ResNet-18's were scored on the replica, whose BatchNorm statistics precise BN
     could not recompute (final 0.24 against 0.66 here); the small CNN has no BatchNorm."""
