@@ -165,7 +165,7 @@ def members_plot(summary_path, path):
                          % summary_path)
     rounds = record["rounds"]
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+    fig, (ax, gap) = plt.subplots(2, 1, figsize=(8, 5.6), sharex=True, gridspec_kw={"height_ratios": [3, 1.2]})
     slots = sorted({m["slot"] for r in rounds for m in r["members"]})
     cmap = plt.get_cmap("tab10")
     for i, slot in enumerate(slots):
@@ -180,7 +180,14 @@ def members_plot(summary_path, path):
     ax.plot(times, [r["global_accuracy"] for r in rounds], color="black", linewidth=1.8, marker="o", markersize=3,
             label="global model after the round", zorder=4)
     above = sum(r["global_accuracy"] >= r["members_mean"] for r in rounds)
-    ax.set_xlabel("virtual time (s); members scored at their push, the global model at the round's end")
+    diffs = [r["global_accuracy"] - r["members_mean"] for r in rounds]
+    # The mean and the global line lie close together: their difference gets a panel of its own.
+    width = 0.8 * min([b - a for a, b in zip(times, times[1:]) if b > a] or [1.0])
+    gap.bar(times, diffs, width=width, color=["tab:green" if d >= 0 else "tab:red" for d in diffs])
+    gap.axhline(0.0, color="black", linewidth=0.8)
+    gap.set_ylabel("global - mean")
+    gap.grid(alpha=0.3)
+    gap.set_xlabel("virtual time (s); members scored at their push, the global model at the round's end")
     ax.set_ylabel("accuracy on %d test images" % record["samples"])
     ax.set_title("%s, %s, %s workers: global >= members' mean in %d of %d rounds"
                  % (LABELS.get(summary.get("mode"), summary.get("mode")), summary.get("model"),
