@@ -11,8 +11,13 @@ Scoring happens on the job's evaluation network
 (:func:`mxhet.evaluation.evaluation_network`), never on a training replica,
 with the snapshots' protocol (precise BatchNorm on the same fixed batches), so
 a member's score and the global model's are comparable with each other and
-with the run's curve. It takes real CPU and no virtual time, and draws nothing
-from a training random stream: the run trains exactly as without it.
+with the run's curve. It takes real CPU and no virtual time, and the run
+trains exactly as without it (same final digest): the batches are numpy's
+seeded draws and the evaluation network is built before the replicas are
+seeded. One exception: precise BatchNorm's training-mode pass draws from
+MXNet's global random stream where a model has both BatchNorm and Dropout
+(Inception-v3), which would shift the replicas' dropout masks (the same holds
+for ``--stop-at-target``).
 """
 import time
 

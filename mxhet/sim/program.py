@@ -27,13 +27,14 @@ def _payload(sim, dev, payload):
 
 
 def _exchange(sim, dev, effect):
-    scored = sim.members is not None and effect.payload is Payload.DELTAS
+    members = getattr(sim, "members", None)   # --score-members (a stand-in simulation may have none)
+    scored = members is not None and effect.payload is Payload.DELTAS
     if scored:
-        sim.members.member(dev, effect.round, sim.env.now)
+        members.member(dev, effect.round, sim.env.now)
     keys, values = _payload(sim, dev, effect.payload)
     result, votes = yield from sim.exchange(dev, (sim.job.mode, effect.round), values, keys, vote=effect.vote)
     if scored:
-        sim.members.global_model(effect.round, sim.env.now, result)
+        members.global_model(effect.round, sim.env.now, result)
     sim.take_global(dev, result, keys)
     return votes
 

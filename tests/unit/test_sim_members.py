@@ -85,6 +85,9 @@ def test_members_plot_draws_a_figure(tmp_path):
     image = np.asarray(Image.open(path).convert("L"))
     assert image.shape[0] >= 300 and image.shape[1] >= 500
     assert image.std() > 10          # not blank: dots and lines on a white background
+    from bench import cli as bench_cli
+    assert bench_cli.main(["members-plot", str(src)]) == 0 and (src / "members.png").stat().st_size > 10000
+    (src / "summary.json").write_text(json.dumps(dict(RECORD, members=None)))
     with pytest.raises(ValueError, match="members"):
-        (src / "summary.json").write_text(json.dumps(dict(RECORD, members=None)))
         members_plot(str(src / "summary.json"), str(tmp_path / "none.png"))
+    assert bench_cli.main(["members-plot", str(src)]) == 2
