@@ -133,6 +133,10 @@ def build_parser():
     nodelay_bench.add_parser(sub)
     preduce_bench.add_parser(sub)
     gcada_bench.add_parser(sub)
+    mem = sub.add_parser("members-plot", help="figure of a `python -m mxhet.sim --score-members N` run: members' "
+                                              "scores, their mean and the global model's, per round")
+    mem.add_argument("run_dir", help="the run's --metrics-out directory (with summary.json)")
+    mem.add_argument("--out", default=None, help="the PNG (default RUN_DIR/members.png)")
     res = sub.add_parser("rescore", help="score a finished bench's runs again with the current evaluation "
                                          "protocol and rebuild its JSON, report and figures")
     res.add_argument("--out", required=True, help="the bench's output directory (with runs/)")
@@ -549,6 +553,18 @@ def run_rescore(args):
     return 0
 
 
+def run_members_plot(args):
+    """``mxhet-bench members-plot RUN_DIR``: :func:`bench.plots.members_plot` of the run's summary."""
+    from .plots import members_plot
+    try:
+        path = members_plot(os.path.join(args.run_dir, "summary.json"),
+                            args.out or os.path.join(args.run_dir, "members.png"))
+    except ValueError as exc:
+        raise ConfigError(str(exc))
+    print(path)
+    return 0
+
+
 def main(argv=None):
     raw = list(sys.argv[1:] if argv is None else argv)
     if raw[:1] == ["scale"]:  # its own parser (bench/scale.py)
@@ -562,7 +578,7 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, _terminate)
     runners = {"demo": run_demo, "epsilon": run_epsilon, "acks": run_acks, "dynamic": run_dynamic,
                "control-plane": run_control_plane, "validate-sim": run_validate_sim, "rescore": run_rescore,
-               "aggregation": aggregation.run}
+               "aggregation": aggregation.run, "members-plot": run_members_plot}
     runners["nodelay"] = nodelay_bench.run
     runners["preduce"] = preduce_bench.run
     runners["gcada"] = gcada_bench.run

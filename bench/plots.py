@@ -146,3 +146,52 @@ def draw_all(results, out):
             if path:
                 paths.append(path)
     return paths
+
+
+def members_plot(summary_path, path):
+    """Per round of a ``--score-members`` run (``summary.json``'s ``members``): each member's
+    score before its push (dots, one colour per slot, its ``n_i`` beside it on the last round),
+    their mean and the new global model's score, over virtual time. Returns ``path``.
+
+    Raises:
+        ValueError: when the summary has no members record (run without ``--score-members``).
+    """
+    import json
+    with open(summary_path) as f:
+        summary = json.load(f)
+    record = summary.get("members")
+    if not record or not record.get("rounds"):
+        raise ValueError("%s has no 'members' record: run python -m mxhet.sim with --score-members N"
+                         % summary_path)
+    rounds = record["rounds"]
+    plt = _plt()
+    fig, (ax, gap) = plt.subplots(2, 1, figsize=(8, 5.6), sharex=True, gridspec_kw={"height_ratios": [3, 1.2]})
+    slots = sorted({m["slot"] for r in rounds for m in r["members"]})
+    cmap = plt.get_cmap("tab10")
+    for i, slot in enumerate(slots):
+        points = [(r["t_s"], m["accuracy"], m["n"]) for r in rounds for m in r["members"] if m["slot"] == slot]
+        ns = sorted({n for _, _, n in points})
+        label = "member %d (n_i %s)" % (slot, ns[0] if len(ns) == 1 else "%d-%d" % (ns[0], ns[-1]))
+        ax.scatter([t for t, _, _ in points], [a for _, a, _ in points], s=14, color=cmap(i % 10), alpha=0.7,
+                   label=label, zorder=2)
+    times = [r["t_s"] for r in rounds]
+    ax.plot(times, [r["members_mean"] for r in rounds], color="gray", linewidth=1.4, linestyle="--",
+            label="members' mean", zorder=3)
+    ax.plot(times, [r["global_accuracy"] for r in rounds], color="black", linewidth=1.8, marker="o", markersize=3,
+            label="global model after the round", zorder=4)
+    above = sum(r["global_accuracy"] >= r["members_mean"] for r in rounds)
+    diffs = [r["global_accuracy"] - r["members_mean"] for r in rounds]
+    # The mean and the global line lie close together: their difference gets a panel of its own.
+    width = 0.8 * min([b - a for a, b in zip(times, times[1:]) if b > a] or [1.0])
+    gap.bar(times, diffs, width=width, color=["tab:green" if d >= 0 else "tab:red" for d in diffs])
+    gap.axhline(0.0, color="black", linewidth=0.8)
+    gap.set_ylabel("global - mean")
+    gap.grid(alpha=0.3)
+    gap.set_xlabel("virtual time (s); members scored at their push, the global model at the round's end")
+    ax.set_ylabel("accuracy on %d test images" % record["samples"])
+    ax.set_title("%s, %s, %s workers: global >= members' mean in %d of %d rounds"
+                 % (LABELS.get(summary.get("mode"), summary.get("mode")), summary.get("model"),
+                    summary.get("num_workers"), above, len(rounds)), fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    return _save(fig, path)

@@ -30,8 +30,11 @@ from ..errors import ConfigError
 from ..policy import get_spec
 from ..train import _atomic_json, _validate, build_parser as train_parser, mode_options, optimizer_params
 from .engine import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_MS, DEFAULT_PER_KEY_MS, Network, SimJob
+from .members import MemberScores
 
 LOG = logging.getLogger("mxhet.sim")
+MEMBER_MODES = ("esync", "localsgd")
+"""The modes whose rounds ``--score-members`` scores (the simulator hooks their delta exchange)."""
 
 
 def build_parser():
@@ -77,24 +80,38 @@ def build_parser():
                    help="skip a point of the snapshot grid until the devices ran K real iterations in all since "
                         "the last snapshot, so that scoring does not outweigh training where iterations are "
                         "few (a standalone device, Sync at a large slowdown); default 0: every point")
+    g.add_argument("--score-members", type=int, default=0, metavar="N",
+                   help="esync, localsgd: at every aggregation score each member's replica before its push and "
+                        "the new global model, on the first N test images (precise BN), into the summary's "
+                        "'members'; costs real CPU, no virtual time, and does not change the training "
+                        "(default 0: off)")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar on stderr")
     return p
 
 
-def target_check(args, net, ctx, input_size, images, labels):
-    """``check(arrays) -> (accuracy, reached)``: the global model's accuracy on
-    ``--eval-samples`` test images, scored exactly as after training (on ``net``, the
-    job's evaluation network, with precise BN on the same batches), and whether it
-    reaches ``--target-accuracy``."""
+def scorer(args, net, ctx, input_size, images, labels, samples):
+    """``score(arrays) -> accuracy``: a model's accuracy on the first ``samples`` test
+    images, scored exactly as a snapshot after training (on ``net``, the job's
+    evaluation network, with precise BN on the same batches)."""
     from .. import data, evaluation
     bn = (evaluation.calibration_batches(images, labels, args.bn_batches, args.batch_size, input_size, ctx)
           if args.bn_batches and evaluation.batchnorm_layers(net) else [])
     test_x, test_y = data.load_fashion_mnist("test", args.data_dir)
 
-    def check(arrays):
+    def score(arrays):
         evaluation.load_snapshot(net, arrays)
         evaluation.recompute_batchnorm(net, bn)
-        accuracy = data.evaluate(net, test_x, test_y, input_size=input_size, ctx=ctx, limit=args.eval_samples)
+        return data.evaluate(net, test_x, test_y, input_size=input_size, ctx=ctx, limit=samples)
+    return score
+
+
+def target_check(args, net, ctx, input_size, images, labels):
+    """``check(arrays) -> (accuracy, reached)``: the global model's accuracy on
+    ``--eval-samples`` test images (:func:`scorer`) and whether it reaches ``--target-accuracy``."""
+    score = scorer(args, net, ctx, input_size, images, labels, args.eval_samples)
+
+    def check(arrays):
+        accuracy = score(arrays)
         return accuracy, accuracy >= args.target_accuracy
     return check
 
@@ -134,6 +151,11 @@ def make_job(args):
         raise ConfigError("--eval-min-iterations must be >= 0 (0: every point), got %d" % args.eval_min_iterations)
     if args.max_iterations < 0:
         raise ConfigError("--max-iterations must be >= 0 (0: no cap), got %d" % args.max_iterations)
+    if args.score_members < 0:
+        raise ConfigError("--score-members must be >= 0 test images (0: off), got %d" % args.score_members)
+    if args.score_members and mode not in MEMBER_MODES:
+        raise ConfigError("--score-members scores the members of a delta average: modes %s, not %s"
+                          % (", ".join(MEMBER_MODES), mode))
     if not args.latency_ms >= 0 or not args.per_key_ms >= 0 or not args.bandwidth_gbps > 0 or not args.jitter >= 0:
         raise ConfigError("--latency-ms and --per-key-ms must be >= 0, --bandwidth-gbps > 0 and --jitter >= 0")
     parse_context(args.contexts)
@@ -175,6 +197,10 @@ def run(args):
     input_size = args.input_size or models.default_input_size(args.model)
     images, labels = data.load_fashion_mnist("train", args.data_dir)
     wall0 = time.monotonic()
+    # Snapshots are scored on a network of their own, never on a replica (see evaluation_network).
+    # Scoring members during the run needs it then: built before build_devices seeds MXNet's
+    # random stream, so its initialization draws nothing the training would draw.
+    eval_net = evaluation.evaluation_network(args.model, input_size, args.norm, ctx) if args.score_members else None
     devices = engine.build_devices(job, args.model, input_size, images, labels, args.dist, args.optimizer,
                                    optimizer_params(args), ctx, spec, norm=args.norm)
     for dev in devices:
@@ -213,12 +239,15 @@ def run(args):
         mx.nd.save(path, dict(zip(names, arrays)))
         return path
     sim.keep_snapshot = save
-    # Snapshots are scored on a network of their own, never on a replica (see evaluation_network);
-    # it is built where the run's random draws are not changed by it (after the run unless checked in it).
-    eval_net = None
+    # Otherwise the evaluation network is built where the run's random draws are not changed by it
+    # (after the run unless checked in it).
     if args.stop_at_target:
-        eval_net = evaluation.evaluation_network(args.model, input_size, args.norm, ctx)
+        if eval_net is None:
+            eval_net = evaluation.evaluation_network(args.model, input_size, args.norm, ctx)
         sim.target_check = target_check(args, eval_net, ctx, input_size, images, labels)
+    if args.score_members:
+        sim.members = MemberScores(scorer(args, eval_net, ctx, input_size, images, labels, args.score_members),
+                                   args.score_members)
     with tqdm(total=round(job.time_budget, 1), unit="virtual s", desc="%s %s" % (job.mode, args.model),
               file=sys.stderr, mininterval=2.0, disable=not args.progress) as bar:
         sim.progress = lambda t: bar.update(max(0.0, round(min(t, job.time_budget), 1) - bar.n))
@@ -257,6 +286,7 @@ def run(args):
     if job.mode == "adsp":   # the commit-rate search as it ran, times in virtual seconds of the run
         scheduler = sim.service.adsp
         summary["adsp_search"] = scheduler.search_record(origin=scheduler.start) if scheduler is not None else None
+    summary["members"] = sim.members.summary() if sim.members is not None else None
     gcada = getattr(sim.service, "gcada", None)   # G-CADA: every iteration's selection and counts
     summary["gcada"] = gcada.stats(args.batch_size) if gcada is not None else None
     _atomic_json(os.path.join(args.metrics_out, "summary.json"), summary)

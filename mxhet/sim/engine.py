@@ -255,6 +255,7 @@ class Simulation:
         self.progress = None       # callable(virtual seconds), called at every snapshot
         self.scores = []           # target_check's accuracy per snapshot (stop at the target)
         self.traces = None         # {} to record each device's worker-program (effect, result) pairs, by slot
+        self.members = None        # a mxhet.sim.members.MemberScores: members and global model at every round
 
     # -- the State Server over the emulated links --------------------------------
     def _answer(self, dev, request):
@@ -477,9 +478,13 @@ class Simulation:
                 if policy.after_query() is not Action.AGGREGATE:
                     continue
             # aggregate the round
+            if self.members is not None:
+                self.members.member(dev, policy.round, self.env.now)
             yield from weigh_delta(self, dev, policy.round, policy.k)
             result, _ = yield from self.exchange(dev, ("esync", policy.round), self.deltas(dev),
                                                  list(range(len(dev.params))))
+            if self.members is not None:
+                self.members.global_model(policy.round, self.env.now, result)
             self.take_global(dev, result)
             _, k, slowest = policy.aggregated()
             dev.stats.local_iters.append(k)

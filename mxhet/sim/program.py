@@ -27,8 +27,14 @@ def _payload(sim, dev, payload):
 
 
 def _exchange(sim, dev, effect):
+    members = getattr(sim, "members", None)   # --score-members (a stand-in simulation may have none)
+    scored = members is not None and effect.payload is Payload.DELTAS
+    if scored:
+        members.member(dev, effect.round, sim.env.now)
     keys, values = _payload(sim, dev, effect.payload)
     result, votes = yield from sim.exchange(dev, (sim.job.mode, effect.round), values, keys, vote=effect.vote)
+    if scored:
+        members.global_model(effect.round, sim.env.now, result)
     sim.take_global(dev, result, keys)
     return votes
 
