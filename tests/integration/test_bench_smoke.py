@@ -99,10 +99,10 @@ def test_report_and_figures(smoke):
         for run in data["runs"]:
             runs.setdefault((run["model"], run["mode"], run["dist"]), []).append(
                 ["%.3f" % run["final_accuracy"], "%.0f" % run["samples_per_s"], "%.2f" % (run["bytes_per_s"] / 1e6)])
-    every = _table(text, "## Every run")
+    every = _table(text, "## Every run")   # model, mode, data, seed, time to target, then these three
     assert {tuple(cells[:3]) for cells in every} == set(runs)
     for cells in every:
-        assert cells[4:7] in runs[tuple(cells[:3])], cells
+        assert cells[5:8] in runs[tuple(cells[:3])], cells
     for png in ("fig3-curves.png", "fig4-throughput.png", "fig5-compute-ratio.png"):
         with Image.open(out / png) as image:
             assert image.format == "PNG" and image.width >= 400 and image.height >= 250, (png, image.size)
