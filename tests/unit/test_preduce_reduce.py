@@ -103,10 +103,13 @@ def _final_model(tmp_path, name, *argv):
 
 def test_p_equal_n_is_synchronous_model_averaging_every_step(tmp_path):
     common = ("-n", "3", "--slowdown", "1,2,3", "--base-iter", "0.05", "--time-budget", "100",
-              "--max-rounds", "4", "--seed", "3", "--lr", "0.1")
-    preduce, a = _final_model(tmp_path, "preduce", *common, "--sync", "preduce", "--group-size", "3",
-                              "--weights", "constant")
-    localsgd, b = _final_model(tmp_path, "localsgd", *common, "--sync", "localsgd", "--local-steps", "1")
+              "--seed", "3", "--lr", "0.1")
+    # Partial Reduce computes the iteration that carries the stop wish and averages it in the job's final
+    # model (every worker pushes x_i/N), so its 4 rounds are 5 averaged steps: local SGD's 5 rounds
+    preduce, a = _final_model(tmp_path, "preduce", *common, "--max-rounds", "4", "--sync", "preduce",
+                              "--group-size", "3", "--weights", "constant")
+    localsgd, b = _final_model(tmp_path, "localsgd", *common, "--max-rounds", "5", "--sync", "localsgd",
+                               "--local-steps", "1")
     assert [w["iterations"] for w in preduce["workers"]] == [w["iterations"] for w in localsgd["workers"]] == [5] * 3
     assert a.keys() == b.keys()
     for name in a:
