@@ -12,7 +12,7 @@ demo: install data
 	$(VENV)/bin/mxhet-bench demo --out runs/demo
 
 test: install data browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=20
 
 install: $(STAMP)
 
