@@ -98,15 +98,17 @@ def _results(tmp_path):
     return [json.loads((tmp_path / ("rank%d.json" % r)).read_text()) for r in range(3)]
 
 
-@pytest.mark.parametrize("mode, store_type, given, contexts", [
-    ("sync", "dist", True, 2), ("esync", "dist_sync", True, 1), ("localsgd", "dist", True, 2),
-    ("async", "dist_async", True, 2),
-    ("esync", "dist", False, 2),   # created for store.rank only, not given to the Trainer: found and used
+@pytest.mark.parametrize("mode, store_type, given, contexts, rounds", [
+    ("sync", "dist", True, 2, 60), ("esync", "dist_sync", True, 1, 60),
+    ("localsgd", "dist", True, 2, 8),   # 8 local steps a round: 64 iterations
+    ("async", "dist_async", True, 2, 60),
+    ("esync", "dist", False, 2, 60),   # created for store.rank only, not given to the Trainer: found and used
 ])
-def test_the_scripts_kvstore_is_used_when_it_fits_the_mode(tmp_path, child_pids, mode, store_type, given, contexts):
+def test_the_scripts_kvstore_is_used_when_it_fits_the_mode(tmp_path, child_pids, mode, store_type, given, contexts,
+                                                           rounds):
     """With two contexts per worker, the gradients are summed over them, the
     mode's protocol runs once per worker and both contexts end with the weights."""
-    proc = _run(tmp_path, child_pids, mode, store_type, given, contexts=contexts)
+    proc = _run(tmp_path, child_pids, mode, store_type, given, steps=rounds, contexts=contexts)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "are ignored" not in proc.stderr   # no warning: the script's kvstore carried the mode
     results = _results(tmp_path)
