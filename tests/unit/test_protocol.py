@@ -130,6 +130,24 @@ def test_the_cluster_stepping_stops_at_each_compute_and_reports_the_end():
         session.advance()
 
 
+def _stand_in_simulation(env, log, register_s=0.0):
+    """The part of a Simulation every run_program test needs: the job, the mode
+    spec, registration (logged when it takes time) and goodbye."""
+    class StandIn:
+        job = types.SimpleNamespace(mode_options={})
+        spec = types.SimpleNamespace(resolve=dict)
+
+        def register(self, dev):
+            yield env.timeout(register_s)
+            if register_s:
+                log.append("register")
+
+        def leave(self, dev):
+            log.append("bye")
+            yield env.timeout(0)
+    return StandIn
+
+
 def test_the_simulator_interpreter_runs_a_program_in_virtual_time():
     """run_program over a stand-in simulation: registration first, each Compute
     costs its iteration time, Now reads the virtual clock, goodbye last."""
@@ -140,18 +158,7 @@ def test_the_simulator_interpreter_runs_a_program_in_virtual_time():
     env = simpy.Environment()
     log = []
 
-    class Sim:
-        job = types.SimpleNamespace(mode_options={})
-        spec = types.SimpleNamespace(resolve=dict)
-
-        def register(self, dev):
-            yield env.timeout(0.25)
-            log.append("register")
-
-        def leave(self, dev):
-            log.append("bye")
-            yield env.timeout(0)
-
+    class Sim(_stand_in_simulation(env, log, register_s=0.25)):
         def iterate(self, dev):
             yield env.timeout(1.0)
 
@@ -186,17 +193,8 @@ def test_the_simulator_interpreter_pushes_asynchronously_and_waits_at_the_gate()
     env = simpy.Environment()
     log = []
 
-    class Sim:
-        job = types.SimpleNamespace(mode_options={})
-        spec = types.SimpleNamespace(resolve=dict)
+    class Sim(_stand_in_simulation(env, log)):
         grad_keys = [0]
-
-        def register(self, dev):
-            yield env.timeout(0)
-
-        def leave(self, dev):
-            log.append("bye")
-            yield env.timeout(0)
 
         def push_async(self, dev, values, keys):
             yield env.timeout(0.5)
