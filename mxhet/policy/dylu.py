@@ -38,8 +38,7 @@ def local_steps_for(base, iteration_s, fastest_s):
         raise ValueError("local_steps (H) must be a positive integer, got %r" % (base,))
     if not iteration_s or not fastest_s or iteration_s <= 0 or fastest_s <= 0:
         return base
-    # The tiny slack keeps H for the fastest device itself when the ratio is 1 up to float rounding.
-    return max(1, min(base, int(math.floor(base * fastest_s / iteration_s + 1e-9))))
+    return max(1, min(base, int(math.floor(base * fastest_s / iteration_s + 0.5))))
 
 
 def check_options(opts):

@@ -140,7 +140,7 @@ DYLU = register_spec(ModeSpec(
     "(Dynamic Local Updates), pushes its delta without waiting, and the servers apply it with Delayed Nesterov",
     exchanges_deltas=True,
     options=(Option("local_steps", 8, "H: the fastest device's local steps between two pushes; a device v times "
-                                      "slower runs floor(H/v), at least 1"),
+                                      "slower runs round(H/v), at least 1"),
              Option("outer_lr", 0.7, "the servers' outer learning rate"),
              Option("outer_momentum", 0.9, "μ, the servers' outer Nesterov momentum, in [0, 1)"),
              Option("nesterov_period", 0, "N: the momentum is updated every N pushes of a key (Delayed "

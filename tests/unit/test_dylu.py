@@ -25,7 +25,10 @@ pytestmark = pytest.mark.timeout(300)
 def test_local_steps_scale_with_speed_relative_to_the_fastest():
     assert local_steps_for(8, 0.1, 0.1) == 8          # the fastest itself
     assert local_steps_for(8, 0.4, 0.1) == 2          # 4x slower
-    assert local_steps_for(8, 0.3, 0.1) == 2          # 8/3 = 2.67, rounded down
+    assert local_steps_for(8, 0.3, 0.1) == 3          # 8/3 = 2.67, rounded to the nearest
+    assert local_steps_for(8, 0.101, 0.1) == 8        # 1% slower (measurement noise): still H
+    assert local_steps_for(8, 0.16, 0.1) == 5         # 8/1.6 = 5
+    assert local_steps_for(8, 3.2, 0.1) == 1          # 8/32 = 0.25: one step
     assert local_steps_for(8, 10.0, 0.1) == 1         # never below one step
     assert local_steps_for(8, 0.1 * 3, 0.1 * 3) == 8  # equal up to float rounding: H
     assert local_steps_for(8, 0.05, 0.1) == 8         # a stale "fastest" slower than this device: at most H
