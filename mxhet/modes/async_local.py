@@ -29,6 +29,10 @@ class DyLU(ProgramMode):
     program = staticmethod(programs_async_local.dylu)
     votes = False   # each worker stops on its own
 
+    def __init__(self, trainer, config, **kwargs):
+        super().__init__(trainer, config, **kwargs)
+        check_options(self.opts)   # before any connection: a bad option fails the worker at once
+
     @classmethod
     def updater_for(cls, num_workers, batch_size, optimizer, opts, plain_keys=()):
         from kvstore_ext.updaters import DelayedNesterov

@@ -210,3 +210,11 @@ def test_resnet18_learns_with_a_4x_slower_device(tmp_path):
     assert len({w["final_model_sha256"] for w in workers.values()}) == 1
     assert set(workers[0]["local_iters"]) == {4}
     assert workers[2]["local_iters"][0] == 4 and set(workers[2]["local_iters"][1:]) == {1}
+
+
+def test_the_cluster_mode_refuses_bad_options_before_connecting():
+    from mxhet.config import WorkerConfig
+    with pytest.raises(ConfigError, match="nesterov_period"):
+        get_mode("dylu")(trainer=None, config=WorkerConfig(), nesterov_period=-1)
+    mode = get_mode("dylu")(trainer=None, config=WorkerConfig(), local_steps=4)
+    assert mode.opts["local_steps"] == 4 and mode.kvstore_type == "dist_async" and not mode.votes
