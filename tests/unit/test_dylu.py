@@ -218,3 +218,40 @@ def test_the_cluster_mode_refuses_bad_options_before_connecting():
         get_mode("dylu")(trainer=None, config=WorkerConfig(), nesterov_period=-1)
     mode = get_mode("dylu")(trainer=None, config=WorkerConfig(), local_steps=4)
     assert mode.opts["local_steps"] == 4 and mode.kvstore_type == "dist_async" and not mode.votes
+
+
+class _Channel:
+    """The kvstore channel, in process: control keys keep the last push (dist_async)."""
+    rank, num_workers = 1, 3
+
+    def __init__(self):
+        self.store = {}
+
+    def init(self, keys, values):
+        for k, v in zip(keys, values):
+            self.store[k] = v.asnumpy().copy()
+
+    def push_pull(self, keys, values, outs):
+        for k, v, o in zip(keys, values, outs):
+            self.store[k] = v.asnumpy().copy()
+            o[:] = self.store[k]
+
+    def pull(self, keys, outs):
+        for k, o in zip(keys, outs):
+            o[:] = self.store[k]
+
+
+def test_the_cluster_carries_out_share_speed_and_pushes_deltas_asynchronously():
+    from mxhet.config import WorkerConfig
+    mode = get_mode("dylu")(trainer=None, config=WorkerConfig(slot=1, num_slots=3))
+    mode.channel = _Channel()
+    exchanged = []
+    mode.exchange_deltas = lambda round_index, *extra: exchanged.append((round_index, extra))
+    mode.on_setup(64)
+    assert isinstance(mode.session.pending, Compute)
+    mode.channel.store[ps_keys.SPEED_KEY_BASE + 2] = np.array([0.4], dtype=np.float32)   # rank 2 published
+    assert mode.carry_out(ShareSpeed(0.1)) == pytest.approx((0.0, 0.1, 0.4))
+    assert mode.channel.store[ps_keys.SPEED_KEY_BASE + 1][0] == pytest.approx(0.1)
+    mode.aggregated = False
+    assert mode.carry_out(PushAsync(Payload.DELTAS, 5)) is None
+    assert exchanged == [(5, ())] and mode.aggregated   # no stop ballot: the workers stop alone
