@@ -5,6 +5,7 @@ MODE_ORDER = ("sync", "async", "esync", "adsp", "ssp", "localsgd", "dcasgd", "no
 LABELS = {"sync": "Sync", "async": "Async", "esync": "ESync", "adsp": "ADSP", "ssp": "SSP",
           "localsgd": "Local SGD", "dcasgd": "DC-ASGD", "preduce": "Partial Reduce", "nodelay": "No-delay ASGD",
           "local": "Standalone", "sync-fast": "Sync, fast devices only"}
+LABELS["dylu"] = "Async Local-SGD (DyLU)"
 
 
 def _variant(run):

@@ -31,6 +31,7 @@ PAPER_FIGURE_MODES = ("sync", "async", "esync", "adsp", "ssp", "localsgd", "dcas
 ALL_MODES = ("sync", "async", "esync", "adsp", "ssp", "localsgd", "dcasgd", "nodelay")
 ALL_MODES += ("preduce",)   # Partial Reduce (bench/preduce.py has its own experiment)
 ALL_MODES += ("gcada", "cada")   # G-CADA and CADA (bench/gcada.py has the paper's experiment)
+ALL_MODES += ("dylu",)   # asynchronous local SGD with Delayed Nesterov and DyLU
 STANDALONE = "local"
 FAST_SYNC = "sync-fast"
 """Sync over the fastest devices of the profile only, the stragglers left out (a variant, run as ``sync``)."""

@@ -21,6 +21,10 @@ ESYNC_COUNT_KEY = 94_999  # ESync: the devices' step and sample counts (their su
 #: ``ALLREDUCE_KEY_BASE + i`` (a control key: the server stores the plain sum).
 ALLREDUCE_KEY_BASE = CONTROL_KEY_BASE + 1
 ALLREDUCE_KEY_END = 94_000
+#: Mode ``dylu``: rank r's seconds per iteration at ``SPEED_KEY_BASE + r`` (a
+#: control key on ``dist_async``: the last push is the value), see :func:`speed_keys`.
+SPEED_KEY_BASE = 94_000
+SPEED_KEY_END = 94_999   # ESYNC_COUNT_KEY
 PROBE_KEY_BASE = 95_000
 MAX_KEY = 100_000
 PROBE_STAMP = 4096.0
@@ -143,3 +147,17 @@ def split_group_key(key, layout):
 
 def is_group_key(key):
     return GROUP_KEY_BASE <= key < GROUP_KEY_END
+
+
+def speed_keys(num_workers):
+    """Mode ``dylu``: the control keys of ranks ``0 .. num_workers - 1``' speeds.
+
+    Raises:
+        ValueError: for a bad count, or more workers than the range holds.
+    """
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+        raise ValueError("num_workers must be a positive integer, got %r" % (num_workers,))
+    if SPEED_KEY_BASE + num_workers > SPEED_KEY_END:
+        raise ValueError("the speed key range holds at most %d workers, got %d"
+                         % (SPEED_KEY_END - SPEED_KEY_BASE, num_workers))
+    return list(range(SPEED_KEY_BASE, SPEED_KEY_BASE + num_workers))

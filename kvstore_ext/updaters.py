@@ -273,3 +273,67 @@ def _from_text(text):
     import numpy as np
     shape, dtype, data = text
     return np.frombuffer(base64.b64decode(data), dtype=np.dtype(dtype)).reshape(shape)
+
+
+@mx.optimizer.register
+class DelayedNesterov(ServerUpdater):
+    """Asynchronous local SGD's outer optimizer (mode ``dylu``, on
+    ``dist_async``): Delayed Nesterov (Liu et al. 2024, arXiv 2401.09135).
+
+    Each push is one worker's delta ``Δ = replica - the global model it
+    started from``; ``g = -Δ`` is its pseudo-gradient. Per key, on every push:
+    ``w -= (lr / N)·g`` and ``g`` is added to a buffer ``b``; on every N-th push
+    of the key, the momentum takes the buffer's mean and its term is applied:
+    ``m = μ·m + b / N``, ``w -= lr·μ·m``, ``b = 0``. Over N pushes this is one
+    Nesterov step ``m = μ·m + ḡ; w -= lr·(ḡ + μ·m)`` on their mean ḡ, while
+    each pseudo-gradient still reaches the model when it arrives (N = 1:
+    Nesterov on every push). Keys in ``plain_keys`` (BatchNorm statistics)
+    take ``w += Δ / num_workers`` and no momentum.
+
+    Args:
+        num_workers: number of workers.
+        outer_lr: lr (> 0).
+        outer_momentum: μ in [0, 1).
+        period: N, pushes per momentum update (positive integer).
+        plain_keys: keys updated by the plain rule.
+
+    Raises:
+        ValueError: naming the bad argument.
+    """
+
+    def __init__(self, num_workers, outer_lr=0.7, outer_momentum=0.9, period=1, plain_keys=(), **kwargs):
+        super().__init__(num_workers, **kwargs)
+        if not outer_lr > 0:
+            raise ValueError("outer_lr must be > 0, got %r" % (outer_lr,))
+        if not 0 <= outer_momentum < 1:
+            raise ValueError("outer_momentum must be in [0, 1), got %r" % (outer_momentum,))
+        if isinstance(period, bool) or not isinstance(period, int) or period < 1:
+            raise ValueError("period (N) must be a positive integer, got %r" % (period,))
+        self.outer_lr = float(outer_lr)
+        self.outer_momentum = float(outer_momentum)
+        self.period = period
+        self.plain_keys = frozenset(int(k) for k in plain_keys)
+        self.arrivals = {}   # key -> pushes since its last momentum update
+
+    def create_param_state(self, index, weight):
+        if index in self.plain_keys:
+            return None
+        # (momentum m, buffer b of the pseudo-gradients since the last momentum update)
+        return (mx.nd.zeros(weight.shape, ctx=weight.context, dtype=weight.dtype),
+                mx.nd.zeros(weight.shape, ctx=weight.context, dtype=weight.dtype))
+
+    def apply(self, index, weight, grad, state):
+        if index in self.plain_keys or state is None:
+            weight[:] += grad * (1.0 / self.num_workers)
+            return
+        momentum, buffered = state
+        # grad is the delta Δ = -g: subtracting it accumulates the pseudo-gradient.
+        buffered[:] -= grad
+        weight[:] += grad * (self.outer_lr / self.period)
+        count = self.arrivals.get(index, 0) + 1
+        if count == self.period:
+            momentum[:] = self.outer_momentum * momentum + buffered * (1.0 / self.period)
+            weight[:] -= (self.outer_lr * self.outer_momentum) * momentum
+            buffered[:] = 0
+            count = 0
+        self.arrivals[index] = count

@@ -58,7 +58,8 @@ def build_parser():
     g.add_argument("--wd", type=float, default=0.0, help="weight decay")
     g.add_argument("--global-lr", type=float, default=1.0,
                    help="esync: ε of Algorithm 1, w += ε·mean(Δ); adsp: W += (ε/M)·Δ on each commit")
-    g.add_argument("--local-steps", type=int, default=8, help="localsgd: local steps τ between averages")
+    g.add_argument("--local-steps", type=int, default=8,
+                   help="localsgd: local steps τ between averages; dylu: H, the fastest device's local steps")
     g.add_argument("--dc-lambda", type=float, default=0.04, help="dcasgd: delay-compensation strength λ")
     g.add_argument("--groups", type=int, default=None,
                    help="gcada: G, groups of M/G workers (and the groups of --dist group)")
@@ -88,11 +89,17 @@ def build_parser():
     g.add_argument("--outer-optimizer", choices=["none", "nesterov"], default="none",
                    help="esync: apply the combined delta as is, or as DiLoCo's pseudo-gradient with Nesterov "
                         "momentum on the servers")
-    g.add_argument("--outer-lr", type=float, default=0.7, help="esync: outer learning rate (default %(default)s)")
-    g.add_argument("--outer-momentum", type=float, default=0.9, help="esync: outer momentum (default %(default)s)")
+    g.add_argument("--outer-lr", type=float, default=0.7, help="esync, dylu: outer learning rate (default %(default)s)")
+    g.add_argument("--outer-momentum", type=float, default=0.9, help="esync, dylu: outer momentum (default %(default)s)")
     g.add_argument("--max-local-steps", type=int, default=0, metavar="K",
                    help="esync: aggregate after at most K local iterations a round, READY or not, and wait for "
                         "the slowest; bounds a fast device's drift on non-i.i.d. data (default 0: no cap)")
+    g.add_argument("--nesterov-period", type=int, default=0, metavar="N",
+                   help="dylu: Delayed Nesterov updates the servers' momentum every N pushes of a key "
+                        "(default 0: the number of workers)")
+    g.add_argument("--dynamic-local-steps", choices=["on", "off"], default="on",
+                   help="dylu: scale each device's local steps by its measured speed (DyLU), or run "
+                        "--local-steps on every device (default %(default)s)")
     g.add_argument("--on-nonfinite", choices=["stop", "skip"], default="stop",
                    help="NaN/Inf in a delta or gradient about to be pushed: stop the job with an error "
                         "naming the worker and round, or push zeros instead (default %(default)s)")
@@ -176,6 +183,7 @@ def mode_options(args, mode):
                        ("beta1", "beta1"), ("beta2", "beta2"), ("smoothness", "smoothness")):
         if getattr(args, flag, None) is not None:  # G-CADA's: given on the command line, else the spec's default
             offered[name] = getattr(args, flag)
+    offered.update(nesterov_period=args.nesterov_period, dynamic=args.dynamic_local_steps == "on")   # dylu
     takes = get_spec(mode).defaults()
     return {name: value for name, value in offered.items() if name in takes}
 

@@ -8,5 +8,6 @@ from . import adsp, esync, gradient, local, localsgd  # noqa: F401  (register th
 from . import preduce  # noqa: F401
 from . import nodelay  # noqa: F401
 from . import gcada  # noqa: F401
+from . import async_local  # noqa: F401
 
 __all__ = ["SyncMode", "WorkerStats", "get_mode", "get_program", "mode_names", "register"]

@@ -12,6 +12,7 @@ import mxnet as mx
 
 from kvstore_ext import keys as ps_keys
 from ..protocol import Clock, Compute, Exchange, Now, Payload, PushAsync, Session, WantsStop
+from ..protocol import ShareSpeed
 from .base import SyncMode
 
 
@@ -69,6 +70,14 @@ class ProgramMode(SyncMode):
             else:
                 self.exchange_gradients(self._step_batch, effect.round, *control)
             return float(self._vote[0].asscalar())
+        if isinstance(effect, PushAsync) and effect.payload is Payload.DELTAS:
+            # Asynchronous local SGD (dylu): the servers apply the delta on arrival; the replica becomes
+            # the global model pulled in the same exchange.
+            self.exchange_deltas(effect.round)
+            self.aggregated = True
+            return None
+        if isinstance(effect, ShareSpeed):
+            return self.share_speed(effect.iteration_s)
         if isinstance(effect, PushAsync):
             if effect.payload is not Payload.GRADIENTS:
                 raise TypeError("the cluster runtime pushes only gradients asynchronously, not %r" % (effect,))
@@ -83,3 +92,7 @@ class ProgramMode(SyncMode):
         if isinstance(effect, Now):
             return self.clock() - self._t_start
         raise TypeError("the cluster runtime cannot carry out %r" % (effect,))
+
+    def share_speed(self, iteration_s):
+        """Carry out a :class:`~mxhet.protocol.effects.ShareSpeed` (modes whose program yields one define it)."""
+        raise TypeError("mode %s shares no speeds" % (self.name,))

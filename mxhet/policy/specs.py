@@ -15,6 +15,7 @@ preduce   dist_async    yes           Partial Reduce: average with the next P-1 
 nodelay   dist_sync     yes           async SGD without gradient delay: merges run while workers compute
 gcada     dist_async    yes           G-CADA: lazily selected groups, first finisher uploads, AMSGrad
 cada      dist_async    yes           CADA: G-CADA with groups of one (D=1: distributed AMSGrad)
+dylu      dist_async    no            async local SGD: H_i steps by speed, delta applied with Delayed Nesterov
 local     (none)        no            standalone training on one device
 ========  ============  ============  ================================================
 """
@@ -132,5 +133,18 @@ CADA = register_spec(ModeSpec(
     "CADA: workers selected lazily each iteration, the servers wait for every selected one and apply AMSGrad; "
     "max_delay=1 is distributed AMSGrad",
     needs_state_server=True, options=_amsgrad_options(2.0)))
+
+DYLU = register_spec(ModeSpec(
+    "dylu", "dist_async",
+    "asynchronous local SGD (Liu et al. 2024): each device runs local steps in proportion to its measured speed "
+    "(Dynamic Local Updates), pushes its delta without waiting, and the servers apply it with Delayed Nesterov",
+    exchanges_deltas=True,
+    options=(Option("local_steps", 8, "H: the fastest device's local steps between two pushes; a device v times "
+                                      "slower runs round(H/v), at least 1"),
+             Option("outer_lr", 0.7, "the servers' outer learning rate"),
+             Option("outer_momentum", 0.9, "μ, the servers' outer Nesterov momentum, in [0, 1)"),
+             Option("nesterov_period", 0, "N: the momentum is updated every N pushes of a key (Delayed "
+                                          "Nesterov; 0: the number of workers)"),
+             Option("dynamic", True, "scale each device's local steps by its speed (DyLU); False: H for all"))))
 
 LOCAL = register_spec(ModeSpec("local", None, "standalone: one device, no parameter server"))

@@ -25,3 +25,6 @@ from .programs import asynchronous, localsgd, ssp, sync
 
 __all__ = ["Clock", "Compute", "Exchange", "Now", "Payload", "PushAsync", "WantsStop", "Session",
            "asynchronous", "localsgd", "ssp", "sync"]
+
+from .effects import ShareSpeed  # noqa: E402  (asynchronous local SGD's DyLU: programs_async_local)
+__all__ += ["ShareSpeed"]

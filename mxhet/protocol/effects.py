@@ -55,7 +55,8 @@ class PushAsync:
     servers apply this worker's push with the mode's updater on arrival and
     the worker pulls the model as it is then; nobody waits for the others, so
     the pulled model may already hold other workers' pushes and this push may
-    have been computed on a stale one. Only ``GRADIENTS`` for now.
+    have been computed on a stale one. ``GRADIENTS``, or ``DELTAS``
+    (asynchronous local SGD: the replica then becomes the pulled model).
 
     Cluster: :class:`mxhet.dataplane.KVChannel` push/pull. Simulator:
     :meth:`mxhet.sim.engine.Simulation.push_async` over the link model.
@@ -97,3 +98,19 @@ class Now:
 
     Returns: float.
     """
+
+
+@dataclasses.dataclass(frozen=True)
+class ShareSpeed:
+    """Publish this worker's measured seconds per iteration (0: not measured
+    yet) and read every worker's latest (asynchronous local SGD's DyLU,
+    :mod:`mxhet.policy.dylu`). Nobody waits for the others: a worker that has
+    not published yet reads as 0.
+
+    Cluster: one control key per rank on the servers (``dist_async``: the
+    last push is the value), a push of this worker's key and a pull of all.
+    Simulator: the simulation's table, over the link model.
+
+    Returns: tuple of seconds per iteration, one per worker (0: not known).
+    """
+    iteration_s: float

@@ -11,6 +11,7 @@ import types
 from ..errors import ConfigError
 from ..control import messages as m
 from ..protocol import Clock, Compute, Exchange, Now, Payload, PushAsync, Session, WantsStop
+from ..protocol import ShareSpeed
 
 
 def _compute(sim, dev, effect):
@@ -61,6 +62,27 @@ _HANDLERS = {
     Now: lambda sim, dev, effect: sim.env.now,
 }
 
+
+
+def _share_speed(sim, dev, effect):
+    """DyLU's speeds: this device's value is in the table once its push crossed the link; the pull
+    of every device's value crosses it back (one 4-byte key per device, as on the cluster)."""
+    table = getattr(sim, "speed_table", None)
+    if table is None:
+        table = sim.speed_table = [0.0] * len(sim.devices)
+    n = len(table)
+    t0 = sim.env.now
+    yield sim.env.timeout(sim.job.network.transfer(dev.slot, 4, 1))
+    table[dev.slot] = float(effect.iteration_s)
+    seen = tuple(table)
+    yield sim.env.timeout(sim.job.network.transfer(dev.slot, 4 * n, n))
+    dev.stats.bytes_pushed += 4
+    dev.stats.bytes_pulled += 4 * n
+    sim.blocked(dev, t0, sync=True)
+    return seen
+
+
+_HANDLERS[ShareSpeed] = _share_speed
 
 def run_program(sim, dev, program, trace=None):
     """SimPy process: device ``dev`` of simulation ``sim`` runs ``program``
