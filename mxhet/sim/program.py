@@ -163,7 +163,8 @@ def _nonfinite(sim, dev, arrays, what, round_index):
     if not bad:
         return True
     names = [getattr(dev.params[i], "name", "#%d" % i) for i in bad]
-    NonfiniteRule(getattr(sim.job, "on_nonfinite", "stop")).decide(what, dev.slot, dev.rank, round_index, names)
+    policy = getattr(sim.job, "on_nonfinite", "stop")   # (a stand-in job may have none)
+    NonfiniteRule(policy).decide(what, dev.slot, dev.rank, round_index, names)
     dev.stats.skipped_pushes += 1
     for a in arrays:
         a[:] = 0

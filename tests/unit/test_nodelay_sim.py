@@ -7,6 +7,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
+from mxhet.errors import NonFiniteError
 from mxhet.policy.nodelay import NoDelayPolicy
 from mxhet.protocol import programs_groups
 from mxhet.protocol.effects import Handover, TakeIn
@@ -15,13 +16,12 @@ from mxhet.sim import program as interpreter
 
 pytestmark = pytest.mark.timeout(300)
 
-FAST = ("--model", "smallcnn", "--eval-samples", "100", "--final-eval-samples", "300", "--eval-interval", "1",
-        "--lr", "0.1")
+FAST = ("--model", "smallcnn", "--eval-samples", "100", "--final-eval-samples", "300", "--eval-interval", "1")
 
 
-def _sim(tmp_path, name, *argv):
+def _sim(tmp_path, name, *argv, lr="0.1"):
     out = tmp_path / name
-    args = cli.build_parser().parse_args([*argv, *FAST, "--metrics-out", str(out), "--no-progress"])
+    args = cli.build_parser().parse_args([*argv, *FAST, "--lr", lr, "--metrics-out", str(out), "--no-progress"])
     args.argv = list(argv)
     summary = cli.run(args)
     final = mx.nd.load(str(sorted((out / "snapshots").glob("*.params"))[-1]))
@@ -122,3 +122,18 @@ def test_a_large_tau_hides_the_merge(tmp_path):
         ratios[tau] = min(w["compute_ratio"] for w in workers.values())
     assert ratios[1] < 0.6
     assert ratios[8] > 0.95
+
+
+@pytest.mark.parametrize("policy", ["stop", "skip"])
+def test_a_non_finite_update_follows_the_nan_policy(tmp_path, policy):
+    """A diverging run (lr 1e30): ``stop`` fails naming the update, ``skip``
+    pushes zeros instead, so no NaN or Inf reaches the global model."""
+    argv = ("-n", "2", "--sync", "nodelay", "--slowdown", "1,2", "--base-iter", "0.05", "--max-staleness", "2",
+            "--max-rounds", "3", "--time-budget", "60", "--on-nonfinite", policy)
+    if policy == "stop":
+        with pytest.raises(NonFiniteError, match="model update w.x"):
+            _sim(tmp_path, policy, *argv, lr="1e30")
+        return
+    summary, workers, final = _sim(tmp_path, policy, *argv, lr="1e30")
+    assert all(w["skipped_pushes"] > 0 for w in workers.values())
+    assert all(np.isfinite(a.asnumpy()).all() for a in final.values())
