@@ -2,7 +2,7 @@
 
 Each run is the virtual-time engine (:mod:`mxhet.sim.engine`) with its real
 decision code -- :class:`~mxhet.sim.engine.Simulation`'s ESync, SSP and ADSP
-device processes and the Partial Reduce driver (:mod:`mxhet.sim.drivers.preduce`,
+device processes and the Partial Reduce worker program (its slots in :mod:`mxhet.sim.slots`,
 its :class:`~mxhet.control.preduce.PartialReduceController` behind the
 service), the worker policies of :mod:`mxhet.policy`, and one
 :class:`~mxhet.control.server.StateService` (the class the State Server's
@@ -231,9 +231,9 @@ def run_one(mode, n, seed=0, budget=None, progress=False):
     servers = make_servers_class()(init, updater)
     sim = engine.Simulation(job, devices, servers, grad_keys=[0, 1])
     if mode == "preduce":
-        # the driver's slots and its evaluation point (the average of all N models), with NumPy replicas
-        from mxhet.sim.drivers import preduce
-        rendezvous = preduce._rendezvous(sim)
+        # the slots and their evaluation point, with NumPy replicas
+        from mxhet.sim.slots import rendezvous as make_rendezvous
+        rendezvous = make_rendezvous(sim)
         rendezvous.store = NumpySlots(rendezvous.store)
     handle = sim.service.handle
     inside = [0.0]

@@ -1,37 +1,29 @@
 """Asynchronous SGD without gradient delay (``nodelay``) on the real cluster.
 
 Algorithm 1 of "Asynchronous SGD without gradient delay for efficient
-distributed training": the worker keeps computing gradients while its
-previous update is merged, and waits only when τ of its gradients
-(``staleness``) are missing from the last global model it received. The
-decisions are :class:`mxhet.policy.nodelay.NoDelayPolicy` (worker) and
-:class:`mxhet.control.nodelay.TransferRule` (the master, in the State Server);
-this module moves the arrays:
+distributed training". The worker protocol is
+:func:`mxhet.protocol.programs_groups.nodelay` (with
+:class:`mxhet.policy.nodelay.NoDelayPolicy`), the master the State Server's
+:class:`mxhet.control.nodelay.TransferRule`; this module carries the
+program's effects out with the arrays, the State Server client and a
+data-plane thread:
 
 * ``x`` is the replica (the Trainer's parameters), ``x_init`` the last
   global model received or, after a transfer, ``x`` at that moment; the
   local update is ``w.x = x - x_init``;
-* the first gradient after a transfer announces the next round (Notify,
-  without waiting); the State Server's answer, when every worker announced
-  and the previous merge reached everyone, asks for the transfer;
-* a transfer, at the next point where ``x`` is not being written (the end of
-  a step, or during the emulated slowdown), copies ``w.x`` into a send buffer,
-  sets ``x_init = x`` (``w.x`` is zero from then on; the pseudo-code's line
-  23) and hands the buffer to a data-plane thread that pushes it and pulls the
-  merged model through ``dist_sync`` with the ESync averaging updater
-  (``PS.x += mean(w.x)``), one round after the other (FIFO); an emulated
-  link delay (``--net-delay-ms``) holds the push and the merged model back
-  by that much each way, as in the simulator;
-* when the merged model has arrived, at the end of a step:
-  ``x_init = PS.x`` and ``x = x_init + w.x`` (the steps since the transfer stay
-  on top of it), and the worker reports the arrival (Merged).
+* a transfer (``Handover``) copies ``w.x`` into a send buffer, sets ``x_init
+  = x`` and hands the buffer to the data-plane thread (:class:`Courier`),
+  which pushes it and pulls the merged model through ``dist_sync`` with the
+  ESync averaging updater (``PS.x += mean(w.x)``), one round after the other
+  (FIFO); an emulated link delay (``--net-delay-ms``) holds the push and the
+  merged model back by that much each way, as in the simulator;
+* a transfer asked for during the emulated slowdown is carried out at once
+  (thread 2 does not wait for thread 1); a merged model is taken in
+  (``x_init = PS.x``, ``x = x_init + w.x``) between two steps.
 
 The step path waits only for this worker's own parameters and gradients
 (:meth:`NoDelay.wait_compute`), never ``mx.nd.waitall()``: that would also
-wait for the pull in flight. A worker's wish to stop rides on its announcement
-of a round; the State Server makes it the last round for all, every worker
-hands over and waits for that round's model, so every worker stops with the
-same global model.
+wait for the pull in flight.
 """
 import queue
 import threading
@@ -45,8 +37,9 @@ from ..errors import ConfigError, MxhetError, StateServerTimeout
 from ..gluon_private import trainer_params
 from ..policy import specs
 from ..policy.nodelay import NoDelayPolicy
-from ..policy.worker import Action
-from .base import SyncMode
+from ..protocol import programs_groups
+from ..protocol.effects import Handover, ListeningCompute, Merged, ModelArrived, Notify, Poll, TakeIn, TransferAsked
+from .program import PreludeProgramMode
 from .registry import register
 
 WAIT_SLICE_S = 0.05
@@ -124,15 +117,18 @@ class Courier:
 
 
 @register
-class NoDelay(SyncMode):
-    """The executor of :class:`~mxhet.policy.nodelay.NoDelayPolicy` on the real cluster."""
+class NoDelay(PreludeProgramMode):
+    """The cluster's interpreter of :func:`mxhet.protocol.programs_groups.nodelay`."""
     spec = specs.NODELAY
+    program = staticmethod(programs_groups.nodelay)
+    votes = False
 
     def __init__(self, trainer, config, **options):
         super().__init__(trainer, config, **options)
-        self.policy = NoDelayPolicy(self.opts["staleness"])
+        NoDelayPolicy(self.opts["staleness"])   # a bad tau fails here, before the job starts
         self.courier = None
         self.transfer_s = 0.0   # seconds the data-plane thread spent in push/pull (off the training thread)
+        self._arrived = {}      # round -> seconds its push/pull took, until taken in
 
     @classmethod
     def updater_for(cls, num_workers, batch_size, optimizer, opts):
@@ -146,10 +142,8 @@ class NoDelay(SyncMode):
         def like():
             return [mx.nd.zeros(g.shape, ctx=g.context, dtype=g.dtype) for g in self.wbufs]
         self._xinit, self._send, self._recv, self._tmp = like(), like(), like(), like()
-        copy_all(self.wbufs, self._xinit)
-        mx.nd.waitall()
-        self.policy.arrived(-1)   # lines 6-11: the initial global model is in x and x_init
         self.courier = Courier(self.kv, self.keys, self.clock, delay=self.config.net_delay_ms / 1000.0)
+        super().on_setup(batch_size)
 
     def wait_compute(self):
         # Only this worker's own arrays: the pull in flight must not be waited for.
@@ -160,81 +154,76 @@ class NoDelay(SyncMode):
                 for g in p.list_grad():
                     g.wait_to_read()
 
-    # -- the step ------------------------------------------------------------------
-    def local_update(self, batch_size, ignore_stale_grad):
-        self.trainer.local_step(batch_size, ignore_stale_grad)
-        self.aggregated = False
-
-    def communicate(self, batch_size, capability, compute_end):
-        if self.policy.completed() is Action.QUERY:
-            self._notify()
-        self._service(block=False, stop_ok=True)
-        if self.policy.blocked:
-            self.stats.waited_iterations += 1
-        last_progress = self.clock()
-        while self.policy.blocked or (self.policy.stopping and not self.policy.done):  # line 5
-            if self._service(block=True, stop_ok=True):
-                last_progress = self.clock()
-            elif self.clock() - last_progress > self.client.timeout:
-                raise StateServerTimeout("nodelay worker rank %d waited %.0f s at staleness %d for round %d "
-                                         "(a transfer request or a merged model)"
-                                         % (self.stats.rank, self.client.timeout, self.policy.s, self.policy.round))
-        if self.policy.done:
-            self.stopped = True
-
     def emulate_slowdown(self, seconds):
-        # The rest of a slow device's computation: a transfer asked for meanwhile
-        # is carried out at once (thread 2 does not wait for thread 1).
+        # The rest of a slow device's computation (the pending ListeningCompute): a
+        # transfer asked for meanwhile goes to the program at once (thread 2 does not
+        # wait for thread 1), which carries it out and goes on with the iteration.
         deadline = self.clock() + seconds
         while True:
-            self._service(block=False, stop_ok=False, arrivals=False)
             left = deadline - self.clock()
             if left <= 0:
                 return
-            self._take_replies(self.client.poll(timeout=left))
+            asked = self._asked(self.client.poll(timeout=left))
+            if asked:
+                effect = self.session.run_until_compute(self.carry_out, asked)
+                if not isinstance(effect, ListeningCompute):
+                    raise MxhetError("the nodelay program left an iteration unfinished for %r" % (effect,))
 
-    def _service(self, block, stop_ok, arrivals=True):
-        """Take the State Server's answers and a finished round, carry out a due
-        transfer; with ``block``, wait up to :data:`WAIT_SLICE_S` for the one
-        thing that can come next. Returns True if anything happened.
-
-        ``stop_ok``: carry out the job's last transfer too (only at the end of a
-        step, after which the worker computes nothing more). ``arrivals``:
-        take a merged model in (only between two steps).
-        """
-        busy = self.courier.busy
-        waited = block and busy and arrivals
-        got = self.courier.take(WAIT_SLICE_S if waited else 0.0) if arrivals and busy else None
-        replies = self.client.poll(timeout=WAIT_SLICE_S if block and not waited else 0.0)
-        self._take_replies(replies)
-        if got is not None:
-            self._arrive(*got)
-        transferred = False
-        if self.policy.transfer_due and not self.courier.busy and (stop_ok or not self.policy.request[1]):
-            self._transfer()
-            transferred = True
-        return got is not None or bool(replies) or transferred
-
-    def _take_replies(self, replies):
-        for reply in replies:
-            if reply.ready:  # the master's request for a transfer (the answer to a Notify)
-                self.policy.requested(reply.round, reply.stop)
+    def _asked(self, replies):
         self.stats.state_queries = self.client.queries
         self.stats.state_replies = self.client.replies
         self.stats.rtt_s = self.client.rtt
+        # ready: the master's request for a transfer (the answer to a Notify); Merged's answers carry nothing
+        return tuple(TransferAsked(r.round, r.stop) for r in replies if r.ready)
 
-    def _notify(self):
-        # Asks to stop after the announced round if the stop condition would
-        # hold once it is done (so --max-rounds R means R transfers, as localsgd's R averages).
-        self.stats.rounds += 1
-        want_stop = self.wants_stop()
-        self.stats.rounds -= 1
-        self.client.send(m.Notify, round=self.policy.round, pending=self.policy.pending, want_stop=bool(want_stop))
-        self.client.queries += 1
+    def carry_out(self, effect):
+        if isinstance(effect, Poll):
+            return self._poll(effect.block)
+        if isinstance(effect, Notify):
+            self.client.send(m.Notify, round=effect.round, pending=effect.pending, want_stop=effect.want_stop)
+            self.client.queries += 1
+            return None
+        if isinstance(effect, Merged):
+            self.client.send(m.Merged, round=effect.round)
+            return None
+        if isinstance(effect, Handover):
+            self._transfer(effect.round)
+            return None
+        if isinstance(effect, TakeIn):
+            if effect.round < 0:
+                copy_all(self.wbufs, self._xinit)
+                mx.nd.waitall()
+            else:
+                self._arrive(effect.round)
+            return None
+        return super().carry_out(effect)
 
-    def _transfer(self):
+    def _poll(self, block):
+        """The merged model that has arrived, then the master's requests; with
+        ``block``, wait (slices of :data:`WAIT_SLICE_S` on the one source that
+        can answer next) until there is one.
+
+        Raises:
+            StateServerTimeout: nothing arrived for the State Server client's timeout.
+        """
+        last_progress = self.clock()
+        while True:
+            busy = self.courier.busy
+            waited = block and busy
+            got = self.courier.take(WAIT_SLICE_S if waited else 0.0) if busy else None
+            asked = self._asked(self.client.poll(timeout=WAIT_SLICE_S if block and not waited else 0.0))
+            events = asked
+            if got is not None:
+                self._arrived[got[0]] = got[1]
+                events = (ModelArrived(got[0]),) + asked
+            if events or not block:
+                return events
+            if self.clock() - last_progress > self.client.timeout:
+                raise StateServerTimeout("nodelay worker rank %d waited %.0f s for a transfer request or a "
+                                         "merged model" % (self.stats.rank, self.client.timeout))
+
+    def _transfer(self, round_):
         """Lines 22-23: hand ``w.x`` over, ``x_init = x``."""
-        round_ = self.policy.request[0]
         weights = self.weights()
         for x, xi, s in zip(weights, self._xinit, self._send):
             mx.nd.elemwise_sub(x, xi, out=s)
@@ -242,12 +231,9 @@ class NoDelay(SyncMode):
             copy_all(weights, self._xinit)
         else:  # skipped (zeros pushed): the local work since the last transfer is dropped
             copy_all(self._xinit, weights)
-        _, k, _ = self.policy.transferred()
         self.courier.submit(round_, self._send, self._recv)
-        self.stats.rounds += 1
-        self.stats.local_iters.append(k)
 
-    def _arrive(self, round_, seconds):
+    def _arrive(self, round_):
         """Lines 8-11: ``x_init = PS.x``, ``x = x_init + w.x``."""
         weights = self.weights()
         for x, xi, t in zip(weights, self._xinit, self._tmp):
@@ -257,19 +243,16 @@ class NoDelay(SyncMode):
         for xi, t in zip(self._xinit, self._tmp):
             t += xi
         copy_all(self._tmp, weights)
-        self.policy.arrived(round_)
-        self.transfer_s += seconds
+        self.transfer_s += self._arrived.pop(round_)
         self.stats.bytes_pushed += nbytes(self._send)
         self.stats.bytes_pulled += nbytes(self._recv)
-        self.stats.round_end_s.append(self.clock() - self._t_start)
-        self.client.send(m.Merged, round=round_)
         self.aggregated = True
 
     # -- the end -----------------------------------------------------------------------
     def finish(self):
         if self.courier is not None:
             if self.courier.busy:
-                raise MxhetError("finish() with round %s in flight" % self.policy.in_flight)
+                raise MxhetError("finish() with a round in flight")
             self.courier.close()
             self.courier = None
         super().finish()

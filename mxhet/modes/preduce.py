@@ -1,6 +1,8 @@
 """Partial Reduce (``preduce``): the P-Reduce paper's Algorithm 2 on PS-LITE.
 
-Every worker takes one local SGD step on its own model, then sends READY (with
+The worker protocol is :func:`mxhet.protocol.programs_groups.preduce`; this
+module carries its effects out (the State Server's controller, the slot
+keys) and adds the job's final average. Every worker takes one local SGD step on its own model, then sends READY (with
 its iteration number k) to the controller in the State Server
 (:mod:`mxhet.control.preduce`) and waits to be put in a group of P. The
 answer names the group, its *slot* (a set of keys on the servers), this
@@ -23,7 +25,12 @@ keys and pulls their sum: the job's output is the average of all N models.
 A wish to stop (time budget, rounds, a signal) travels with READY; the State
 Server then answers every READY with stop, groups already formed finish their
 reduce, and every worker meets the others at the final average.
+
+What is evaluated: rank 0's own model during training (the snapshots), the
+average of all N models at the end, as in the simulator (docs/modes.md).
 """
+import dataclasses
+
 import mxnet as mx
 
 from kvstore_ext import keys as ps_keys
@@ -31,7 +38,9 @@ from ..control.preduce import default_slots, min_window
 from ..dataplane import copy_all, nbytes
 from ..errors import ConfigError
 from ..policy import specs
-from .base import SyncMode
+from ..protocol import programs_groups
+from ..protocol.effects import Grouped, JoinReduce, Ready, Reduce
+from .program import PreludeProgramMode
 from .registry import register
 
 WEIGHTINGS = ("constant", "dynamic")
@@ -63,21 +72,16 @@ def check_options(opts, num_workers=None):
                           % (min_window(num_workers, p), t))
 
 
-def join_fields(opts):
-    """The State Server's ReduceJoin fields from the mode's options."""
-    return dict(group_size=opts["group_size"], dynamic=opts["weights"] == "dynamic", alpha=float(opts["alpha"]),
-                avoid_frozen=opts["frozen_filter"], window=opts["frozen_window"])
-
-
 @register
-class PartialReduce(SyncMode):
-    """The executor of Partial Reduce on the real cluster."""
+class PartialReduce(PreludeProgramMode):
+    """The cluster's interpreter of :func:`mxhet.protocol.programs_groups.preduce`."""
     spec = specs.PREDUCE
+    program = staticmethod(programs_groups.preduce)
+    votes = False
 
     def __init__(self, trainer, config, **options):
         super().__init__(trainer, config, **options)
         check_options(self.opts)
-        self.k = 0               # iteration number (max of the group's after each reduce)
         self.groups = []         # (group id, slot, weight) of every reduce, for the record
         self._send = self._recv = None
 
@@ -89,7 +93,6 @@ class PartialReduce(SyncMode):
     def on_connect(self):
         check_options(self.opts, self.channel.num_workers)
         self.client = self.join_state_server()
-        self.client.reduce_join(**join_fields(self.opts))
 
     def on_setup(self, batch_size):
         weights = self.weights()
@@ -103,24 +106,24 @@ class PartialReduce(SyncMode):
         self._recv = [mx.nd.zeros(w.shape, ctx=w.context, dtype=w.dtype) for w in weights]
         # every worker takes part (rank 0 pushes the zeros, then a barrier)
         self.channel.init([k for keys in self.slot_keys for k in keys], self._send * len(self.slot_keys))
+        super().on_setup(batch_size)
 
-    def local_update(self, batch_size, ignore_stale_grad):
-        self.trainer.local_step(batch_size, ignore_stale_grad)
-        self.aggregated = False
-
-    def communicate(self, batch_size, capability, compute_end):
-        self.k += 1
-        t0 = self.clock()
-        reply = self.client.reduce_ready(self.k, want_stop=self.wants_stop())
-        self.stats.query_s += self.clock() - t0
-        if reply.stop:
-            self.stopped = True
-            return
-        self.reduce(reply.round, reply.group_slot, reply.weight)
-        self.k = reply.k
-        self.stats.rounds += 1
-        self.stats.local_iters.append(1)
-        self.aggregated = True
+    def carry_out(self, effect):
+        if isinstance(effect, JoinReduce):
+            self.client.reduce_join(**dataclasses.asdict(effect))
+            return None
+        if isinstance(effect, Ready):
+            t0 = self.clock()
+            reply = self.client.reduce_ready(effect.k, want_stop=effect.want_stop)
+            self.stats.query_s += self.clock() - t0
+            if reply.stop:
+                return Grouped(stop=True)
+            return Grouped(stop=False, group=reply.round, slot=reply.group_slot, weight=reply.weight, k=reply.k)
+        if isinstance(effect, Reduce):
+            self.reduce(effect.group, effect.slot, effect.weight)
+            self.aggregated = True
+            return None
+        return super().carry_out(effect)
 
     def reduce(self, group, slot, weight):
         """Replace the model by the group's Σ β_j·x_j through slot ``slot``."""

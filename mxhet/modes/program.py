@@ -96,3 +96,19 @@ class ProgramMode(SyncMode):
     def share_speed(self, iteration_s):
         """Carry out a :class:`~mxhet.protocol.effects.ShareSpeed` (modes whose program yields one define it)."""
         raise TypeError("mode %s shares no speeds" % (self.name,))
+
+
+class PreludeProgramMode(ProgramMode):
+    """A :class:`ProgramMode` whose program yields effects before its first
+    iteration (nodelay's initial ``x_init``, Partial Reduce's join with the
+    controller): :meth:`on_setup` carries them out, so the first
+    ``Trainer.step()`` finds the program waiting on a Compute. A subclass's
+    ``on_setup`` makes what those effects need, then calls this one."""
+
+    def on_setup(self, batch_size):
+        super().on_setup(batch_size)
+        effect = self.session.pending
+        while effect is not None and not isinstance(effect, Compute):
+            effect = self.session.advance(self.carry_out(effect))
+        if effect is None:
+            self.stopped = True

@@ -16,7 +16,8 @@ MXNet, a socket or a clock, so it runs unchanged under two interpreters:
 
 Programs are found through the mode registry (a mode class's ``program``,
 :func:`mxhet.modes.registry.get_program`). Ported so far: ``localsgd``,
-``sync``, ``async``, ``dcasgd`` and ``ssp``; the other modes still have their protocol written twice (see
+``sync``, ``async``, ``dcasgd`` and ``ssp`` (:mod:`.programs`), ``nodelay`` and ``preduce``
+(:mod:`.programs_groups`); the other modes still have their protocol written twice (see
 docs/layout.md).
 """
 from .effects import Clock, Compute, Exchange, Now, Payload, PushAsync, WantsStop

@@ -114,3 +114,157 @@ class ShareSpeed:
     Returns: tuple of seconds per iteration, one per worker (0: not known).
     """
     iteration_s: float
+
+
+# -- nodelay and Partial Reduce (the State Server asked or told, a model moved in the background,
+# -- a rendezvous slot) ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ListeningCompute(Compute):
+    """One local iteration during which the State Server's answers are
+    listened for (nodelay's thread 2, which does not wait for thread 1).
+
+    Cluster: as :class:`Compute`; answers that arrive during the emulated
+    slowdown end the wait early. Simulator: the iteration's virtual time,
+    cut short by an answer's arrival.
+
+    Returns: None once the iteration is done (its local step applied), else
+    the :class:`TransferAsked` answers that arrived meanwhile (a tuple): the
+    iteration is not done, the same worker's next :class:`ListeningCompute`
+    goes on with it (nothing of it was applied yet).
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class TransferAsked:
+    """An event: the State Server asks for the transfer of round ``round``
+    (``stop``: the job's last), the answer to a :class:`Notify`."""
+    round: int
+    stop: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelArrived:
+    """An event: the model merged in round ``round`` has arrived (a :class:`Handover`'s pull)."""
+    round: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Notify:
+    """nodelay: tell the State Server that this worker holds ``pending``
+    gradients for transfer round ``round`` (``want_stop``: make it the job's
+    last), without waiting; the answer comes later as a :class:`TransferAsked`.
+
+    Cluster: :meth:`mxhet.control.client.StateClient.send`. Simulator: the
+    request over the device's link to the same service, answered when its
+    rule releases it.
+
+    Returns: None.
+    """
+    round: int
+    pending: int
+    want_stop: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Merged:
+    """nodelay: tell the State Server that round ``round``'s merged model
+    arrived, without waiting (its answer carries nothing).
+
+    Returns: None.
+    """
+    round: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Handover:
+    """nodelay's transfer (Algorithm 1, lines 22-23): ``w.x = x - x_init`` is
+    handed to the background push and pull of round ``round`` (``dist_sync``,
+    every worker's ``w.x`` averaged into the model on the servers) and
+    ``x_init = x``. A non-finite ``w.x`` goes through the job's NaN policy
+    (``stop``: the run fails; ``skip``: zeros are pushed and the local work
+    since the last transfer is dropped, ``x = x_init``), in both interpreters.
+
+    Cluster: the data-plane thread (``Courier``). Simulator: a SimPy process
+    over the link model.
+
+    Returns: None. The merged model later arrives as a :class:`ModelArrived`.
+    """
+    round: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Poll:
+    """nodelay, between two iterations: the events that have arrived
+    (:class:`ModelArrived` first, in round order, then :class:`TransferAsked`);
+    with ``block``, wait until there is at least one (time counted as waiting).
+
+    Returns: a tuple of events.
+    """
+    block: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class TakeIn:
+    """nodelay (Algorithm 1, lines 8-11): ``x_init = PS.x`` and ``x = x_init +
+    w.x``, with the model merged in round ``round`` that has arrived.
+
+    Returns: None.
+    """
+    round: int
+
+
+@dataclasses.dataclass(frozen=True)
+class JoinReduce:
+    """Partial Reduce: the controller's settings (every worker sends the
+    same), a blocking request to the State Server (``ReduceJoin``).
+
+    Returns: None.
+    """
+    group_size: int
+    dynamic: bool
+    alpha: float
+    avoid_frozen: bool
+    window: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Ready:
+    """Partial Reduce: READY at iteration number ``k`` (``want_stop``: this
+    worker wants the job to stop); waits until the controller put the worker
+    in a group of P, or answers stop (time counted as querying).
+
+    Returns: a :class:`Grouped`.
+    """
+    k: int
+    want_stop: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Grouped:
+    """The answer to a :class:`Ready`: group ``group`` through rendezvous slot
+    ``slot``, this member's weight β, the iteration number to go on with
+    (``k``); or ``stop``."""
+    stop: bool
+    group: int = -1
+    slot: int = -1
+    weight: float = 0.0
+    k: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Reduce:
+    """Partial Reduce's reduce through a rendezvous slot: push β·x to slot
+    ``slot``'s keys, wait at the State Server until every member of group
+    ``group`` has pushed (``ReducePushed``), pull the slot's Σ β_j·x_j into
+    the replica.
+
+    Cluster: ``dist_async`` push/pull of the slot keys and the State Server's
+    barrier. Simulator: the same updater on the simulated slot keys, over the
+    link model and the same service.
+
+    Returns: None.
+    """
+    group: int
+    slot: int
+    weight: float

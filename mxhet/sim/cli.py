@@ -179,7 +179,8 @@ def make_job(args):
                   staleness=args.staleness,
                   adsp={"period": args.adsp_period, "epoch": args.adsp_epoch, "window": args.adsp_window},
                   eval_interval=args.eval_interval, eval_growth=args.eval_growth, batch_size=args.batch_size,
-                  max_iterations=args.max_iterations, eval_min_iterations=args.eval_min_iterations)
+                  max_iterations=args.max_iterations, eval_min_iterations=args.eval_min_iterations,
+                  on_nonfinite=getattr(args, "on_nonfinite", "stop"))
 
 
 def run(args):

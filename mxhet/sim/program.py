@@ -6,12 +6,17 @@ servers, link model and clock -- the same program the cluster runs
 (:class:`mxhet.modes.program.ProgramMode`). Registration with the State
 Server before and the goodbye after are the runtime's, as on the cluster.
 """
+import dataclasses
 import types
 
 from ..errors import ConfigError
 from ..control import messages as m
+from ..dataplane import copy_all, nbytes
 from ..protocol import Clock, Compute, Exchange, Now, Payload, PushAsync, Session, WantsStop
 from ..protocol import ShareSpeed
+from ..protocol.effects import (Grouped, Handover, JoinReduce, ListeningCompute, Merged, ModelArrived, Notify,
+                                Poll, Ready, Reduce, TakeIn, TransferAsked)
+from .slots import rendezvous
 
 
 def _compute(sim, dev, effect):
@@ -102,3 +107,226 @@ def run_program(sim, dev, program, trace=None):
         result = (yield from outcome) if isinstance(outcome, types.GeneratorType) else outcome
         effect = session.advance(result)
     yield from sim.leave(dev)
+
+
+# -- nodelay and Partial Reduce ----------------------------------------------------------------
+# (own effects: the State Server told without waiting, a model moved in the background, events
+# polled between iterations, rendezvous slots)
+
+class _Mailbox:
+    """What reaches a nodelay device while it computes or waits (transfer
+    requests, merged models), its ``x_init`` and the iteration in progress."""
+
+    def __init__(self, env):
+        self.env = env
+        self.requests = []   # TransferAsked
+        self.arrivals = []   # (round, merged arrays)
+        self.wake = env.event()
+        self.x_init = None
+        self.iteration = None   # (virtual end, duration) of a ListeningCompute not yet done
+
+    def post(self, box, item):
+        box.append(item)
+        if not self.wake.triggered:
+            self.wake.succeed()
+
+    def rearm(self):
+        if self.wake.triggered:
+            self.wake = self.env.event()
+
+    def events(self):
+        arrived = tuple(ModelArrived(r) for r, _ in self.arrivals)
+        asked, self.requests = tuple(self.requests), []
+        return arrived + asked
+
+
+def _mailbox(sim, dev):
+    boxes = sim.__dict__.setdefault("_mailboxes", {})
+    if dev.slot not in boxes:
+        boxes[dev.slot] = _Mailbox(sim.env)
+    return boxes[dev.slot]
+
+
+def _post(sim, dev, request, on_reply):
+    """A request without waiting; ``on_reply(reply)`` runs when its (possibly
+    deferred) answer arrives. Requests reach the State Server in the order sent."""
+    latency = sim.job.network.message(dev.slot)
+    there = sim.env.timeout(latency)
+
+    def go():
+        yield there
+        reply = sim._answer(dev, request)
+        if reply is None:  # deferred: the State Server answers when the rule releases it
+            event = sim.env.event()
+            sim._deferred[(dev.rank, request.seq)] = event
+            reply = yield event
+        else:
+            yield sim.env.timeout(latency)
+        if not reply.ok:
+            raise ConfigError("State Server refused %s of slot %d: %s" % (request.TYPE, dev.slot, reply.error))
+        dev.stats.state_replies += 1
+        on_reply(reply)
+    dev.stats.state_queries += 1
+    sim.env.process(go())
+
+
+def _nonfinite(sim, dev, arrays, what, round_index):
+    """The job's NaN/Inf policy on ``arrays`` about to be pushed, as
+    :meth:`mxhet.modes.base.SyncMode.check_finite`: True if finite, False if
+    zeroed (``skip``); raises NonFiniteError under ``stop``."""
+    import mxnet as mx
+    import numpy as np
+    from ..modes.base import nonfinite_indices
+    from ..policy.nonfinite import NonfiniteRule
+    if arrays and isinstance(arrays[0], mx.nd.NDArray):
+        bad = nonfinite_indices(arrays)
+    else:   # NumPy replicas (mxhet-bench scale)
+        bad = [i for i, a in enumerate(arrays) if not np.isfinite(a).all()]
+    if not bad:
+        return True
+    names = [getattr(dev.params[i], "name", "#%d" % i) for i in bad]
+    policy = getattr(sim.job, "on_nonfinite", "stop")   # (a stand-in job may have none)
+    NonfiniteRule(policy).decide(what, dev.slot, dev.rank, round_index, names)
+    dev.stats.skipped_pushes += 1
+    for a in arrays:
+        a[:] = 0
+    return False
+
+
+def _listening_compute(sim, dev, effect):
+    box = _mailbox(sim, dev)
+    if box.iteration is None:
+        duration = dev.iteration_time(sim.env.now, sim.job.base_iter_s, sim.job.jitter)
+        box.iteration = (sim.env.now + duration, duration)
+    end, duration = box.iteration
+    while sim.env.now < end:
+        box.rearm()
+        yield sim.env.timeout(end - sim.env.now) | box.wake
+        if box.requests:   # thread 2 answers them now; the iteration goes on after
+            asked, box.requests = tuple(box.requests), []
+            return asked
+    box.iteration = None
+    dev.stats.compute_s += duration
+    dev.compute(local_step=effect.local_step)
+    return None
+
+
+def _poll(sim, dev, effect):
+    box = _mailbox(sim, dev)
+    if effect.block and not (box.requests or box.arrivals):
+        t0 = sim.env.now
+        box.rearm()
+        yield box.wake
+        sim.blocked(dev, t0)
+    return box.events()
+
+
+def _notify(sim, dev, effect):
+    box = _mailbox(sim, dev)
+    _post(sim, dev, dev.message(m.Notify, round=effect.round, pending=effect.pending, want_stop=effect.want_stop),
+          lambda reply: box.post(box.requests, TransferAsked(reply.round, reply.stop)))
+
+
+def _merged(sim, dev, effect):
+    _post(sim, dev, dev.message(m.Merged, round=effect.round), lambda reply: None)
+
+
+def _courier(sim, dev, round_, wx, box):
+    keys = list(range(len(dev.params)))
+    size = nbytes(wx)
+    transfer = sim.job.network.transfer(dev.slot, size, len(keys))
+    yield sim.env.timeout(transfer)
+    rnd = sim.sync_round(("nodelay", round_), keys)
+    rnd.arrive(wx)
+    yield rnd.done
+    yield sim.env.timeout(transfer)
+    dev.stats.bytes_pushed += size
+    dev.stats.bytes_pulled += size
+    box.post(box.arrivals, (round_, rnd.result))
+
+
+def _handover(sim, dev, effect):
+    box = _mailbox(sim, dev)
+    weights = dev.weights()
+    wx = [x - xi for x, xi in zip(weights, box.x_init)]
+    if _nonfinite(sim, dev, wx, "model update w.x", effect.round):
+        for x, xi in zip(weights, box.x_init):
+            x.copyto(xi)
+    else:   # zeros pushed: the local work since the last transfer is dropped
+        for x, xi in zip(weights, box.x_init):
+            xi.copyto(x)
+    sim.env.process(_courier(sim, dev, effect.round, wx, box))
+
+
+def _take_in(sim, dev, effect):
+    box = _mailbox(sim, dev)
+    weights = dev.weights()
+    if effect.round < 0:   # the initial global model, in x already
+        box.x_init = [w.copy() for w in weights]
+        return
+    round_, merged = box.arrivals.pop(0)
+    if round_ != effect.round:
+        raise ConfigError("model of round %d taken in while round %d's arrived first" % (effect.round, round_))
+    for x, xi, g in zip(weights, box.x_init, merged):
+        wx = x - xi
+        g.copyto(xi)
+        (xi + wx).copyto(x)
+    for k, g in enumerate(merged):
+        dev.global_copy[k] = g.copy()
+
+
+def _join_reduce(sim, dev, effect):
+    rendezvous(sim)
+    yield from sim.request(dev, dev.message(m.ReduceJoin, **dataclasses.asdict(effect)))
+
+
+def _ready(sim, dev, effect):
+    t0 = sim.env.now
+    dev.stats.state_queries += 1
+    reply = yield from sim.request(dev, dev.message(m.ReduceReady, k=effect.k, want_stop=effect.want_stop))
+    sim.blocked(dev, t0, query=True)
+    if reply.stop:
+        return Grouped(stop=True)
+    return Grouped(stop=False, group=reply.round, slot=reply.group_slot, weight=reply.weight, k=reply.k)
+
+
+def _reduce(sim, dev, effect):
+    rv = rendezvous(sim)
+    net = sim.job.network
+    keys = rv.keys[effect.slot]
+    weights = dev.weights()
+    values = [w * effect.weight for w in weights]
+    _nonfinite(sim, dev, values, "weighted model", dev.stats.rounds)
+    size = nbytes(values)
+    transfer = net.transfer(dev.slot, size, len(keys))
+    t1 = sim.env.now
+    yield sim.env.timeout(transfer)
+    for key, value in zip(keys, values):
+        rv.store.apply(key, value)
+    yield sim.env.timeout(net.message(dev.slot))   # the push's acknowledgement
+    sim.blocked(dev, t1, sync=True)
+    t2 = sim.env.now
+    dev.stats.state_queries += 1
+    yield from sim.request(dev, dev.message(m.ReducePushed, group=effect.group))
+    sim.blocked(dev, t2, query=True)
+    t3 = sim.env.now
+    yield sim.env.timeout(net.message(dev.slot))   # the pull request
+    result = rv.store.snapshot(keys)
+    yield sim.env.timeout(transfer)
+    copy_all(result, weights)
+    sim.blocked(dev, t3, sync=True)
+    dev.stats.bytes_pushed += size
+    dev.stats.bytes_pulled += size
+
+
+_HANDLERS.update({
+    ListeningCompute: _listening_compute,
+    Poll: _poll,
+    Notify: _notify,
+    Merged: _merged,
+    Handover: _handover,
+    TakeIn: _take_in,
+    JoinReduce: _join_reduce,
+    Ready: _ready,
+    Reduce: _reduce,
+})

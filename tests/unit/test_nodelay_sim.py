@@ -7,19 +7,21 @@ import mxnet as mx
 import numpy as np
 import pytest
 
+from mxhet.errors import NonFiniteError
 from mxhet.policy.nodelay import NoDelayPolicy
+from mxhet.protocol import programs_groups
+from mxhet.protocol.effects import Handover, TakeIn
 from mxhet.sim import cli
-from mxhet.sim.drivers import nodelay as driver
+from mxhet.sim import program as interpreter
 
 pytestmark = pytest.mark.timeout(300)
 
-FAST = ("--model", "smallcnn", "--eval-samples", "100", "--final-eval-samples", "300", "--eval-interval", "1",
-        "--lr", "0.1")
+FAST = ("--model", "smallcnn", "--eval-samples", "100", "--final-eval-samples", "300", "--eval-interval", "1")
 
 
-def _sim(tmp_path, name, *argv):
+def _sim(tmp_path, name, *argv, lr="0.1"):
     out = tmp_path / name
-    args = cli.build_parser().parse_args([*argv, *FAST, "--metrics-out", str(out), "--no-progress"])
+    args = cli.build_parser().parse_args([*argv, *FAST, "--lr", lr, "--metrics-out", str(out), "--no-progress"])
     args.argv = list(argv)
     summary = cli.run(args)
     final = mx.nd.load(str(sorted((out / "snapshots").glob("*.params"))[-1]))
@@ -55,26 +57,31 @@ class _Checked(NoDelayPolicy):
 def test_conservation_and_the_staleness_bound(tmp_path, monkeypatch):
     tau, n = 2, 3
     handed, merged, kept = [], [], []
-    real_hand_over, real_take_in = driver.hand_over, driver.take_in
+    real_hand_over, real_take_in = interpreter._HANDLERS[Handover], interpreter._HANDLERS[TakeIn]
 
-    def hand_over(sim, dev, policy, x_init, mailbox):
+    def hand_over(sim, dev, effect):
         # x - x_init is exactly the local work since the last transfer (or since the initial model)
-        round_, wx = real_hand_over(sim, dev, policy, x_init, mailbox)
-        handed.append((round_, dev.slot, [a.asnumpy() for a in wx]))
+        x_init = interpreter._mailbox(sim, dev).x_init
+        wx = [(x - xi).asnumpy() for x, xi in zip(dev.weights(), x_init)]
+        real_hand_over(sim, dev, effect)
+        handed.append((effect.round, dev.slot, wx))
         for x, xi in zip(dev.weights(), x_init):
             assert np.array_equal(x.asnumpy(), xi.asnumpy())   # w.x = 0 right after the hand-over
-        return round_, wx
 
-    def take_in(sim, dev, policy, x_init, round_, result):
-        before = [(x - xi).asnumpy() for x, xi in zip(dev.weights(), x_init)]
-        real_take_in(sim, dev, policy, x_init, round_, result)
-        after = [(x - xi).asnumpy() for x, xi in zip(dev.weights(), x_init)]
+    def take_in(sim, dev, effect):
+        box = interpreter._mailbox(sim, dev)
+        if effect.round < 0:   # the initial model
+            return real_take_in(sim, dev, effect)
+        result = box.arrivals[0][1]
+        before = [(x - xi).asnumpy() for x, xi in zip(dev.weights(), box.x_init)]
+        real_take_in(sim, dev, effect)
+        after = [(x - xi).asnumpy() for x, xi in zip(dev.weights(), box.x_init)]
         kept.append(all(np.allclose(b, a, atol=1e-6) for b, a in zip(before, after)))   # w.x survives
-        merged.append((round_, [g.asnumpy() for g in result]))
+        merged.append((effect.round, [g.asnumpy() for g in result]))
 
-    monkeypatch.setattr(driver, "hand_over", hand_over)
-    monkeypatch.setattr(driver, "take_in", take_in)
-    monkeypatch.setattr(driver, "NoDelayPolicy", _Checked)
+    monkeypatch.setitem(interpreter._HANDLERS, Handover, hand_over)
+    monkeypatch.setitem(interpreter._HANDLERS, TakeIn, take_in)
+    monkeypatch.setattr(programs_groups, "NoDelayPolicy", _Checked)
     _Checked.log = []
     summary, workers, final = _sim(tmp_path, "run", "-n", str(n), "--sync", "nodelay", "--slowdown", "1,1,5",
                                    "--base-iter", "0.05", "--net-delay-ms", "20", "--max-staleness", str(tau),
@@ -115,3 +122,18 @@ def test_a_large_tau_hides_the_merge(tmp_path):
         ratios[tau] = min(w["compute_ratio"] for w in workers.values())
     assert ratios[1] < 0.6
     assert ratios[8] > 0.95
+
+
+@pytest.mark.parametrize("policy", ["stop", "skip"])
+def test_a_non_finite_update_follows_the_nan_policy(tmp_path, policy):
+    """A diverging run (lr 1e30): ``stop`` fails naming the update, ``skip``
+    pushes zeros instead, so no NaN or Inf reaches the global model."""
+    argv = ("-n", "2", "--sync", "nodelay", "--slowdown", "1,2", "--base-iter", "0.05", "--max-staleness", "2",
+            "--max-rounds", "3", "--time-budget", "60", "--on-nonfinite", policy)
+    if policy == "stop":
+        with pytest.raises(NonFiniteError, match="model update w.x"):
+            _sim(tmp_path, policy, *argv, lr="1e30")
+        return
+    summary, workers, final = _sim(tmp_path, policy, *argv, lr="1e30")
+    assert all(w["skipped_pushes"] > 0 for w in workers.values())
+    assert all(np.isfinite(a.asnumpy()).all() for a in final.values())

@@ -236,3 +236,54 @@ def test_the_simulator_interpreter_pushes_asynchronously_and_waits_at_the_gate()
     env.run()
     assert log == [("push", ["g"], [0]), ("take", ["pulled"], [0]), ("clock", 5), ("blocked", 0.5, 2.5, True), "bye"]
     assert Dev.stats.waited_iterations == 1
+
+
+# -- nodelay and Partial Reduce ----------------------------------------------------------------
+
+def _dialogue(program, script):
+    """Drive ``program`` through ``script``, a list of (expected effect, result); returns the trace."""
+    script = list(script)
+
+    def results(effect):
+        expected, result = script.pop(0)
+        assert effect == expected
+        return result
+    trace = _run(program, results)
+    assert not script
+    return trace
+
+
+def test_nodelay_hands_over_mid_iteration_but_keeps_the_last_transfer_for_the_iterations_end():
+    from mxhet.protocol import programs_groups
+    from mxhet.protocol.effects import (Handover, ListeningCompute, Merged, ModelArrived, Notify, Now, Poll, TakeIn,
+                                        TransferAsked)
+    stats = types.SimpleNamespace(rounds=0, local_iters=[], waited_iterations=0, round_end_s=[])
+    step = ListeningCompute()
+    _dialogue(programs_groups.nodelay({"staleness": 2}, stats), [
+        (TakeIn(-1), None), (Poll(False), ()),
+        (step, None), (WantsStop(), False), (Notify(0, 1, False), None),       # the first gradient announces round 0
+        (Poll(False), ()),
+        (step, (TransferAsked(0, False),)), (Handover(0), None), (step, None),  # thread 2, mid-iteration
+        (WantsStop(), True), (Notify(1, 1, True), None),                        # s = tau: blocked
+        (Poll(False), ()), (Poll(True), (ModelArrived(0),)),
+        (TakeIn(0), None), (Now(), 0.5), (Merged(0), None),                    # s = 1: computing again
+        (step, (TransferAsked(1, True),)), (step, None),                         # the job's last: after the step
+        (Poll(False), ()), (Handover(1), None),
+        (Poll(True), (ModelArrived(1),)), (TakeIn(1), None), (Now(), 0.9), (Merged(1), None),
+    ])
+    assert stats.rounds == 2 and stats.local_iters == [1, 2]
+    assert stats.waited_iterations == 2 and stats.round_end_s == [0.5, 0.9]
+
+
+def test_preduce_reduces_in_its_group_goes_on_from_the_groups_k_and_stops_when_told():
+    from mxhet.protocol import programs_groups
+    from mxhet.protocol.effects import Grouped, JoinReduce, Ready, Reduce
+    stats = _stats()
+    opts = {"group_size": 2, "weights": "dynamic", "alpha": 0.5, "frozen_filter": True, "frozen_window": 0}
+    _dialogue(programs_groups.preduce(opts, stats), [
+        (JoinReduce(2, True, 0.5, True, 0), None),
+        (Compute(True), None), (WantsStop(), False), (Ready(1, False), Grouped(False, 7, 1, 0.25, 4)),
+        (Reduce(7, 1, 0.25), None),
+        (Compute(True), None), (WantsStop(), True), (Ready(5, True), Grouped(stop=True)),
+    ])
+    assert stats.rounds == 1 and stats.local_iters == [1]

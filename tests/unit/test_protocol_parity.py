@@ -1,7 +1,8 @@
 """Parity of the two interpreters of a worker program: one short scripted job
 (3 workers, fixed iteration times, one seed, 3 rounds) run by the simulator
 (the real engine, virtual time) and by the cluster's real executors
-(``LocalSGD``, ``Sync``, ``Async``, ``DCASGD``, ``SSP``) and their ``step()``
+(``LocalSGD``, ``Sync``, ``Async``, ``DCASGD``, ``SSP``; ``NoDelay`` and
+``PartialReduce`` with the real State Server rules) and their ``step()``
 (with in-process fakes for the trainer, the parameter servers and the State
 Server, one thread per worker) must make the same decisions: every effect
 with its result, in order -- iterations, stop wishes, exchanges and
@@ -15,7 +16,9 @@ import pytest
 
 from mxhet.config import WorkerConfig
 from mxhet.modes import get_mode
-from mxhet.protocol import Clock, Payload, PushAsync, WantsStop
+from mxhet.control import messages as m
+from mxhet.protocol import Clock, Now, Payload, PushAsync, WantsStop
+from mxhet.protocol.effects import Handover, Merged, Notify, Poll, Ready
 from mxhet.sim import cli, engine
 
 pytestmark = pytest.mark.timeout(300)
@@ -146,3 +149,174 @@ def test_both_interpreters_make_the_same_decisions(tmp_path, monkeypatch, mode_n
         assert trace[-2:] == [(PushAsync(Payload.GRADIENTS, ROUNDS - 1), None), (WantsStop(), True)]
     if mode_name == "ssp":
         assert [e.iterations for e, _ in trace if isinstance(e, Clock)] == list(range(1, ROUNDS))
+
+
+# -- nodelay and Partial Reduce: a rule in the State Server beyond the stop protocol -------------
+
+class _StateServer:
+    """The real :class:`~mxhet.control.server.StateService` behind a lock, its
+    deferred answers handed to the waiting worker's queue."""
+
+    def __init__(self, n):
+        from mxhet.control.server import StateService
+        self.service = StateService(n)
+        self.cond = threading.Condition()
+        self.inbox = {rank: [] for rank in range(n)}
+
+    def handle(self, request):
+        with self.cond:
+            reply = self.service.handle(request, 0.0, sender=request.rank)
+            released, self.service.released = self.service.released, []
+            for rank, deferred in released:
+                self.inbox[rank].append(deferred)
+            if reply is not None:
+                self.inbox[request.rank].append(reply)
+            self.cond.notify_all()
+
+
+class _RuleClient(_Client):
+    """A StateClient over :class:`_StateServer`: ``send`` and ``poll``
+    (nodelay), blocking requests (Partial Reduce)."""
+    timeout = 60.0
+    rtt = 0.0
+
+    def __init__(self, server, rank):
+        self.server, self.rank, self.seq = server, rank, 0
+        self.queries = self.replies = 0
+        self._ask(m.Register, slot=rank, signature="", round=0)
+
+    def _message(self, cls, **fields):
+        self.seq += 1
+        return cls(rank=self.rank, seq=self.seq, **fields)
+
+    def send(self, cls, **fields):
+        self.server.handle(self._message(cls, **fields))
+
+    def poll(self, timeout=0.0):
+        with self.server.cond:
+            self.server.cond.wait_for(lambda: self.server.inbox[self.rank], timeout=timeout)
+            replies, self.server.inbox[self.rank] = self.server.inbox[self.rank], []
+        self.replies += len(replies)
+        return replies
+
+    def _ask(self, cls, **fields):
+        message = self._message(cls, **fields)
+        self.server.handle(message)
+        with self.server.cond:
+            inbox = self.server.inbox[self.rank]
+            self.server.cond.wait_for(lambda: any(r.seq == message.seq for r in inbox), timeout=60)
+            reply = next(r for r in inbox if r.seq == message.seq)
+            inbox.remove(reply)
+        return reply
+
+    def reduce_join(self, **fields):
+        self._ask(m.ReduceJoin, **fields)
+
+    def reduce_ready(self, k, want_stop=False):
+        return self._ask(m.ReduceReady, k=k, want_stop=want_stop)
+
+    def reduce_pushed(self, group):
+        self._ask(m.ReducePushed, group=group)
+
+
+class _Courier:
+    """nodelay's data-plane thread as ``dist_sync`` over no arrays: round r's
+    merged model is there once every worker handed round r over."""
+
+    def __init__(self, shared):
+        self.shared, self.busy, self.round = shared, False, None
+
+    def submit(self, round_, sends, recvs):
+        with self.shared["cond"]:
+            self.shared[round_] = self.shared.get(round_, 0) + 1
+            self.shared["cond"].notify_all()
+        self.busy, self.round = True, round_
+
+    def take(self, timeout=0.0):
+        with self.shared["cond"]:
+            if not self.shared["cond"].wait_for(lambda: self.shared.get(self.round) == WORKERS, timeout=timeout):
+                return None
+        self.busy = False
+        return self.round, 0.0
+
+    def close(self, timeout=0.0):
+        pass
+
+
+class _KV:
+    def push(self, keys, values):
+        pass
+
+    def pull(self, keys, out):
+        pass
+
+
+def _rule_cluster_traces(mode_name, options):
+    server, shared = _StateServer(WORKERS), {"cond": threading.Condition()}
+    now = [0.0]
+    modes = []
+    for slot in range(WORKERS):
+        mode = get_mode(mode_name)(_Trainer(), WorkerConfig(slot=slot, num_slots=WORKERS), clock=lambda: now[0],
+                                   sleep=lambda s: None, **options)
+        mode.trace = []
+        mode.channel = _Channel()
+        mode.channel.num_workers, mode.channel.kv = WORKERS, _KV()
+        mode.keys, mode.wbufs = [], []
+        mode.client = _RuleClient(server, slot)
+        mode.stop_condition = lambda stats: stats.rounds >= ROUNDS   # mxhet.train's --max-rounds
+        mode.on_setup(64)
+        if mode_name == "nodelay":
+            mode.courier.close()
+            mode.courier = _Courier(shared)
+        mode._ready = True
+        mode._t_last = mode._t_start = 0.0
+        modes.append(mode)
+    errors = []
+
+    def script(mode):
+        try:
+            while not mode.stopped:
+                mode.step(64)
+        except Exception as e:  # reported below, not lost in the thread
+            errors.append(e)
+    threads = [threading.Thread(target=script, args=(mode,), daemon=True) for mode in modes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and not any(t.is_alive() for t in threads), errors
+    return {m.config.slot: (m.trace, m.stats.rounds, m.stats.local_iters) for m in modes}
+
+
+def _decisions(trace):
+    """The decisions in a trace: without the polls (how the events of one moment
+    are batched depends on each engine's timing, not on the protocol) and the
+    clock readings."""
+    return [(e, r) for e, r in trace if not isinstance(e, (Poll, Now))]
+
+
+@pytest.mark.parametrize("mode_name, argv, options", [
+    # tau = 1: every worker waits for each round's model, so no transfer is ever asked for
+    # during an iteration and the decisions do not depend on timing
+    ("nodelay", ["--max-staleness", "1"], {"staleness": 1}),
+    # P = N: one group of all at every step (the groups of P < N depend on arrival order)
+    ("preduce", ["--group-size", "3"], {"group_size": 3}),
+])
+def test_both_interpreters_make_the_same_decisions_with_a_rule(tmp_path, monkeypatch, mode_name, argv, options):
+    cluster = _rule_cluster_traces(mode_name, options)
+    sim = _sim_traces(tmp_path, mode_name, argv, monkeypatch)
+    assert sorted(sim) == sorted(cluster) == list(range(WORKERS))
+    for slot in range(WORKERS):
+        assert _decisions(sim[slot][0]) == _decisions(cluster[slot][0]), slot
+        assert sim[slot][1:] == cluster[slot][1:] == (ROUNDS, [1] * ROUNDS), slot
+    decisions = _decisions(sim[0][0])
+    if mode_name == "nodelay":
+        assert [e for e, _ in decisions if isinstance(e, Handover)] == [Handover(r) for r in range(ROUNDS)]
+        notes = [e for e, _ in decisions if isinstance(e, Notify)]
+        assert [n.want_stop for n in notes] == [False] * (ROUNDS - 1) + [True]
+        assert decisions[-1] == (Merged(ROUNDS - 1), None)   # stopped with the last round's model
+    else:
+        groups = [r for e, r in decisions if isinstance(e, Ready)]
+        assert [g.stop for g in groups] == [False] * ROUNDS + [True]
+        assert all(g.weight == pytest.approx(1.0 / WORKERS) for g in groups[:-1])
+        assert [g.k for g in groups[:-1]] == list(range(1, ROUNDS + 1))

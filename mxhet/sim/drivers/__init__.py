@@ -4,6 +4,4 @@ Each module registers ``driver(sim, dev)`` with :func:`mxhet.sim.engine.sim_driv
 importing this package registers them all. The first modes' drivers are methods
 of :class:`mxhet.sim.engine.Simulation`.
 """
-from . import nodelay  # noqa: F401
-from . import preduce  # noqa: F401
 from . import gcada  # noqa: F401
