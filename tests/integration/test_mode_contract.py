@@ -83,12 +83,13 @@ def test_a_long_evaluation_on_rank_0_is_not_taken_for_a_hang(tmp_path, child_pid
     out = tmp_path / "run"
     # sync aggregates every step: a snapshot every step, each on all 10,000 test images
     proc = launch(["-n", "3", "-s", "1", "--sync", "sync", "--slowdown", "1,1,4", "--timeout", "240"],
-                  train_command(out, "--time-budget", "3", "--eval-interval", "0.01", "--eval-samples", "10000"),
+                  train_command(out, "--time-budget", "2", "--eval-interval", "0.01", "--eval-samples", "10000"),
                   tmp_path, child_pids)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = load_summary(out)
     # The premise, checked rather than assumed: rank 0 went on evaluating after training for longer than the
-    # 5 s grace (24 snapshots, 50 s on a loaded 2-core machine; a faster machine trains more steps in the
-    # 3 s, so takes more snapshots). Under 5 s the test would prove nothing, so it fails instead.
+    # 5 s grace (a snapshot takes about 0.6 s on an idle 2-core machine, 2 s on a loaded one; a faster
+    # machine trains more steps in the 2 s, so takes more snapshots). Under 5 s the test would prove
+    # nothing, so it fails instead.
     assert summary["evaluation"]["seconds"] > 5.0, (len(summary["curve"]), summary["evaluation"])
     assert not child_pids.alive()
