@@ -40,7 +40,8 @@ def test_two_contexts_per_worker_end_on_the_final_model(tmp_path, child_pids, mo
     assert len(final) == 1 and "" not in final, final   # every mode ends on one model
     for w in workers:
         assert w["contexts"] == ["cpu(0)", "cpu(1)"], w["contexts"]
-        assert w["iterations"] + w["aborted"] >= 1   # gcada: the slower member of the one group is always dropped
+        # every worker trained; gcada: the slower member of the one group never finishes first, its work is dropped
+        assert w["iterations"] > 0 or (mode == "gcada" and w["aborted"] > 0 and w["downloads"] > 0), w
         # both copies are the final model, local parameters (BatchNorm statistics) included
         assert w["context_model_sha256"] == [w["final_model_sha256"]] * 2, w["context_model_sha256"]
         assert w["contexts_equal"] and w["contexts_equal_after_steps"]   # after the last step, before finish()

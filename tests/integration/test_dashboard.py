@@ -110,13 +110,14 @@ def test_api_state_has_every_device_while_the_job_runs(job):
     assert [d["slowdown"] for d in devices] == SLOWDOWNS
     for d in devices:
         assert d["context"] == "cpu" and d["host"] == "127.0.0.1" and d["phase"] == "training"
-        # rates and times are the bench's business: here only that each is reported and well formed
-        assert 0 <= d["compute_ratio"] <= 1 and d["samples_per_s"] >= 0 and d["rtt_s"] >= 0
+        # how large rates and times are is the bench's business; here each device has trained (a share of its
+        # time computing, samples in the rate window) and queried the State Server (a measured round trip)
+        assert 0 < d["compute_ratio"] <= 1 and d["samples_per_s"] > 0 and d["rtt_s"] > 0, d
         assert d["local_iters"] and all(k >= 1 for _, k in d["local_iters"])
         assert d["bytes_pushed"] > 0 and d["bytes_pulled"] > 0
     job_state = state["job"]
     assert job_state["mode"] == "esync" and job_state["status"] == "running"
-    assert job_state["reporting"] == 3 and job_state["rounds"] >= 3 and job_state["elapsed_s"] >= 0
+    assert job_state["reporting"] == 3 and job_state["rounds"] >= 3 and job_state["elapsed_s"] > 0
     # the State Server takes the 4x slower device for the slowest; the fast ones run more local iterations
     assert job_state["slowest_slot"] == 2 and [d["slowest"] for d in devices] == [False, False, True]
     fast = [k for d in devices[:2] for _, k in d["local_iters"]]

@@ -48,11 +48,13 @@ def test_delayed_acks_never_wait_for_an_answer_and_abort_on_ready(tmp_path, chil
 
 
 def test_device_slowed_mid_run_stops_being_fast(tmp_path, child_pids):
-    switch = 6.0
+    # iteration times pinned: about 13 rounds of the 3x device (0.3 s) before the switch, and after it 6 s
+    # of rounds of slot 0's 1.2 s iterations (6 rounds measured; the checks need at least 4)
+    switch = 4.0
     workers = _run(tmp_path, child_pids, "dynamic",
                    ["-n", "3", "--slowdown", "1,1,3", "--slowdown-schedule", "0:%g-=12" % switch,
                     "--base-iter", "0.1"],
-                   "--time-budget", "16")
+                   "--time-budget", "10")
     changing, steady, slow = workers[0], workers[1], workers[2]
     ends = changing["round_end_s"]
     before = [k for k, t in zip(changing["local_iters"], ends) if t < switch]

@@ -15,8 +15,8 @@ def test_one_upload_per_selected_group_and_a_straggler_is_dropped(tmp_path, chil
     # groups {0, 1} and {2, 3}; slot 1 is 20x slower (1 s against 0.05 s per iteration)
     proc = launch(["-n", "4", "-s", "1", "--sync", "gcada", "--slowdown", "1,20,1,1", "--base-iter", "0.05",
                    "--state-stats", str(stats)],
-                  train_command(out, "--model", "linear", "--groups", "2", "--dist", "group", "--time-budget", "6",
-                                "--step-size", "0.01"),   # the paper's α for its linear model
+                  train_command(out, "--model", "linear", "--groups", "2", "--dist", "group", "--max-rounds", "80",
+                                "--time-budget", "120", "--step-size", "0.01"),   # the paper's α for its linear model
                   tmp_path, child_pids)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads(stats.read_text())["gcada"]
@@ -26,4 +26,6 @@ def test_one_upload_per_selected_group_and_a_straggler_is_dropped(tmp_path, chil
     loads = summary["loads"]
     assert loads["communication"] == loads["downloads"] + loads["uploads"]
     assert loads["downloads"] == record["totals"]["downloads"]
-    assert summary["final_accuracy"] > 0.5
+    # a fixed number of rounds, not a time budget: load changes how long the run takes, not how far it trains
+    # (0.71 after about 50 rounds, 0.75-0.80 after 80 to 156; chance 0.1)
+    assert all(w["rounds"] >= 80 for w in summary["workers"]) and summary["final_accuracy"] > 0.5

@@ -15,17 +15,20 @@
 Each job must exit cleanly, write a complete summary, leave every worker
 holding the same global model after the last aggregation (the digest each
 worker takes after its final pull), and have its accuracy evaluated, with
-precise BatchNorm where the model has BatchNorm. Inputs are tiny and budgets
-short: this checks that things work, not how well they learn (ResNet-18 at
-28 px stays within noise of chance for its first 60 iterations in the
-simulator). Learning is asserted on the small CNN: every mode in
+precise BatchNorm where the model has BatchNorm. Inputs are tiny (8 px for
+ResNet-18). The BatchNorm-path jobs run a fixed number of rounds at pinned
+iteration times (a loaded machine changes how long they take, not how far they
+train), enough for ResNet-18 at 8 px to score well above chance (gcada's
+excepted, below): the statistics each path keeps, exchanges or recomputes
+must give a model that learned. The two-round jobs of every zoo model are too short to learn (each
+scored within noise of chance); there the check on the model is that every
+worker ends holding the same one. Learning on the small CNN: every mode in
 ``test_bench_smoke.py``, and gcada/cada at their own defaults in
 ``test_mode_contract.py``.
 """
 import pytest
 
 from mxhet.models import MODEL_NAMES, min_input_size
-from mxhet.modes import get_mode
 
 from .jobs import launch, load_summary, train_command
 
@@ -52,7 +55,9 @@ def _run(tmp_path, child_pids, launcher_args, model, *train_args):
     return load_summary(out)
 
 
-def _check_contract(summary, mode, model, workers):
+def _check_contract(summary, mode, model, workers, learns=False):
+    """``learns``: the run is long enough to learn, so the final model must score well above chance;
+    otherwise the check on the model is that every worker holds the same one."""
     assert SUMMARY_KEYS <= set(summary) and summary["mode"] == mode and summary["model"] == model
     assert len(summary["workers"]) == workers
     for w in summary["workers"]:
@@ -66,17 +71,25 @@ def _check_contract(summary, mode, model, workers):
     assert correct == pytest.approx(round(correct), abs=1e-6), correct
     assert summary["curve"][-1][1] == pytest.approx(summary["final_accuracy"], abs=1e-4)
     assert summary["evaluation"]["final_samples"] == 300
+    if learns:
+        # chance is 0.1 (the initial model scores 0.12 on these 300 images, sd 0.017 at chance); the
+        # BatchNorm-path runs ended on 0.25-0.40 with these round counts
+        assert summary["final_accuracy"] >= 0.2, summary["curve"]
 
 
-@pytest.mark.parametrize("mode", ["sync", "localsgd", "nodelay", "gcada"])   # one per BatchNorm path (above)
-def test_each_batchnorm_path_on_resnet18(tmp_path, child_pids, mode):
-    standalone = get_mode(mode).kvstore_type is None
-    n = 1 if standalone else 3
-    launcher = ["-n", str(n), "--sync", mode, "--slowdown", "1" if standalone else "1,1,3", "--base-iter", "0.05"]
-    if mode == "adsp":
-        launcher += ["--adsp-period", "1", "--adsp-window", "1"]
-    summary = _run(tmp_path, child_pids, launcher, "resnet18_v1", "--time-budget", "3")
-    _check_contract(summary, mode, "resnet18_v1", n)
+@pytest.mark.parametrize("mode, rounds, learns", [
+    ("sync", 6, True), ("localsgd", 2, True), ("nodelay", 3, True),
+    # gcada's rounds on ResNet-18 cost seconds each (AMSGrad on the servers, a download per member): it
+    # scored 0.21-0.25, 0.24 and 0.28 after 2, 3 and 4 rounds, at 19-49 s a job; 2 rounds and equal models here,
+    # its learning at its defaults is test_mode_contract.py's
+    ("gcada", 1, False),
+])
+def test_each_batchnorm_path_on_resnet18(tmp_path, child_pids, mode, rounds, learns):
+    """One mode per BatchNorm path (above), for a fixed number of rounds (localsgd: of 8 local steps), so a
+    loaded machine changes how long the run takes, not how far it trains."""
+    launcher = ["-n", "3", "--sync", mode, "--slowdown", "1,1,3", "--base-iter", "0.05"]
+    summary = _run(tmp_path, child_pids, launcher, "resnet18_v1", "--max-rounds", str(rounds), "--time-budget", "120")
+    _check_contract(summary, mode, "resnet18_v1", 3, learns=learns)
     ev = summary["evaluation"]
     assert ev["batchnorm"] == "precise" and ev["bn_layers"] == RESNET18_BN_LAYERS and ev["bn_batches"] == 2
 

@@ -84,10 +84,10 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
-def _run(tmp_path, child_pids, mode, store_type, given=True, steps=60, slowdown="1,1,3", contexts=1):
+def _run(tmp_path, child_pids, mode, store_type, given=True, steps=60, slowdown="1,1,2", contexts=1):
     script = tmp_path / "prog.py"
     script.write_text(SCRIPT)
-    return launch(["-n", "3", "-s", "1", "--sync", mode, "--slowdown", slowdown, "--base-iter", "0.05",
+    return launch(["-n", "3", "-s", "1", "--sync", mode, "--slowdown", slowdown, "--base-iter", "0.03",
                    "--timeout", "200"],
                   [sys.executable, str(script), store_type, str(tmp_path), str(steps), "given" if given else "alive",
                    str(contexts)], tmp_path, child_pids,
