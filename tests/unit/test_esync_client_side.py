@@ -78,6 +78,7 @@ def _without_parameter_server(trainer, clock, transport, tested=True):
         mode._advance(Iterated(0.0))
         transport.auto = auto
         transport.sent.clear()
+        transport.inbox.clear()
         mode.client.queries = mode.client.replies = 0
         mode.client._rtt = type(mode.client._rtt)()
         mode.stats.rtt_s = 0.0
