@@ -69,7 +69,7 @@ def run_program(sim, dev, program, trace=None):
     Raises:
         ConfigError: the program yields an effect the simulator cannot carry out.
     """
-    standalone = not sim.spec.distributed   # local: no servers, the device's model is the job's
+    standalone = not getattr(sim.spec, "distributed", True)   # local: no servers, the device's model is the job's
     if not standalone:
         yield from sim.register(dev)
     session = Session(program(sim.spec.resolve(sim.job.mode_options), dev.stats), trace)
