@@ -3,7 +3,7 @@
 A program is called with the mode's resolved options and the worker's
 statistics record (``rounds``, ``local_iters``: the per-round accounting both
 engines report) and yields :mod:`.effects`. Ported: ``localsgd``, ``sync``,
-``async`` and ``dcasgd`` (:func:`asynchronous`), ``ssp``.
+``async`` and ``dcasgd`` (:func:`asynchronous`), ``ssp``, ``local``, ``esync``.
 """
 from ..policy.stop import StopRule
 from ..policy.worker import Action, LocalSGDPolicy
