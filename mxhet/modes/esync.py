@@ -13,11 +13,12 @@ push/pull, and no State Server round trip.
 
 ``ack="blocking"`` waits for every answer (Algorithm 1). ``ack="delayed"`` is
 the non-blocking mode of §4.2: the query is sent and training goes on; no
-answer yet means NOT-READY. Answers are picked up without waiting at two
-points: right after the query is sent, and at the start of the next ``step()``
--- after that iteration's forward and backward, *before* its optimizer update
-(and during the emulated slowdown, which stands for the rest of a slow
-device's computation). When a READY for the current round is there, the
+answer yet means NOT-READY. Answers are picked up without waiting right
+after the query is sent, at the end of every iteration (with either kind of
+ACK: the job's stop decision, from RESET's answer, ends the worker there, as
+in the simulator), and in the next ``step()`` -- after that iteration's
+forward and backward, *before* its optimizer update (and during the emulated
+slowdown, which stands for the rest of a slow device's computation). When a READY for the current round is there, the
 iteration in progress is abandoned -- its gradients are dropped, no part of it
 reaches the replica -- and the worker aggregates the iterations it completed.
 Answers for an earlier round (late or duplicated) are ignored. One exception
