@@ -106,7 +106,7 @@ SLOWEST_WAIT_RTTS = 4
 SLOWEST_WAIT_MAX_S = 0.02
 """Delayed ACKs: after its query, the device the latest answer named the
 slowest waits for the answer up to this many round trips (at most this many
-seconds)."""
+seconds; not at all when one round trip is longer)."""
 
 
 class ESyncAnswers:
@@ -166,8 +166,11 @@ def _esync_query(answers, stats, duration, delayed, iteration=True):
     # forward and backward pass, since an abort is noticed only after it. Both
     # engines wait alike: in the simulator the answer ends the wait after one
     # round trip, as it would have ended the iteration, so no batch is wasted
-    # and no abort counted.
-    wait = min(SLOWEST_WAIT_RTTS * rtt, SLOWEST_WAIT_MAX_S) if delayed and answers.named_slowest else 0.0
+    # and no abort counted. A wait capped below one round trip could only end
+    # without the answer (a slow link): then the device does not wait at all.
+    wait = 0.0
+    if delayed and answers.named_slowest and rtt <= SLOWEST_WAIT_MAX_S:
+        wait = min(SLOWEST_WAIT_RTTS * rtt, SLOWEST_WAIT_MAX_S)
     # Where the next iteration starts before the answer, the query's receipt is
     # that much ahead of t_e + c (mxhet.control.state_rule).
     ahead = max(0.0, rtt - wait) if delayed else 0.0

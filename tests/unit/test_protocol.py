@@ -340,3 +340,15 @@ def test_esync_checks_its_options_on_both_engines():
         Session(programs.esync(_esync_opts(ack="sometimes"), _esync_stats())).advance()
     with pytest.raises(ConfigError, match="global_lr"):
         Session(programs.esync(_esync_opts(global_lr=0.0), _esync_stats())).advance()
+
+
+def test_esync_on_a_link_slower_than_the_wait_cap_the_named_device_does_not_wait():
+    from mxhet.protocol import effects as e
+
+    class SlowLink(_EsyncScript):
+        def __call__(self, effect):
+            return 0.05 if isinstance(effect, e.RoundTrip) else super().__call__(effect)
+    stats = _esync_stats(rank=3)
+    trace = _run(programs.esync(_esync_opts(ack="delayed"), stats), SlowLink(stats, ready_at=1, slowest=3))
+    assert not any(isinstance(effect, e.AwaitAnswer) for effect, _ in trace)   # 20 ms could not cover 50 ms
+    assert [q.ahead for q, _ in trace if isinstance(q, e.StateQuery)] == [0.05] * 3
