@@ -1,4 +1,5 @@
-"""ESync (Algorithm 1 of the paper), with blocking or delayed-ACK State Server queries.
+"""ESync (Algorithm 1 of the paper), with blocking or delayed-ACK State Server queries:
+the cluster's executor of its worker program (:func:`mxhet.protocol.programs.esync`).
 
 Every worker trains a replica of the global model w_t. After each local
 iteration it asks the State Server whether to keep training (NOT-READY) or to
@@ -12,18 +13,20 @@ push/pull, and no State Server round trip.
 
 ``ack="blocking"`` waits for every answer (Algorithm 1). ``ack="delayed"`` is
 the non-blocking mode of §4.2: the query is sent and training goes on; no
-answer yet means NOT-READY. Answers are picked up without waiting at two
-points: right after the query is sent, and at the start of the next ``step()``
--- after that iteration's forward and backward, *before* its optimizer update
-(and during the emulated slowdown, which stands for the rest of a slow
-device's computation). When a READY for the current round is there, the
+answer yet means NOT-READY. Answers are picked up without waiting right
+after the query is sent, at the end of every iteration (with either kind of
+ACK: the job's stop decision, from RESET's answer, ends the worker there, as
+in the simulator), and in the next ``step()`` -- after that iteration's
+forward and backward, *before* its optimizer update (and during the emulated
+slowdown, which stands for the rest of a slow device's computation). When a READY for the current round is there, the
 iteration in progress is abandoned -- its gradients are dropped, no part of it
 reaches the replica -- and the worker aggregates the iterations it completed.
 Answers for an earlier round (late or duplicated) are ignored. One exception
-to not waiting: the device the latest answer named the slowest waits a few
-round trips (``SLOWEST_WAIT_RTTS``) for the answer to its query -- READY at once
-under Algorithm 2 -- rather than start an iteration the READY would abandon
-while every other device waits for its push.
+to not waiting, decided by the worker program for both engines: the device
+the latest answer named the slowest waits a few round trips
+(:data:`mxhet.protocol.programs.SLOWEST_WAIT_RTTS`) for the answer to its
+query -- READY at once under Algorithm 2 -- rather than start an iteration the
+READY would abandon while every other device waits for its push.
 
 The capability the worker reports is its compute time per iteration plus the
 measured round-trip time of its State Server queries (§4.2), so a device on a
@@ -45,55 +48,51 @@ Optimizer state at a round boundary: kept by default (momentum or Adam moments
 carry on, as if the local optimizer ran continuously on the replica); with
 ``reset_optimizer_state=True`` it starts afresh every round.
 """
+import mxnet as mx
+
+from kvstore_ext.keys import ESYNC_COUNT_KEY
 from ..dataplane.channel import DEFAULT_BUCKET_BYTES
-from ..errors import ConfigError
+from ..dataplane.weighting import DeltaWeighting
 from ..gluon_private import trainer_optimizer, trainer_params
+from ..policy import aggregation as agg
 from ..policy import specs
-from ..policy.aggregation import check_options as check_aggregation
-from ..policy.worker import Action, ESyncPolicy
+from ..protocol import Session, programs
+from ..protocol.effects import (AggregateDeltas, AwaitAnswer, Iterate, Iterated, Listen, ResetOptimizer,
+                                RoundTrip, SendReset, StateQuery)
 from .esync_outer import OuterMomentumMirror
-from .esync_weighting import DeltaWeighting
-from .base import SyncMode
+from .program import ProgramMode
 from .registry import register
 
-ACK_MODES = ("blocking", "delayed")
-SLOWEST_WAIT_RTTS = 4
-SLOWEST_WAIT_MAX_S = 0.02
-"""Delayed ACKs: after its query, the device last named slowest waits for the
-answer up to this many smoothed round trips (at most this many seconds)."""
+ACK_MODES = programs.ACK_MODES
 
 
 @register
-class ESync(SyncMode):
-    """The executor of :class:`mxhet.policy.worker.ESyncPolicy` on the real cluster."""
+class ESync(ProgramMode):
+    """The executor of ESync's worker program (:func:`mxhet.protocol.programs.esync`) on the real cluster."""
     spec = specs.ESYNC
+    program = staticmethod(programs.esync)
     bucket_bytes = DEFAULT_BUCKET_BYTES
+    votes = False   # the stop decision comes from the State Server (RESET), not a ballot
 
     def __init__(self, trainer, config, **options):
         super().__init__(trainer, config, **options)
-        if not self.opts["global_lr"] > 0:
-            raise ConfigError("global_lr (ε of Algorithm 1) must be > 0, got %r" % (self.opts["global_lr"],))
-        if self.opts["ack"] not in ACK_MODES:
-            raise ConfigError("ack must be one of %s, got %r" % (ACK_MODES, self.opts["ack"]))
+        programs.check_esync(self.opts)
         self.delayed = self.opts["ack"] == "delayed"
-        check_aggregation(self.opts)
         self.weighting = DeltaWeighting(self.opts["aggregation"])
+        self._counts = None
         self.outer = None   # the servers' outer momentum, mirrored (outer_optimizer="nesterov")
         if self.opts["outer_optimizer"] == "nesterov":
             keys = [i for i, p in enumerate(trainer_params(trainer)) if p.grad_req != "null"]
             self.outer = OuterMomentumMirror(self.opts["outer_lr"], self.opts["outer_momentum"], keys)
         self._batch_size = 0
-        self.policy = ESyncPolicy(max_local_steps=self.opts["max_local_steps"])
-        self._round_start = (0.0, 0, 0, 0)
-        self._named_slowest = False   # the latest answer named this device the slowest
+        self.answers = None        # the program's ESyncAnswers (its Listen effect)
+        self._answered = True      # the last non-blocking query's answer is in
+        self._compute_end = 0.0
 
     @property
     def round(self):
-        return self.policy.round
-
-    @property
-    def k(self):
-        return self.policy.k
+        """The round in progress (rounds aggregated so far)."""
+        return self.stats.rounds
 
     @classmethod
     def updater_for(cls, num_workers, batch_size, optimizer, opts, plain_keys=(), initial_momentum=None):
@@ -112,17 +111,27 @@ class ESync(SyncMode):
         self.client = self.join_state_server()
 
     def on_setup(self, batch_size):
-        self.weighting.setup(self.channel)
-        self._mark_round_start()
+        if self.weighting.active:   # every worker inits the count key; the servers keep one copy
+            self.channel.init([ESYNC_COUNT_KEY], [mx.nd.zeros((agg.COUNT_FIELDS,))])
+            self._counts = [mx.nd.zeros((agg.COUNT_FIELDS,))]
+        self._count_messages()
+        # The program's first effects (Listen) come before its first iteration.
+        self.session = Session(type(self).program(self.opts, self.stats), self.trace)
+        if self.session.run_until_compute(self.carry_out) is None:
+            self.stopped = True
 
-    # -- the local iteration -------------------------------------------------
+    # -- the iteration (the pending Iterate) ---------------------------------------------
+    def _iteration(self):
+        effect = self.session.pending
+        return effect if isinstance(effect, Iterate) else None
+
     def local_update(self, batch_size, ignore_stale_grad):
         self._batch_size = batch_size
-        if not self.policy.tested:
+        effect = self._iteration()
+        if effect is not None and effect.test:
             self._drop_test_batch()
             return
-        self.trainer.local_step(batch_size, ignore_stale_grad)
-        self.aggregated = False
+        super().local_update(batch_size, ignore_stale_grad)
 
     def _drop_test_batch(self):
         """Algorithm 1 lines 3 and 6: the test batch's gradient is not applied, and
@@ -133,115 +142,63 @@ class ESync(SyncMode):
                 g.copyto(w)
 
     def communicate(self, batch_size, capability, compute_end):
-        if self.stopped:  # the job stops after the round last aggregated: this iteration is dropped
-            self._drop_unaggregated(batch_size)
-            return
-        if not self.policy.tested:
+        effect = self._iteration()
+        if effect is not None and effect.test:
             # The test batch is no iteration: its time is the first capability (k = 0).
             self.stats.iterations -= 1
             self.stats.samples -= batch_size
             self.stats.test_batch_s = capability
-            self.policy.test_batch_done()
-            self._query(capability, compute_end, iteration=False)
-            return
-        self.policy.completed()
-        self._query(capability, compute_end)
-        if self.stopped:
-            self._drop_unaggregated(batch_size)
-        elif self.policy.after_query() is Action.AGGREGATE:
-            self.aggregate()
+        self._compute_end = compute_end
+        self._take(self.client.poll())   # the job's stop may have come meanwhile (RESET's answer)
+        self._advance(Iterated(capability))
 
-    def _query(self, capability, compute_end, iteration=True):
-        """QUERY-STATE for :attr:`round` and :attr:`k` with c = ``capability`` + the
-        round trip; blocking, or sent and answered later (delayed ACKs).
+    def _advance(self, result):
+        self._step_batch = self._batch_size
+        if self.session.run_until_compute(self.carry_out, result) is None:
+            self.stopped = True
+            self._drop_unaggregated()
 
-        ``since_finish`` is the time since the iteration ended plus the part of
-        the round trip this worker does not wait before its next iteration, so
-        that t_e + c is when its next query arrives (see
-        :mod:`mxhet.control.state_rule`)."""
-        rtt = self.client.rtt
-        c = capability + rtt
-        t0 = self.clock()
-        if self.delayed:
-            # The device the State Server last named slowest is READY as soon as
-            # its query arrives (Algorithm 2), and every other device is then
-            # waiting for its push: a few round trips for the answer beat
-            # starting a forward/backward pass that the READY would abandon.
-            wait = min(SLOWEST_WAIT_RTTS * rtt, SLOWEST_WAIT_MAX_S) if self._named_slowest else 0.0
-            self.client.send_query(self.round, self.k, c, since_finish=t0 - compute_end + max(0.0, rtt - wait))
-            self.take_replies(self.client.poll(timeout=wait))
-        else:
-            self.take_replies([self.client.query(self.round, self.k, c, since_finish=t0 - compute_end)])
-            if iteration:
-                self.stats.waited_iterations += 1
-        waited = self.clock() - t0
-        self.stats.query_s += waited
-        self.stats.query_wait_max_s = max(self.stats.query_wait_max_s, waited)
-        if self.stats.query_wait_min_s is None or waited < self.stats.query_wait_min_s:
-            self.stats.query_wait_min_s = waited
-        self._count_messages()
-
-    def _drop_unaggregated(self, batch_size):
+    def _drop_unaggregated(self):
         """The iterations since the last aggregated round are discarded work (the
         job stopped after that round): they are not counted as done, as aborted ones."""
         done = sum(self.stats.local_iters)
-        self.stats.samples -= (self.stats.iterations - done) * batch_size
+        self.stats.samples -= (self.stats.iterations - done) * self._batch_size
         self.stats.iterations = done
 
-    def take_replies(self, replies):
-        """Hand the State Server's answers to the policy."""
-        for reply in replies:
-            self.policy.answer(reply.round, reply.ready, reply.slowest)
-            self._named_slowest = reply.slowest == self.stats.rank
-        self.stats.late_replies = self.policy.late_replies
-        if self.client.stop_decided:
-            self.stopped = True
-
-    def should_abort(self):
-        if self.delayed and self.client is not None:
-            self.take_replies(self.client.poll())
-        return self.policy.before_update() is Action.ABORT
-
-    def on_abort(self):
-        self._count_messages()
-        self.aggregate()
-
     def emulate_slowdown(self, seconds):
-        if not self.delayed:
+        effect = self._iteration()
+        if effect is None or not effect.abortable:
             self.sleep(seconds)
             return
         # The emulated rest of a slow device's computation: a READY that comes
         # meanwhile ends it at once, as the paper's devices abort immediately.
         deadline = self.clock() + seconds
-        while self.policy.before_update() is Action.CONTINUE and not self.stopped:
+        while not self.answers.wake:
             left = deadline - self.clock()
             if left <= 0:
                 break
-            self.take_replies(self.client.poll(timeout=left))
+            self._take(self.client.poll(timeout=left))
 
-    # -- aggregation -----------------------------------------------------------
-    def aggregate(self):
-        """Push Δ for every key in one batch, pull w_t+1, reset the replica, RESET."""
-        self.weighting.weigh(self, self.policy.k, self._batch_size)
-        before = self.outer.before(self.wbufs) if self.outer else None
-        self.exchange_deltas(self.round)
-        start, issued, end = getattr(self.channel, "last_exchange", None) or (self._t_start,) * 3
-        self.stats.round_exchange_start_s.append(start - self._t_start)
-        self.stats.round_exchange_issued_s.append(issued - self._t_start)
-        self.stats.round_exchange_end_s.append(end - self._t_start)
-        if self.outer:
-            self.outer.after(before, self.wbufs)
-        if self.opts["reset_optimizer_state"]:
-            self.reset_optimizer_state()
-        _, k, slowest = self.policy.aggregated()
-        self.stats.local_iters.append(k)
-        self.stats.rounds = self.round
-        self.aggregated = True
-        t0 = self.clock()
-        # It starts its next iteration without waiting for the answer: a round trip ahead.
-        self.client.send_reset(self.round, want_stop=self.wants_stop(), since_finish=self.client.rtt)
-        self.stats.query_s += self.clock() - t0
-        self._close_round(slowest)
+    def should_abort(self):
+        effect = self._iteration()
+        if effect is None or not effect.abortable:
+            return False
+        self._take(self.client.poll())
+        # A stop decided meanwhile is no abort: the program stops after this iteration.
+        return self.answers.abort and not self.answers.stop_decided
+
+    def on_abort(self):
+        self._advance(Iterated(self.clock() - self._t_last, aborted=True))
+
+    # -- the State Server ---------------------------------------------------------------------
+    def _take(self, replies):
+        """Hand the State Server's answers (and its stop decision) to the program."""
+        for reply in replies:
+            self.answers.answer(reply)
+            self._answered = True
+        if self.client.stop_decided:
+            self.answers.stop()
+        self._count_messages()
 
     def _count_messages(self):
         self.stats.state_queries = self.client.queries
@@ -249,27 +206,76 @@ class ESync(SyncMode):
         self.stats.rtt_s = self.client.rtt
         self.stats.max_queries_in_flight = self.client.max_in_flight
 
-    def _mark_round_start(self):
-        self._round_start = (self.stats.query_s + self.stats.sync_s, self.client.queries,
-                             self.client.replies, self.stats.aborted)
+    def carry_out(self, effect):
+        if isinstance(effect, Listen):
+            self.answers = effect.answers
+            return None
+        if isinstance(effect, RoundTrip):
+            return self.client.rtt
+        if isinstance(effect, StateQuery):
+            t0 = self.clock()
+            since_finish = t0 - self._compute_end + effect.ahead
+            reply = None
+            if effect.blocking:
+                reply = self.client.query(effect.round, effect.k, effect.c, since_finish=since_finish)
+            else:
+                self._answered = False
+                self.client.send_query(effect.round, effect.k, effect.c, since_finish=since_finish)
+                self._take(self.client.poll())   # an answer already in is taken at once
+            if self.client.stop_decided:
+                self.answers.stop()
+            self.stats.query_s += self.clock() - t0
+            self._count_messages()
+            return reply
+        if isinstance(effect, AwaitAnswer):
+            t0 = self.clock()
+            if not self._answered:
+                self._take(self.client.poll(timeout=effect.timeout))
+            self.stats.query_s += self.clock() - t0
+            return None
+        if isinstance(effect, AggregateDeltas):
+            self._aggregate(effect)
+            return None
+        if isinstance(effect, ResetOptimizer):
+            self.reset_optimizer_state()
+            return None
+        if isinstance(effect, SendReset):
+            t0 = self.clock()
+            self.client.send_reset(effect.round, want_stop=effect.want_stop, since_finish=effect.since_finish)
+            self.stats.query_s += self.clock() - t0
+            self._count_messages()
+            return None
+        return super().carry_out(effect)
 
-    def _close_round(self, slowest):
-        blocked, queries, replies, aborted = self._round_start
-        self._count_messages()
-        self.stats.round_blocked_s.append(self.stats.query_s + self.stats.sync_s - blocked)
-        self.stats.round_queries.append(self.client.queries - queries)
-        self.stats.round_replies.append(self.client.replies - replies)
-        self.stats.round_aborted.append(self.stats.aborted - aborted)
-        self.stats.round_slowest.append(slowest)
-        self.stats.round_end_s.append(self.clock() - self._t_start)
-        self._mark_round_start()
+    # -- aggregation ------------------------------------------------------------------------------
+    def _aggregate(self, effect):
+        """Weigh Δ, push it for every key in one batch, pull w_t+1 into the replica."""
+        self._weigh(effect.steps)
+        before = self.outer.before(self.wbufs) if self.outer else None
+        self.exchange_deltas(effect.round)
+        start, issued, end = getattr(self.channel, "last_exchange", None) or (self._t_start,) * 3
+        self.stats.round_exchange_start_s.append(start - self._t_start)
+        self.stats.round_exchange_issued_s.append(issued - self._t_start)
+        self.stats.round_exchange_end_s.append(end - self._t_start)
+        if self.outer:
+            self.outer.after(before, self.wbufs)
+        self.aggregated = True
+
+    def _weigh(self, steps):
+        """The count exchange through the kvstore channel, then the delta's scaling."""
+        if not self.weighting.active:
+            return
+        own = self.weighting.counts(steps, self._batch_size, self.trainer)
+        self.push_pull([ESYNC_COUNT_KEY], [mx.nd.array(own)], self._counts)
+        self.weighting.scale(own, self._counts[0].asnumpy(), self.channel.num_workers,
+                             trainer_params(self.trainer), self.weights(), self.wbufs)
 
     def checkpoint_state(self):
         return dict(super().checkpoint_state(), round=self.round)
 
     def restore_state(self, state):
         super().restore_state(state)
-        self.policy = ESyncPolicy(round_=int(state["round"]), max_local_steps=self.opts["max_local_steps"])
+        self.stats.rounds = int(state["round"])   # the program starts in this round
         if self.outer is not None and "arrays" in state:
             self.outer.restore(state["arrays"])
 

@@ -16,7 +16,7 @@ MXNet, a socket or a clock, so it runs unchanged under two interpreters:
 
 Programs are found through the mode registry (a mode class's ``program``,
 :func:`mxhet.modes.registry.get_program`). Ported so far: ``localsgd``,
-``sync``, ``async``, ``dcasgd`` and ``ssp`` (:mod:`.programs`), ``nodelay`` and ``preduce``
+``sync``, ``async``, ``dcasgd``, ``ssp``, ``esync`` and ``local`` (:mod:`.programs`), ``nodelay`` and ``preduce``
 (:mod:`.programs_groups`); the other modes still have their protocol written twice (see
 docs/layout.md).
 """

@@ -268,3 +268,117 @@ class Reduce:
     group: int
     slot: int
     weight: float
+
+
+# -- ESync: the State Server queried with blocking or delayed ACKs (§4.2) ----------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Listen:
+    """Where the State Server's answers go that the program does not wait for
+    (delayed ACKs' answers, RESET's): ``answers`` has ``answer(reply)`` (an
+    answer to a QUERY-STATE), ``stop()`` (the job stops after the round last
+    aggregated), and the properties ``abort`` (abandon the iteration in
+    progress), ``wake`` (abort, or stop) and ``stop_decided``. Interpreters
+    hand it every such answer as it arrives (simulator) or is read (cluster).
+
+    Returns: None.
+    """
+    answers: object = dataclasses.field(compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Iterate(Compute):
+    """A :class:`Compute` that reports its time and may be abandoned. ``test``:
+    Algorithm 1's test batch (line 3): timed as an iteration, its gradient
+    dropped and its batch consumed, not counted as an iteration.
+    ``abortable``: a ``wake`` of the :class:`Listen`-ed answers meanwhile
+    ends it (simulator: at once; cluster: during the emulated slowdown, else
+    after forward and backward, before the update), nothing of it applied.
+
+    Returns: :class:`Iterated`.
+    """
+    test: bool = False
+    abortable: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Iterated:
+    """What an :class:`Iterate` came to: its compute time (seconds) and whether it was abandoned."""
+    duration: float
+    aborted: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundTrip:
+    """The interpreter's State Server round trip, seconds (cluster: smoothed
+    over the answered requests; simulator: the last one).
+
+    Returns: float.
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class StateQuery:
+    """ESync's QUERY-STATE for ``round`` after ``k`` local iterations, with
+    capability ``c`` seconds. ``since_finish`` sent is ``ahead`` (the part of
+    the round trip the worker does not wait before its next iteration) plus
+    the time since the iteration ended (0 in the simulator, where nothing
+    runs in between). ``blocking``: wait for the answer (Algorithm 1); else
+    it comes later to the :class:`Listen`-ed answers.
+
+    Returns: the answer (a :class:`mxhet.control.messages.Reply`) if blocking, else None.
+    """
+    round: int
+    k: int
+    c: float
+    ahead: float
+    blocking: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class AwaitAnswer:
+    """Wait up to ``timeout`` seconds for an answer to the last (non-blocking)
+    :class:`StateQuery`, unless it is already in; it goes to the
+    :class:`Listen`-ed answers. Counted as query time.
+
+    Returns: None.
+    """
+    timeout: float
+
+
+@dataclasses.dataclass(frozen=True)
+class AggregateDeltas:
+    """ESync's aggregation of ``round``: with ``aggregation`` other than
+    ``mean`` the workers first exchange their counts (``steps`` local
+    iterations) and each scales its delta
+    (:class:`mxhet.dataplane.weighting.DeltaWeighting`); then Δ of every key
+    is pushed, the servers apply ESync's updater once all are in
+    (``dist_sync``), and the replica becomes the new global model.
+
+    Returns: None.
+    """
+    round: int
+    steps: int
+    aggregation: str = "mean"
+
+
+@dataclasses.dataclass(frozen=True)
+class ResetOptimizer:
+    """Clear the local optimizer's state (momentum, moments) at a round boundary.
+
+    Returns: None.
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class SendReset:
+    """RESET for ``round`` (the one just started) with the worker's stop
+    wish, sent without waiting (protocol v2); the job's stop decision comes
+    back to the :class:`Listen`-ed answers. ``since_finish``: seconds the
+    State Server takes off its receipt for t_e.
+
+    Returns: None.
+    """
+    round: int
+    want_stop: bool
+    since_finish: float

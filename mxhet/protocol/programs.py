@@ -3,11 +3,15 @@
 A program is called with the mode's resolved options and the worker's
 statistics record (``rounds``, ``local_iters``: the per-round accounting both
 engines report) and yields :mod:`.effects`. Ported: ``localsgd``, ``sync``,
-``async`` and ``dcasgd`` (:func:`asynchronous`), ``ssp``.
+``async`` and ``dcasgd`` (:func:`asynchronous`), ``ssp``, ``local``, ``esync``.
 """
 from ..policy.stop import StopRule
 from ..policy.worker import Action, LocalSGDPolicy
 from .effects import Clock, Compute, Exchange, Payload, PushAsync, WantsStop
+from ..errors import ConfigError
+from ..policy.aggregation import check_options as check_aggregation
+from ..policy.worker import ESyncPolicy
+from .effects import AggregateDeltas, AwaitAnswer, Iterate, Listen, Now, ResetOptimizer, RoundTrip, SendReset, StateQuery
 
 
 def _aggregate(stats, payload, local_steps):
@@ -82,3 +86,161 @@ def ssp(opts, stats):
         yield Clock(stats.iterations)
         if (yield WantsStop()):
             return
+
+
+# -- local, esync ---------------------------------------------------------------------------------
+
+
+def local(opts, stats):
+    """Standalone training on one device: local steps, each counted as a
+    round of one iteration, until the worker wants to stop."""
+    while True:
+        yield Compute(local_step=True)
+        stats.rounds += 1
+        stats.local_iters.append(1)
+        if (yield WantsStop()):
+            return
+
+
+SLOWEST_WAIT_RTTS = 4
+SLOWEST_WAIT_MAX_S = 0.02
+"""Delayed ACKs: after its query, the device the latest answer named the
+slowest waits for the answer up to this many round trips (at most this many
+seconds; not at all when one round trip is longer)."""
+
+
+class ESyncAnswers:
+    """The State Server's answers to one ESync worker, as they come
+    (:class:`~.effects.Listen`): they feed its :class:`ESyncPolicy` and say
+    when to abandon the iteration in progress (a READY for this round) and
+    when the job has stopped (after the round last aggregated)."""
+
+    def __init__(self, policy, stats):
+        self.policy, self.stats = policy, stats
+        self.stop_decided = False
+        self.named_slowest = False   # the latest answer named this device the slowest
+
+    def answer(self, reply):
+        self.policy.answer(reply.round, reply.ready, reply.slowest)
+        self.named_slowest = reply.slowest == self.stats.rank
+        self.stats.late_replies = self.policy.late_replies
+        if reply.stop:
+            self.stop_decided = True
+
+    def stop(self):
+        self.stop_decided = True
+
+    @property
+    def abort(self):
+        return self.policy.before_update() is Action.ABORT
+
+    @property
+    def wake(self):
+        return self.stop_decided or self.abort
+
+
+ACK_MODES = ("blocking", "delayed")
+
+
+def check_esync(opts):
+    """Validate ESync's resolved options (both engines).
+
+    Raises:
+        ConfigError: naming the bad ``global_lr``, ``ack`` or aggregation option.
+    """
+    if not opts["global_lr"] > 0:
+        raise ConfigError("global_lr (ε of Algorithm 1) must be > 0, got %r" % (opts["global_lr"],))
+    if opts["ack"] not in ACK_MODES:
+        raise ConfigError("ack must be one of %s, got %r" % (ACK_MODES, opts["ack"]))
+    check_aggregation(opts)
+
+
+def _esync_query(answers, stats, duration, delayed, iteration=True):
+    """QUERY-STATE for the policy's round and k with c = ``duration`` + the round trip."""
+    policy = answers.policy
+    rtt = yield RoundTrip()
+    # The device the State Server last named slowest is READY as soon as its
+    # query arrives (Algorithm 2) while every other device waits for its push:
+    # with delayed ACKs it waits a few round trips for that answer rather than
+    # start an iteration the READY would abandon -- on the cluster a whole
+    # forward and backward pass, since an abort is noticed only after it. Both
+    # engines wait alike: in the simulator the answer ends the wait after one
+    # round trip, as it would have ended the iteration, so no batch is wasted
+    # and no abort counted. A wait capped below one round trip could only end
+    # without the answer (a slow link): then the device does not wait at all.
+    wait = 0.0
+    if delayed and answers.named_slowest and rtt <= SLOWEST_WAIT_MAX_S:
+        wait = min(SLOWEST_WAIT_RTTS * rtt, SLOWEST_WAIT_MAX_S)
+    # Where the next iteration starts before the answer, the query's receipt is
+    # that much ahead of t_e + c (mxhet.control.state_rule).
+    ahead = max(0.0, rtt - wait) if delayed else 0.0
+    t0 = yield Now()
+    reply = yield StateQuery(policy.round, policy.k, duration + rtt, ahead, blocking=not delayed)
+    if delayed:
+        if wait > 0:
+            yield AwaitAnswer(wait)
+    else:
+        if iteration:
+            stats.waited_iterations += 1
+        answers.answer(reply)
+    waited = (yield Now()) - t0
+    stats.query_wait_max_s = max(stats.query_wait_max_s, waited)
+    if stats.query_wait_min_s is None or waited < stats.query_wait_min_s:
+        stats.query_wait_min_s = waited
+
+
+def _esync_round_mark(stats):
+    return stats.query_s + stats.sync_s, stats.state_queries, stats.state_replies, stats.aborted
+
+
+def esync(opts, stats):
+    """ESync (Algorithm 1): local iterations, each followed by QUERY-STATE,
+    until the State Server says READY (blocking ACKs), or until a READY
+    arrives -- abandoning the iteration in progress -- (delayed ACKs, §4.2);
+    then the round's deltas are aggregated and RESET sent without waiting,
+    with the worker's stop wish. The job's stop decision comes back with
+    RESET's or the next query's answer: the worker stops at once, the
+    iterations since the round last aggregated dropped. ``opts["max_local_steps"]``
+    K caps a round (:class:`ESyncPolicy`). Keeps the per-round statistics
+    (``round_*``), ``rounds``, ``local_iters`` and the query waits.
+    """
+    check_esync(opts)
+    delayed = opts["ack"] == "delayed"
+    policy = ESyncPolicy(round_=stats.rounds, max_local_steps=opts["max_local_steps"])
+    answers = ESyncAnswers(policy, stats)
+    yield Listen(answers)
+    mark = _esync_round_mark(stats)
+    # Algorithm 1 line 3: the test batch, reported with k = 0 (always NOT-READY),
+    # so the State Server knows every capability before anyone asks to aggregate.
+    test = yield Iterate(test=True)
+    policy.test_batch_done()
+    yield from _esync_query(answers, stats, test.duration, delayed, iteration=False)
+    while True:
+        done = yield Iterate(local_step=True, abortable=delayed)
+        if answers.stop_decided:
+            return
+        if not done.aborted:
+            policy.completed()
+            yield from _esync_query(answers, stats, done.duration, delayed)
+            if answers.stop_decided:
+                return
+            if policy.after_query() is not Action.AGGREGATE:
+                continue
+        yield AggregateDeltas(policy.round, policy.k, opts["aggregation"])
+        if opts["reset_optimizer_state"]:
+            yield ResetOptimizer()
+        _, k, slowest = policy.aggregated()
+        stats.local_iters.append(k)
+        stats.rounds = policy.round
+        wants = yield WantsStop()
+        # The next iteration starts without waiting for RESET's answer: a round trip ahead.
+        rtt = yield RoundTrip()
+        yield SendReset(policy.round, wants, rtt)
+        blocked, queries, replies, aborted = mark
+        stats.round_blocked_s.append(stats.query_s + stats.sync_s - blocked)
+        stats.round_queries.append(stats.state_queries - queries)
+        stats.round_replies.append(stats.state_replies - replies)
+        stats.round_aborted.append(stats.aborted - aborted)
+        stats.round_slowest.append(slowest)
+        stats.round_end_s.append((yield Now()))
+        mark = _esync_round_mark(stats)

@@ -40,10 +40,8 @@ from ..dataplane import copy_all, nbytes
 from ..errors import ConfigError
 from ..modes.base import WorkerStats
 from ..policy import get_spec
-from ..policy.aggregation import check_options as check_aggregation
 from ..policy.pacing import Pacing
-from ..policy.worker import Action, ADSPPolicy, ESyncPolicy
-from .aggregation import weigh_delta
+from ..policy.worker import Action, ADSPPolicy
 
 LOG = logging.getLogger("mxhet.sim")
 
@@ -142,6 +140,9 @@ class Device:
         self.incarnation = slot + 1
         self.tally = None               # the simulation's shared count of real iterations
         self.pacing = None              # the profile's iteration time, made on the first iteration
+        self.answers = None             # esync: the program's State Server answers (protocol.effects.Listen)
+        self.wake = None                # ... event: they say abandon the iteration in progress, or stop
+        self.answered = None            # ... event: the last non-blocking query was answered
 
     def weights(self):
         return [p.data() for p in self.params]
@@ -400,111 +401,7 @@ class Simulation:
         dev.stopped = True
         yield from self.request(dev, dev.message(m.Bye))
 
-    # -- the modes -----------------------------------------------------------------
-    def esync(self, dev):
-        delayed = self.job.mode_options.get("ack", "blocking") == "delayed"
-        opts = self.spec.resolve(self.job.mode_options)
-        check_aggregation(opts)
-        policy = ESyncPolicy(max_local_steps=opts["max_local_steps"])
-        yield from self.register(dev)
-        ready = self.env.event()
-        round_start = (0.0, 0, 0, 0)
-        stop = []   # the job's stop decision, from RESET's or the next query's answer (protocol v2)
-
-        def on_reset(reply):
-            if reply.stop:
-                stop.append(True)
-                if not ready.triggered:
-                    ready.succeed()
-
-        def on_reply(reply):
-            policy.answer(reply.round, reply.ready, reply.slowest)
-            dev.stats.late_replies = policy.late_replies
-            if (policy.before_update() is Action.ABORT or reply.stop) and not ready.triggered:
-                ready.succeed()
-            on_reset(reply)
-
-        def query(duration, iteration=True):
-            """QUERY-STATE for the policy's round and k, c = ``duration`` + the round trip."""
-            c = duration + dev.stats.rtt_s
-            # With delayed ACKs the next iteration starts at once, a round trip
-            # ahead of t_e + c (mxhet.control.state_rule); a blocking one waits it.
-            request = dev.message(m.Query, round=policy.round, k=policy.k, c=float(c),
-                                  since_finish=float(dev.stats.rtt_s) if delayed else 0.0)
-            dev.stats.state_queries += 1
-            t1 = self.env.now
-            if delayed:
-                self.send(dev, request, on_reply)
-            else:
-                reply = yield from self.request(dev, request)
-                if iteration:
-                    dev.stats.waited_iterations += 1
-                on_reply(reply)
-            waited = self.blocked(dev, t1, query=True)
-            dev.stats.query_wait_max_s = max(dev.stats.query_wait_max_s, waited)
-            if dev.stats.query_wait_min_s is None or waited < dev.stats.query_wait_min_s:
-                dev.stats.query_wait_min_s = waited
-
-        # Algorithm 1 line 3: the test batch, an iteration's time whose gradient is
-        # not applied (the replica stays w_0), reported with k = 0. Its batch is taken
-        # from the stream, as the cluster's first step() takes one; it is no iteration.
-        duration = dev.iteration_time(self.env.now, self.job.base_iter_s, self.job.jitter)
-        yield self.env.timeout(duration)
-        dev.stats.compute_s += duration
-        dev.stats.test_batch_s = duration
-        dev.skip_batch()
-        policy.test_batch_done()
-        yield from query(duration, iteration=False)
-
-        while True:
-            t0 = self.env.now
-            duration = dev.iteration_time(t0, self.job.base_iter_s, self.job.jitter)
-            if delayed:
-                yield self.env.timeout(duration) | ready
-            else:
-                yield self.env.timeout(duration)
-            if stop:
-                break
-            if policy.before_update() is Action.ABORT:
-                dev.stats.compute_s += self.env.now - t0
-                dev.stats.aborted += 1
-                dev.skip_batch()
-            else:
-                dev.stats.compute_s += duration
-                dev.compute(local_step=True)
-                policy.completed()
-                yield from query(duration)
-                if stop:
-                    break
-                if policy.after_query() is not Action.AGGREGATE:
-                    continue
-            # aggregate the round
-            if self.members is not None:
-                self.members.member(dev, policy.round, self.env.now)
-            yield from weigh_delta(self, dev, policy.round, policy.k)
-            result, _ = yield from self.exchange(dev, ("esync", policy.round), self.deltas(dev),
-                                                 list(range(len(dev.params))))
-            if self.members is not None:
-                self.members.global_model(policy.round, self.env.now, result)
-            self.take_global(dev, result)
-            _, k, slowest = policy.aggregated()
-            dev.stats.local_iters.append(k)
-            dev.stats.rounds = policy.round
-            self.send(dev, dev.message(m.Reset, round=policy.round, want_stop=self.wants_stop(dev),
-                                       since_finish=float(dev.stats.rtt_s)), on_reset)
-            blocked, queries, replies, aborted = round_start
-            s = dev.stats
-            s.round_blocked_s.append(s.query_s + s.sync_s - blocked)
-            s.round_queries.append(s.state_queries - queries)
-            s.round_replies.append(s.state_replies - replies)
-            s.round_aborted.append(s.aborted - aborted)
-            s.round_slowest.append(slowest)
-            s.round_end_s.append(self.env.now)
-            round_start = (s.query_s + s.sync_s, s.state_queries, s.state_replies, s.aborted)
-            if not stop:
-                ready = self.env.event()
-        yield from self.leave(dev)
-
+    # -- the modes not yet ported ---------------------------------------------------------
     def adsp(self, dev):
         policy = ADSPPolicy()
         yield from self.register(dev)
@@ -538,16 +435,7 @@ class Simulation:
             yield from report()
         yield from self.leave(dev)
 
-    def local(self, dev):
-        while not self.wants_stop(dev):
-            yield from self.iterate(dev)
-            dev.compute(local_step=True)
-            dev.stats.rounds += 1
-            dev.stats.local_iters.append(1)
-        for key, w in enumerate(dev.weights()):
-            w.copyto(self.servers.weights[key])
-
-    PROCESSES = {"esync": "esync", "adsp": "adsp", "local": "local"}
+    PROCESSES = {"adsp": "adsp"}
     """The modes not yet ported to a worker program (:mod:`mxhet.protocol`) whose
     simulator model is a method here; the others in :data:`DRIVERS`."""
 

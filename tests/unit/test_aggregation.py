@@ -217,16 +217,18 @@ class _FakeMode:
 
 
 def test_cluster_worker_scales_its_delta_and_keeps_statistics_plain():
-    from mxhet.modes.esync_weighting import DeltaWeighting
+    from mxhet.dataplane.weighting import DeltaWeighting
     rng = np.random.RandomState(7)
     g = [rng.randn(3), rng.randn(2)]
     w = [g[0] + rng.randn(3), g[1] + rng.randn(2)]
     others = [agg.count_vector(1, 64), agg.count_vector(10, 640)]
     mode = _FakeMode(w, g, ["write", "null"], others)
     weighting = DeltaWeighting("normalized")
-    weighting._out = [mx.nd.zeros((agg.COUNT_FIELDS,))]
-    weighting.weigh(mode, 4, 64)
-    own = agg.count_vector(4, 256)
+    own = weighting.counts(4, 64, mode.trainer)
+    assert own == agg.count_vector(4, 256)
+    totals = [mx.nd.zeros((agg.COUNT_FIELDS,))]
+    mode.push_pull([keys.ESYNC_COUNT_KEY], [mx.nd.array(own)], totals)
+    weighting.scale(own, totals[0].asnumpy(), 3, mode.trainer._params, mode.weights(), mode.wbufs)
     expected = agg.push_scale("normalized", own, np.sum(others + [own], axis=0).tolist(), 3)
     assert weighting.last_factor == pytest.approx(expected)
     got = [a.asnumpy() for a in mode.weights()]

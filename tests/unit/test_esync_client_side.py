@@ -10,6 +10,7 @@ from mxhet.control import messages as m
 from mxhet.control.client import StateClient
 from mxhet.errors import ConfigError, StateServerTimeout
 from mxhet.modes import get_mode
+from mxhet.protocol.effects import Iterated
 from mxhet.trainer import Trainer
 
 
@@ -69,11 +70,20 @@ def _without_parameter_server(trainer, clock, transport, tested=True):
     mode.clock, mode.sleep = clock, clock.advance
     mode.client = StateClient("fake", rank=0, slot=0, clock=clock, transport=transport)
     mode.wbufs = [w.copy() for w in mode.weights()]   # the global model as pulled at setup
-    if tested:
-        mode.policy.test_batch_done()
     mode._ready = True
     mode._t_last = mode._t_start = clock()
-    mode._mark_round_start()
+    mode.on_setup(1)   # the worker program starts; it waits on the test batch
+    if tested:   # the test batch, answered NOT-READY at once, then forgotten
+        auto, transport.auto = transport.auto, lambda msg: _reply(msg, False) if isinstance(msg, m.Query) else None
+        mode._advance(Iterated(0.0))
+        transport.auto = auto
+        transport.sent.clear()
+        transport.inbox.clear()
+        mode.client.queries = mode.client.replies = 0
+        mode.client._rtt = type(mode.client._rtt)()
+        mode.stats.rtt_s = 0.0
+        mode.answers.named_slowest = False
+        mode.stats.state_queries = mode.stats.state_replies = mode.stats.waited_iterations = 0
     return mode
 
 
@@ -86,12 +96,9 @@ def _esync(ack, clock, transport, slowdown=1.0, tested=True):
     mode = _without_parameter_server(trainer, clock, transport, tested)
     aggregations = []
 
-    def aggregate():  # the data plane is tested with real processes
-        _, k, slowest = mode.policy.aggregated()
-        aggregations.append((k, float(net.weight.data().asscalar())))
-        mode.stats.local_iters.append(k)
-        mode._close_round(slowest)
-    mode.aggregate = aggregate
+    def aggregate(effect):  # the data plane is tested with real processes
+        aggregations.append((effect.steps, float(net.weight.data().asscalar())))
+    mode._aggregate = aggregate
     return net, trainer, aggregations
 
 
@@ -368,7 +375,7 @@ def test_abort_on_a_model_with_batchnorm_drops_only_real_gradients():
                       config=WorkerConfig(sync="esync"), ack="delayed")
     mode = _without_parameter_server(trainer, clock, transport)
     aggregated = []
-    mode.aggregate = lambda: aggregated.append(mode.k)
+    mode._aggregate = lambda effect: aggregated.append(effect.steps)
     x = mx.nd.array([[1.0, 2.0], [3.0, -1.0], [0.5, 0.0], [-2.0, 1.0]])
 
     def iteration():
@@ -406,7 +413,7 @@ def test_a_worker_reports_the_round_trip_it_does_not_wait_as_time_since_finish(a
             transport.deliver(_reply(msg, msg.k >= 2), at=clock() + answered)
     transport.auto = auto
     mode.exchange_deltas = lambda round_index: None   # the data plane is tested with real processes
-    mode.aggregate = type(mode).aggregate.__get__(mode)
+    del mode._aggregate                               # back to ESync._aggregate
     for _ in range(4):
         _iteration(net, trainer, clock)
         if ack == "delayed":

@@ -87,7 +87,7 @@ def test_a_worker_stops_on_the_stop_in_a_querys_answer_without_aggregating(ack):
     transport = FakeTransport(clock)
     transport.auto = lambda msg: _reply(msg, False, stop=msg.round >= 1) if isinstance(msg, m.Query) else None
     net, trainer, aggregations = _esync(ack, clock, transport)
-    trainer.mode.policy.aggregated()          # round 0 was aggregated; the job decided to stop after it
+    trainer.mode.answers.policy.aggregated()  # round 0 was aggregated; the job decided to stop after it
     _iteration(net, trainer, clock)
     assert trainer.should_stop and aggregations == []
     assert len(transport.queries()) == 1       # no query after the stop came
@@ -101,7 +101,7 @@ def test_aggregation_never_waits_for_resets_answer():
     transport.auto = lambda msg: _reply(msg, True) if isinstance(msg, m.Query) else None
     net, trainer, _ = _esync("blocking", clock, transport)
     mode = trainer.mode
-    del mode.aggregate                        # back to ESync.aggregate
+    del mode._aggregate                       # back to ESync._aggregate
     mode.exchange_deltas = lambda round_index: None
     _iteration(net, trainer, clock)
     resets = [msg for msg in transport.sent if isinstance(msg, m.Reset)]

@@ -287,3 +287,119 @@ def test_preduce_reduces_in_its_group_goes_on_from_the_groups_k_and_stops_when_t
         (Compute(True), None), (WantsStop(), True), (Ready(5, True), Grouped(stop=True)),
     ])
     assert stats.rounds == 1 and stats.local_iters == [1]
+
+
+def test_local_counts_every_step_as_a_round_and_stops_when_it_wants():
+    stats = _stats()
+    trace = _run(programs.local({}, stats), _stop_at_round(stats, 2))
+    assert trace == [(Compute(True), None), (WantsStop(), False), (Compute(True), None), (WantsStop(), True)]
+    assert stats.rounds == 2 and stats.local_iters == [1, 1]
+
+
+def _esync_stats(rank=0):
+    from mxhet.modes.base import WorkerStats
+    return WorkerStats(rank=rank)
+
+
+def _esync_opts(**kw):
+    from mxhet.policy import get_spec
+    return get_spec("esync").resolve(kw)
+
+
+class _EsyncScript:
+    """Results for an ESync program: iterations of 0.1 s, a 0.002 s round trip,
+    a READY from the ``ready_at``-th local iteration of a round naming
+    ``slowest``; delayed answers arrive when the next iteration starts."""
+
+    def __init__(self, stats, ready_at, slowest=-1, rounds=2):
+        from mxhet.control import messages as m
+        self.m, self.stats, self.ready_at, self.slowest, self.rounds = m, stats, ready_at, slowest, rounds
+        self.answers, self.flight, self.now = None, [], 0.0
+
+    def reply(self, effect):
+        return self.m.Reply(seq=1, round=effect.round, ready=effect.k >= self.ready_at, slowest=self.slowest)
+
+    def __call__(self, effect):
+        from mxhet.protocol import effects as e
+        if isinstance(effect, e.Listen):
+            self.answers = effect.answers
+        elif isinstance(effect, e.Iterate):
+            for reply in self.flight:
+                self.answers.answer(reply)
+            self.flight = []
+            return e.Iterated(0.1, aborted=effect.abortable and self.answers.abort)
+        elif isinstance(effect, e.RoundTrip):
+            return 0.002
+        elif isinstance(effect, e.Now):
+            self.now += 0.001
+            return self.now
+        elif isinstance(effect, e.StateQuery):
+            if effect.blocking:
+                return self.reply(effect)
+            self.flight.append(self.reply(effect))
+        elif isinstance(effect, e.AwaitAnswer):
+            self.flight, replies = [], self.flight
+            for reply in replies:
+                self.answers.answer(reply)
+        elif isinstance(effect, e.SendReset):
+            if effect.round >= self.rounds:
+                self.answers.stop()
+        elif isinstance(effect, WantsStop):
+            return self.stats.rounds >= self.rounds
+        return None
+
+
+@pytest.mark.parametrize("ack", ["blocking", "delayed"])
+def test_esync_runs_the_test_batch_then_queries_after_every_iteration_until_ready(ack):
+    from mxhet.protocol import effects as e
+    stats = _esync_stats()
+    trace = _run(programs.esync(_esync_opts(ack=ack), stats), _EsyncScript(stats, ready_at=2))
+    effects = [effect for effect, _ in trace]
+    assert effects[1] == e.Iterate(test=True)
+    queries = [(q.round, q.k, q.blocking) for q in effects if isinstance(q, e.StateQuery)]
+    blocking = ack == "blocking"
+    # blocking: READY after the 2nd iteration's query; delayed: it abandons the 3rd iteration
+    assert queries == [(0, 0, blocking), (0, 1, blocking), (0, 2, blocking), (1, 1, blocking), (1, 2, blocking)]
+    assert [(a.round, a.steps) for a in effects if isinstance(a, e.AggregateDeltas)] == [(0, 2), (1, 2)]
+    assert stats.rounds == 2 and stats.local_iters == [2, 2]
+    aborted = [r.aborted for a, r in trace if isinstance(a, e.Iterate)]
+    assert aborted.count(True) == (0 if blocking else 2)
+    assert [r.round for r in effects if isinstance(r, e.SendReset)] == [1, 2]
+    assert stats.waited_iterations == (4 if blocking else 0) and len(stats.round_end_s) == 2
+    assert effects[-1] == e.Iterate(local_step=True, abortable=not blocking)   # the stop came during it
+    assert not any(isinstance(a, e.AwaitAnswer) for a in effects)
+
+
+def test_esync_with_delayed_acks_the_device_named_slowest_waits_for_its_answer():
+    from mxhet.protocol import effects as e
+    stats = _esync_stats(rank=3)
+    trace = _run(programs.esync(_esync_opts(ack="delayed"), stats), _EsyncScript(stats, ready_at=1, slowest=3))
+    effects = [effect for effect, _ in trace]
+    awaits = [a for a in effects if isinstance(a, e.AwaitAnswer)]
+    # named by the test batch's answer, read when the 1st iteration starts: every later query waits
+    # min(4 RTTs, 20 ms) for its answer, and the READY comes in that wait: no iteration is abandoned
+    assert awaits and all(a.timeout == pytest.approx(4 * 0.002) for a in awaits)
+    assert all(not r.aborted for a, r in trace if isinstance(a, e.Iterate))
+    assert stats.local_iters == [1, 1]
+    queries = [q for q in effects if isinstance(q, e.StateQuery)]
+    assert [q.ahead for q in queries] == [0.002, 0.0, 0.0]   # the named device waits out its round trip
+    assert [q.c for q in queries] == [pytest.approx(0.102)] * 3
+
+
+def test_esync_checks_its_options_on_both_engines():
+    with pytest.raises(ConfigError, match="ack"):
+        Session(programs.esync(_esync_opts(ack="sometimes"), _esync_stats())).advance()
+    with pytest.raises(ConfigError, match="global_lr"):
+        Session(programs.esync(_esync_opts(global_lr=0.0), _esync_stats())).advance()
+
+
+def test_esync_on_a_link_slower_than_the_wait_cap_the_named_device_does_not_wait():
+    from mxhet.protocol import effects as e
+
+    class SlowLink(_EsyncScript):
+        def __call__(self, effect):
+            return 0.05 if isinstance(effect, e.RoundTrip) else super().__call__(effect)
+    stats = _esync_stats(rank=3)
+    trace = _run(programs.esync(_esync_opts(ack="delayed"), stats), SlowLink(stats, ready_at=1, slowest=3))
+    assert not any(isinstance(effect, e.AwaitAnswer) for effect, _ in trace)   # 20 ms could not cover 50 ms
+    assert [q.ahead for q, _ in trace if isinstance(q, e.StateQuery)] == [0.05] * 3

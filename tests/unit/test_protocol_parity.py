@@ -320,3 +320,165 @@ def test_both_interpreters_make_the_same_decisions_with_a_rule(tmp_path, monkeyp
         assert [g.stop for g in groups] == [False] * ROUNDS + [True]
         assert all(g.weight == pytest.approx(1.0 / WORKERS) for g in groups[:-1])
         assert [g.k for g in groups[:-1]] == list(range(1, ROUNDS + 1))
+
+
+# -- esync: the State Server scripted alike for both interpreters --------------------------------------
+
+ESYNC_READY_AT = (3, 2, 1)   # a query of slot i is answered READY from its k-th local iteration of a round
+ESYNC_SLOWEST = 2
+
+
+def _esync_answer(request):
+    """The scripted State Server's answer to ``request`` (any type)."""
+    from mxhet.control import messages as m
+    if isinstance(request, m.Query):
+        return m.Reply(seq=request.seq, round=request.round, ready=request.k >= ESYNC_READY_AT[request.rank],
+                       slowest=ESYNC_SLOWEST)
+    if isinstance(request, m.Reset):   # the job stops after its last round
+        return m.Reply(seq=request.seq, round=request.round, stop=request.round >= ROUNDS)
+    return m.Reply(seq=request.seq, round=getattr(request, "round", 0))
+
+
+class _ScriptedService:
+    """Stands in for the simulator's StateService."""
+
+    def __init__(self, *args, **kwargs):
+        self.released = []
+
+    def handle(self, request, now, sender=None):
+        return _esync_answer(request)
+
+    def stats(self):
+        return {}
+
+
+class _ScriptedClient:
+    """The same script, as a cluster worker's StateClient sees it. A delayed
+    answer shows at the second poll after its query (the first is right after
+    the send, as in the simulator it is a round trip away); RESET's stop at the
+    next poll (in the simulator it arrives during the next iteration)."""
+
+    def __init__(self, rank):
+        from mxhet.control import messages as m
+        self.m, self.rank = m, rank
+        self.queries = self.replies = 0
+        self.rtt, self.max_in_flight, self.stop_decided = 0.001, 1, False
+        self._flight, self._stop, self._seq = [], False, 0
+
+    def _query(self, round_, k):
+        self.queries += 1
+        self._seq += 1
+        return _esync_answer(self.m.Query(rank=self.rank, seq=self._seq, round=round_, k=k, c=0.0, since_finish=0.0))
+
+    def query(self, round_, k, c, since_finish=0.0):
+        self.replies += 1
+        return self._query(round_, k)
+
+    def send_query(self, round_, k, c, since_finish=0.0):
+        self._flight.append([0, self._query(round_, k)])
+
+    def poll(self, timeout=0.0):
+        self.stop_decided = self.stop_decided or self._stop
+        out = [reply for age, reply in self._flight if age >= 1]
+        self._flight = [[age + 1, reply] for age, reply in self._flight if age < 1]
+        self.replies += len(out)
+        return out
+
+    def send_reset(self, round_, want_stop=False, since_finish=0.0):
+        self._stop = _esync_answer(self.m.Reset(rank=self.rank, seq=0, round=round_, want_stop=want_stop)).stop
+
+    def bye(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def _esync_cluster_traces(options):
+    servers = _Servers(WORKERS)
+
+    class Executor(get_mode("esync")):
+        def _aggregate(self, effect):   # the data plane is tested with real processes: dist_sync's wait only
+            servers.exchange(effect.round, 0.0)
+
+        def reset_optimizer_state(self):
+            pass
+
+    modes = []
+    for slot in range(WORKERS):
+        mode = Executor(_Trainer(), WorkerConfig(slot=slot, num_slots=WORKERS), clock=lambda: 0.0,
+                        sleep=lambda s: None, **options)
+        mode.stats.rank = slot
+        mode.trace = []
+        mode.channel = _Channel()
+        mode.client = _ScriptedClient(slot)
+        mode._ready = True
+        mode._t_last = mode._t_start = 0.0
+        mode.stop_condition = lambda stats: stats.rounds >= ROUNDS
+        mode.on_setup(64)
+        modes.append(mode)
+    errors = []
+
+    def script(mode):
+        try:
+            while not mode.stopped:
+                mode.step(64)
+        except Exception as e:  # reported below, not lost in the thread
+            errors.append(e)
+            servers.barrier.abort()
+    threads = [threading.Thread(target=script, args=(mode,)) for mode in modes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and not any(t.is_alive() for t in threads), errors
+    return {m.config.slot: (m.trace, m.stats.rounds, m.stats.local_iters) for m in modes}
+
+
+def _esync_decisions(trace):
+    """The decisions of an ESync trace, without the times (durations, round trips, clock readings)."""
+    from mxhet.protocol.effects import AwaitAnswer, Iterate, Listen, Now, RoundTrip, SendReset, StateQuery
+    out = []
+    for effect, result in trace:
+        if isinstance(effect, (Now, RoundTrip, Listen)):
+            continue
+        if isinstance(effect, Iterate):
+            out.append(("iterate", effect.test, effect.abortable, result.aborted))
+        elif isinstance(effect, StateQuery):
+            out.append(("query", effect.round, effect.k, effect.blocking,
+                        None if result is None else (result.ready, result.slowest)))
+        elif isinstance(effect, AwaitAnswer):
+            out.append(("await",))
+        elif isinstance(effect, SendReset):
+            out.append(("reset", effect.round, effect.want_stop))
+        else:
+            out.append((effect, result))
+    return out
+
+
+@pytest.mark.parametrize("argv, options, local_iters", [
+    ([], {}, [3, 2, 1]),
+    (["--ack", "delayed"], {"ack": "delayed"}, [3, 2, 1]),
+    (["--max-local-steps", "2", "--aggregation", "weighted", "--reset-optimizer-state"],
+     {"max_local_steps": 2, "aggregation": "weighted", "reset_optimizer_state": True}, [2, 2, 1]),
+])
+def test_both_interpreters_make_the_same_esync_decisions(tmp_path, monkeypatch, argv, options, local_iters):
+    from mxhet.protocol.effects import AggregateDeltas, AwaitAnswer, Iterate, ResetOptimizer
+    monkeypatch.setattr(engine, "StateService", _ScriptedService)
+    cluster = _esync_cluster_traces(options)
+    sim = _sim_traces(tmp_path, "esync", argv, monkeypatch)
+    assert sorted(sim) == sorted(cluster) == list(range(WORKERS))
+    for slot in range(WORKERS):
+        assert _esync_decisions(sim[slot][0]) == _esync_decisions(cluster[slot][0]), slot
+        assert sim[slot][1:] == cluster[slot][1:] == (ROUNDS, [local_iters[slot]] * ROUNDS), slot
+    trace = [effect for effect, _ in sim[0][0]]
+    assert isinstance(trace[1], Iterate) and trace[1].test
+    assert [e.steps for e in trace if isinstance(e, AggregateDeltas)] == [local_iters[0]] * ROUNDS
+    assert sum(isinstance(e, ResetOptimizer) for e in trace) == (ROUNDS if "reset_optimizer_state" in options else 0)
+    delayed = options.get("ack") == "delayed"
+    aborted = [[r.aborted for e, r in sim[slot][0] if isinstance(e, Iterate)].count(True) for slot in range(WORKERS)]
+    # Delayed ACKs: a READY abandons the next iteration, except on the device last named slowest, which
+    # waits for its answer (one AwaitAnswer a query once named).
+    assert aborted == ([ROUNDS, ROUNDS, 0] if delayed else [0, 0, 0])
+    awaits = [any(isinstance(e, AwaitAnswer) for e, _ in sim[slot][0]) for slot in range(WORKERS)]
+    assert awaits == [False, False, delayed]

@@ -1,0 +1,47 @@
+"""ESync's delta weighting (``aggregation="normalized"|"weighted"``), for both engines.
+
+Right before a round's deltas are pushed, every worker pushes its count
+vector (:func:`mxhet.policy.aggregation.count_vector`: effective local steps,
+samples, whether it worked) to :data:`kvstore_ext.keys.ESYNC_COUNT_KEY`
+through ``dist_sync`` and pulls the sum of everyone's; then it stretches its
+own delta by :func:`mxhet.policy.aggregation.push_scale` (the replica becomes
+``w_t + f·(w_local - w_t)``), so the servers' ``ε·Σ/p`` is the weighted
+combination. One extra exchange of three floats per round; none for
+``mean``. How the counts travel is the interpreter's (the cluster's kvstore
+channel, the simulator's link model); what is counted and how the delta is
+scaled is here.
+"""
+from ..gluon_private import trainer_optimizer
+from ..policy import aggregation as agg
+
+
+class DeltaWeighting:
+    """The counts and the delta scaling of one ESync worker.
+
+    Args:
+        aggregation: one of :data:`mxhet.policy.aggregation.AGGREGATIONS`.
+    """
+
+    def __init__(self, aggregation):
+        self.aggregation = aggregation
+        self.active = agg.needs_counts(aggregation)
+        self.last_factor = 1.0   # the factor of the last round (for logs and tests)
+
+    @staticmethod
+    def counts(steps, batch_size, trainer):
+        """This worker's count vector for a round of ``steps`` local iterations of ``batch_size`` samples."""
+        momentum = float(getattr(trainer_optimizer(trainer), "momentum", 0.0) or 0.0)
+        return agg.count_vector(steps, steps * batch_size, momentum)
+
+    def scale(self, own, totals, num_workers, params, weights, global_model):
+        """Stretch this worker's delta ``weights - global_model`` in place by its push
+        scale (trainable ``params`` only: BatchNorm statistics stay plain means);
+        returns the factor."""
+        factor = agg.push_scale(self.aggregation, own, [float(x) for x in totals], num_workers)
+        self.last_factor = factor
+        if factor != 1.0:
+            for p, w, g in zip(params, weights, global_model):
+                if p.grad_req != "null":
+                    g = g.as_in_context(w.context)
+                    w[:] = g + factor * (w - g)
+        return factor
