@@ -13,8 +13,13 @@ the worker's slot come from the environment::
         loss.backward()
         trainer.step(batch_size)
 """
+import atexit
+import logging
+import os
+import sys
 import time
 import warnings
+import weakref
 
 import mxnet as mx
 from mxnet import gluon
@@ -96,6 +101,7 @@ class Trainer(gluon.Trainer):
         self.mode = mode_cls(self, config, on_nonfinite=on_nonfinite, **mode_options)
         self.mode.given_kvstore = given
         note_progress(config.progress_file, PROGRESS_TRAINER)
+        atexit.register(_leave_at_exit, weakref.ref(self))
         if given is not None:
             self.mode.existing_kvstore()   # a misfit is refused now, not at the first step
 
@@ -198,3 +204,26 @@ class Trainer(gluon.Trainer):
     def close(self):
         """Leave the job: release the kvstore and the State Server connection."""
         self.mode.close()
+
+
+def _leave_at_exit(ref):
+    """At interpreter exit: a worker whose script stopped calling ``step()``
+    without :meth:`Trainer.finish` leaves the job cleanly, in the modes that
+    support it (:meth:`mxhet.modes.base.SyncMode.leave_at_exit`). Under
+    ``mxhet-launch --elastic`` the process then ends at once: PS-LITE's exit
+    barrier would wait for a worker that died."""
+    trainer = ref()
+    if trainer is None:
+        return
+    mode = trainer.mode
+    try:
+        left = mode.leave_at_exit()
+    except Exception:  # noqa: BLE001  (an exit hook must not hang the process in PS-LITE's barrier)
+        logging.getLogger("mxhet.trainer").exception("leaving the job at exit failed")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+    if left and mode.config.elastic:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
