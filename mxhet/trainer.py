@@ -101,7 +101,7 @@ class Trainer(gluon.Trainer):
         self.mode = mode_cls(self, config, on_nonfinite=on_nonfinite, **mode_options)
         self.mode.given_kvstore = given
         note_progress(config.progress_file, PROGRESS_TRAINER)
-        atexit.register(_leave_at_exit, weakref.ref(self))
+        atexit.register(_leave_at_exit, weakref.ref(self), config.elastic)
         if given is not None:
             self.mode.existing_kvstore()   # a misfit is refused now, not at the first step
 
@@ -206,24 +206,28 @@ class Trainer(gluon.Trainer):
         self.mode.close()
 
 
-def _leave_at_exit(ref):
+def _leave_at_exit(ref, elastic):
     """At interpreter exit: a worker whose script stopped calling ``step()``
     without :meth:`Trainer.finish` leaves the job cleanly, in the modes that
     support it (:meth:`mxhet.modes.base.SyncMode.leave_at_exit`). Under
-    ``mxhet-launch --elastic`` the process then ends at once: PS-LITE's exit
-    barrier would wait for a worker that died."""
+    ``mxhet-launch --elastic`` the process then ends at once with code 0:
+    PS-LITE's exit barrier (in the dist kvstore's destructor, which the mode
+    keeps from running earlier) would wait for a worker that died. A script
+    that leaves with ``sys.exit(n)``, n != 0, under ``--elastic`` therefore
+    exits 0; an uncaught exception still exits 1."""
     trainer = ref()
-    if trainer is None:
-        return
-    mode = trainer.mode
-    try:
-        left = mode.leave_at_exit()
-    except Exception:  # noqa: BLE001  (an exit hook must not hang the process in PS-LITE's barrier)
-        logging.getLogger("mxhet.trainer").exception("leaving the job at exit failed")
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
-    if left and mode.config.elastic:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+    left = False
+    if trainer is not None:
+        try:
+            left = trainer.mode.leave_at_exit()
+        except Exception:  # noqa: BLE001  (an exit hook must not hang the process in PS-LITE's barrier)
+            logging.getLogger("mxhet.trainer").exception("leaving the job at exit failed")
+            _end_now(1)
+    if elastic and (left or trainer is None):
+        _end_now(0)
+
+
+def _end_now(code):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

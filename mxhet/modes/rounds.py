@@ -35,6 +35,8 @@ ROUND_WAIT_S = 3600.0
 local steps, or for the whole job at the end) before giving up. The launcher's
 ``--timeout`` and the State Server's heartbeat watch end a stuck job first."""
 
+_KEPT_ALIVE = []
+
 
 class RoundMembers:
     """Mixin for a :class:`~mxhet.modes.base.SyncMode` whose deltas are averaged
@@ -46,6 +48,11 @@ class RoundMembers:
     def on_connect(self):
         if not self.config.state_server:
             raise ConfigError("mode %r needs the State Server (start the job with mxhet-launch)" % self.name)
+        if self.config.elastic:
+            # Never freed before the process ends (mxhet.Trainer ends it with os._exit under
+            # --elastic): the dist kvstore's destructor waits in PS-LITE's barrier for every
+            # worker, a dead one included.
+            _KEPT_ALIVE.append(self.channel.kv)
         self.client = self.join_state_server()
 
     def server_updater(self, batch_size):

@@ -6,6 +6,7 @@ the servers add every push (dist_async), the workers scale theirs by the
 member count (mxhet.modes.rounds)."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -95,7 +96,13 @@ def _worker_pid(job_file, slot):
     return next(p["pid"] for p in record["processes"] if p["role"] == "worker" and p["slot"] == slot)
 
 
-def _kill_one(tmp_path, child_pids, elastic_args, victims=(2,)):
+def _non_chief_slots(err_path, count):
+    """Slots whose worker is not PS-LITE rank 0 (the chief writes summary.json), from the workers' log lines."""
+    found = re.findall(r"slot (\d+) is PS-LITE rank (\d+)", err_path.read_text())
+    return sorted({int(slot) for slot, rank in found if rank != "0"})[:count]
+
+
+def _kill_one(tmp_path, child_pids, elastic_args, victims=1):
     out = tmp_path / "out"
     # --base-iter pins an iteration to at least 0.05 s: the 40 rounds of 4 steps outlast the kill
     proc, job_file, err = _start(tmp_path, ["-n", "3", "-s", "1", "--sync", "localsgd", "--base-iter", "0.05",
@@ -107,36 +114,40 @@ def _kill_one(tmp_path, child_pids, elastic_args, victims=(2,)):
         _wait_for(job_file, proc)
         child_pids.add_job_file(job_file)
         time.sleep(1.0)   # mid-training: some rounds done
-        for slot in victims:
+        killed = _non_chief_slots(tmp_path / "launcher.err", victims)
+        assert len(killed) == victims
+        for slot in killed:
             os.kill(_worker_pid(job_file, slot), signal.SIGKILL)
         code = proc.wait(timeout=150)
     finally:
         err.close()
-    return code, out, (tmp_path / "launcher.err").read_text()
+    return code, out, (tmp_path / "launcher.err").read_text(), killed
 
 
 def test_kill_9_of_a_worker_with_elastic_the_others_finish_with_equal_models(tmp_path, child_pids):
-    code, out, stderr = _kill_one(tmp_path, child_pids, ["--elastic"])
+    code, out, stderr, killed = _kill_one(tmp_path, child_pids, ["--elastic"])
     assert code == 0, stderr[-4000:]
     assert "SIGKILL" in stderr and "the others train on" in stderr, stderr[-3000:]
-    workers = [json.loads((out / ("worker-%d.json" % s)).read_text()) for s in (0, 1)]
-    assert not (out / "worker-2.json").exists()
+    survivors = sorted(set(range(3)) - set(killed))
+    workers = [json.loads((out / ("worker-%d.json" % s)).read_text()) for s in survivors]
+    assert not (out / ("worker-%d.json" % killed[0])).exists()
     assert workers[0]["final_model_sha256"] == workers[1]["final_model_sha256"] != ""
     assert workers[0]["rounds"] == workers[1]["rounds"] == 40
     summary = json.loads((out / "summary.json").read_text())
     assert summary["round_members"][0] == 3 and summary["round_members"][-1] == 2
+    assert summary["departed_slots"] == killed
     assert not child_pids.alive()
 
 
 def test_kill_9_without_elastic_still_fails_fast(tmp_path, child_pids):
-    code, _, stderr = _kill_one(tmp_path, child_pids, [])
+    code, _, stderr, killed = _kill_one(tmp_path, child_pids, [])
     assert code == 1
-    assert "worker 2" in stderr and "SIGKILL" in stderr, stderr[-2000:]
+    assert "worker %d" % killed[0] in stderr and "SIGKILL" in stderr, stderr[-2000:]
     assert not child_pids.alive()
 
 
 def test_a_death_below_the_minimum_ends_the_job_with_a_clear_error(tmp_path, child_pids):
-    code, _, stderr = _kill_one(tmp_path, child_pids, ["--elastic", "--min-workers", "3"])
+    code, _, stderr, _ = _kill_one(tmp_path, child_pids, ["--elastic", "--min-workers", "3"])
     assert code == 1, stderr[-3000:]
     assert "fewer than the job's minimum of 3" in stderr, stderr[-3000:]
     assert not child_pids.alive()
