@@ -341,13 +341,13 @@ class StateClient:
     # -- the round rendezvous (mxhet.control.membership) -------------------------
     def round_enter(self, round_, want_stop=False, timeout=None):
         """Enter synchronous round ``round_``; returns once every worker still
-        training has: ``(members, stop)``.
+        training has: ``(members, ballots)`` (ballots: members that want to stop).
 
         Raises:
             ProtocolError: also when the job fell below its minimum of live workers.
         """
         reply = self.request(self._message(m.RoundEnter, round=int(round_), want_stop=bool(want_stop)), timeout)
-        return reply.target, reply.stop
+        return reply.target, reply.k
 
     def round_done(self, round_, timeout=None):
         """This worker's push of ``round_`` is applied; returns once every member's

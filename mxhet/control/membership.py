@@ -12,7 +12,7 @@ A round ``r`` has two rendezvous:
 * **enter** (:meth:`RoundRendezvous.enter`): a training worker arrives with
   its stop ballot; the entry closes once every worker still training has
   entered ``r``. Those that entered are the round's *members*; each is told
-  their number ``m`` and whether any of them wants to stop.
+  their number ``m`` and how many of them want to stop.
 * **done** (:meth:`RoundRendezvous.done`): a member's push is applied on the
   servers; the members are released once every member is done or gone, so a
   pull then sees every push of the round. The answer says whether the round
@@ -37,14 +37,19 @@ request (the State Server's sequence number) and ``answer`` a
 """
 import dataclasses
 
+ELASTIC_MODES = ("localsgd",)
+"""The modes whose rounds the State Server names (a worker may leave or die and
+the others go on): ``mxhet-launch --elastic`` and the simulator's ``--events``
+accept these."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Entered:
-    """The round's entry closed: ``members`` (their number) take part; ``stop``:
-    one of them wants to stop after this round (the job stops after it)."""
+    """The round's entry closed: ``members`` (their number) take part; ``ballots``:
+    how many of them want to stop after this round (> 0: the job stops after it)."""
     round: int
     members: int
-    stop: bool
+    ballots: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,7 +175,7 @@ class RoundRendezvous:
                 continue
             del self.entries[round_]
             self.members[round_] = frozenset(entry)
-            answer = Entered(round_, len(entry), any(ballot for _, ballot in entry.values()))
+            answer = Entered(round_, len(entry), sum(ballot for _, ballot in entry.values()))
             out.extend((rank, token, answer) for rank, (token, _) in sorted(entry.items()))
         return out
 

@@ -439,7 +439,7 @@ class RoundEnter(Request):
     """A synchronous round on ``dist_async`` (:mod:`mxhet.control.membership`):
     the worker enters round ``round`` with its stop ballot. The answer waits
     until every worker still training has entered: ``target`` is the number of
-    members, ``stop`` whether one of them wants to stop after this round."""
+    members, ``k`` how many of them want to stop after this round (``stop``: any)."""
     TYPE = "round_enter"
     round: int
     want_stop: bool

@@ -402,7 +402,8 @@ class StateService:
         own = None
         for r, seq, answer in releases:
             if isinstance(answer, Entered):
-                reply = m.Reply(seq=seq, round=answer.round, target=answer.members, stop=answer.stop)
+                reply = m.Reply(seq=seq, round=answer.round, target=answer.members, stop=answer.ballots > 0,
+                                k=answer.ballots)
             elif isinstance(answer, Done):
                 reply = m.Reply(seq=seq, round=answer.round, ready=answer.complete)
             elif isinstance(answer, Finished):

@@ -7,6 +7,7 @@ import sys
 import tempfile
 
 from ..config import parse_base_iter, parse_context, parse_delay_ms, parse_slowdown, parse_slowdown_schedule
+from ..control.membership import ELASTIC_MODES
 from ..errors import ConfigError
 from ..observe import launch as live_view
 from .jobplan import (DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_SYNC, EXIT_OK, EXIT_USAGE, _lookup_mode, build_plan,

@@ -7,9 +7,9 @@ servers run ``dist_async`` with :class:`kvstore_ext.updaters.MemberSum`
 (every push is added on arrival) and the count lives in the State Server's
 round rendezvous (:mod:`mxhet.control.membership`):
 
-1. ``round_enter(r, ballot)`` -> ``(m, stop)``: waits until every worker
-   still training has entered round r; m is the number of members, stop the
-   combined stop ballot (the program's :class:`~mxhet.protocol.Exchange`
+1. ``round_enter(r, ballot)`` -> ``(m, ballots)``: waits until every worker
+   still training has entered round r; m is the number of members, ballots
+   the members that want to stop (the program's :class:`~mxhet.protocol.Exchange`
    result, as the stop-vote key gave it under ``dist_sync``);
 2. push ε·Δ/m (Δ = replica − global model) and wait until it is applied;
 3. ``round_done(r)``: waits until every member's push is applied, or the
@@ -43,6 +43,7 @@ class RoundMembers:
     over the members of each round (see the module docstring). The class using
     it runs on ``dist_async`` with :class:`kvstore_ext.updaters.MemberSum`."""
     epsilon = 1.0        # the global learning rate ε of the average
+    member_rounds = True  # the simulator runs its Exchange the same way (mxhet.sim.program)
     departed = False     # this worker left its training loop before the job stopped
 
     def on_connect(self):
@@ -76,7 +77,7 @@ class RoundMembers:
                              % len(extra_keys))
         ballot = float(extra_values[0].asscalar()) > 0 if extra_values else False
         t0 = self.clock()
-        members, stop = self.client.round_enter(round_index, ballot, timeout=ROUND_WAIT_S)
+        members, ballots = self.client.round_enter(round_index, ballot, timeout=ROUND_WAIT_S)
         t1 = self.clock()
         weights = self.weights()
         if getattr(self, "_sends", None) is None:
@@ -101,7 +102,7 @@ class RoundMembers:
         if not complete:
             self.incomplete_rounds.append(round_index)
         if extra_outs:
-            extra_outs[0][:] = 1.0 if stop else 0.0
+            extra_outs[0][:] = float(ballots)
 
     @property
     def round_members(self):

@@ -117,6 +117,7 @@ class SimJob:
     eval_min_iterations: int = 0  # ... skipped until the devices ran this many real iterations since the last one
     batch_size: int = 64
     max_iterations: int = 0    # compute cap: stop once the devices ran this many real iterations in all (0: none)
+    leaves: dict = dataclasses.field(default_factory=dict)   # slot -> virtual s it leaves the job (--events)
 
 
 class Device:

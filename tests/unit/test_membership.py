@@ -15,7 +15,7 @@ def test_a_round_closes_once_every_training_worker_entered():
     assert r.enter(1, 0, "b", ballot=True) == []
     got = r.enter(2, 0, "c")
     assert [(rank, token) for rank, token, _ in got] == [(0, "a"), (1, "b"), (2, "c")]
-    assert set(answers(got).values()) == {Entered(0, 3, True)}
+    assert set(answers(got).values()) == {Entered(0, 3, 1)}
     assert r.done(0, 0, "a") == [] and r.done(1, 0, "b") == []
     assert set(answers(r.done(2, 0, "c")).values()) == {Done(0, complete=True)}
 
@@ -26,11 +26,11 @@ def test_a_worker_that_left_its_loop_is_not_waited_for_and_gets_the_final_model_
     r.enter(1, 0, "b")
     # rank 2's script stopped calling step(): it finishes instead of entering round 0
     got = r.finish(2, "f2")
-    assert answers(got) == {0: Entered(0, 2, False), 1: Entered(0, 2, False)}
+    assert answers(got) == {0: Entered(0, 2, 0), 1: Entered(0, 2, 0)}
     r.done(0, 0, "a")
     assert answers(r.done(1, 0, "b")) == {0: Done(0, True), 1: Done(0, True)}
     assert r.enter(0, 1, "a1") == []
-    assert answers(r.enter(1, 1, "b1", ballot=True)) == {0: Entered(1, 2, True), 1: Entered(1, 2, True)}
+    assert answers(r.enter(1, 1, "b1", ballot=True)) == {0: Entered(1, 2, 1), 1: Entered(1, 2, 1)}
     r.done(0, 1, "a1")
     r.done(1, 1, "b1")
     assert r.finish(0, "f0") == []
@@ -48,7 +48,7 @@ def test_a_member_that_dies_after_the_entry_makes_the_round_incomplete_but_not_s
     assert answers(got) == {0: Done(0, complete=False), 1: Done(0, complete=False)}
     # the next round has two members
     r.enter(0, 1, 0)
-    assert answers(r.enter(1, 1, 1)) == {0: Entered(1, 2, False), 1: Entered(1, 2, False)}
+    assert answers(r.enter(1, 1, 1)) == {0: Entered(1, 2, 0), 1: Entered(1, 2, 0)}
     assert r.stats()["departures"] == [{"rank": 2, "cause": "died", "round": None}]
 
 
@@ -56,7 +56,7 @@ def test_a_worker_dying_while_others_wait_at_the_entry_releases_them():
     r = RoundRendezvous(range(3))
     r.enter(0, 4, 0)
     r.enter(1, 4, 1)
-    assert answers(r.depart(2, "died")) == {0: Entered(4, 2, False), 1: Entered(4, 2, False)}
+    assert answers(r.depart(2, "died")) == {0: Entered(4, 2, 0), 1: Entered(4, 2, 0)}
     assert r.stats()["departures"][0]["round"] == 4
 
 
