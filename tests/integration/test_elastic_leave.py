@@ -102,10 +102,10 @@ def _non_chief_slots(err_path, count):
     return sorted({int(slot) for slot, rank in found if rank != "0"})[:count]
 
 
-def _kill_one(tmp_path, child_pids, elastic_args, victims=1):
+def _kill_one(tmp_path, child_pids, elastic_args, victims=1, workers=3):
     out = tmp_path / "out"
     # --base-iter pins an iteration to at least 0.05 s: the 40 rounds of 4 steps outlast the kill
-    proc, job_file, err = _start(tmp_path, ["-n", "3", "-s", "1", "--sync", "localsgd", "--base-iter", "0.05",
+    proc, job_file, err = _start(tmp_path, ["-n", str(workers), "-s", "1", "--sync", "localsgd", "--base-iter", "0.05",
                                             "--timeout", "200", *elastic_args],
                                  train_command(out, "--max-rounds", "40", "--local-steps", "4"))
     child_pids.add(proc.pid)
@@ -150,4 +150,15 @@ def test_a_death_below_the_minimum_ends_the_job_with_a_clear_error(tmp_path, chi
     code, _, stderr, _ = _kill_one(tmp_path, child_pids, ["--elastic", "--min-workers", "3"])
     assert code == 1, stderr[-3000:]
     assert "fewer than the job's minimum of 3" in stderr, stderr[-3000:]
+    assert not child_pids.alive()
+
+
+def test_two_workers_killed_at_once_leave_two_survivors_with_equal_models(tmp_path, child_pids):
+    code, out, stderr, killed = _kill_one(tmp_path, child_pids, ["--elastic"], victims=2, workers=4)
+    assert code == 0, stderr[-4000:]
+    survivors = sorted(set(range(4)) - set(killed))
+    workers = [json.loads((out / ("worker-%d.json" % s)).read_text()) for s in survivors]
+    assert len({w["final_model_sha256"] for w in workers}) == 1 and workers[0]["final_model_sha256"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["departed_slots"] == killed and summary["round_members"][-1] == 2
     assert not child_pids.alive()
