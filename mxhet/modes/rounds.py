@@ -63,8 +63,8 @@ class RoundMembers:
 
     @classmethod
     def updater_for(cls, num_workers, batch_size, optimizer, opts):
-        """What the simulator applies to a round's summed deltas: their mean
-        over the job's workers (its devices never leave yet)."""
+        """What the simulator's servers apply to a round's summed deltas, ε·sum/N
+        (its round of m named members scales the pushes by N/m, :mod:`mxhet.sim.program`)."""
         from kvstore_ext.updaters import ESyncAverage
         return ESyncAverage(num_workers, epsilon=cls.epsilon)
 
