@@ -337,3 +337,25 @@ class DelayedNesterov(ServerUpdater):
             buffered[:] = 0
             count = 0
         self.arrivals[index] = count
+
+
+class MemberSum(ServerUpdater):
+    """The aggregation of synchronous rounds on ``dist_async`` (the round
+    rendezvous, :mod:`mxhet.control.membership`): each push is added to the
+    global model on arrival, ``w += pushed``. Each of a round's m members
+    pushes its delta already scaled by ε/m (m named by the State Server), so
+    once all m are in, ``w`` moved by ε times the members' mean delta -- the
+    servers never need to know how many pushes make a round, and a round
+    whose member died goes on with the pushes that arrived.
+
+    Args:
+        num_workers: the job's workers at launch (informative only).
+    """
+
+    def apply(self, index, weight, grad, state):
+        weight[:] += grad
+
+    @property
+    def elementwise(self):
+        """Every element gets the same addition: flat buckets are fine."""
+        return True

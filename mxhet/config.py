@@ -215,6 +215,7 @@ class WorkerConfig:
     data_dir: str = DEFAULT_DATA_DIR
     live_dir: str = ""
     progress_file: str = ""
+    elastic: bool = False   # mxhet-launch --elastic: a worker that dies leaves the job, the others train on
 
     def slowdown_at(self, seconds):
         """The slowdown factor ``seconds`` after training started."""
@@ -273,6 +274,7 @@ def worker_config(env=None):
         data_dir=env.get("MXHET_DATA_DIR", "") or DEFAULT_DATA_DIR,
         live_dir=env.get("MXHET_LIVE_DIR", ""),
         progress_file=env.get("MXHET_PROGRESS_FILE", ""),
+        elastic=env.get("MXHET_ELASTIC", "") == "1",
     )
 
 

@@ -38,6 +38,11 @@ def main(argv=None):
     parser.add_argument("--heartbeat-timeout", type=float, default=DEFAULT_HEARTBEAT_TIMEOUT,
                         help="seconds of silence after which a worker counts as hung; 0 = never "
                              "(default %(default)s)")
+    parser.add_argument("--elastic", action="store_true",
+                        help="drop a silent worker from the job (the others train on) instead of exiting with code 4")
+    parser.add_argument("--min-workers", type=int, default=1,
+                        help="with --elastic: fewest workers still training that a death may leave; fewer fail "
+                             "the job (default %(default)s)")
     parser.add_argument("--keys", default="",
                         help="the job's CURVE key directory: accept only clients holding its client key")
     parser.add_argument("--stats-out", default="", help="write per-round statistics (JSON) here on exit")
@@ -59,7 +64,7 @@ def main(argv=None):
         service = serve(args.bind, args.num_workers, epsilon=args.epsilon, should_stop=lambda: bool(stopping),
                         staleness=args.staleness, adsp_period=args.adsp_period, adsp_epoch=args.adsp_epoch,
                         adsp_window=args.adsp_window, heartbeat_timeout=args.heartbeat_timeout,
-                        keys=args.keys)
+                        keys=args.keys, elastic=args.elastic, min_workers=args.min_workers)
     except ValueError as exc:
         parser.error(str(exc))
     except SilentWorker as exc:

@@ -454,11 +454,16 @@ def evaluate_run(args, config, mode, snapshots, ctx, input_size, train_time, los
         if last:
             final_accuracy = float(acc)
     reached = [t for t, acc in curve if acc >= args.target_accuracy]
-    workers = []
+    workers, departed = [], []
     for slot in range(config.num_slots):
-        with open(os.path.join(args.metrics_out, "worker-%d.json" % slot)) as f:
+        path = os.path.join(args.metrics_out, "worker-%d.json" % slot)
+        if config.elastic and not os.path.exists(path):
+            departed.append(slot)   # --elastic: a worker that died wrote no record; the job went on without it
+            continue
+        with open(path) as f:
             workers.append(json.load(f))
     return {
+        "departed_slots": departed,
         "mode": mode,
         "ack": args.ack if mode == "esync" else None,
         "model": args.model,

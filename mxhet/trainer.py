@@ -13,8 +13,13 @@ the worker's slot come from the environment::
         loss.backward()
         trainer.step(batch_size)
 """
+import atexit
+import logging
+import os
+import sys
 import time
 import warnings
+import weakref
 
 import mxnet as mx
 from mxnet import gluon
@@ -96,6 +101,7 @@ class Trainer(gluon.Trainer):
         self.mode = mode_cls(self, config, on_nonfinite=on_nonfinite, **mode_options)
         self.mode.given_kvstore = given
         note_progress(config.progress_file, PROGRESS_TRAINER)
+        atexit.register(_leave_at_exit, weakref.ref(self), config.elastic)
         if given is not None:
             self.mode.existing_kvstore()   # a misfit is refused now, not at the first step
 
@@ -198,3 +204,30 @@ class Trainer(gluon.Trainer):
     def close(self):
         """Leave the job: release the kvstore and the State Server connection."""
         self.mode.close()
+
+
+def _leave_at_exit(ref, elastic):
+    """At interpreter exit: a worker whose script stopped calling ``step()``
+    without :meth:`Trainer.finish` leaves the job cleanly, in the modes that
+    support it (:meth:`mxhet.modes.base.SyncMode.leave_at_exit`). Under
+    ``mxhet-launch --elastic`` the process then ends at once with code 0:
+    PS-LITE's exit barrier (in the dist kvstore's destructor, which the mode
+    keeps from running earlier) would wait for a worker that died. A script
+    that leaves with ``sys.exit(n)``, n != 0, under ``--elastic`` therefore
+    exits 0; an uncaught exception still exits 1."""
+    trainer = ref()
+    left = False
+    if trainer is not None:
+        try:
+            left = trainer.mode.leave_at_exit()
+        except Exception:  # noqa: BLE001  (an exit hook must not hang the process in PS-LITE's barrier)
+            logging.getLogger("mxhet.trainer").exception("leaving the job at exit failed")
+            _end_now(1)
+    if elastic and (left or trainer is None):
+        _end_now(0)
+
+
+def _end_now(code):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -111,7 +111,7 @@ class StateClient:
             self.stop_decided = True
         return reply
 
-    def request(self, message):
+    def request(self, message, timeout=None):
         """Send ``message`` and wait for its reply, resending it with back-off.
 
         A resend is harmless: it carries the same incarnation and sequence
@@ -120,13 +120,16 @@ class StateClient:
         new registration, then the request again. Replies to earlier
         delayed-ACK queries that arrive meanwhile are kept for :meth:`poll`.
 
+        ``timeout``: seconds in all (None: the client's ``timeout``).
+
         Raises:
-            StateServerTimeout: no reply within ``timeout`` seconds in all.
+            StateServerTimeout: no reply within the timeout.
             ProtocolError: the server refused the request (or a registration :meth:`poll`
                 sent) or sent garbage.
             TransportError: the transport's I/O thread failed.
         """
-        deadline = self._clock() + self.timeout
+        limit = self.timeout if timeout is None else timeout
+        deadline = self._clock() + limit
         wait, attempts = RETRY_INTERVAL, 0
         while True:
             self._send(message)
@@ -136,7 +139,7 @@ class StateClient:
                 if self._clock() >= deadline:
                     raise StateServerTimeout("no reply from the State Server at %s to %s #%d after %d attempts "
                                              "over %.1f s" % (self.address, message.TYPE, message.seq,
-                                                              attempts, self.timeout))
+                                                              attempts, limit))
                 wait = min(2 * wait, MAX_RETRY_INTERVAL)
                 continue
             if reply.ok:
@@ -334,6 +337,26 @@ class StateClient:
     def reduce_pushed(self, group):
         """Partial Reduce: this worker's push to ``group``'s slot is in; returns once every member's is."""
         self.request(self._message(m.ReducePushed, group=int(group)))
+
+    # -- the round rendezvous (mxhet.control.membership) -------------------------
+    def round_enter(self, round_, want_stop=False, timeout=None):
+        """Enter synchronous round ``round_``; returns once every worker still
+        training has: ``(members, ballots)`` (ballots: members that want to stop).
+
+        Raises:
+            ProtocolError: also when the job fell below its minimum of live workers.
+        """
+        reply = self.request(self._message(m.RoundEnter, round=int(round_), want_stop=bool(want_stop)), timeout)
+        return reply.target, reply.k
+
+    def round_done(self, round_, timeout=None):
+        """This worker's push of ``round_`` is applied; returns once every member's
+        is (or the member is gone): True when every member pushed."""
+        return self.request(self._message(m.RoundDone, round=int(round_)), timeout).ready
+
+    def round_finish(self, timeout=None):
+        """This worker stopped training; returns once no worker trains any more."""
+        self.request(self._message(m.RoundFinish), timeout)
 
     def ask(self, cls, **fields):
         """A blocking request of message type ``cls`` (e.g. G-CADA's); returns the reply."""

@@ -432,6 +432,50 @@ REPLAYABLE.update(cls.TYPE for cls in _REDUCE_TYPES)
 _GROUP_TYPES = (GroupBegin, GroupWatch, GroupDone, GroupUploaded, GroupStepped)
 REQUEST_TYPES.update({cls.TYPE: cls for cls in _GROUP_TYPES})
 REPLAYABLE.update(cls.TYPE for cls in _GROUP_TYPES)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RoundEnter(Request):
+    """A synchronous round on ``dist_async`` (:mod:`mxhet.control.membership`):
+    the worker enters round ``round`` with its stop ballot. The answer waits
+    until every worker still training has entered: ``target`` is the number of
+    members, ``k`` how many of them want to stop after this round (``stop``: any)."""
+    TYPE = "round_enter"
+    round: int
+    want_stop: bool
+
+    def validate(self):
+        super().validate()
+        _check_int("round", self.round)
+        _check_bool("want_stop", self.want_stop)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RoundDone(Request):
+    """The worker's push of round ``round`` is applied on the servers. The answer
+    waits until every member's is or the member is gone; ``ready``: every member
+    pushed (the round is complete)."""
+    TYPE = "round_done"
+    round: int
+
+    def validate(self):
+        super().validate()
+        _check_int("round", self.round)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RoundFinish(Request):
+    """The worker stopped training (the job's stop, or its script left the loop).
+    The answer waits until no worker trains any more: the global model is final."""
+    TYPE = "round_finish"
+
+    def validate(self):
+        super().validate()
+
+
+_ROUND_TYPES = (RoundEnter, RoundDone, RoundFinish)   # the round rendezvous (mxhet.control.membership)
+REQUEST_TYPES.update({cls.TYPE: cls for cls in _ROUND_TYPES})
+REPLAYABLE.update(cls.TYPE for cls in _ROUND_TYPES)
 ALL_TYPES = dict(REQUEST_TYPES, **{Reply.TYPE: Reply})
 _FIELDS = {cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in ALL_TYPES.values()}
 _FLOAT_FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls) if f.type in (float, "float"))

@@ -21,6 +21,7 @@ from ..errors import NotRegistered, ProtocolError
 from . import messages as m
 from . import adsp
 from .gcada import GroupCoordinator
+from .membership import Done, Entered, Finished, RoundRendezvous, TooFewWorkers
 from .nodelay import TransferRule
 from .preduce import PartialReduceController
 from .state_rule import DEFAULT_EPSILON, LazyHeap, StateTable
@@ -45,7 +46,7 @@ class StateService:
     """
 
     def __init__(self, num_workers, epsilon=DEFAULT_EPSILON, staleness=2, adsp_period=adsp.DEFAULT_PERIOD,
-                 adsp_epoch=adsp.DEFAULT_EPOCH, adsp_window=adsp.DEFAULT_WINDOW_PERIODS, now=0.0):
+                 adsp_epoch=adsp.DEFAULT_EPOCH, adsp_window=adsp.DEFAULT_WINDOW_PERIODS, now=0.0, min_workers=1):
         if not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError("num_workers must be a positive integer, got %r" % (num_workers,))
         if not isinstance(staleness, int) or staleness < 0:
@@ -73,6 +74,8 @@ class StateService:
         self.stop_decisions = {}  # round -> stop after this round?
         self.rounds = {}         # round -> {"slowest": rank, "local_iters": {rank: k}}
         self._handlers = {}      # request type -> bound _on_<type> method
+        # the members of each synchronous round on dist_async (mxhet.control.membership)
+        self.rendezvous = RoundRendezvous(range(num_workers), min_workers=min_workers)
 
     @property
     def finished(self):
@@ -198,6 +201,7 @@ class StateService:
         if getattr(self, "preduce", None) is not None:
             self._reduce_groups(self.preduce.leave(req.rank))
             self._reduce_stopped(self.preduce.check_stop())
+        self._release_rounds(self.rendezvous.depart(req.rank, "bye"))
         return m.Reply(seq=req.seq)
 
     def _on_heartbeat(self, req, now):
@@ -380,6 +384,54 @@ class StateService:
                 self.released.append((member, m.Reply(seq=self._reduce_waiting.pop(member), round=req.group)))
         return m.Reply(seq=req.seq, round=req.group)
 
+    # -- the round rendezvous (mxhet.control.membership) --------------------------
+    def _on_round_enter(self, req, now):
+        self._registered(req.rank)
+        return self._release_rounds(self.rendezvous.enter(req.rank, req.round, req.seq, req.want_stop), req.rank)
+
+    def _on_round_done(self, req, now):
+        self._registered(req.rank)
+        return self._release_rounds(self.rendezvous.done(req.rank, req.round, req.seq), req.rank)
+
+    def _on_round_finish(self, req, now):
+        self._registered(req.rank)
+        return self._release_rounds(self.rendezvous.finish(req.rank, req.seq), req.rank)
+
+    def _release_rounds(self, releases, rank=None):
+        """Turn the rendezvous' releases into replies; returns ``rank``'s own (None: it waits)."""
+        own = None
+        for r, seq, answer in releases:
+            if isinstance(answer, Entered):
+                reply = m.Reply(seq=seq, round=answer.round, target=answer.members, stop=answer.ballots > 0,
+                                k=answer.ballots)
+            elif isinstance(answer, Done):
+                reply = m.Reply(seq=seq, round=answer.round, ready=answer.complete)
+            elif isinstance(answer, Finished):
+                reply = m.Reply(seq=seq, ready=True)
+            elif isinstance(answer, TooFewWorkers):
+                reply = m.Reply(seq=seq, ok=False, error=answer.message, code="too_few_workers")
+            else:
+                raise TypeError("unknown rendezvous answer %r" % (answer,))
+            if r == rank:
+                own = reply
+            else:
+                self.released.append((r, reply))
+        return own
+
+    def depart(self, rank, cause):
+        """``rank`` is gone without a goodbye (``cause``, e.g. "died: silent for 5 s"):
+        the rounds, the SSP gate and the goodbye bookkeeping go on without it."""
+        if rank in self.left or rank not in self.slots:
+            return
+        LOG.warning("rank %d (slot %s) %s; the job goes on without it", rank, self.slots.get(rank), cause)
+        self.left.add(rank)
+        self.present.discard(rank)
+        self.table.set_present(rank, False)
+        self._seen.discard(rank)
+        self._live_clocks.discard(rank)
+        self._release_clocks()
+        self._release_rounds(self.rendezvous.depart(rank, cause))
+
     # -- ADSP ------------------------------------------------------------------
     def _on_commit(self, req, now):
         self._registered(req.rank)
@@ -433,6 +485,7 @@ class StateService:
             "gcada": self.gcada.stats() if getattr(self, "gcada", None) is not None else None,
             "adsp": self.adsp.stats() if self.adsp is not None else None,
             "preduce": self.preduce.stats() if getattr(self, "preduce", None) is not None else None,
+            "membership": self.rendezvous.stats(),
             "nodelay": self.transfers.stats() if getattr(self, "transfers", None) is not None else None,
             "slots": {str(r): s for r, s in sorted(self.slots.items())},
             "rounds": [{"round": t, "slowest": info["slowest"],
@@ -492,7 +545,7 @@ def handle_frames(service, frames, now, identities):
 
 def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
           clock=time.monotonic, poll_interval=0.2, context=None, on_bound=None,
-          heartbeat_timeout=DEFAULT_HEARTBEAT_TIMEOUT, keys="", max_batch=MAX_BATCH, **options):
+          heartbeat_timeout=DEFAULT_HEARTBEAT_TIMEOUT, keys="", max_batch=MAX_BATCH, elastic=False, **options):
     """Run the State Server on ``bind`` until ``should_stop()`` or every worker left.
 
     Each turn of the loop takes every request already waiting (up to
@@ -514,6 +567,9 @@ def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
         keys: the job's CURVE key directory (:mod:`mxhet.control.auth`): only
             clients holding the job's client key get through; "" for none.
         max_batch: requests handled per turn at most (>= 1).
+        elastic: a silent worker is dropped from the job (the rounds go on
+            without it, :meth:`StateService.depart`) instead of ending the
+            State Server with :class:`SilentWorker`.
         options: more :class:`StateService` arguments (SSP, ADSP).
 
     Returns:
@@ -552,6 +608,13 @@ def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
         while not should_stop() and not service.finished:
             if heartbeat_timeout:
                 silent = service.silent(clock(), heartbeat_timeout)
+                if silent and elastic:
+                    for rank in silent:
+                        service.depart(rank, "died (silent for over %g s)" % heartbeat_timeout)
+                    for rank, late in service.take_released():
+                        send(identities[rank], more)
+                        send(m.encode(late))
+                    continue
                 if silent:
                     raise SilentWorker("worker rank %d (slot %s) sent nothing for over %.0f s: its process is "
                                        "hung or stopped" % (silent[0], service.slots.get(silent[0]),

@@ -273,6 +273,18 @@ class KVChannel:
         self.counters.bytes_pushed += nbytes(values)
         self.counters.bytes_pulled += nbytes(outs)
 
+    def push(self, keys, values):
+        """Push ``values`` and wait until the servers applied them (bytes counted;
+        the time is the caller's to count). Under ``dist_async`` a pull issued
+        afterwards sees them."""
+        if self.layout is None:
+            self.kv.push(keys, values)
+        else:
+            kv_keys, kv_values, _, _ = self._bucketed(keys, values, values)
+            self.kv.push(kv_keys, kv_values)
+        mx.nd.waitall()
+        self.counters.bytes_pushed += nbytes(values)
+
     def pull(self, keys, outs):
         """Pull into ``outs``, waiting for it (bytes counted; the time is the caller's to count)."""
         if self.layout is None:

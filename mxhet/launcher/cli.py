@@ -7,6 +7,7 @@ import sys
 import tempfile
 
 from ..config import parse_base_iter, parse_context, parse_delay_ms, parse_slowdown, parse_slowdown_schedule
+from ..control.membership import ELASTIC_MODES
 from ..errors import ConfigError
 from ..observe import launch as live_view
 from .jobplan import (DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_SYNC, EXIT_OK, EXIT_USAGE, _lookup_mode, build_plan,
@@ -15,6 +16,8 @@ from .supervisor import run_plan
 from .watch import DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S, DEFAULT_START_GRACE_S
 
 _PROG = "mxhet-launch"
+#: the modes whose rounds the State Server names (mxhet.modes.rounds): a worker may die and the others go on
+ELASTIC_MODES = ("localsgd",)
 
 
 def build_parser():
@@ -78,6 +81,13 @@ def build_parser():
     state.add_argument("--state-server-restarts", type=int, default=DEFAULT_STATE_SERVER_RESTARTS, metavar="N",
                        help="start a State Server that died again, on the same address, up to N times; "
                             "workers retry and register again (default: %(default)s)")
+    state.add_argument("--elastic", action="store_true",
+                       help="a worker that dies (killed, crashed, silent for --heartbeat-timeout, default 5 s "
+                            "here) leaves the job and the others train on, in the modes whose rounds the State "
+                            "Server names (localsgd); without it the job fails fast")
+    state.add_argument("--min-workers", type=int, default=1, metavar="N",
+                       help="with --elastic: fewest workers still training that a death may leave; fewer end "
+                            "the job with an error (default: %(default)s)")
     state.add_argument("--no-auth", action="store_true",
                        help="do not authenticate the State Server link (by default the launcher makes "
                             "CURVE keys for each job and only the job's workers get answers)")
@@ -286,6 +296,10 @@ def parse_args(argv=None):
     _check_seconds(parser, "--timeout", args.timeout)
     _check_seconds(parser, "--epsilon", args.epsilon)
     _check_seconds(parser, "--heartbeat-timeout", args.heartbeat_timeout)
+    if args.min_workers < 1:
+        parser.error("--min-workers must be >= 1, got %d" % args.min_workers)
+    if args.elastic and args.sync not in ELASTIC_MODES:
+        parser.error("--elastic works in modes %s, not %r" % (", ".join(ELASTIC_MODES), args.sync))
     if args.state_server_restarts < 0:
         parser.error("--state-server-restarts must be >= 0, got %d" % args.state_server_restarts)
     for option, value in (("--adsp-period", args.adsp_period), ("--adsp-epoch", args.adsp_epoch)):

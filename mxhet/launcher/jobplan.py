@@ -65,6 +65,12 @@ class ProcessSpec:
         return self.role if self.slot is None else "%s %d" % (self.role, self.slot)
 
 
+ELASTIC_HEARTBEAT_TIMEOUT_S = 5.0
+"""``--elastic`` without ``--heartbeat-timeout``: seconds of silence after
+which the State Server drops a worker as dead (workers send a heartbeat every
+second, also while they compute or wait)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """Everything :func:`run_plan` starts, plus what the job file records."""
@@ -82,6 +88,8 @@ class Plan:
     timeout: Optional[float] = None
     job_file: Optional[str] = None
     state_server_restarts: int = DEFAULT_STATE_SERVER_RESTARTS
+    #: ``--elastic``: a worker that dies leaves the job, the others train on
+    elastic: bool = False
     hang_grace: float = DEFAULT_HANG_GRACE_S
     orphan_grace: float = DEFAULT_ORPHAN_GRACE_S
     start_grace: float = DEFAULT_START_GRACE_S
@@ -308,6 +316,10 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
             argv += ["--epsilon", repr(args.epsilon)]
         if getattr(args, "control_keys", ""):
             argv += ["--keys", args.control_keys]
+        if getattr(args, "elastic", False):
+            argv += ["--elastic", "--min-workers", str(args.min_workers)]
+            if args.heartbeat_timeout is None:   # a dead worker is noticed by its silence
+                argv += ["--heartbeat-timeout", str(ELASTIC_HEARTBEAT_TIMEOUT_S)]
         for option in ("staleness", "adsp_period", "adsp_epoch", "adsp_window", "heartbeat_timeout",
                        "state_stats"):
             value = getattr(args, option)
@@ -326,6 +338,8 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
                "MXHET_BASE_ITER_S": repr(args.base_iter),
                "MXHET_SLOWDOWN_DIST": getattr(args, "slowdown_dist", "fixed"),
                "MXHET_CONTROL_KEYS": getattr(args, "control_keys", "") if state_server else ""}
+        if getattr(args, "elastic", False):
+            env["MXHET_ELASTIC"] = "1"
         if slot in args.schedules:
             env["MXHET_SLOWDOWN_SCHEDULE"] = args.schedules[slot]
         if getattr(args, "live_dir", ""):  # --dashboard: the workers' live feed
@@ -340,6 +354,7 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
                 state_server=state_server, processes=tuple(processes), prepare=prepare,
                 timeout=getattr(args, "timeout", None) or None, job_file=getattr(args, "job_file", None),
                 state_server_restarts=getattr(args, "state_server_restarts", DEFAULT_STATE_SERVER_RESTARTS),
+                elastic=bool(getattr(args, "elastic", False)),
                 hang_grace=getattr(args, "hang_grace", DEFAULT_HANG_GRACE_S),
                 orphan_grace=getattr(args, "orphan_grace", DEFAULT_ORPHAN_GRACE_S),
                 start_grace=getattr(args, "start_grace", DEFAULT_START_GRACE_S),

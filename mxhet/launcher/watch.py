@@ -31,6 +31,12 @@ Rules, in order:
    second dist kvstore, or for a peer that never joins); it prints nothing, so
    rule 3 never sees it.
 
+With ``elastic`` (``mxhet-launch --elastic``) rule 1 spares the workers: one
+that exits non-zero has left the job (the State Server drops it, the others
+train on), and the job succeeds once every worker has exited and at least one
+of them exited 0; it fails only when none did (e.g. every survivor stopped
+because the job fell below its minimum of live workers).
+
 Rules 3 to 5 need the worker's CPU time (read from /proc, on the worker's
 host over ssh for a remote one); where it is unknown (no /proc, or the probe
 failed) rule 3 goes by output alone and rules 4 and 5 do not apply. Rule 5
@@ -119,7 +125,8 @@ class JobWatch:
     """
 
     def __init__(self, *, server_grace, worker_grace, hang_grace=DEFAULT_HANG_GRACE_S,
-                 orphan_grace=DEFAULT_ORPHAN_GRACE_S, start_grace=DEFAULT_START_GRACE_S, state_server_restarts=0):
+                 orphan_grace=DEFAULT_ORPHAN_GRACE_S, start_grace=DEFAULT_START_GRACE_S, state_server_restarts=0,
+                 elastic=False):
         for name, value in (("server_grace", server_grace), ("worker_grace", worker_grace),
                             ("hang_grace", hang_grace), ("orphan_grace", orphan_grace),
                             ("start_grace", start_grace),
@@ -132,6 +139,8 @@ class JobWatch:
         self.orphan_grace = orphan_grace
         self.start_grace = start_grace
         self.restarts_left = state_server_restarts
+        self.elastic = bool(elastic)
+        self._departed = set()      # elastic: workers whose exit was reported as a departure
         self.phase = "running"
         self._early = None          # (index of a service that exited 0 early, deadline)
         self._drain_deadline = None
@@ -157,6 +166,13 @@ class JobWatch:
             raise RuntimeError("the job is already finished")
         workers = [i for i, o in enumerate(observations) if o.role == WORKER]
         workers_done = all(observations[i].returncode == 0 for i in workers)
+        spared = set()   # elastic: workers whose non-zero exit is a departure, not a failure
+        if self.elastic:
+            exited = all(observations[i].returncode is not None for i in workers)
+            anyone_ok = any(observations[i].returncode == 0 for i in workers)
+            if not (exited and not anyone_ok):
+                spared = {i for i in workers if observations[i].returncode not in (None, 0)}
+            workers_done = exited and anyone_ok
         if not workers_done:
             for i, o in enumerate(observations):
                 if (o.role == STATE_SERVER and o.returncode not in (None, 0, EXIT_USAGE,
@@ -168,7 +184,8 @@ class JobWatch:
                                     note="state-server %s; restarting it on the same address (%d restart(s) left)"
                                     % (describe_exit(o.returncode), self.restarts_left))
         failures = [(i, describe_exit(o.returncode)) for i, o in enumerate(observations)
-                    if o.returncode not in (None, 0) and not (workers_done and o.role == STATE_SERVER)]
+                    if o.returncode not in (None, 0) and not (workers_done and o.role == STATE_SERVER)
+                    and i not in spared]
         if not workers_done:
             failures += self._early_service_exit(observations, workers, now)
             failures += self._stuck_workers(observations, workers, now)
@@ -188,6 +205,12 @@ class JobWatch:
                 return self._finish(EXIT_OK, (), "%s still running %g s after the workers finished; ending them"
                                     % (", ".join(running), self.server_grace))
             return Decision("continue", note=note)
+        new = sorted(spared - self._departed)
+        if new:
+            self._departed.update(new)
+            return Decision("continue", note="; ".join(
+                "%s %s: it leaves the job, the others train on (--elastic)"
+                % (observations[i].name, describe_exit(observations[i].returncode)) for i in new))
         return CONTINUE
 
     def _finish(self, code, failures, note=""):

@@ -399,6 +399,13 @@ class SyncMode:
         self.stats.final_model_keys = len(keys)
         self.aggregated = True
 
+    def leave_at_exit(self):
+        """Called at interpreter exit (``mxhet.Trainer`` registers it): leave
+        the job if the script has not. Returns True if this worker is out of
+        the job (the process may end); False in modes that cannot let a worker
+        go early (they keep their fail-fast behaviour)."""
+        return False
+
     def summary_fields(self):
         """Entries rank 0 adds to the run's ``summary.json`` after :meth:`finish` (docs/metrics.md);
         none by default."""

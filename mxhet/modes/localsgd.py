@@ -1,11 +1,14 @@
 """Local SGD / fixed ADACOMM (``localsgd``): τ local steps, then a synchronous model average.
 
 Every worker applies ``local_steps`` (τ) optimizer steps to its replica, then
-all workers push their model deltas through ``dist_sync`` and the servers
-average them (:class:`kvstore_ext.updaters.ESyncAverage` with ε = 1). Fast
-workers wait for the slowest at every average: that is the point of this
-baseline. The stop vote rides on the average, so every worker stops after the
-same round. The protocol is :func:`mxhet.protocol.programs.localsgd`, run here
+the workers still training average their model deltas: the State Server names
+the round's m members, each pushes Δ/m to ``dist_async`` servers that add
+every push (:mod:`mxhet.modes.rounds`), and every member pulls the average once
+all m are in. Fast workers wait for the slowest at every average: that is the
+point of this baseline. The stop vote rides on the round's entry, so every
+worker stops after the same round. A worker whose script leaves the training
+loop early, or that dies under ``mxhet-launch --elastic``, leaves the rounds;
+the others average without it. The protocol is :func:`mxhet.protocol.programs.localsgd`, run here
 by :class:`~mxhet.modes.program.ProgramMode` and in the simulator by
 :func:`mxhet.sim.program.run_program`.
 """
@@ -14,16 +17,13 @@ from ..policy import specs
 from ..protocol import programs
 from .program import ProgramMode
 from .registry import register
+from .rounds import RoundMembers
 
 
 @register
-class LocalSGD(ProgramMode):
-    """Local SGD on the real cluster: the worker program plus the servers' average."""
+class LocalSGD(RoundMembers, ProgramMode):
+    """Local SGD on the real cluster: the worker program over the rounds whose
+    members the State Server names (:class:`~mxhet.modes.rounds.RoundMembers`)."""
     spec = specs.LOCALSGD
     program = staticmethod(programs.localsgd)
     bucket_bytes = DEFAULT_BUCKET_BYTES
-
-    @classmethod
-    def updater_for(cls, num_workers, batch_size, optimizer, opts):
-        from kvstore_ext.updaters import ESyncAverage
-        return ESyncAverage(num_workers, epsilon=1.0)

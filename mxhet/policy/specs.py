@@ -9,7 +9,7 @@ sync      dist_sync     no            synchronous SGD, gradient averaged every s
 async     dist_async    no            asynchronous SGD, gradient applied on arrival
 dcasgd    dist_async    no            asynchronous SGD with delay compensation
 ssp       dist_async    yes           async SGD, at most s iterations ahead
-localsgd  dist_sync     no            τ local steps, then a synchronous model average
+localsgd  dist_async    yes           τ local steps, then a synchronous model average
 adsp      dist_async    yes           ADSP: commits at scheduler-set rates, no waiting
 preduce   dist_async    yes           Partial Reduce: average with the next P-1 ready workers
 nodelay   dist_sync     yes           async SGD without gradient delay: merges run while workers compute
@@ -64,7 +64,8 @@ SSP = register_spec(ModeSpec(
     needs_state_server=True, options=(_STATE_TIMEOUT,)))
 
 LOCALSGD = register_spec(ModeSpec(
-    "localsgd", "dist_sync", "local SGD / fixed ADACOMM: tau local steps, then a synchronous average of the models",
+    "localsgd", "dist_async", "local SGD / fixed ADACOMM: tau local steps, then a synchronous average of the models",
+    needs_state_server=True,   # it names each round's members (mxhet.control.membership)
     exchanges_deltas=True, options=(Option("local_steps", 8, "local steps τ between two averages"),)))
 
 ADSP = register_spec(ModeSpec(

@@ -29,7 +29,9 @@ from ..config import (WorkerConfig, mx_context, parse_base_iter, parse_context, 
 from ..errors import ConfigError
 from ..policy import get_spec
 from ..train import _atomic_json, _validate, build_parser as train_parser, mode_options, optimizer_params
+from ..control.membership import ELASTIC_MODES
 from .engine import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_MS, DEFAULT_PER_KEY_MS, Network, SimJob
+from .events import parse_events
 from .members import MemberScores
 
 LOG = logging.getLogger("mxhet.sim")
@@ -65,6 +67,9 @@ def build_parser():
     g.add_argument("--slowdown-dist", choices=["fixed", "exp"], default="fixed",
                    help="'exp': each iteration's virtual time is exponential with mean slowdown x --base-iter, "
                         "seeded per device (the G-CADA paper's model; default %(default)s)")
+    g.add_argument("--events", default="", metavar="SLOT:leave@SECONDS,...",
+                   help="devices that leave the job at a virtual time (e.g. 3:leave@120), in the modes whose rounds "
+                        "the State Server names (%s); the others train on" % ", ".join(ELASTIC_MODES))
     g.add_argument("--jitter", type=float, default=0.0,
                    help="sigma of a log-normal factor on every iteration time (default 0: none)")
     g.add_argument("--stop-at-target", action="store_true",
@@ -180,7 +185,16 @@ def make_job(args):
                   adsp={"period": args.adsp_period, "epoch": args.adsp_epoch, "window": args.adsp_window},
                   eval_interval=args.eval_interval, eval_growth=args.eval_growth, batch_size=args.batch_size,
                   max_iterations=args.max_iterations, eval_min_iterations=args.eval_min_iterations,
-                  on_nonfinite=getattr(args, "on_nonfinite", "stop"))
+                  on_nonfinite=getattr(args, "on_nonfinite", "stop"),
+                  leaves=_leaves(args.events, n, mode))
+
+
+def _leaves(text, n, mode):
+    """``--events``, checked against the mode (see :mod:`mxhet.sim.events`)."""
+    leaves = parse_events(text, n)
+    if leaves and mode not in ELASTIC_MODES:
+        raise ConfigError("--events: devices can leave in modes %s, not %s" % (", ".join(ELASTIC_MODES), mode))
+    return leaves
 
 
 def run(args):

@@ -116,6 +116,7 @@ class SimJob:
     batch_size: int = 64
     max_iterations: int = 0    # compute cap: stop once the devices ran this many real iterations in all (0: none)
     on_nonfinite: str = "stop"  # what a worker does with NaN/Inf it is about to push (mxhet.policy.nonfinite)
+    leaves: dict = dataclasses.field(default_factory=dict)   # slot -> virtual s it leaves the job (--events)
 
 
 class Device:

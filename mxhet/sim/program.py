@@ -17,6 +17,8 @@ from ..protocol import ShareSpeed
 from ..protocol.effects import (Grouped, Handover, JoinReduce, ListeningCompute, Merged, ModelArrived, Notify,
                                 Poll, Ready, Reduce, TakeIn, TransferAsked)
 from .slots import rendezvous
+from ..modes import get_mode
+from .engine import SyncRound
 
 
 def _compute(sim, dev, effect):
@@ -89,6 +91,47 @@ def _share_speed(sim, dev, effect):
 
 _HANDLERS[ShareSpeed] = _share_speed
 
+
+# -- rounds whose members the State Server names (mxhet.modes.rounds, mxhet.control.membership) --
+class _MemberRound(SyncRound):
+    """A round of the m members the State Server named: it completes after m
+    pushes; the servers' updater divides by the job's N, so each push is scaled
+    by N/m (not at all while nobody left: the arithmetic of a full round)."""
+
+    def __init__(self, env, servers, keys, members, num_devices):
+        super().__init__(env, servers, keys, members)
+        self.scale = num_devices / members
+
+    def arrive(self, values, vote=0.0):
+        if self.scale != 1:
+            values = [v * self.scale for v in values]
+        super().arrive(values, vote)
+
+
+def _member_exchange(sim, dev, effect):
+    """An Exchange of a mode whose rounds the State Server names, as on the
+    cluster: enter the round (its m members and their stop ballots), exchange
+    with the m members only, then say done (the cluster's pull barrier)."""
+    t0 = sim.env.now
+    reply = yield from sim.request(dev, dev.message(m.RoundEnter, round=effect.round, want_stop=effect.vote > 0))
+    sim.blocked(dev, t0, query=True)
+    index = (sim.job.mode, effect.round)
+    if index not in sim._rounds:
+        keys = list(range(len(dev.params))) if effect.payload is Payload.DELTAS else sim.grad_keys
+        sim._rounds[index] = _MemberRound(sim.env, sim.servers, keys, reply.target, len(sim.devices))
+    votes = yield from _exchange(sim, dev, effect)
+    t1 = sim.env.now
+    yield from sim.request(dev, dev.message(m.RoundDone, round=effect.round))
+    sim.blocked(dev, t1, query=True)
+    return votes
+
+
+def _leaves_now(sim, dev):
+    """True once this device's ``--events`` leave time has come (checked at iteration boundaries)."""
+    at = sim.job.leaves.get(dev.slot) if getattr(sim.job, "leaves", None) else None
+    return at is not None and sim.env.now >= at
+
+
 def run_program(sim, dev, program, trace=None):
     """SimPy process: device ``dev`` of simulation ``sim`` runs ``program``
     (``program(opts, stats)``); ``trace`` as :class:`mxhet.protocol.Session`'s.
@@ -100,9 +143,15 @@ def run_program(sim, dev, program, trace=None):
     if not standalone:
         yield from sim.register(dev)
     session = Session(program(sim.spec.resolve(sim.job.mode_options), dev.stats), trace)
+    handlers = _HANDLERS
+    if getattr(get_mode(sim.job.mode), "member_rounds", False):
+        handlers = {**_HANDLERS, Exchange: _member_exchange}
     effect = session.advance()
     while effect is not None:
-        handler = _HANDLERS.get(type(effect))
+        if isinstance(effect, Compute) and _leaves_now(sim, dev):
+            dev.departed_at = sim.env.now   # the script left its loop: the rounds go on without it
+            break
+        handler = handlers.get(type(effect))
         if handler is None:
             raise ConfigError("the simulator cannot carry out %r" % (effect,))
         outcome = handler(sim, dev, effect)

@@ -100,7 +100,7 @@ def _results(tmp_path):
 
 @pytest.mark.parametrize("mode, store_type, given, contexts, rounds", [
     ("sync", "dist", True, 2, 60), ("esync", "dist_sync", True, 1, 60),
-    ("localsgd", "dist", True, 2, 8),   # 8 local steps a round: 64 iterations
+    ("localsgd", "dist_async", True, 2, 8),   # 8 local steps a round: 64 iterations; its servers add every push
     ("async", "dist_async", True, 2, 60),
     ("esync", "dist", False, 2, 60),   # created for store.rank only, not given to the Trainer: found and used
 ])

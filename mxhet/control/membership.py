@@ -1,0 +1,219 @@
+"""Who takes part in each synchronous round: a pure rule (no sockets, no clock).
+
+The synchronous modes that run on it (``localsgd``, and the others as they
+move over) aggregate on ``dist_async`` servers, where a push is applied on
+arrival and a pull is answered at once, instead of ``dist_sync``, which waits
+for a fixed number of pushes per key and so blocks for ever once one worker is
+gone. The count moves here: the State Server names each round's members, and
+the workers scale their contributions by the member count it names.
+
+A round ``r`` has two rendezvous:
+
+* **enter** (:meth:`RoundRendezvous.enter`): a training worker arrives with
+  its stop ballot; the entry closes once every worker still training has
+  entered ``r``. Those that entered are the round's *members*; each is told
+  their number ``m`` and how many of them want to stop.
+* **done** (:meth:`RoundRendezvous.done`): a member's push is applied on the
+  servers; the members are released once every member is done or gone, so a
+  pull then sees every push of the round. The answer says whether the round
+  is *complete* (every member pushed) -- a member that died in between may
+  have pushed part of its contribution or none.
+
+A worker leaves the rounds in two ways:
+
+* :meth:`RoundRendezvous.finish`: it stopped training (the job agreed to
+  stop, or its script left the training loop). It waits until nobody trains
+  any more, then takes the final model: every worker ends with the same one,
+  including one that left early.
+* :meth:`RoundRendezvous.depart`: it is gone (goodbye, or found dead). The
+  rounds it was expected in go on without it. A death that leaves fewer than
+  ``min_workers`` still training fails every waiting worker with
+  :class:`TooFewWorkers` instead of letting the job go on (or hang).
+
+Each method returns *releases*: ``(rank, token, answer)`` for waiting
+requests now answered, where ``token`` is what the caller passed with the
+request (the State Server's sequence number) and ``answer`` a
+:class:`Entered`, :class:`Done`, :class:`Finished` or :class:`TooFewWorkers`.
+"""
+import dataclasses
+
+ELASTIC_MODES = ("localsgd",)
+"""The modes whose rounds the State Server names (a worker may leave or die and
+the others go on): ``mxhet-launch --elastic`` and the simulator's ``--events``
+accept these."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Entered:
+    """The round's entry closed: ``members`` (their number) take part; ``ballots``:
+    how many of them want to stop after this round (> 0: the job stops after it)."""
+    round: int
+    members: int
+    ballots: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Done:
+    """Every member of ``round`` is done or gone; ``complete``: every member pushed."""
+    round: int
+    complete: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Finished:
+    """Nobody trains any more: the global model is final."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TooFewWorkers:
+    """The job fell below its minimum of live workers; ``message`` says how."""
+    message: str
+
+
+class RoundRendezvous:
+    """The members of every round, for ranks ``ranks``.
+
+    Args:
+        ranks: the job's worker ranks.
+        min_workers: fewest workers still training that a death may leave
+            (>= 1); fewer fail the job.
+
+    Raises:
+        ValueError: for no ranks or a bad ``min_workers``.
+    """
+
+    def __init__(self, ranks, min_workers=1):
+        ranks = set(ranks)
+        if not ranks:
+            raise ValueError("a rendezvous needs at least one rank")
+        if isinstance(min_workers, bool) or not isinstance(min_workers, int) or min_workers < 1:
+            raise ValueError("min_workers must be an integer >= 1, got %r" % (min_workers,))
+        self.min_workers = min_workers
+        self.ranks = frozenset(ranks)
+        self.training = set(ranks)   # ranks still in their training loop
+        self.finishing = {}          # rank -> (token, k) of its k-th finish request, not yet answered
+        self.finish_calls = {}       # rank -> finish requests it sent
+        self.gone = set()            # ranks that said goodbye or died
+        self.entries = {}            # round -> {rank: (token, ballot)} while the entry is open
+        self.members = {}            # round -> frozenset of members (entry closed)
+        self.done_ranks = {}         # round -> {rank: token} while the round's pushes are not all in
+        self.failed = None           # the TooFewWorkers answer, once the job fell below its minimum
+        self.departures = []         # (rank, cause, round being entered) per departure, for the record
+
+    # -- requests ---------------------------------------------------------------
+    def enter(self, rank, round_, token, ballot=False):
+        """``rank`` enters round ``round_`` (its stop ``ballot``); returns the releases.
+
+        Raises:
+            ValueError: the rank does not train, or entered this round already.
+        """
+        if self.failed is not None:
+            return [(rank, token, self.failed)]
+        if rank not in self.training:
+            raise ValueError("rank %d enters round %d but no longer trains" % (rank, round_))
+        if round_ in self.members:
+            raise ValueError("rank %d enters round %d, whose entry has closed" % (rank, round_))
+        entry = self.entries.setdefault(round_, {})
+        if rank in entry:
+            raise ValueError("rank %d entered round %d twice" % (rank, round_))
+        entry[rank] = (token, bool(ballot))
+        return self._close_entries()
+
+    def done(self, rank, round_, token):
+        """``rank``'s push of round ``round_`` is applied; returns the releases.
+
+        Raises:
+            ValueError: the rank is not a member of that round.
+        """
+        if self.failed is not None:
+            return [(rank, token, self.failed)]
+        if rank not in self.members.get(round_, ()):
+            raise ValueError("rank %d is not a member of round %d" % (rank, round_))
+        self.done_ranks.setdefault(round_, {})[rank] = token
+        return self._close_rounds()
+
+    def finish(self, rank, token):
+        """``rank`` stopped training; it is answered once nobody trains. Returns the releases.
+
+        A k-th finish is a barrier: answered once every rank still in the job
+        has sent k (the end of the job's bookkeeping, after the final model).
+        """
+        if self.failed is not None:
+            return [(rank, token, self.failed)]
+        if rank in self.gone:
+            raise ValueError("rank %d finishes after it left" % rank)
+        self.training.discard(rank)
+        k = self.finish_calls.get(rank, 0) + 1
+        self.finish_calls[rank] = k
+        self.finishing[rank] = (token, k)
+        return self._close_entries() + self._close_rounds() + self._close_job()
+
+    def depart(self, rank, cause="bye"):
+        """``rank`` is gone (``cause``: "bye", "died", ...); returns the releases."""
+        if rank in self.gone:
+            return []
+        was_training = rank in self.training
+        self.gone.add(rank)
+        self.training.discard(rank)
+        self.finishing.pop(rank, None)
+        for entry in self.entries.values():
+            entry.pop(rank, None)
+        open_rounds = sorted(self.entries)
+        self.departures.append((rank, cause, open_rounds[0] if open_rounds else None))
+        if (was_training and cause != "bye" and self.training
+                and len(self.training) < self.min_workers and self.failed is None):
+            return self._fail("worker rank %d %s; %d worker(s) still train, fewer than the job's minimum of %d"
+                              % (rank, cause, len(self.training), self.min_workers))
+        return self._close_entries() + self._close_rounds() + self._close_job()
+
+    # -- closing -------------------------------------------------------------------
+    def _close_entries(self):
+        out = []
+        for round_ in sorted(self.entries):
+            entry = self.entries[round_]
+            if not entry or not self.training <= set(entry):
+                continue
+            del self.entries[round_]
+            self.members[round_] = frozenset(entry)
+            answer = Entered(round_, len(entry), sum(ballot for _, ballot in entry.values()))
+            out.extend((rank, token, answer) for rank, (token, _) in sorted(entry.items()))
+        return out
+
+    def _close_rounds(self):
+        out = []
+        for round_ in sorted(self.done_ranks):
+            members = self.members[round_]
+            done = self.done_ranks[round_]
+            if not members - set(done) <= self.gone:
+                continue
+            del self.done_ranks[round_]
+            answer = Done(round_, complete=members <= set(done))
+            out.extend((rank, token, answer) for rank, token in sorted(done.items()))
+        return out
+
+    def _close_job(self):
+        live = self.ranks - self.gone
+        out = []
+        for rank, (token, k) in sorted(self.finishing.items()):
+            if all(self.finish_calls.get(r, 0) >= k for r in live):
+                out.append((rank, token, Finished()))
+        for rank, _, _ in out:
+            del self.finishing[rank]
+        return out
+
+    def _fail(self, message):
+        self.failed = TooFewWorkers(message)
+        out = [(rank, token, self.failed) for entry in self.entries.values() for rank, (token, _) in entry.items()]
+        out += [(rank, token, self.failed) for done in self.done_ranks.values() for rank, token in done.items()]
+        out += [(rank, token, self.failed) for rank, (token, _) in self.finishing.items()]
+        self.entries.clear()
+        self.done_ranks.clear()
+        self.finishing.clear()
+        return sorted(out, key=lambda r: r[0])
+
+    def stats(self):
+        """The record: each round's members, and each departure (rank, cause, round)."""
+        return {"members": {str(r): sorted(ms) for r, ms in sorted(self.members.items())},
+                "departures": [{"rank": rank, "cause": cause, "round": round_}
+                               for rank, cause, round_ in self.departures],
+                "min_workers": self.min_workers}

@@ -1,0 +1,161 @@
+"""Synchronous rounds whose members the State Server names: the data plane
+that lets a worker leave its training loop, or die, while the others train on.
+
+``dist_sync`` counts pushes per key: a round completes after exactly N
+pushes, so once one worker is gone every later round blocks. Here the
+servers run ``dist_async`` with :class:`kvstore_ext.updaters.MemberSum`
+(every push is added on arrival) and the count lives in the State Server's
+round rendezvous (:mod:`mxhet.control.membership`):
+
+1. ``round_enter(r, ballot)`` -> ``(m, ballots)``: waits until every worker
+   still training has entered round r; m is the number of members, ballots
+   the members that want to stop (the program's :class:`~mxhet.protocol.Exchange`
+   result, as the stop-vote key gave it under ``dist_sync``);
+2. push ε·Δ/m (Δ = replica − global model) and wait until it is applied;
+3. ``round_done(r)``: waits until every member's push is applied, or the
+   member is gone (then the round holds what arrived of it);
+4. pull the global model; the replica becomes it.
+
+A worker leaves the rounds with :meth:`RoundMembers.finish` -- after the
+job's stop, or at interpreter exit when its script stopped calling
+``step()`` (``mxhet.Trainer`` runs it then): its local work since its last
+round is dropped, it waits until no worker trains any more, and pulls the
+final global model, so its digest is the job's final model like everyone
+else's. A dead worker leaves through the State Server's heartbeat watch
+(``mxhet-launch --elastic``).
+"""
+import mxnet as mx
+
+from ..dataplane import copy_all
+from ..errors import ConfigError
+from .base import model_digest
+
+ROUND_WAIT_S = 3600.0
+"""Seconds a worker waits at a round rendezvous (for the slowest peer's
+local steps, or for the whole job at the end) before giving up. The launcher's
+``--timeout`` and the State Server's heartbeat watch end a stuck job first."""
+
+_KEPT_ALIVE = []
+
+
+class RoundMembers:
+    """Mixin for a :class:`~mxhet.modes.base.SyncMode` whose deltas are averaged
+    over the members of each round (see the module docstring). The class using
+    it runs on ``dist_async`` with :class:`kvstore_ext.updaters.MemberSum`."""
+    epsilon = 1.0        # the global learning rate ε of the average
+    member_rounds = True  # the simulator runs its Exchange the same way (mxhet.sim.program)
+    departed = False     # this worker left its training loop before the job stopped
+
+    def on_connect(self):
+        if not self.config.state_server:
+            raise ConfigError("mode %r needs the State Server (start the job with mxhet-launch)" % self.name)
+        if self.config.elastic:
+            # Never freed before the process ends (mxhet.Trainer ends it with os._exit under
+            # --elastic): the dist kvstore's destructor waits in PS-LITE's barrier for every
+            # worker, a dead one included.
+            _KEPT_ALIVE.append(self.channel.kv)
+        self.client = self.join_state_server()
+
+    def server_updater(self, batch_size):
+        """The cluster's servers add every push (the worker scales it by ε/m)."""
+        from kvstore_ext.updaters import MemberSum
+        return MemberSum(self.channel.num_workers)
+
+    @classmethod
+    def updater_for(cls, num_workers, batch_size, optimizer, opts):
+        """What the simulator's servers apply to a round's summed deltas, ε·sum/N
+        (its round of m named members scales the pushes by N/m, :mod:`mxhet.sim.program`)."""
+        from kvstore_ext.updaters import ESyncAverage
+        return ESyncAverage(num_workers, epsilon=cls.epsilon)
+
+    def exchange_deltas(self, round_index, extra_keys=(), extra_values=(), extra_outs=()):
+        """One round (see the module docstring). ``extra_values[0]`` is the stop
+        ballot; ``extra_outs[0]`` receives the members' combined ballot. Other
+        control keys are not supported."""
+        if len(extra_keys) > 1:
+            raise ValueError("a membership round carries only the stop ballot, got %d control keys"
+                             % len(extra_keys))
+        ballot = float(extra_values[0].asscalar()) > 0 if extra_values else False
+        t0 = self.clock()
+        members, ballots = self.client.round_enter(round_index, ballot, timeout=ROUND_WAIT_S)
+        t1 = self.clock()
+        weights = self.weights()
+        if getattr(self, "_sends", None) is None:
+            self._sends = [mx.nd.zeros(w.shape, ctx=w.context, dtype=w.dtype) for w in self.wbufs]
+        for w, g, d in zip(weights, self.wbufs, self._sends):
+            mx.nd.elemwise_sub(w, g, out=d)
+        self.check_finite(self._sends, "model delta", round_index)
+        scale = self.epsilon / members
+        for d in self._sends:
+            d *= scale
+        self.channel.push(self.keys, self._sends)
+        t2 = self.clock()
+        complete = self.client.round_done(round_index, timeout=ROUND_WAIT_S)
+        t3 = self.clock()
+        self.channel.pull(self.keys, self.wbufs)
+        copy_all(self.wbufs, weights)
+        mx.nd.waitall()
+        t4 = self.clock()
+        self.stats.query_s += (t1 - t0) + (t3 - t2)
+        self.stats.sync_s += (t2 - t1) + (t4 - t3)
+        self.round_members.append(members)
+        if not complete:
+            self.incomplete_rounds.append(round_index)
+        if extra_outs:
+            extra_outs[0][:] = float(ballots)
+
+    @property
+    def round_members(self):
+        if "_round_members" not in self.__dict__:
+            self._round_members = []
+        return self._round_members
+
+    @property
+    def incomplete_rounds(self):
+        if "_incomplete" not in self.__dict__:
+            self._incomplete = []
+        return self._incomplete
+
+    def finish(self):
+        """Leave the rounds and take the job's final model: wait until no worker
+        trains any more (every push is then applied), pull the global model into
+        the replica and record its digest. A worker whose script left the
+        training loop drops its local work since its last round."""
+        if self.kv is None or self.client is None:
+            return super().finish()
+        if not self.stopped:
+            self.departed = True
+            self.stopped = True
+        self.client.round_finish(timeout=ROUND_WAIT_S)
+        keys = self.global_keys()
+        outs = [self.wbufs[i] for i in keys]
+        self.channel.pull(keys, outs)
+        weights = self.weights()
+        copy_all(outs, [weights[i] for i in keys])
+        self.broadcast_weights()
+        self.stats.final_model_sha256 = model_digest(outs)
+        self.stats.final_model_keys = len(keys)
+        self.aggregated = True
+        self._finished = True
+
+    def leave_at_exit(self):
+        """Finish (the departure, if the script left the loop) and close, unless done already."""
+        if self._ready and self.kv is not None and not self.__dict__.get("_finished"):
+            self.finish()
+        if self.client is not None:
+            self.close()
+        return True
+
+    def barrier(self):
+        """Wait for every worker still in the job (the State Server's rendezvous:
+        PS-LITE's barrier would wait for a dead worker for ever)."""
+        if self.client is not None:
+            self.client.round_finish(timeout=ROUND_WAIT_S)
+        else:
+            super().barrier()
+
+    def summary_fields(self):
+        fields = dict(super().summary_fields())
+        fields["round_members"] = list(self.round_members)
+        fields["incomplete_rounds"] = list(self.incomplete_rounds)
+        return fields
