@@ -39,5 +39,8 @@ def test_p_equal_n_matches_localsgd_with_one_local_step(tmp_path, child_pids):
     assert state["preduce"]["groups"] == 3 and state["preduce"]["group_size"] == 2
     assert len({w["final_model_sha256"] for w in summary["workers"]}) == 1
     assert a.keys() == b.keys()
+    # localsgd's dist_async servers add each member's Δ/m as it arrives, so float32 rounding depends
+    # on which worker's push lands first (w + a + b != w + b + a); four steps amplify that to a few
+    # 1e-5 on some weights. A wrong average would be off by far more than atol.
     for name in a:
-        np.testing.assert_allclose(a[name], b[name], rtol=1e-4, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-4, atol=1e-4, err_msg=name)
