@@ -268,3 +268,44 @@ class Reduce:
     group: int
     slot: int
     weight: float
+
+
+# -- ADSP (commit reports to the State Server's scheduler) ----------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class MeasuredCompute(Compute):
+    """One local iteration whose duration and training loss the program reads
+    (ADSP's commit timer and its scheduler's reward).
+
+    Returns: a :class:`Measured`. The loss is the latest the worker knows:
+    in the simulator this iteration's; on the cluster the last one the
+    script passed to ``Trainer.observe_loss`` (``mxhet.train`` does so after
+    ``step()``, so the previous iteration's); None before the first.
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """What a :class:`MeasuredCompute` returns: the iteration's ``seconds``
+    (compute and emulated slowdown) and a training ``loss`` (batch mean, or None)."""
+    seconds: float
+    loss: object = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportCommits:
+    """ADSP: report ``commits`` made so far, the worker's training ``loss``
+    (-1: none yet) and its measured seconds per commit ``commit_cost`` to the
+    State Server's scheduler (:mod:`mxhet.control.adsp`) and wait for its
+    answer (time counted as querying).
+
+    Cluster: :meth:`mxhet.control.client.StateClient.commit_report`.
+    Simulator: a blocking COMMIT request over the device's link to the same
+    service.
+
+    Returns: ``(target, left)``: the total commits due by the next checkpoint
+    and the seconds left until it.
+    """
+    commits: int
+    loss: float
+    commit_cost: float

@@ -42,7 +42,7 @@ from ..modes.base import WorkerStats
 from ..policy import get_spec
 from ..policy.aggregation import check_options as check_aggregation
 from ..policy.pacing import Pacing
-from ..policy.worker import Action, ADSPPolicy, ESyncPolicy
+from ..policy.worker import Action, ESyncPolicy
 from .aggregation import weigh_delta
 
 LOG = logging.getLogger("mxhet.sim")
@@ -505,39 +505,6 @@ class Simulation:
                 ready = self.env.event()
         yield from self.leave(dev)
 
-    def adsp(self, dev):
-        policy = ADSPPolicy()
-        yield from self.register(dev)
-
-        def report():
-            t1 = self.env.now
-            reply = yield from self.request(dev, dev.message(
-                m.Commit, commits=policy.commits, loss=-1.0 if dev.last_loss is None else dev.last_loss,
-                commit_cost=float(policy.commit_cost)))
-            self.blocked(dev, t1, query=True)
-            policy.schedule(self.env.now, reply.target, reply.period_left)
-
-        yield from report()
-        while True:
-            duration = yield from self.iterate(dev)
-            dev.compute(local_step=True, read_loss=True)
-            stopping = self.wants_stop(dev)
-            action = policy.completed(self.env.now, duration, stopping=stopping)
-            if action is Action.REPORT:
-                yield from report()
-            if action is not Action.COMMIT:
-                continue
-            t1 = self.env.now
-            result = yield from self.push_async(dev, self.deltas(dev), list(range(len(dev.params))))
-            self.take_global(dev, result)
-            k = policy.committed(self.env.now - t1)
-            dev.stats.rounds += 1
-            dev.stats.local_iters.append(k)
-            if stopping or self.wants_stop(dev):
-                break
-            yield from report()
-        yield from self.leave(dev)
-
     def local(self, dev):
         while not self.wants_stop(dev):
             yield from self.iterate(dev)
@@ -547,7 +514,7 @@ class Simulation:
         for key, w in enumerate(dev.weights()):
             w.copyto(self.servers.weights[key])
 
-    PROCESSES = {"esync": "esync", "adsp": "adsp", "local": "local"}
+    PROCESSES = {"esync": "esync", "local": "local"}
     """The modes not yet ported to a worker program (:mod:`mxhet.protocol`) whose
     simulator model is a method here; the others in :data:`DRIVERS`."""
 

@@ -330,3 +330,25 @@ _HANDLERS.update({
     Ready: _ready,
     Reduce: _reduce,
 })
+
+
+# -- ADSP (commit reports to the State Server's scheduler) ----------------------------------------
+
+from ..protocol.effects import Measured, MeasuredCompute, ReportCommits  # noqa: E402
+
+
+def _measured_compute(sim, dev, effect):
+    duration = yield from sim.iterate(dev)
+    dev.compute(local_step=effect.local_step, read_loss=True)
+    return Measured(duration, dev.last_loss)
+
+
+def _report_commits(sim, dev, effect):
+    t0 = sim.env.now
+    reply = yield from sim.request(dev, dev.message(m.Commit, commits=effect.commits, loss=effect.loss,
+                                                    commit_cost=effect.commit_cost))
+    sim.blocked(dev, t0, query=True)
+    return reply.target, reply.period_left
+
+
+_HANDLERS.update({MeasuredCompute: _measured_compute, ReportCommits: _report_commits})

@@ -287,3 +287,56 @@ def test_preduce_reduces_in_its_group_goes_on_from_the_groups_k_and_stops_when_t
         (Compute(True), None), (WantsStop(), True), (Ready(5, True), Grouped(stop=True)),
     ])
     assert stats.rounds == 1 and stats.local_iters == [1]
+
+
+# -- ADSP ------------------------------------------------------------------------------------------
+
+def _adsp_job(stats, losses, stop_at_rounds):
+    """Results of a scripted ADSP job: iterations of 1 s with the given losses, commits taking no time,
+    a scheduler that always asks for one more commit within 4 s."""
+    from mxhet.protocol.effects import Measured, MeasuredCompute, ReportCommits
+    from mxhet.protocol import Now
+    clock = [0.0]
+    losses = iter(losses)
+
+    def results(effect):
+        if isinstance(effect, MeasuredCompute):
+            clock[0] += 1.0
+            return Measured(1.0, next(losses))
+        if isinstance(effect, ReportCommits):
+            return effect.commits + 1, 4.0
+        if isinstance(effect, Now):
+            return clock[0]
+        if isinstance(effect, WantsStop):
+            return stats.rounds >= stop_at_rounds
+        return None
+    return results
+
+
+def test_adsp_commits_when_its_timer_is_due_and_reports_the_smoothed_loss():
+    from mxhet.protocol import programs_adsp
+    from mxhet.protocol.effects import ReportCommits
+    stats = _stats()
+    trace = _run(programs_adsp.adsp({"global_lr": 1.0}, stats), _adsp_job(stats, [3.0, 2.0, 1.0, 1.0], 2))
+    # One commit due within 4 s: aimed at 2 s after each report, taken at the boundary nearest to it.
+    assert [e for e, _ in trace if isinstance(e, PushAsync)] == [PushAsync(Payload.DELTAS, 0),
+                                                                   PushAsync(Payload.DELTAS, 1)]
+    assert stats.rounds == 2 and stats.local_iters == [2, 2]
+    reports = [e for e, _ in trace if isinstance(e, ReportCommits)]
+    weight = programs_adsp.LOSS_WEIGHT   # the moving average of the batches' losses, not the last batch's
+    assert reports == [ReportCommits(0, -1.0, 0.0), ReportCommits(1, (1 - weight) * 3.0 + weight * 2.0, 0.0)]
+    assert trace[-1] == (WantsStop(), True)   # stops right after its last commit, without another report
+
+
+def test_adsp_commits_its_local_work_before_stopping():
+    from mxhet.protocol import programs_adsp
+    stats = _stats()
+    trace = _run(programs_adsp.adsp({"global_lr": 1.0}, stats), _adsp_job(stats, [3.0], 0))
+    assert [e for e, _ in trace][-2:] == [PushAsync(Payload.DELTAS, 0), programs_adsp.Now()]
+    assert stats.rounds == 1 and stats.local_iters == [1]
+
+
+def test_adsp_rejects_a_non_positive_global_lr():
+    from mxhet.protocol import programs_adsp
+    with pytest.raises(ConfigError, match="global_lr"):
+        next(programs_adsp.adsp({"global_lr": 0.0}, _stats()))
