@@ -320,3 +320,92 @@ def test_both_interpreters_make_the_same_decisions_with_a_rule(tmp_path, monkeyp
         assert [g.stop for g in groups] == [False] * ROUNDS + [True]
         assert all(g.weight == pytest.approx(1.0 / WORKERS) for g in groups[:-1])
         assert [g.k for g in groups[:-1]] == list(range(1, ROUNDS + 1))
+
+
+# -- ADSP: commit reports to the State Server's scheduler ------------------------------------------
+
+class _TimedStateServer(_StateServer):
+    """:class:`_StateServer` whose service reads the workers' shared fake clock, with ADSP's check period."""
+
+    def __init__(self, n, now, **kwargs):
+        from mxhet.control.server import StateService
+        super().__init__(n)
+        self.service = StateService(n, now=0.0, **kwargs)
+        self.now = now
+
+    def handle(self, request):
+        with self.cond:
+            reply = self.service.handle(request, self.now(), sender=request.rank)
+            self.inbox[request.rank].append(reply)
+            self.cond.notify_all()
+
+
+class _ADSPClient(_RuleClient):
+    def commit_report(self, commits, loss, commit_cost):
+        reply = self._ask(m.Commit, commits=commits, loss=float(loss), commit_cost=float(commit_cost))
+        return reply.target, reply.period_left
+
+
+def _adsp_cluster_traces(period):
+    lock, ticks = threading.Lock(), [0.0]
+
+    def clock():   # one shared clock, a second per reading: every iteration outlasts the check period
+        with lock:
+            ticks[0] += 1.0
+            return ticks[0]
+    server = _TimedStateServer(WORKERS, lambda: ticks[0], adsp_period=period, adsp_window=1)
+
+    class Executor(get_mode("adsp")):
+        def exchange_deltas(self, round_index, extra_keys=(), extra_values=(), extra_outs=()):
+            pass   # dist_async: applied on arrival, nobody waits
+
+    modes = []
+    for slot in range(WORKERS):
+        mode = Executor(_Trainer(), WorkerConfig(slot=slot, num_slots=WORKERS), clock=clock, sleep=lambda s: None)
+        mode.trace = []
+        mode.channel = _Channel()
+        mode.client = _ADSPClient(server, slot)
+        mode.stop_condition = lambda stats: stats.rounds >= ROUNDS
+        mode.on_setup(64)
+        mode._ready = True
+        mode._t_last = mode._t_start = clock()
+        modes.append(mode)
+    for mode in modes:   # one at a time: nobody waits for anybody
+        while not mode.stopped:
+            mode.step(64)
+    return {m.config.slot: (m.trace, m.stats.rounds, m.stats.local_iters) for m in modes}
+
+
+def _adsp_decisions(trace):
+    """What does not depend on the engine's clock or the model: the effects in order with the commits
+    reported, the commits' rounds and the stop wishes (not the losses, the commit costs, the times)."""
+    from mxhet.protocol.effects import ReportCommits
+    out = []
+    for effect, result in trace:
+        if isinstance(effect, ReportCommits):
+            out.append(("report", effect.commits))
+        elif isinstance(effect, (PushAsync, WantsStop)):
+            out.append((effect, result))
+        elif not isinstance(effect, Now):
+            out.append(type(effect).__name__)
+    return out
+
+
+def test_adsp_makes_the_same_decisions_on_both_interpreters(tmp_path, monkeypatch):
+    # Iterations far longer than the check period (and the report margin) and speeds 1 : 2 : 3, so the
+    # commit timer's decisions do not depend on each engine's clock: the fastest worker, always the one
+    # with the most commits, meets each target right after its commit (the scheduler counts the commits
+    # reported at the last checkpoint), asks for the next at its next iteration and commits at the one
+    # after; the others are always behind it and commit at every iteration.
+    cluster = _adsp_cluster_traces(period=0.001)
+    sim = _sim_traces(tmp_path, "adsp", ["--slowdown", "1,2,3", "--base-iter", "0.1", "--adsp-period", "0.001",
+                                         "--adsp-window", "1"], monkeypatch)
+    assert sorted(sim) == sorted(cluster) == list(range(WORKERS))
+    for slot in range(WORKERS):
+        assert _adsp_decisions(sim[slot][0]) == _adsp_decisions(cluster[slot][0]), slot
+        assert sim[slot][1:] == cluster[slot][1:], slot
+    assert [sim[slot][2] for slot in range(WORKERS)] == [[1, 2, 2], [1, 1, 1], [1, 1, 1]]
+    decisions = _adsp_decisions(sim[1][0])
+    assert [d for d in decisions if isinstance(d, tuple) and d[0] == "report"] == [("report", c)
+                                                                                   for c in range(ROUNDS)]
+    assert decisions[-2:] == [(PushAsync(Payload.DELTAS, ROUNDS - 1), None), (WantsStop(), True)]
