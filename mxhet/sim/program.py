@@ -352,3 +352,10 @@ def _report_commits(sim, dev, effect):
 
 
 _HANDLERS.update({MeasuredCompute: _measured_compute, ReportCommits: _report_commits})
+
+
+# -- G-CADA and CADA (their handlers in program_gcada.py) -------------------------------------------
+
+from .program_gcada import HANDLERS as _GCADA_HANDLERS  # noqa: E402
+
+_HANDLERS.update(_GCADA_HANDLERS)
