@@ -340,3 +340,39 @@ def test_adsp_rejects_a_non_positive_global_lr():
     from mxhet.protocol import programs_adsp
     with pytest.raises(ConfigError, match="global_lr"):
         next(programs_adsp.adsp({"global_lr": 0.0}, _stats()))
+
+
+# -- G-CADA and CADA -----------------------------------------------------------------------------
+
+def test_gcada_follows_the_state_servers_selection_and_drops_work_a_teammate_claimed():
+    from mxhet.protocol import programs_gcada
+    from mxhet.protocol.effects import (BeginIteration, ClaimUpload, Download, Selection, StepServers, Upload,
+                                        WatchedCompute)
+    stats = types.SimpleNamespace(rounds=0, local_iters=[], aborted=0)
+    selections = iter([Selection(0, ready=True), Selection(1), Selection(2, target=True), Selection(3, ready=True),
+                       Selection(4, ready=True), Selection(5, stop=True)])
+    computed = iter([True, False, True])   # iteration 3's work is dropped during the iteration
+    claims = iter([True, False])           # iteration 4's claim comes second
+
+    def results(effect):
+        if isinstance(effect, WantsStop):
+            return stats.rounds >= 4
+        if isinstance(effect, BeginIteration):
+            return next(selections)
+        if isinstance(effect, WatchedCompute):
+            return next(computed)
+        if isinstance(effect, ClaimUpload):
+            return next(claims)
+        if isinstance(effect, Upload):
+            return True   # the iteration's last upload
+        return None
+    trace = _run(programs_gcada.gcada({}, stats), results)
+    effects = [e for e, _ in trace if not isinstance(e, WantsStop)]
+    assert effects == [BeginIteration(0, False), Download(0), WatchedCompute(), ClaimUpload(0), Upload(0),
+                       StepServers(0),
+                       BeginIteration(1, False),                       # not selected: ask for the next
+                       BeginIteration(2, False), StepServers(2),       # nobody selected: this worker steps
+                       BeginIteration(3, False), Download(3), WatchedCompute(),   # dropped: no claim
+                       BeginIteration(4, False), Download(4), WatchedCompute(), ClaimUpload(4),   # not first
+                       BeginIteration(5, True)]
+    assert stats.rounds == 5 and stats.local_iters == [1, 1] and stats.aborted == 1
