@@ -8,41 +8,42 @@ arrival (global learning rate η = ε/M, 1/M by default), pulls W and goes on.
 No worker ever waits for another.
 
 When to commit comes from the scheduler in the State Server
-(:mod:`mxhet.control.adsp`): each commit report returns the total number of
-commits due by the next checkpoint and the time left until it; the worker
-spreads the remaining commits evenly over that time, minus its measured
-commit cost O_i (the paper's timer Γ/ΔC_target^i − O_i, re-aimed after every
-commit so that all workers reach the checkpoint with the same count). Commits
-happen between iterations, at the boundary nearest to the due time. The worker's recent training loss goes with each
-report and feeds the commit-rate search; rank 0 puts the search's record in the run's summary (``adsp_search``).
+(:mod:`mxhet.control.adsp`) and the worker's commit timer
+(:class:`mxhet.policy.worker.ADSPPolicy`); the protocol is
+:func:`mxhet.protocol.programs_adsp.adsp`, run here by
+:class:`~mxhet.modes.program.PreludeProgramMode` (its first commit report
+comes before the first iteration) and in the simulator by
+:func:`mxhet.sim.program.run_program`. The worker's smoothed training loss
+goes with each report and feeds the commit-rate search; rank 0 puts the
+search's record in the run's summary (``adsp_search``).
 """
 import logging
 
 from ..dataplane.channel import DEFAULT_BUCKET_BYTES
-from ..errors import ConfigError, ProtocolError, StateServerTimeout
+from ..errors import ProtocolError, StateServerTimeout
 from ..policy import specs
-from ..policy.worker import Action, ADSPPolicy
-from .base import SyncMode
+from ..protocol import Now
+from ..protocol import programs_adsp
+from ..protocol.effects import Measured, ReportCommits
+from .program import PreludeProgramMode
 from .registry import register
 
 LOG = logging.getLogger(__name__)
 
 
 @register
-class ADSP(SyncMode):
-    """The executor of :class:`mxhet.policy.worker.ADSPPolicy` on the real cluster."""
+class ADSP(PreludeProgramMode):
+    """ADSP on the real cluster: the worker program, commit reports to the State Server's scheduler."""
     spec = specs.ADSP
+    program = staticmethod(programs_adsp.adsp)
     bucket_bytes = DEFAULT_BUCKET_BYTES
+    votes = False   # each worker stops on its own, after committing its local work
 
     def __init__(self, trainer, config, **options):
         super().__init__(trainer, config, **options)
-        if not self.opts["global_lr"] > 0:
-            raise ConfigError("global_lr must be > 0, got %r" % (self.opts["global_lr"],))
-        self.policy = ADSPPolicy()
-
-    @property
-    def commits(self):
-        return self.policy.commits
+        programs_adsp.check_options(self.opts)   # before any connection: a bad option fails the worker at once
+        self._last_loss = None
+        self._t0 = None
 
     @classmethod
     def updater_for(cls, num_workers, batch_size, optimizer, opts):
@@ -53,36 +54,30 @@ class ADSP(SyncMode):
         self.client = self.join_state_server()
 
     def on_setup(self, batch_size):
-        self._report(self.clock())
+        # The program's clock starts at its first commit report, which comes before training's clock
+        # (setup broadcasts the model in between): its times are only compared with each other.
+        self._t0 = self.clock()
+        super().on_setup(batch_size)
 
-    def _report(self, now):
-        t0 = self.clock()
-        target, left = self.client.commit_report(self.policy.commits, -1.0 if self.loss is None else self.loss,
-                                                 self.policy.commit_cost)
-        self.stats.query_s += self.clock() - t0
-        self.policy.schedule(now, target, left)
-
-    def local_update(self, batch_size, ignore_stale_grad):
-        self.trainer.local_step(batch_size, ignore_stale_grad)
-        self.aggregated = False
+    def observe_loss(self, value):
+        super().observe_loss(value)
+        self._last_loss = float(value)
 
     def communicate(self, batch_size, capability, compute_end):
-        stopping = self.wants_stop()
-        action = self.policy.completed(self.clock(), capability, stopping=stopping)
-        if action is Action.REPORT:
-            self._report(self.clock())
-        if action is not Action.COMMIT:
-            return
-        t0 = self.clock()
-        self.exchange_deltas(self.stats.rounds)
-        k = self.policy.committed(self.clock() - t0)
-        self.stats.rounds += 1
-        self.stats.local_iters.append(k)
-        self.aggregated = True
-        if stopping or self.wants_stop():
+        # The pending MeasuredCompute's result: this step's seconds, the latest loss the script reported.
+        self._step_batch = batch_size
+        if self.session.run_until_compute(self.carry_out, Measured(capability, self._last_loss)) is None:
             self.stopped = True
-            return
-        self._report(self.clock())
+
+    def carry_out(self, effect):
+        if isinstance(effect, ReportCommits):
+            t0 = self.clock()
+            answer = self.client.commit_report(effect.commits, effect.loss, effect.commit_cost)
+            self.stats.query_s += self.clock() - t0
+            return answer
+        if isinstance(effect, Now):
+            return self.clock() - self._t0
+        return super().carry_out(effect)
 
     def summary_fields(self):
         """The commit-rate search as the scheduler ran it (``adsp_search``; times in seconds from the
@@ -96,5 +91,5 @@ class ADSP(SyncMode):
 
     def request_stop(self):
         super().request_stop()
-        if not self.policy.holds_local_work:
+        if self.stats.iterations == sum(self.stats.local_iters):   # no local work left to commit
             self.stopped = True

@@ -22,6 +22,11 @@ fresh and stale ones (:class:`kvstore_ext.gcada.GroupAMSGrad`). A worker:
    of the norm keys, whose sums go back to the State Server (``GroupStepped``),
    which selects the next iteration's groups.
 
+The protocol is :func:`mxhet.protocol.programs_gcada.gcada`, run here by
+:class:`~mxhet.modes.program.PreludeProgramMode` (its first request comes
+before the first iteration) and in the simulator by
+:func:`mxhet.sim.program.run_program`.
+
 CADA is the same with groups of one (the servers then wait for every selected
 worker); with ``max_delay=1`` every worker is selected every iteration:
 distributed AMSGrad. The trainer's own optimizer is not used (AMSGrad runs on
@@ -41,7 +46,9 @@ from ..errors import ConfigError
 from ..gluon_private import mark_grad_used, trainer_params
 from ..losses import SMOOTHNESS_CHOICES
 from ..policy import specs
-from .base import SyncMode
+from ..protocol import programs_gcada
+from ..protocol.effects import BeginIteration, ClaimUpload, Download, Selection, StepServers, Upload
+from .program import PreludeProgramMode
 from .registry import register
 
 WATCH_POLL_S = 0.005
@@ -66,9 +73,11 @@ def check_rule_options(opts):
 
 
 @register
-class GCADA(SyncMode):
-    """The executor of G-CADA's State Server rule on the real cluster."""
+class GCADA(PreludeProgramMode):
+    """G-CADA on the real cluster: the worker program, the State Server's rule, the group keys."""
     spec = specs.GCADA
+    program = staticmethod(programs_gcada.gcada)
+    votes = False   # the State Server answers stop to all
 
     def __init__(self, trainer, config, **options):
         super().__init__(trainer, config, **options)
@@ -142,7 +151,27 @@ class GCADA(SyncMode):
         self.channel.init(all_group_keys + self._norm_keys,
                           [mx.nd.zeros(w.shape, dtype=w.dtype) for _ in range(self.groups) for w in like]
                           + [mx.nd.zeros((self.groups + 1,)) for _ in self._grad_keys])
-        self._await_selection(0)
+        super().on_setup(batch_size)   # the program runs up to its first iteration (or the job's stop)
+
+    # -- the effects -------------------------------------------------------------------
+    def carry_out(self, effect):
+        if isinstance(effect, BeginIteration):
+            self.iteration = None
+            reply = self._ask(m.GroupBegin, iteration=effect.iteration, groups=self.groups,
+                              max_delay=self.opts["max_delay"], c=float(self.opts["c"]), want_stop=effect.want_stop,
+                              smoothness=self._smoothness)
+            return Selection(reply.round, stop=reply.stop, target=reply.target, ready=reply.ready)
+        if isinstance(effect, Download):
+            self._download(effect.iteration)
+            return None
+        if isinstance(effect, ClaimUpload):
+            return bool(self._ask(m.GroupDone, iteration=effect.iteration).ready)
+        if isinstance(effect, Upload):
+            return self._upload(effect.iteration)
+        if isinstance(effect, StepServers):
+            self._trigger(effect.iteration)
+            return None
+        return super().carry_out(effect)
 
     # -- the State Server ------------------------------------------------------------
     def _ask(self, cls, **fields):
@@ -151,24 +180,6 @@ class GCADA(SyncMode):
         self.stats.query_s += self.clock() - t0
         self.stats.state_queries += 1
         return reply
-
-    def _await_selection(self, wanted):
-        """Ask for iterations from ``wanted`` on until this worker's group is
-        selected in one (then download θ^k and return) or the job stops."""
-        self.iteration = None
-        while True:
-            reply = self._ask(m.GroupBegin, iteration=wanted, groups=self.groups, max_delay=self.opts["max_delay"],
-                              c=float(self.opts["c"]), want_stop=self.wants_stop(), smoothness=self._smoothness)
-            self.stats.rounds = reply.round     # iterations the job finished
-            if reply.stop:
-                self.stopped = True
-                return
-            if reply.target:                    # nobody selected: this worker has the servers step
-                self._trigger(reply.round)
-            elif reply.ready:
-                self._download(reply.round)
-                return
-            wanted = reply.round + 1
 
     def _download(self, k):
         keys = self._grad_keys
@@ -187,7 +198,7 @@ class GCADA(SyncMode):
             if reply.seq == self._watch and reply.round == self.iteration and not reply.ready:
                 self._dropped = True
 
-    # -- the iteration -----------------------------------------------------------------
+    # -- the iteration (the program's WatchedCompute) ------------------------------------
     def emulate_slowdown(self, seconds):
         end = self.clock() + seconds
         while not self._dropped:
@@ -204,7 +215,9 @@ class GCADA(SyncMode):
         return self._dropped
 
     def on_abort(self):
-        self._await_selection(self.iteration + 1)
+        # The WatchedCompute's result: dropped (the step counted it as aborted).
+        if self.session.run_until_compute(self.carry_out, False) is None:
+            self.stopped = True
 
     def local_update(self, batch_size, ignore_stale_grad):
         if batch_size != self._batch_size:
@@ -214,22 +227,22 @@ class GCADA(SyncMode):
             self.check_fresh_grads(self._grad_keys)
 
     def communicate(self, batch_size, capability, compute_end):
-        k = self.iteration
+        # The WatchedCompute's result: computed; the gradient is now either uploaded or dropped.
         params = trainer_params(self.trainer)
-        grads = [params[i].list_grad()[0] for i in self._grad_keys]
-        if self._ask(m.GroupDone, iteration=k).ready:
-            copy_all(grads, self._gbufs)
-            self.check_finite(self._gbufs, "gradient", k)
-            self.channel.push_pull(self._group_keys, self._gbufs, self._gbufs)  # applied once the pull returns
-            self.stats.uploads += 1
-            if self._ask(m.GroupUploaded, iteration=k).ready:
-                self._trigger(k)
-        else:
-            self.stats.aborted += 1   # a teammate finished first: this gradient is dropped
-        self.stats.local_iters.append(1)
         for i in self._grad_keys:
             mark_grad_used(params[i].list_data()[0])
-        self._await_selection(k + 1)
+        if self.session.run_until_compute(self.carry_out, True) is None:
+            self.stopped = True
+
+    def _upload(self, k):
+        """Push this iteration's gradient to the group's keys, report it; True if it was the iteration's last."""
+        params = trainer_params(self.trainer)
+        grads = [params[i].list_grad()[0] for i in self._grad_keys]
+        copy_all(grads, self._gbufs)
+        self.check_finite(self._gbufs, "gradient", k)
+        self.channel.push_pull(self._group_keys, self._gbufs, self._gbufs)  # applied once the pull returns
+        self.stats.uploads += 1
+        return bool(self._ask(m.GroupUploaded, iteration=k).ready)
 
     def _trigger(self, k):
         """The servers' step of iteration ``k``, then its norms to the State Server."""

@@ -15,10 +15,10 @@ MXNet, a socket or a clock, so it runs unchanged under two interpreters:
   virtual clock.
 
 Programs are found through the mode registry (a mode class's ``program``,
-:func:`mxhet.modes.registry.get_program`). Ported so far: ``localsgd``,
-``sync``, ``async``, ``dcasgd``, ``ssp``, ``esync`` and ``local`` (:mod:`.programs`), ``nodelay`` and ``preduce``
-(:mod:`.programs_groups`); the other modes still have their protocol written twice (see
-docs/layout.md).
+:func:`mxhet.modes.registry.get_program`). Every mode is a program: ``localsgd``, ``sync``,
+``async``, ``dcasgd``, ``ssp``, ``esync`` and ``local`` (:mod:`.programs`), ``nodelay`` and
+``preduce`` (:mod:`.programs_groups`), ``adsp`` (:mod:`.programs_adsp`), ``gcada`` and ``cada``
+(:mod:`.programs_gcada`), ``dylu`` (:mod:`.programs_async_local`).
 """
 from .effects import Clock, Compute, Exchange, Now, Payload, PushAsync, WantsStop
 from .runtime import Session

@@ -382,3 +382,130 @@ class SendReset:
     round: int
     want_stop: bool
     since_finish: float
+
+
+# -- ADSP (commit reports to the State Server's scheduler) ----------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class MeasuredCompute(Compute):
+    """One local iteration whose duration and training loss the program reads
+    (ADSP's commit timer and its scheduler's reward).
+
+    Returns: a :class:`Measured`. The loss is the latest the worker knows:
+    in the simulator this iteration's; on the cluster the last one the
+    script passed to ``Trainer.observe_loss`` (``mxhet.train`` does so after
+    ``step()``, so the previous iteration's); None before the first.
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """What a :class:`MeasuredCompute` returns: the iteration's ``seconds``
+    (compute and emulated slowdown) and a training ``loss`` (batch mean, or None)."""
+    seconds: float
+    loss: object = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportCommits:
+    """ADSP: report ``commits`` made so far, the worker's training ``loss``
+    (-1: none yet) and its measured seconds per commit ``commit_cost`` to the
+    State Server's scheduler (:mod:`mxhet.control.adsp`) and wait for its
+    answer (time counted as querying).
+
+    Cluster: :meth:`mxhet.control.client.StateClient.commit_report`.
+    Simulator: a blocking COMMIT request over the device's link to the same
+    service.
+
+    Returns: ``(target, left)``: the total commits due by the next checkpoint
+    and the seconds left until it.
+    """
+    commits: int
+    loss: float
+    commit_cost: float
+
+
+# -- G-CADA and CADA (the State Server selects groups; a member's work may be dropped) ------------
+
+@dataclasses.dataclass(frozen=True)
+class BeginIteration:
+    """G-CADA: ask to take part in iteration ``iteration`` or a later one
+    (``GroupBegin``, with this worker's group and the rule's settings, which
+    the interpreter adds); waits until the State Server selected the groups
+    of one (time counted as querying). ``want_stop``: this worker wants the
+    job to stop.
+
+    Returns: a :class:`Selection`.
+    """
+    iteration: int
+    want_stop: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """The answer to a :class:`BeginIteration`: iteration ``round`` (also the
+    iterations the job finished); ``stop``; ``target``: nobody is selected in
+    it, this worker has the servers step; ``ready``: this worker's group is
+    selected (else it asks for the next iteration)."""
+    round: int
+    stop: bool = False
+    target: bool = False
+    ready: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Download:
+    """G-CADA: pull θ^k (``iteration``) into the replica (eq. 5, a download)
+    and send a ``GroupWatch`` for it without waiting: its answer says
+    whether a teammate claimed the group's upload first.
+
+    Returns: None.
+    """
+    iteration: int
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchedCompute(Compute):
+    """G-CADA: one iteration (the gradient, no local step) that ends early,
+    dropped, when the watch of the last :class:`Download` answers that a
+    teammate claimed the upload (cluster: polled during the emulated
+    slowdown and before the step is applied, the step is then aborted;
+    simulator: the iteration's virtual time cut short).
+
+    Returns: True once computed, False when dropped.
+    """
+    local_step: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimUpload:
+    """G-CADA: claim the group's upload of iteration ``iteration``
+    (``GroupDone``, time counted as querying).
+
+    Returns: True if this worker is the group's first finisher.
+    """
+    iteration: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Upload:
+    """G-CADA: push this iteration's gradient to the group's keys on the
+    servers (kept as the group's last gradient) and report it
+    (``GroupUploaded``).
+
+    Returns: True when it was the iteration's last upload: this worker then
+    has the servers step (:class:`StepServers`).
+    """
+    iteration: int
+
+
+@dataclasses.dataclass(frozen=True)
+class StepServers:
+    """G-CADA: the servers' step of iteration ``iteration`` (a push to the
+    parameter keys, whose value is not used, the pull of θ^{k+1}, a push and
+    pull of the norm keys) and its norms to the State Server
+    (``GroupStepped``), which selects the next iteration's groups.
+
+    Returns: None.
+    """
+    iteration: int

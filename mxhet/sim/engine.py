@@ -41,27 +41,8 @@ from ..errors import ConfigError
 from ..modes.base import WorkerStats
 from ..policy import get_spec
 from ..policy.pacing import Pacing
-from ..policy.worker import Action, ADSPPolicy
 
 LOG = logging.getLogger("mxhet.sim")
-
-DRIVERS = {}
-"""Mode name -> ``driver(sim, dev)``, a SimPy process generator that runs one
-device of that mode (modes kept in their own module, under :mod:`mxhet.sim.drivers`)."""
-
-
-def sim_driver(name):
-    """Decorator: register ``fn(sim, dev)`` as the simulator's model of mode ``name``.
-
-    Raises:
-        ConfigError: if another function already models ``name``.
-    """
-    def register(fn):
-        if DRIVERS.get(name, fn) is not fn:
-            raise ConfigError("the simulator already has a driver for mode %r" % name)
-        DRIVERS[name] = fn
-        return fn
-    return register
 
 DEFAULT_LATENCY_MS = 1.0
 """One-way cost of a message between a worker and the State Server or a
@@ -402,44 +383,6 @@ class Simulation:
         dev.stopped = True
         yield from self.request(dev, dev.message(m.Bye))
 
-    # -- the modes not yet ported ---------------------------------------------------------
-    def adsp(self, dev):
-        policy = ADSPPolicy()
-        yield from self.register(dev)
-
-        def report():
-            t1 = self.env.now
-            reply = yield from self.request(dev, dev.message(
-                m.Commit, commits=policy.commits, loss=-1.0 if dev.last_loss is None else dev.last_loss,
-                commit_cost=float(policy.commit_cost)))
-            self.blocked(dev, t1, query=True)
-            policy.schedule(self.env.now, reply.target, reply.period_left)
-
-        yield from report()
-        while True:
-            duration = yield from self.iterate(dev)
-            dev.compute(local_step=True, read_loss=True)
-            stopping = self.wants_stop(dev)
-            action = policy.completed(self.env.now, duration, stopping=stopping)
-            if action is Action.REPORT:
-                yield from report()
-            if action is not Action.COMMIT:
-                continue
-            t1 = self.env.now
-            result = yield from self.push_async(dev, self.deltas(dev), list(range(len(dev.params))))
-            self.take_global(dev, result)
-            k = policy.committed(self.env.now - t1)
-            dev.stats.rounds += 1
-            dev.stats.local_iters.append(k)
-            if stopping or self.wants_stop(dev):
-                break
-            yield from report()
-        yield from self.leave(dev)
-
-    PROCESSES = {"adsp": "adsp"}
-    """The modes not yet ported to a worker program (:mod:`mxhet.protocol`) whose
-    simulator model is a method here; the others in :data:`DRIVERS`."""
-
     def snapshotter(self):
         while True:
             if self.spec.distributed:
@@ -467,27 +410,15 @@ class Simulation:
 
     def run(self):
         """Run until every device stopped; returns the virtual seconds of training."""
-        from . import drivers  # noqa: F401  (registers the modes kept in their own modules)
         from ..modes.registry import get_program
         from .program import run_program
-        try:
-            program = get_program(self.job.mode)
-        except ConfigError:  # a mode only the simulator models
-            program = None
-        if program is not None:   # the mode's one worker program, as the cluster runs it
+        program = get_program(self.job.mode)   # every mode's one worker program, as the cluster runs it
+        if program is None:
+            raise ConfigError("mode %r has no worker program the simulator could run" % self.job.mode)
 
-            def body(dev):
-                trace = None if self.traces is None else self.traces.setdefault(dev.slot, [])
-                return run_program(self, dev, program, trace)
-        elif self.job.mode in DRIVERS:   # not yet ported: the simulator's own model of the mode
-            fn = DRIVERS[self.job.mode]
-
-            def body(dev):
-                return fn(self, dev)
-        elif self.job.mode in self.PROCESSES:
-            body = getattr(self, self.PROCESSES[self.job.mode])
-        else:
-            raise ConfigError("the simulator has no model of mode %r" % self.job.mode)
+        def body(dev):
+            trace = None if self.traces is None else self.traces.setdefault(dev.slot, [])
+            return run_program(self, dev, program, trace)
         procs = [self.env.process(body(dev)) for dev in self.devices]
         self.env.process(self.snapshotter())
         done = simpy.AllOf(self.env, procs)

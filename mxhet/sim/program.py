@@ -144,7 +144,8 @@ def run_program(sim, dev, program, trace=None):
         yield from sim.register(dev)
     session = Session(program(sim.spec.resolve(sim.job.mode_options), dev.stats), trace)
     handlers = _HANDLERS
-    if getattr(get_mode(sim.job.mode), "member_rounds", False):
+    mode = getattr(sim.job, "mode", None)   # (a stand-in job may name none)
+    if mode is not None and getattr(get_mode(mode), "member_rounds", False):
         handlers = {**_HANDLERS, Exchange: _member_exchange}
     effect = session.advance()
     while effect is not None:
@@ -524,3 +525,31 @@ _HANDLERS.update({
     SendReset: _send_reset,
 })
 
+
+# -- ADSP (commit reports to the State Server's scheduler) ----------------------------------------
+
+from ..protocol.effects import Measured, MeasuredCompute, ReportCommits  # noqa: E402
+
+
+def _measured_compute(sim, dev, effect):
+    duration = yield from sim.iterate(dev)
+    dev.compute(local_step=effect.local_step, read_loss=True)
+    return Measured(duration, dev.last_loss)
+
+
+def _report_commits(sim, dev, effect):
+    t0 = sim.env.now
+    reply = yield from sim.request(dev, dev.message(m.Commit, commits=effect.commits, loss=effect.loss,
+                                                    commit_cost=effect.commit_cost))
+    sim.blocked(dev, t0, query=True)
+    return reply.target, reply.period_left
+
+
+_HANDLERS.update({MeasuredCompute: _measured_compute, ReportCommits: _report_commits})
+
+
+# -- G-CADA and CADA (their handlers in program_gcada.py) -------------------------------------------
+
+from .program_gcada import HANDLERS as _GCADA_HANDLERS  # noqa: E402
+
+_HANDLERS.update(_GCADA_HANDLERS)

@@ -403,3 +403,92 @@ def test_esync_on_a_link_slower_than_the_wait_cap_the_named_device_does_not_wait
     trace = _run(programs.esync(_esync_opts(ack="delayed"), stats), SlowLink(stats, ready_at=1, slowest=3))
     assert not any(isinstance(effect, e.AwaitAnswer) for effect, _ in trace)   # 20 ms could not cover 50 ms
     assert [q.ahead for q, _ in trace if isinstance(q, e.StateQuery)] == [0.05] * 3
+
+
+# -- ADSP ------------------------------------------------------------------------------------------
+
+def _adsp_job(stats, losses, stop_at_rounds):
+    """Results of a scripted ADSP job: iterations of 1 s with the given losses, commits taking no time,
+    a scheduler that always asks for one more commit within 4 s."""
+    from mxhet.protocol.effects import Measured, MeasuredCompute, ReportCommits
+    from mxhet.protocol import Now
+    clock = [0.0]
+    losses = iter(losses)
+
+    def results(effect):
+        if isinstance(effect, MeasuredCompute):
+            clock[0] += 1.0
+            return Measured(1.0, next(losses))
+        if isinstance(effect, ReportCommits):
+            return effect.commits + 1, 4.0
+        if isinstance(effect, Now):
+            return clock[0]
+        if isinstance(effect, WantsStop):
+            return stats.rounds >= stop_at_rounds
+        return None
+    return results
+
+
+def test_adsp_commits_when_its_timer_is_due_and_reports_the_smoothed_loss():
+    from mxhet.protocol import programs_adsp
+    from mxhet.protocol.effects import ReportCommits
+    stats = _stats()
+    trace = _run(programs_adsp.adsp({"global_lr": 1.0}, stats), _adsp_job(stats, [3.0, 2.0, 1.0, 1.0], 2))
+    # One commit due within 4 s: aimed at 2 s after each report, taken at the boundary nearest to it.
+    assert [e for e, _ in trace if isinstance(e, PushAsync)] == [PushAsync(Payload.DELTAS, 0),
+                                                                   PushAsync(Payload.DELTAS, 1)]
+    assert stats.rounds == 2 and stats.local_iters == [2, 2]
+    reports = [e for e, _ in trace if isinstance(e, ReportCommits)]
+    weight = programs_adsp.LOSS_WEIGHT   # the moving average of the batches' losses, not the last batch's
+    assert reports == [ReportCommits(0, -1.0, 0.0), ReportCommits(1, (1 - weight) * 3.0 + weight * 2.0, 0.0)]
+    assert trace[-1] == (WantsStop(), True)   # stops right after its last commit, without another report
+
+
+def test_adsp_commits_its_local_work_before_stopping():
+    from mxhet.protocol import programs_adsp
+    stats = _stats()
+    trace = _run(programs_adsp.adsp({"global_lr": 1.0}, stats), _adsp_job(stats, [3.0], 0))
+    assert [e for e, _ in trace][-2:] == [PushAsync(Payload.DELTAS, 0), programs_adsp.Now()]
+    assert stats.rounds == 1 and stats.local_iters == [1]
+
+
+def test_adsp_rejects_a_non_positive_global_lr():
+    from mxhet.protocol import programs_adsp
+    with pytest.raises(ConfigError, match="global_lr"):
+        next(programs_adsp.adsp({"global_lr": 0.0}, _stats()))
+
+
+# -- G-CADA and CADA -----------------------------------------------------------------------------
+
+def test_gcada_follows_the_state_servers_selection_and_drops_work_a_teammate_claimed():
+    from mxhet.protocol import programs_gcada
+    from mxhet.protocol.effects import (BeginIteration, ClaimUpload, Download, Selection, StepServers, Upload,
+                                        WatchedCompute)
+    stats = types.SimpleNamespace(rounds=0, local_iters=[], aborted=0)
+    selections = iter([Selection(0, ready=True), Selection(1), Selection(2, target=True), Selection(3, ready=True),
+                       Selection(4, ready=True), Selection(5, stop=True)])
+    computed = iter([True, False, True])   # iteration 3's work is dropped during the iteration
+    claims = iter([True, False])           # iteration 4's claim comes second
+
+    def results(effect):
+        if isinstance(effect, WantsStop):
+            return stats.rounds >= 4
+        if isinstance(effect, BeginIteration):
+            return next(selections)
+        if isinstance(effect, WatchedCompute):
+            return next(computed)
+        if isinstance(effect, ClaimUpload):
+            return next(claims)
+        if isinstance(effect, Upload):
+            return True   # the iteration's last upload
+        return None
+    trace = _run(programs_gcada.gcada({}, stats), results)
+    effects = [e for e, _ in trace if not isinstance(e, WantsStop)]
+    assert effects == [BeginIteration(0, False), Download(0), WatchedCompute(), ClaimUpload(0), Upload(0),
+                       StepServers(0),
+                       BeginIteration(1, False),                       # not selected: ask for the next
+                       BeginIteration(2, False), StepServers(2),       # nobody selected: this worker steps
+                       BeginIteration(3, False), Download(3), WatchedCompute(),   # dropped: no claim
+                       BeginIteration(4, False), Download(4), WatchedCompute(), ClaimUpload(4),   # not first
+                       BeginIteration(5, True)]
+    assert stats.rounds == 5 and stats.local_iters == [1, 1] and stats.aborted == 1

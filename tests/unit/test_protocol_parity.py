@@ -482,3 +482,183 @@ def test_both_interpreters_make_the_same_esync_decisions(tmp_path, monkeypatch, 
     assert aborted == ([ROUNDS, ROUNDS, 0] if delayed else [0, 0, 0])
     awaits = [any(isinstance(e, AwaitAnswer) for e, _ in sim[slot][0]) for slot in range(WORKERS)]
     assert awaits == [False, False, delayed]
+
+
+# -- ADSP: commit reports to the State Server's scheduler ------------------------------------------
+
+class _TimedStateServer(_StateServer):
+    """:class:`_StateServer` whose service reads the workers' shared fake clock, with ADSP's check period."""
+
+    def __init__(self, n, now, **kwargs):
+        from mxhet.control.server import StateService
+        super().__init__(n)
+        self.service = StateService(n, now=0.0, **kwargs)
+        self.now = now
+
+    def handle(self, request):
+        with self.cond:
+            reply = self.service.handle(request, self.now(), sender=request.rank)
+            self.inbox[request.rank].append(reply)
+            self.cond.notify_all()
+
+
+class _ADSPClient(_RuleClient):
+    def commit_report(self, commits, loss, commit_cost):
+        reply = self._ask(m.Commit, commits=commits, loss=float(loss), commit_cost=float(commit_cost))
+        return reply.target, reply.period_left
+
+
+def _adsp_cluster_traces(period):
+    lock, ticks = threading.Lock(), [0.0]
+
+    def clock():   # one shared clock, a second per reading: every iteration outlasts the check period
+        with lock:
+            ticks[0] += 1.0
+            return ticks[0]
+    server = _TimedStateServer(WORKERS, lambda: ticks[0], adsp_period=period, adsp_window=1)
+
+    class Executor(get_mode("adsp")):
+        def exchange_deltas(self, round_index, extra_keys=(), extra_values=(), extra_outs=()):
+            pass   # dist_async: applied on arrival, nobody waits
+
+    modes = []
+    for slot in range(WORKERS):
+        mode = Executor(_Trainer(), WorkerConfig(slot=slot, num_slots=WORKERS), clock=clock, sleep=lambda s: None)
+        mode.trace = []
+        mode.channel = _Channel()
+        mode.client = _ADSPClient(server, slot)
+        mode.stop_condition = lambda stats: stats.rounds >= ROUNDS
+        mode.on_setup(64)
+        mode._ready = True
+        mode._t_last = mode._t_start = clock()
+        modes.append(mode)
+    for mode in modes:   # one at a time: nobody waits for anybody
+        while not mode.stopped:
+            mode.step(64)
+    return {m.config.slot: (m.trace, m.stats.rounds, m.stats.local_iters) for m in modes}
+
+
+def _adsp_decisions(trace):
+    """What does not depend on the engine's clock or the model: the effects in order with the commits
+    reported, the commits' rounds and the stop wishes (not the losses, the commit costs, the times)."""
+    from mxhet.protocol.effects import ReportCommits
+    out = []
+    for effect, result in trace:
+        if isinstance(effect, ReportCommits):
+            out.append(("report", effect.commits))
+        elif isinstance(effect, (PushAsync, WantsStop)):
+            out.append((effect, result))
+        elif not isinstance(effect, Now):
+            out.append(type(effect).__name__)
+    return out
+
+
+def test_adsp_makes_the_same_decisions_on_both_interpreters(tmp_path, monkeypatch):
+    # Iterations far longer than the check period (and the report margin) and speeds 1 : 2 : 3, so the
+    # commit timer's decisions do not depend on each engine's clock: the fastest worker, always the one
+    # with the most commits, meets each target right after its commit (the scheduler counts the commits
+    # reported at the last checkpoint), asks for the next at its next iteration and commits at the one
+    # after; the others are always behind it and commit at every iteration.
+    cluster = _adsp_cluster_traces(period=0.001)
+    sim = _sim_traces(tmp_path, "adsp", ["--slowdown", "1,2,3", "--base-iter", "0.1", "--adsp-period", "0.001",
+                                         "--adsp-window", "1"], monkeypatch)
+    assert sorted(sim) == sorted(cluster) == list(range(WORKERS))
+    for slot in range(WORKERS):
+        assert _adsp_decisions(sim[slot][0]) == _adsp_decisions(cluster[slot][0]), slot
+        assert sim[slot][1:] == cluster[slot][1:], slot
+    assert [sim[slot][2] for slot in range(WORKERS)] == [[1, 2, 2], [1, 1, 1], [1, 1, 1]]
+    decisions = _adsp_decisions(sim[1][0])
+    assert [d for d in decisions if isinstance(d, tuple) and d[0] == "report"] == [("report", c)
+                                                                                   for c in range(ROUNDS)]
+    assert decisions[-2:] == [(PushAsync(Payload.DELTAS, ROUNDS - 1), None), (WantsStop(), True)]
+
+
+# -- CADA: the State Server selects, a member's work may be dropped, the last upload steps ----------
+
+class _GroupClient(_RuleClient):
+    def ask(self, cls, **fields):
+        return self._ask(cls, **fields)
+
+    def send_request(self, cls, **fields):
+        message = self._message(cls, **fields)
+        self.server.handle(message)
+        return message.seq
+
+
+class _GroupChannel(_Channel):
+    num_workers = WORKERS
+
+    def pull(self, keys, outs):
+        pass
+
+    def push_pull(self, keys, values, outs):
+        pass
+
+
+def _cada_cluster_traces(options):
+    import mxnet as mx
+    server = _StateServer(WORKERS)
+
+    class Trainer(_Trainer):
+        def __init__(self):   # one parameter: the group keys need a shape
+            param = mx.gluon.Parameter("w", shape=(2,))
+            param.initialize(ctx=mx.cpu())
+            self._params = [param]
+
+    modes = []
+    for slot in range(WORKERS):
+        mode = get_mode("cada")(Trainer(), WorkerConfig(slot=slot, num_slots=WORKERS, num_servers=1), clock=lambda: 0.0,
+                                sleep=lambda s: None, **options)
+        mode.trace = []
+        mode.channel = _GroupChannel()
+        mode.keys, mode.wbufs = [0], [mx.nd.zeros((2,))]
+        mode.client = _GroupClient(server, slot)
+        mode.stop_condition = lambda stats: stats.rounds >= ROUNDS
+        modes.append(mode)
+    errors = []
+
+    def script(mode):
+        try:
+            mode.on_setup(64)   # its first request waits for the others'
+            mode._ready = True
+            mode._t_last = mode._t_start = 0.0
+            while not mode.stopped:
+                mode.step(64, ignore_stale_grad=True)   # no backward ran: the fake gradients are not fresh
+        except Exception as e:  # reported below, not lost in the thread
+            errors.append(e)
+    threads = [threading.Thread(target=script, args=(mode,), daemon=True) for mode in modes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and not any(t.is_alive() for t in threads), errors
+    return {m.config.slot: (m.trace, m.stats.rounds, m.stats.local_iters) for m in modes}
+
+
+def _cada_decisions(trace):
+    """The decisions but who has the servers step (the iteration's last upload: each engine's timing)."""
+    from mxhet.protocol.effects import StepServers, Upload
+    return [(e, None if isinstance(e, Upload) else r) for e, r in trace if not isinstance(e, StepServers)]
+
+
+def test_cada_makes_the_same_decisions_on_both_interpreters(tmp_path, monkeypatch):
+    # D = 1: every worker (a group of one) is selected in every iteration, so nobody's work is dropped and
+    # the selections do not depend on timing.
+    from mxhet.protocol.effects import BeginIteration, Selection, StepServers, Upload
+    options = {"max_delay": 1}
+    cluster = _cada_cluster_traces(options)
+    sim = _sim_traces(tmp_path, "cada", ["--max-delay", "1"], monkeypatch)
+    assert sorted(sim) == sorted(cluster) == list(range(WORKERS))
+    # The wish to stop goes with the request for the next iteration, answered after the selection of the
+    # current one: the job runs ROUNDS + 1 iterations under --max-rounds ROUNDS (as it did before the port).
+    iterations = ROUNDS + 1
+    for slot in range(WORKERS):
+        assert _cada_decisions(sim[slot][0]) == _cada_decisions(cluster[slot][0]), slot
+        assert sim[slot][1:] == cluster[slot][1:] == (iterations, [1] * iterations), slot
+    begins = [(e, r) for e, r in _cada_decisions(sim[0][0]) if isinstance(e, BeginIteration)]
+    assert [r for _, r in begins] == ([Selection(k, ready=True) for k in range(iterations)]
+                                      + [Selection(iterations, stop=True)])
+    for traces in (sim, cluster):   # one step of the servers per iteration, by its last uploader
+        steps = sorted(e.iteration for slot in traces for e, _ in traces[slot][0] if isinstance(e, StepServers))
+        lasts = [e for slot in traces for e, r in traces[slot][0] if isinstance(e, Upload) and r]
+        assert steps == list(range(iterations)) and len(lasts) == iterations

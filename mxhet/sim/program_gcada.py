@@ -1,22 +1,16 @@
-"""The simulator's model of ``gcada`` and ``cada``.
+"""The simulator's effects of ``gcada`` and ``cada`` (:mod:`mxhet.protocol.programs_gcada`).
 
 The same decisions as the cluster (:mod:`mxhet.modes.gcada`): the rule is
 :class:`~mxhet.control.gcada.GroupCoordinator` behind the real
 :class:`~mxhet.control.server.StateService`, and the servers' step is
 :class:`kvstore_ext.gcada.GroupAMSGrad` applied through MXNet's updater path,
-with the groups' last gradients and the norms in the same reserved keys.
-Each device:
-
-* asks for the next iteration (``GroupBegin``, deferred until its groups are
-  selected); if its group is not selected it asks for the next one;
-* if selected, pulls θ^k (a request, then the transfer), sends a
-  ``GroupWatch`` and computes for one iteration's virtual time (exponential
-  under ``--slowdown-dist exp``) -- or less: the watch's answer that a
-  teammate claimed the upload ends the iteration the moment it arrives;
-* claims the upload (``GroupDone``); the first finisher pushes its real
-  gradient to its group's keys and reports it; the last upload of the
-  iteration triggers the servers' step (a push to the parameter keys, the
-  pull of θ^{k+1}, a push and pull of the norm keys) and reports the norms.
+with the groups' last gradients and the norms in the same reserved keys. A
+:class:`~mxhet.protocol.effects.Download` pulls θ^k (a request, then the
+transfer) and sends a ``GroupWatch``; the
+:class:`~mxhet.protocol.effects.WatchedCompute` after it lasts one
+iteration's virtual time (exponential under ``--slowdown-dist exp``) -- or
+less: the watch's answer that a teammate claimed the upload ends it the
+moment it arrives.
 
 With ``--latency-ms 0 --per-key-ms 0`` and a large bandwidth, messages and
 transfers take no virtual time: an iteration then lasts exactly the longest,
@@ -27,12 +21,14 @@ import mxnet as mx
 
 from kvstore_ext import keys as ps_keys
 from kvstore_ext.gcada import GroupAMSGrad
-from ...control import messages as m
-from ...control.gcada import group_of
-from ...dataplane import nbytes
-from ...modes.gcada import check_rule_options
-from ...modes.registry import get_mode
-from ..engine import Servers, sim_driver
+from ..control import messages as m
+from ..control.gcada import group_of
+from ..dataplane import nbytes
+from ..modes.gcada import check_rule_options
+from ..modes.registry import get_mode
+from ..protocol.effects import (BeginIteration, ClaimUpload, Download, Selection, StepServers, Upload,
+                                WatchedCompute)
+from .engine import Servers
 
 
 class _GroupKeys:
@@ -113,63 +109,76 @@ def _trigger(sim, gk, dev, k, group):
                     group_sq=[float(x) for x in total[1:]])
 
 
-@sim_driver("gcada")
-@sim_driver("cada")
-def gcada(sim, dev):
+def _group(sim, dev, gk):
+    return group_of(dev.slot, len(sim.devices), gk.groups)
+
+
+def _begin(sim, dev, effect):
+    gk = _keys(sim)
+    reply = yield from _ask(sim, dev, m.GroupBegin, iteration=effect.iteration, group=_group(sim, dev, gk),
+                            want_stop=effect.want_stop, smoothness=dev.smoothness, **gk.rule)
+    return Selection(reply.round, stop=reply.stop, target=reply.target, ready=reply.ready)
+
+
+def _download(sim, dev, effect):
     gk = _keys(sim)
     net = sim.job.network
-    group = group_of(dev.slot, len(sim.devices), gk.groups)
-    yield from sim.register(dev)
-    wanted = 0
-    while True:
-        reply = yield from _ask(sim, dev, m.GroupBegin, iteration=wanted, group=group, want_stop=sim.wants_stop(dev),
-                                smoothness=dev.smoothness, **gk.rule)
-        dev.stats.rounds = reply.round
-        if reply.stop:
-            break
-        k = wanted = reply.round
-        wanted += 1
-        if reply.target:
-            yield from _trigger(sim, gk, dev, k, group)
-            continue
-        if not reply.ready:
-            continue
-        # download θ^k
-        t0 = sim.env.now
-        yield sim.env.timeout(net.message(dev.slot))
-        model = sim.servers.snapshot(gk.grad_keys)
-        yield sim.env.timeout(net.transfer(dev.slot, gk.model_bytes, len(gk.grad_keys)))
-        sim.take_global(dev, model, gk.grad_keys)
-        sim.blocked(dev, t0, sync=True)
-        dev.stats.bytes_pulled += gk.model_bytes
-        dev.stats.downloads += 1
-        dropped = sim.env.event()
-        sim.env.process(_watch(sim, dev, k, group, dropped))
-        t1 = sim.env.now
-        duration = dev.iteration_time(t1, sim.job.base_iter_s, sim.job.jitter)
-        yield sim.env.timeout(duration) | dropped
-        if dropped.triggered:   # a teammate finished first: this work is dropped at once
-            dev.stats.compute_s += sim.env.now - t1
-            dev.stats.aborted += 1
-            dev.skip_batch()
-            continue
-        dev.stats.compute_s += duration
-        dev.compute(local_step=False)
-        claim = yield from _ask(sim, dev, m.GroupDone, iteration=k, group=group)
-        dev.stats.local_iters.append(1)
-        if not claim.ready:
-            dev.stats.aborted += 1
-            continue
-        grads = [dev.params[i].grad().copy() for i in gk.grad_keys]
-        t2 = sim.env.now
-        yield sim.env.timeout(net.transfer(dev.slot, gk.model_bytes, len(gk.grad_keys)))
-        for key, value in zip(gk.group_keys[group], grads):
-            gk.store.apply(key, value)
-        yield sim.env.timeout(net.message(dev.slot))   # the push's acknowledgement
-        sim.blocked(dev, t2, sync=True)
-        dev.stats.bytes_pushed += gk.model_bytes
-        dev.stats.uploads += 1
-        done = yield from _ask(sim, dev, m.GroupUploaded, iteration=k, group=group)
-        if done.ready:
-            yield from _trigger(sim, gk, dev, k, group)
-    yield from sim.leave(dev)
+    t0 = sim.env.now
+    yield sim.env.timeout(net.message(dev.slot))
+    model = sim.servers.snapshot(gk.grad_keys)
+    yield sim.env.timeout(net.transfer(dev.slot, gk.model_bytes, len(gk.grad_keys)))
+    sim.take_global(dev, model, gk.grad_keys)
+    sim.blocked(dev, t0, sync=True)
+    dev.stats.bytes_pulled += gk.model_bytes
+    dev.stats.downloads += 1
+    dropped = sim.env.event()
+    sim.__dict__.setdefault("_gcada_watch", {})[dev.slot] = dropped
+    sim.env.process(_watch(sim, dev, effect.iteration, _group(sim, dev, gk), dropped))
+
+
+def _watched_compute(sim, dev, effect):
+    dropped = sim._gcada_watch.pop(dev.slot)
+    t1 = sim.env.now
+    duration = dev.iteration_time(t1, sim.job.base_iter_s, sim.job.jitter)
+    yield sim.env.timeout(duration) | dropped
+    if dropped.triggered:   # a teammate finished first: this work is dropped at once
+        dev.stats.compute_s += sim.env.now - t1
+        dev.stats.aborted += 1
+        dev.skip_batch()
+        return False
+    dev.stats.compute_s += duration
+    dev.compute(local_step=effect.local_step)
+    return True
+
+
+def _claim(sim, dev, effect):
+    gk = _keys(sim)
+    claim = yield from _ask(sim, dev, m.GroupDone, iteration=effect.iteration, group=_group(sim, dev, gk))
+    return bool(claim.ready)
+
+
+def _upload(sim, dev, effect):
+    gk = _keys(sim)
+    net = sim.job.network
+    group = _group(sim, dev, gk)
+    grads = [dev.params[i].grad().copy() for i in gk.grad_keys]
+    t2 = sim.env.now
+    yield sim.env.timeout(net.transfer(dev.slot, gk.model_bytes, len(gk.grad_keys)))
+    for key, value in zip(gk.group_keys[group], grads):
+        gk.store.apply(key, value)
+    yield sim.env.timeout(net.message(dev.slot))   # the push's acknowledgement
+    sim.blocked(dev, t2, sync=True)
+    dev.stats.bytes_pushed += gk.model_bytes
+    dev.stats.uploads += 1
+    done = yield from _ask(sim, dev, m.GroupUploaded, iteration=effect.iteration, group=group)
+    return bool(done.ready)
+
+
+def _step_servers(sim, dev, effect):
+    gk = _keys(sim)
+    yield from _trigger(sim, gk, dev, effect.iteration, _group(sim, dev, gk))
+
+
+HANDLERS = {BeginIteration: _begin, Download: _download, WatchedCompute: _watched_compute, ClaimUpload: _claim,
+            Upload: _upload, StepServers: _step_servers}
+"""The simulator's handlers of G-CADA's effects (added to :mod:`mxhet.sim.program`'s)."""
