@@ -219,20 +219,17 @@ STORE_TYPE = {"esync": "dist", "sync": "dist", "async": "dist_async", "localsgd"
               "adsp": "dist_async"}
 
 
-# ESync and ADSP have no departure yet (SyncMode.leave_at_exit returns False): a fast worker whose loop ended
+# ESync has no departure yet (SyncMode.leave_at_exit returns False): a fast worker whose loop ended
 # waits in PS-LITE's exit barrier (the kvstore's destructor) for the slow one, and from its interpreter's
 # finalization on its State Server heartbeats stop (the control I/O thread is a daemon thread), so the State
 # Server declares it hung after --heartbeat-timeout and the job exits 1. ESync's rounds also wait for its deltas.
 ESYNC_NO_DEPARTURE = pytest.mark.xfail(
     strict=True, reason="esync: a worker that leaves its loop first is declared hung (no departure in ESync yet; "
                         "being moved onto localsgd's State-Server-named round members)")
-ADSP_NO_DEPARTURE = pytest.mark.xfail(
-    strict=True, reason="adsp: a worker that leaves its loop more than --heartbeat-timeout before the slow one is "
-                        "declared hung (ADSP has no leave_at_exit; its State Server is never told)")
 
 
 @pytest.mark.parametrize("mode", [pytest.param("esync", marks=ESYNC_NO_DEPARTURE), "sync", "async", "localsgd",
-                                  pytest.param("adsp", marks=ADSP_NO_DEPARTURE)])
+                                  "adsp"])
 def test_mxnet_example_runs_with_only_the_trainer_line_changed(tmp_path, child_pids, mode):
     """Every worker runs its whole loop (2 epochs over its shard), the job exits
     0 and every worker's last-epoch test accuracy is well above chance (0.1)."""
