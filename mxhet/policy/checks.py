@@ -30,9 +30,9 @@ def positive():
     return Rule("finite and > 0", lambda v: math.isfinite(v) and v > 0)
 
 
-def at_least(minimum, note=""):
-    """A value >= ``minimum``; ``note`` explains a special value (e.g. "0: no cap")."""
-    return Rule(">= %s%s" % (minimum, " (%s)" % note if note else ""), lambda v: v >= minimum)
+def at_least(minimum):
+    """A value >= ``minimum``."""
+    return Rule(">= %s" % (minimum,), lambda v: v >= minimum)
 
 
 def unit_interval():

@@ -14,15 +14,15 @@ from .spec import get_spec, registered_specs
 GROUP_TITLE = "mode options"
 
 
-def flag_table():
-    """Flag -> its ``(spec, option)`` pairs over every registered mode, flags
-    and modes in the order they were registered.
+def flag_table(specs=None):
+    """Flag -> its ``(spec, option)`` pairs over ``specs`` (default: every
+    registered mode), flags and modes in the order they were registered.
 
     Raises:
         ConfigError: when the options sharing a flag differ in type, choices or syntax.
     """
     table = {}
-    for spec in registered_specs():
+    for spec in registered_specs() if specs is None else specs:
         for option in spec.options:
             pairs = table.setdefault(option.flag, [])
             if pairs:

@@ -61,7 +61,7 @@ ESYNC = register_spec(ModeSpec(
              Option("outer_momentum", 0.9, "momentum of the outer optimizer", check=unit_interval()),
              Option("max_local_steps", 0, "K: a device aggregates after at most K local iterations a round, "
                                           "READY or not, and waits for the slowest (0: no cap)",
-                    check=at_least(0, "0: no cap")))))
+                    check=at_least(0)))))
 
 SYNC = register_spec(ModeSpec(
     "sync", "dist_sync", "synchronous SGD: gradients averaged every step; everyone waits for the slowest"))
@@ -172,7 +172,7 @@ DYLU = register_spec(ModeSpec(
                     check=unit_interval()),
              Option("nesterov_period", 0, "N: the momentum is updated every N pushes of a key (Delayed "
                                           "Nesterov; 0: the number of workers)",
-                    check=at_least(0, "0: the number of workers")),
+                    check=at_least(0)),
              Option("dynamic", True, "scale each device's local steps by its speed (DyLU); False: H for all",
                     flag="--dynamic-local-steps"))))
 
