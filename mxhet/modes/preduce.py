@@ -34,7 +34,7 @@ import dataclasses
 import mxnet as mx
 
 from kvstore_ext import keys as ps_keys
-from ..control.preduce import default_slots, min_window
+from ..control.preduce import check_options, default_slots
 from ..dataplane import copy_all, nbytes
 from ..errors import ConfigError
 from ..policy import specs
@@ -44,22 +44,6 @@ from .program import PreludeProgramMode
 from .registry import register
 
 WEIGHTINGS = specs.WEIGHTINGS
-
-
-def check_options(opts, num_workers=None):
-    """Validate a ``preduce`` option dict: its spec's checks, and P and T
-    against N when N is known.
-
-    Raises:
-        ConfigError: naming the bad option and value.
-    """
-    specs.PREDUCE.check(opts)
-    p, t = opts["group_size"], opts["frozen_window"]
-    if num_workers is not None and p > num_workers:
-        raise ConfigError("group_size (P) must be at most the number of workers %d, got %d" % (num_workers, p))
-    if t and num_workers is not None and t < min_window(num_workers, p):
-        raise ConfigError("frozen_window (T) must be >= ceil((N-1)/(P-1)) = %d, got %d"
-                          % (min_window(num_workers, p), t))
 
 
 @register

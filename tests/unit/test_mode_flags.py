@@ -108,3 +108,15 @@ def test_options_sharing_a_flag_must_agree_and_defaults_must_pass_their_checks()
         Option("anything", None, "")
     with pytest.raises(ConfigError, match="integer"):
         a.resolve({"steps": 2.5})
+
+
+def test_preduce_checks_p_and_t_against_the_number_of_workers_where_it_is_known():
+    from mxhet.control.preduce import check_options
+    opts = get_spec("preduce").defaults()
+    check_options(opts, 2)
+    with pytest.raises(ConfigError, match="group_size .* number of workers 4, got 5"):
+        check_options(dict(opts, group_size=5), 4)
+    with pytest.raises(ConfigError, match=r"frozen_window .* = 4, got 3"):
+        check_options(dict(opts, frozen_window=3), 5)
+    with pytest.raises(ConfigError, match=r"preduce: alpha \(--alpha\)"):
+        check_options(dict(opts, alpha=1.0))
