@@ -82,7 +82,8 @@ SSP = register_spec(ModeSpec(
 LOCALSGD = register_spec(ModeSpec(
     "localsgd", "dist_async", "local SGD / fixed ADACOMM: tau local steps, then a synchronous average of the models",
     needs_state_server=True,   # it names each round's members (mxhet.control.membership)
-    exchanges_deltas=True, options=(Option("local_steps", 8, "local steps τ between two averages", check=at_least(1)),)))
+    exchanges_deltas=True, options=(Option("local_steps", 8, "local steps τ between two averages",
+                                                   check=at_least(1)),)))
 
 ADSP = register_spec(ModeSpec(
     "adsp", "dist_async", "ADSP: train without waiting, commit accumulated updates at scheduler-set rates",

@@ -382,5 +382,6 @@ def test_worker_mode_options_are_checked_before_any_process_starts(capsys, sync,
 
 
 def test_worker_mode_options_of_other_modes_and_other_commands_are_left_alone():
-    assert parse("-n", "2", "--sync", "esync", command=TRAIN + ["--local-steps", "0", "--ack", "delayed"]).sync == "esync"
+    args = parse("-n", "2", "--sync", "esync", command=TRAIN + ["--local-steps", "0", "--ack", "delayed"])
+    assert args.sync == "esync"
     assert parse("-n", "2", "--sync", "dylu", command=["python", "train.py", "--local-steps", "0"]).sync == "dylu"
