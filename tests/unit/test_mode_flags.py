@@ -120,3 +120,9 @@ def test_preduce_checks_p_and_t_against_the_number_of_workers_where_it_is_known(
         check_options(dict(opts, frozen_window=3), 5)
     with pytest.raises(ConfigError, match=r"preduce: alpha \(--alpha\)"):
         check_options(dict(opts, alpha=1.0))
+
+
+def test_specs_are_plain_data_that_pickle():
+    import pickle
+    for name in spec_names():
+        assert pickle.loads(pickle.dumps(get_spec(name))) == get_spec(name)
