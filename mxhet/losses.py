@@ -13,6 +13,7 @@ import numpy as np
 from mxnet import gluon
 
 from .errors import ConfigError
+from .policy.specs import SMOOTHNESS
 
 LOSS_NAMES = ("softmax", "l2")
 
@@ -47,7 +48,7 @@ def get_loss(name, classes=10):
     return gluon.loss.SoftmaxCrossEntropyLoss()
 
 
-SMOOTHNESS_CHOICES = ("folded", "shard")
+SMOOTHNESS_CHOICES = SMOOTHNESS
 """How G-CADA's and CADA's lazy condition gets the smoothness constants L_g:
 ``folded``: L_g = 1 (the constants are folded into c; any model and loss);
 ``shard``: L_g computed exactly from the group's shard (``linear`` with ``l2`` only)."""

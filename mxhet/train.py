@@ -25,6 +25,7 @@ from .config import worker_config
 from .errors import ConfigError
 from .evaluation import DEFAULT_BN_BATCHES
 from .gluon_private import trainer_params
+from .policy.flags import add_mode_arguments, resolve_args
 
 LOG = logging.getLogger("mxhet.train")
 
@@ -56,55 +57,9 @@ def build_parser():
     g.add_argument("--lr", type=float, default=0.05, help="(local) learning rate")
     g.add_argument("--momentum", type=float, default=0.0, help="momentum, for sgd")
     g.add_argument("--wd", type=float, default=0.0, help="weight decay")
-    g.add_argument("--global-lr", type=float, default=1.0,
-                   help="esync: ε of Algorithm 1, w += ε·mean(Δ); adsp: W += (ε/M)·Δ on each commit")
-    g.add_argument("--local-steps", type=int, default=8,
-                   help="localsgd: local steps τ between averages; dylu: H, the fastest device's local steps")
-    g.add_argument("--dc-lambda", type=float, default=0.04, help="dcasgd: delay-compensation strength λ")
-    g.add_argument("--groups", type=int, default=None,
-                   help="gcada: G, groups of M/G workers (and the groups of --dist group)")
-    g.add_argument("--max-delay", type=int, default=None, help="gcada, cada: D, the largest age of information")
-    g.add_argument("--lazy-c", type=float, default=None, help="gcada, cada: c of the lazy condition (eq. 9)")
-    g.add_argument("--smoothness", choices=["folded", "shard"], default=None,
-                   help="gcada, cada: eq. (9)'s L_g, folded into c (L_g = 1, default) or computed exactly from "
-                        "the group's shard (needs --model linear --loss l2)")
-    g.add_argument("--step-size", type=float, default=None, help="gcada, cada: AMSGrad's α on the servers")
-    g.add_argument("--beta1", type=float, default=None, help="gcada, cada: AMSGrad's β1")
-    g.add_argument("--beta2", type=float, default=None, help="gcada, cada: AMSGrad's β2")
-    g.add_argument("--group-size", type=int, default=2, help="preduce: P, workers per partial reduce")
-    g.add_argument("--weights", choices=["constant", "dynamic"], default="dynamic",
-                   help="preduce: 1/P, or staleness-aware EMA weights (default %(default)s)")
-    g.add_argument("--alpha", type=float, default=0.5, help="preduce: α of the dynamic weights, in [0, 1)")
-    g.add_argument("--frozen-filter", choices=["on", "off"], default="on",
-                   help="preduce: group-frozen avoidance (default %(default)s)")
-    g.add_argument("--frozen-window", type=int, default=0,
-                   help="preduce: T, groups in the sync-graph (0: 2*ceil((N-1)/(P-1)))")
-    g.add_argument("--max-staleness", type=int, default=16, metavar="TAU",
-                   help="nodelay: a worker waits once TAU of its gradients are missing from its global model "
-                        "(default %(default)s)")
-    g.add_argument("--ack", choices=["blocking", "delayed"], default="blocking",
-                   help="esync: wait for each State Server answer, or keep training (delayed ACKs, §4.2)")
-    g.add_argument("--aggregation", choices=["mean", "normalized", "weighted"], default="mean",
-                   help="esync: combine deltas by plain mean (Algorithm 1), per local step (FedNova) or by samples")
-    g.add_argument("--outer-optimizer", choices=["none", "nesterov"], default="none",
-                   help="esync: apply the combined delta as is, or as DiLoCo's pseudo-gradient with Nesterov "
-                        "momentum on the servers")
-    g.add_argument("--outer-lr", type=float, default=0.7, help="esync, dylu: outer learning rate (default %(default)s)")
-    g.add_argument("--outer-momentum", type=float, default=0.9, help="esync, dylu: outer momentum (default %(default)s)")
-    g.add_argument("--max-local-steps", type=int, default=0, metavar="K",
-                   help="esync: aggregate after at most K local iterations a round, READY or not, and wait for "
-                        "the slowest; bounds a fast device's drift on non-i.i.d. data (default 0: no cap)")
-    g.add_argument("--nesterov-period", type=int, default=0, metavar="N",
-                   help="dylu: Delayed Nesterov updates the servers' momentum every N pushes of a key "
-                        "(default 0: the number of workers)")
-    g.add_argument("--dynamic-local-steps", choices=["on", "off"], default="on",
-                   help="dylu: scale each device's local steps by its measured speed (DyLU), or run "
-                        "--local-steps on every device (default %(default)s)")
     g.add_argument("--on-nonfinite", choices=["stop", "skip"], default="stop",
                    help="NaN/Inf in a delta or gradient about to be pushed: stop the job with an error "
                         "naming the worker and round, or push zeros instead (default %(default)s)")
-    g.add_argument("--reset-optimizer-state", action="store_true",
-                   help="esync: clear the local optimizer state at every round boundary")
     g = p.add_argument_group("stopping and metrics")
     g.add_argument("--time-budget", type=float, default=60.0, help="seconds of training (default %(default)s)")
     g.add_argument("--max-rounds", type=int, default=0,
@@ -127,6 +82,7 @@ def build_parser():
     g.add_argument("--resume", action="store_true", help="resume from the newest complete checkpoint")
     g.add_argument("--dump-rounds", type=int, default=0,
                    help="save weights (and esync deltas) of the first N rounds, for checking")
+    add_mode_arguments(p)
     return p
 
 
@@ -134,11 +90,9 @@ def _validate(args):
     for name in ("batch_size", "eval_samples"):
         if getattr(args, name) < 1:
             raise ConfigError("--%s must be >= 1, got %r" % (name.replace("_", "-"), getattr(args, name)))
-    for name in ("time_budget", "eval_interval", "lr", "global_lr"):
+    for name in ("time_budget", "eval_interval", "lr"):
         if not getattr(args, name) > 0:
             raise ConfigError("--%s must be > 0, got %r" % (name.replace("_", "-"), getattr(args, name)))
-    if args.local_steps < 1:
-        raise ConfigError("--local-steps must be >= 1, got %r" % args.local_steps)
     if args.checkpoint_every < 1:
         raise ConfigError("--checkpoint-every must be >= 1, got %r" % args.checkpoint_every)
     if args.resume and not args.checkpoint_dir:
@@ -146,9 +100,8 @@ def _validate(args):
     for name in ("final_eval_samples", "bn_batches"):
         if getattr(args, name) < 0:
             raise ConfigError("--%s must be >= 0, got %r" % (name.replace("_", "-"), getattr(args, name)))
-    for name in ("max_rounds", "max_local_steps"):
-        if getattr(args, name) < 0:
-            raise ConfigError("--%s must be >= 0, got %r" % (name.replace("_", "-"), getattr(args, name)))
+    if args.max_rounds < 0:
+        raise ConfigError("--max-rounds must be >= 0, got %r" % args.max_rounds)
     if not 0 < args.target_accuracy <= 1:
         raise ConfigError("--target-accuracy must be in (0, 1], got %r" % args.target_accuracy)
     from .models import check_norm
@@ -163,29 +116,14 @@ def optimizer_params(args):
     return params
 
 
-def _mode_spec(mode):
-    from .policy import get_spec
-    return get_spec(mode)
-
-
 def mode_options(args, mode):
-    """Every option mode ``mode`` takes, by name, from the command line."""
-    from .policy import get_spec
-    offered = {"global_lr": args.global_lr, "reset_optimizer_state": args.reset_optimizer_state,
-               "ack": args.ack, "local_steps": args.local_steps, "lamda": args.dc_lambda,
-               "aggregation": args.aggregation, "outer_optimizer": args.outer_optimizer,
-               "outer_lr": args.outer_lr, "outer_momentum": args.outer_momentum,
-               "max_local_steps": args.max_local_steps}
-    offered["staleness"] = args.max_staleness
-    offered.update(group_size=args.group_size, weights=args.weights, alpha=args.alpha,
-                   frozen_filter=args.frozen_filter == "on", frozen_window=args.frozen_window)
-    for name, flag in (("groups", "groups"), ("max_delay", "max_delay"), ("c", "lazy_c"), ("step_size", "step_size"),
-                       ("beta1", "beta1"), ("beta2", "beta2"), ("smoothness", "smoothness")):
-        if getattr(args, flag, None) is not None:  # G-CADA's: given on the command line, else the spec's default
-            offered[name] = getattr(args, flag)
-    offered.update(nesterov_period=args.nesterov_period, dynamic=args.dynamic_local_steps == "on")   # dylu
-    takes = get_spec(mode).defaults()
-    return {name: value for name, value in offered.items() if name in takes}
+    """Every option mode ``mode`` takes, by name: the command line's value, else
+    the mode's default (flags of other modes are ignored), checked by its spec.
+
+    Raises:
+        ConfigError: naming the option, its flag and the bad value.
+    """
+    return resolve_args(args, mode)
 
 
 def worker_contexts(args, config):
@@ -265,6 +203,7 @@ def run(args, config=None):
     if args.sync and config.launched and args.sync != config.sync:
         raise ConfigError("--sync %s contradicts the launcher's --sync %s" % (args.sync, config.sync))
     mode = args.sync or config.sync
+    options = mode_options(args, mode)
     contexts = worker_contexts(args, config)
     ctx = contexts[0]   # data, snapshots and evaluation; the mode synchronizes this copy
     os.makedirs(args.metrics_out, exist_ok=True)
@@ -278,15 +217,15 @@ def run(args, config=None):
 
     images, labels = data.load_fashion_mnist("train", args.data_dir or config.data_dir)
     shard = data.partition(labels, config.num_slots, config.slot, dist=args.dist, seed=args.seed,
-                           groups=_mode_spec(mode).resolve(mode_options(args, mode)).get("groups", args.groups))
+                           groups=options.get("groups", args.groups))
     batches = data.ShardIterator(images, labels, shard, args.batch_size, seed=args.seed + 1000 * config.slot,
                                  input_size=input_size, ctx=ctx)
     x, _ = next(batches)
     net(x)  # resolve deferred shapes before the initial model is shared
 
     trainer = Trainer(net.collect_params(), args.optimizer, optimizer_params(args), sync=mode, config=config,
-                      on_nonfinite=args.on_nonfinite, **mode_options(args, mode))
-    smoothness = _mode_spec(mode).resolve(mode_options(args, mode)).get("smoothness")
+                      on_nonfinite=args.on_nonfinite, **options)
+    smoothness = options.get("smoothness")
     if smoothness is not None:   # gcada, cada: eq. (9)'s L_g
         losses_mod.check_smoothness(smoothness, args.model, args.loss)
         if smoothness == "shard":
@@ -465,7 +404,7 @@ def evaluate_run(args, config, mode, snapshots, ctx, input_size, train_time, los
     return {
         "departed_slots": departed,
         "mode": mode,
-        "ack": args.ack if mode == "esync" else None,
+        "ack": mode_options(args, mode).get("ack"),   # esync's; None in other modes
         "model": args.model,
         "norm": args.norm,
         "loss": args.loss,

@@ -36,6 +36,8 @@ import itertools
 import math
 
 from mxhet.control.window_graph import WindowGraph
+from mxhet.errors import ConfigError
+from mxhet.policy.specs import PREDUCE
 
 DEFAULT_ALPHA = 0.5
 """α of the EMA weights (eq. 9); the paper gives none. At 0.5 a model one
@@ -46,6 +48,22 @@ stalest member of a pair never gets more than about α in all."""
 def min_window(num_workers, group_size):
     """⌈(N−1)/(P−1)⌉: the fewest groups whose sync-graph can connect N workers."""
     return max(1, math.ceil((num_workers - 1) / (group_size - 1)))
+
+
+def check_options(opts, num_workers=None):
+    """Validate a ``preduce`` option dict: its spec's checks, and P and T
+    against N when N is known.
+
+    Raises:
+        ConfigError: naming the bad option and value.
+    """
+    PREDUCE.check(opts)
+    p, t = opts["group_size"], opts["frozen_window"]
+    if num_workers is not None and p > num_workers:
+        raise ConfigError("group_size (P) must be at most the number of workers %d, got %d" % (num_workers, p))
+    if t and num_workers is not None and t < min_window(num_workers, p):
+        raise ConfigError("frozen_window (T) must be >= ceil((N-1)/(P-1)) = %d, got %d"
+                          % (min_window(num_workers, p), t))
 
 
 def default_window(num_workers, group_size):

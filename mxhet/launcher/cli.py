@@ -10,6 +10,7 @@ from ..config import parse_base_iter, parse_context, parse_delay_ms, parse_slowd
 from ..control.membership import ELASTIC_MODES
 from ..errors import ConfigError
 from ..observe import launch as live_view
+from ..policy.flags import add_mode_arguments, resolve_args
 from .jobplan import (DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_SYNC, EXIT_OK, EXIT_USAGE, _lookup_mode, build_plan,
                    read_hostfile)
 from .supervisor import run_plan
@@ -218,6 +219,28 @@ def _check_mxnet_env(parser, args, environ=None):
             parser.error("--ssh-option %r: expected KEY=VALUE" % (option,))
 
 
+def _check_worker_mode_options(parser, command, sync):
+    """A worker command ``python -m mxhet.train ...``: its mode options checked
+    by the mode's spec now, so a bad value fails before any process starts
+    (the worker would refuse it later; its own ``--sync`` wins, as there)."""
+    if "mxhet.train" not in command:
+        return
+    at = command.index("mxhet.train")
+    if at == 0 or command[at - 1] != "-m":
+        return
+    worker = argparse.ArgumentParser(prog="the worker command", add_help=False, allow_abbrev=False)
+    worker.add_argument("--sync", default=sync)
+    add_mode_arguments(worker)
+    try:
+        given, _ = worker.parse_known_args(command[at + 1:])
+    except SystemExit:   # a value outside a flag's choices: argparse named it already
+        parser.exit(EXIT_USAGE)
+    try:
+        resolve_args(given, given.sync)
+    except ConfigError as exc:
+        parser.error("worker command: %s" % exc)
+
+
 def parse_args(argv=None):
     """Parse and validate the command line.
 
@@ -247,6 +270,7 @@ def parse_args(argv=None):
     except ConfigError as exc:
         parser.error("--sync: %s" % exc)
     args.kvstore_type = mode.kvstore
+    _check_worker_mode_options(parser, args.command, args.sync)
     # Every distributed job gets a State Server: the algorithm's control plane
     # for esync, ssp and adsp, and for every mode the watch on silent workers
     # (heartbeats) and the check that all workers train the same model.

@@ -44,7 +44,6 @@ from ..control.gcada import check_groups, group_of
 from ..dataplane import copy_all
 from ..errors import ConfigError
 from ..gluon_private import mark_grad_used, trainer_params
-from ..losses import SMOOTHNESS_CHOICES
 from ..policy import specs
 from ..protocol import programs_gcada
 from ..protocol.effects import BeginIteration, ClaimUpload, Download, Selection, StepServers, Upload
@@ -57,19 +56,8 @@ _BIGARRAY_BOUND = 1_000_000  # MXNet's default MXNET_KVSTORE_BIGARRAY_BOUND (ele
 
 
 def check_rule_options(opts):
-    """Raises ConfigError naming a bad G-CADA option."""
-    d = opts["max_delay"]
-    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
-        raise ConfigError("max_delay (D) must be an integer >= 1, got %r" % (d,))
-    for name in ("c", "step_size"):
-        if not (isinstance(opts[name], (int, float)) and math.isfinite(opts[name]) and opts[name] > 0):
-            raise ConfigError("%s must be a finite number > 0, got %r" % (name, opts[name]))
-    for name in ("beta1", "beta2"):
-        if not (isinstance(opts[name], (int, float)) and 0 <= opts[name] < 1):
-            raise ConfigError("%s must be in [0, 1), got %r" % (name, opts[name]))
-    if opts["smoothness"] not in SMOOTHNESS_CHOICES:
-        raise ConfigError("smoothness must be one of %s, got %r"
-                          % (", ".join(SMOOTHNESS_CHOICES), opts["smoothness"]))
+    """Raises ConfigError naming a bad G-CADA (or CADA: no ``groups``) option, by the spec's checks."""
+    (specs.GCADA if "groups" in opts else specs.CADA).check(opts)
 
 
 @register

@@ -34,7 +34,7 @@ import dataclasses
 import mxnet as mx
 
 from kvstore_ext import keys as ps_keys
-from ..control.preduce import default_slots, min_window
+from ..control.preduce import check_options, default_slots
 from ..dataplane import copy_all, nbytes
 from ..errors import ConfigError
 from ..policy import specs
@@ -43,33 +43,7 @@ from ..protocol.effects import Grouped, JoinReduce, Ready, Reduce
 from .program import PreludeProgramMode
 from .registry import register
 
-WEIGHTINGS = ("constant", "dynamic")
-
-
-def check_options(opts, num_workers=None):
-    """Validate a ``preduce`` option dict (and P against N when known).
-
-    Raises:
-        ConfigError: naming the bad option and value.
-    """
-    p = opts["group_size"]
-    if isinstance(p, bool) or not isinstance(p, int) or p < 2:
-        raise ConfigError("group_size (P) must be an integer >= 2, got %r" % (p,))
-    if num_workers is not None and p > num_workers:
-        raise ConfigError("group_size (P) must be at most the number of workers %d, got %d" % (num_workers, p))
-    if opts["weights"] not in WEIGHTINGS:
-        raise ConfigError("weights must be one of %s, got %r" % (WEIGHTINGS, opts["weights"]))
-    alpha = opts["alpha"]
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha < 1:
-        raise ConfigError("alpha must be a number in [0, 1), got %r" % (alpha,))
-    if not isinstance(opts["frozen_filter"], bool):
-        raise ConfigError("frozen_filter must be True or False, got %r" % (opts["frozen_filter"],))
-    t = opts["frozen_window"]
-    if isinstance(t, bool) or not isinstance(t, int) or t < 0:
-        raise ConfigError("frozen_window (T) must be an integer >= 0, got %r" % (t,))
-    if t and num_workers is not None and t < min_window(num_workers, p):
-        raise ConfigError("frozen_window (T) must be >= ceil((N-1)/(P-1)) = %d, got %d"
-                          % (min_window(num_workers, p), t))
+WEIGHTINGS = specs.WEIGHTINGS
 
 
 @register

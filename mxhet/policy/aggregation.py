@@ -45,20 +45,15 @@ COUNT_FIELDS = 3
 
 
 def check_options(opts):
-    """Validate the aggregation options of a resolved ESync option dict.
+    """Validate the aggregation options of a resolved ESync option dict
+    (``aggregation``, ``outer_optimizer``, ``outer_lr``, ``outer_momentum``),
+    by ESync's spec.
 
     Raises:
         ConfigError: naming the bad value.
     """
-    if opts["aggregation"] not in AGGREGATIONS:
-        raise ConfigError("aggregation must be one of %s, got %r" % (AGGREGATIONS, opts["aggregation"]))
-    if opts["outer_optimizer"] not in OUTER_OPTIMIZERS:
-        raise ConfigError("outer_optimizer must be one of %s, got %r"
-                          % (OUTER_OPTIMIZERS, opts["outer_optimizer"]))
-    if not _number(opts["outer_lr"]) or not opts["outer_lr"] > 0:
-        raise ConfigError("outer_lr must be > 0, got %r" % (opts["outer_lr"],))
-    if not _number(opts["outer_momentum"]) or not 0 <= opts["outer_momentum"] < 1:
-        raise ConfigError("outer_momentum must be in [0, 1), got %r" % (opts["outer_momentum"],))
+    from .specs import ESYNC   # specs.py declares these options with this module's choices
+    ESYNC.check({name: opts[name] for name in ("aggregation", "outer_optimizer", "outer_lr", "outer_momentum")})
 
 
 def _number(x):

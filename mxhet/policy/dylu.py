@@ -10,7 +10,6 @@ after about the same wall-clock time. The servers' Delayed Nesterov rule is
 """
 import math
 
-from ..errors import ConfigError
 
 
 def fastest(iteration_times):
@@ -42,21 +41,10 @@ def local_steps_for(base, iteration_s, fastest_s):
 
 
 def check_options(opts):
-    """Validate mode ``dylu``'s resolved options.
+    """Validate mode ``dylu``'s resolved options, by its spec.
 
     Raises:
         ConfigError: naming the bad option and value.
     """
-    steps = opts["local_steps"]
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ConfigError("dylu: local_steps (H) must be an integer >= 1, got %r" % (steps,))
-    if not opts["outer_lr"] > 0:
-        raise ConfigError("dylu: outer_lr must be > 0, got %r" % (opts["outer_lr"],))
-    if not 0 <= opts["outer_momentum"] < 1:
-        raise ConfigError("dylu: outer_momentum must be in [0, 1), got %r" % (opts["outer_momentum"],))
-    period = opts["nesterov_period"]
-    if isinstance(period, bool) or not isinstance(period, int) or period < 0:
-        raise ConfigError("dylu: nesterov_period (N) must be an integer >= 0 (0: the number of workers), got %r"
-                          % (period,))
-    if opts["dynamic"] not in (True, False):
-        raise ConfigError("dylu: dynamic must be True or False, got %r" % (opts["dynamic"],))
+    from .specs import DYLU
+    DYLU.check(opts)

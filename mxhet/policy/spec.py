@@ -1,5 +1,6 @@
 """What a mode is, as plain data: :class:`ModeSpec` and its strict registry."""
 import dataclasses
+import numbers
 import typing
 
 from ..errors import ConfigError, UnknownModeError
@@ -7,18 +8,87 @@ from ..errors import ConfigError, UnknownModeError
 KVSTORES = ("dist_sync", "dist_async", None)
 
 
+_TYPES = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}
+
+
+def _is_type(value, kind):
+    if kind is bool:
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if kind is int:
+        return isinstance(value, numbers.Integral)
+    if kind is float:
+        return isinstance(value, numbers.Real)
+    return isinstance(value, kind)
+
+
 @dataclasses.dataclass(frozen=True)
 class Option:
-    """One option of a mode (passed as ``Trainer(..., name=value)``).
+    """One option of a mode (passed as ``Trainer(..., name=value)``, or as its
+    flag to ``python -m mxhet.train`` and ``python -m mxhet.sim``).
+
+    Several modes may declare options with the same flag (``--local-steps``:
+    localsgd's τ and dylu's H), each with its own default; they must agree on
+    type, choices and syntax (:mod:`mxhet.policy.flags`).
 
     Args:
         name: the keyword.
         default: its value when not given.
         help: one line for the user.
+        flag: the command-line flag (default: ``--`` and the name, ``_`` as ``-``).
+        type: bool, int, float or str (default: the default's type); an int
+            is accepted where a float is asked for.
+        choices: the values allowed (empty: any value of the type).
+        check: ``check(label, value)`` raises ConfigError naming ``label``
+            and the value when the value is refused (:mod:`mxhet.policy.checks`).
+        switch: a bool given on the command line as a bare flag that sets
+            it (``--reset-optimizer-state``); otherwise a bool takes ``on|off``.
+
+    Raises:
+        ConfigError: for a type it cannot infer, or a default its own checks refuse.
     """
     name: str
     default: typing.Any
     help: str
+    flag: str = ""
+    type: typing.Optional[type] = None
+    choices: tuple = ()
+    check: typing.Optional[typing.Callable] = None
+    switch: bool = False
+
+    def __post_init__(self):
+        if not self.flag:
+            object.__setattr__(self, "flag", "--" + self.name.replace("_", "-"))
+        if not self.flag.startswith("--"):
+            raise ConfigError("option %r: its flag must start with '--', got %r" % (self.name, self.flag))
+        if self.type is None:
+            if type(self.default) not in _TYPES:
+                raise ConfigError("option %r: give its type (its default %r is not one of bool, int, float, str)"
+                                  % (self.name, self.default))
+            object.__setattr__(self, "type", type(self.default))
+        if self.type not in _TYPES:
+            raise ConfigError("option %r: type must be one of bool, int, float, str, got %r" % (self.name, self.type))
+        object.__setattr__(self, "choices", tuple(self.choices))
+        if self.switch and self.type is not bool:
+            raise ConfigError("option %r: only a bool can be a switch" % (self.name,))
+        self.validate(self.default, "option %r's default" % (self.name,))
+
+    def validate(self, value, label=None):
+        """Check ``value`` against the type, the choices and the check.
+
+        Raises:
+            ConfigError: naming ``label`` (default: the name and flag) and the value.
+        """
+        label = label or "%s (%s)" % (self.name, self.flag)
+        if value is None and self.default is None:
+            return
+        if not _is_type(value, self.type):
+            raise ConfigError("%s must be %s, got %r" % (label, _TYPES[self.type], value))
+        if self.choices and value not in self.choices:
+            raise ConfigError("%s must be one of %s, got %r" % (label, ", ".join(map(str, self.choices)), value))
+        if self.check is not None:
+            self.check(label, value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,17 +136,30 @@ class ModeSpec:
         """Option name -> default."""
         return {o.name: o.default for o in self.options}
 
-    def resolve(self, given):
-        """The defaults updated with ``given``.
+    def check(self, opts):
+        """Check every option of this mode that ``opts`` holds (type, choices, check).
 
         Raises:
-            ConfigError: naming options the mode does not take.
+            ConfigError: naming the mode, the option, its flag and the value.
+        """
+        for o in self.options:
+            if o.name in opts:
+                o.validate(opts[o.name], "%s: %s (%s)" % (self.name, o.name, o.flag))
+
+    def resolve(self, given):
+        """The defaults updated with ``given``, checked (:meth:`check`): both
+        engines, the Trainer and the command lines go through here.
+
+        Raises:
+            ConfigError: naming options the mode does not take, or a bad value.
         """
         unknown = sorted(set(given) - {o.name for o in self.options})
         if unknown:
             raise ConfigError("mode %r has no option(s) %s; it takes %s"
                               % (self.name, unknown, sorted(o.name for o in self.options) or "none"))
-        return dict(self.defaults(), **given)
+        opts = dict(self.defaults(), **given)
+        self.check(opts)
+        return opts
 
 
 _SPECS = {}
@@ -106,6 +189,11 @@ def get_spec(name):
     except (KeyError, TypeError):
         raise UnknownModeError("unknown sync mode %r; known modes: %s"
                                % (name, ", ".join(sorted(_SPECS)))) from None
+
+
+def registered_specs():
+    """Registered specs, in the order they were registered."""
+    return list(_SPECS.values())
 
 
 def spec_names():

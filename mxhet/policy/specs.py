@@ -19,14 +19,25 @@ dylu      dist_async    no            async local SGD: H_i steps by speed, delta
 local     (none)        no            standalone training on one device
 ========  ============  ============  ================================================
 """
+from .aggregation import AGGREGATIONS, OUTER_OPTIMIZERS
+from .checks import at_least, positive, unit_interval
 from .spec import ModeSpec, Option, register_spec
+
+ACK_MODES = ("blocking", "delayed")
+"""ESync's ``ack``: wait for every State Server answer, or keep training (§4.2)."""
+WEIGHTINGS = ("constant", "dynamic")
+"""Partial Reduce's ``weights``: 1/P, or staleness-aware EMA weights."""
+SMOOTHNESS = ("folded", "shard")
+"""G-CADA's and CADA's ``smoothness``: eq. (9)'s L_g folded into c, or computed from the group's shard."""
 
 DEFAULT_STATE_TIMEOUT = 60.0
 """Seconds a worker waits for a State Server reply, resends included, before giving up."""
 
 _STATE_TIMEOUT = Option("state_timeout", DEFAULT_STATE_TIMEOUT,
-                        "seconds to wait for a State Server answer (resends included) before failing")
-_GLOBAL_LR = Option("global_lr", 1.0, "esync: ε of Algorithm 1, w += ε·mean(Δ); adsp: W += (ε/M)·Δ per commit")
+                        "seconds to wait for a State Server answer (resends included) before failing",
+                        check=positive())
+_GLOBAL_LR = Option("global_lr", 1.0, "esync: ε of Algorithm 1, w += ε·mean(Δ); adsp: W += (ε/M)·Δ per commit",
+                    check=positive())
 
 ESYNC = register_spec(ModeSpec(
     "esync", "dist_sync",
@@ -34,18 +45,23 @@ ESYNC = register_spec(ModeSpec(
     "fast devices keep training while the slowest finishes one iteration",
     needs_state_server=True, exchanges_deltas=True,
     options=(_GLOBAL_LR,
-             Option("reset_optimizer_state", False, "clear the local optimizer state at every round boundary"),
+             Option("reset_optimizer_state", False, "clear the local optimizer state at every round boundary",
+                    switch=True),
              _STATE_TIMEOUT,
              Option("ack", "blocking", "'blocking': wait for every answer (Algorithm 1); 'delayed': keep "
-                                       "training, no answer yet means NOT-READY (§4.2)"),
+                                       "training, no answer yet means NOT-READY (§4.2)",
+                    choices=ACK_MODES),
              Option("aggregation", "mean", "how deltas are combined: 'mean' (Algorithm 1), 'normalized' (FedNova: "
-                                           "per local step), 'weighted' (by samples); see mxhet.policy.aggregation"),
+                                           "per local step), 'weighted' (by samples); see mxhet.policy.aggregation",
+                    choices=AGGREGATIONS),
              Option("outer_optimizer", "none", "'none': w += combined delta; 'nesterov': DiLoCo's outer Nesterov "
-                                               "momentum on the servers"),
-             Option("outer_lr", 0.7, "learning rate of the outer optimizer"),
-             Option("outer_momentum", 0.9, "momentum of the outer optimizer"),
+                                               "momentum on the servers",
+                    choices=OUTER_OPTIMIZERS),
+             Option("outer_lr", 0.7, "learning rate of the outer optimizer", check=positive()),
+             Option("outer_momentum", 0.9, "momentum of the outer optimizer", check=unit_interval()),
              Option("max_local_steps", 0, "K: a device aggregates after at most K local iterations a round, "
-                                          "READY or not, and waits for the slowest (0: no cap)"))))
+                                          "READY or not, and waits for the slowest (0: no cap)",
+                    check=at_least(0)))))
 
 SYNC = register_spec(ModeSpec(
     "sync", "dist_sync", "synchronous SGD: gradients averaged every step; everyone waits for the slowest"))
@@ -56,7 +72,7 @@ ASYNC = register_spec(ModeSpec(
 DCASGD = register_spec(ModeSpec(
     "dcasgd", "dist_async",
     "asynchronous SGD with delay-compensated gradients (MXNet's DCASGD on the servers)",
-    options=(Option("lamda", 0.04, "delay-compensation strength λ"),)))
+    options=(Option("lamda", 0.04, "delay-compensation strength λ", flag="--dc-lambda", check=at_least(0)),)))
 
 SSP = register_spec(ModeSpec(
     "ssp", "dist_async",
@@ -66,7 +82,8 @@ SSP = register_spec(ModeSpec(
 LOCALSGD = register_spec(ModeSpec(
     "localsgd", "dist_async", "local SGD / fixed ADACOMM: tau local steps, then a synchronous average of the models",
     needs_state_server=True,   # it names each round's members (mxhet.control.membership)
-    exchanges_deltas=True, options=(Option("local_steps", 8, "local steps τ between two averages"),)))
+    exchanges_deltas=True, options=(Option("local_steps", 8, "local steps τ between two averages",
+                                                   check=at_least(1)),)))
 
 ADSP = register_spec(ModeSpec(
     "adsp", "dist_async", "ADSP: train without waiting, commit accumulated updates at scheduler-set rates",
@@ -79,7 +96,8 @@ NODELAY = register_spec(ModeSpec(
     needs_state_server=True, exchanges_deltas=True,
     options=(Option("staleness", 16, "tau: the most gradients a worker holds that are not in the last global model "
                                      "it received (the paper's maximal staleness; python -m mxhet.train "
-                                     "--max-staleness)"),
+                                     "--max-staleness)",
+                    flag="--max-staleness", check=at_least(1)),
              _STATE_TIMEOUT)))
 
 PREDUCE = register_spec(ModeSpec(
@@ -87,12 +105,15 @@ PREDUCE = register_spec(ModeSpec(
     "Partial Reduce: after every local step, average the model with the next P-1 ready workers (weights by "
     "staleness if dynamic); a star through the servers, not the paper's ring all-reduce",
     needs_state_server=True,
-    options=(Option("group_size", 2, "P, workers per partial reduce (2 <= P <= N)"),
-             Option("weights", "dynamic", "'constant': 1/P; 'dynamic': staleness-aware EMA weights (§3.3.3)"),
-             Option("alpha", 0.5, "α of the dynamic weights' EMA, in [0, 1) (the paper gives none)"),
+    options=(Option("group_size", 2, "P, workers per partial reduce (2 <= P <= N)", check=at_least(2)),
+             Option("weights", "dynamic", "'constant': 1/P; 'dynamic': staleness-aware EMA weights (§3.3.3)",
+                    choices=WEIGHTINGS),
+             Option("alpha", 0.5, "α of the dynamic weights' EMA, in [0, 1) (the paper gives none)",
+                    check=unit_interval()),
              Option("frozen_filter", True, "group-frozen avoidance (§4): keep the last T groups' sync-graph "
                                            "connected"),
-             Option("frozen_window", 0, "T, groups in the sync-graph (0: 2*ceil((N-1)/(P-1)))"),
+             Option("frozen_window", 0, "T, groups in the sync-graph (0: 2*ceil((N-1)/(P-1)))",
+                    check=at_least(0)),
              _STATE_TIMEOUT)))
 
 DEFAULT_STEP_SIZE = 3e-4
@@ -110,14 +131,17 @@ information, and the window of the lazy condition (eq. 9)."""
 
 def _amsgrad_options(c):
     return (Option("max_delay", DEFAULT_MAX_DELAY, "D: a group whose age of information reaches D is selected; "
-                                                   "eq. (9)'s window (D = 1: every group, every iteration)"),
-            Option("c", c, "c of the lazy condition (eq. 9)"),
+                                                   "eq. (9)'s window (D = 1: every group, every iteration)",
+                   check=at_least(1)),
+            Option("c", c, "c of the lazy condition (eq. 9)", flag="--lazy-c", check=positive()),
             Option("smoothness", "folded", "eq. (9)'s L_g: 'folded' (L_g = 1, folded into c) or 'shard' "
-                                           "(computed exactly from the group's shard; --model linear --loss l2)"),
+                                           "(computed exactly from the group's shard; --model linear --loss l2)",
+                   choices=SMOOTHNESS),
             Option("step_size", DEFAULT_STEP_SIZE, "α, AMSGrad's step size on the servers (eq. 8c; the paper's "
-                                                    "0.01 is for its linear model)"),
-            Option("beta1", 0.9, "β1, AMSGrad's momentum weight (eq. 8a)"),
-            Option("beta2", 0.999, "β2, AMSGrad's second-moment weight (eq. 8b)"),
+                                                    "0.01 is for its linear model)",
+                   check=positive()),
+            Option("beta1", 0.9, "β1, AMSGrad's momentum weight (eq. 8a)", check=unit_interval()),
+            Option("beta2", 0.999, "β2, AMSGrad's second-moment weight (eq. 8b)", check=unit_interval()),
             _STATE_TIMEOUT)
 
 
@@ -126,7 +150,8 @@ GCADA = register_spec(ModeSpec(
     "G-CADA: groups of workers sharing a shard, selected lazily each iteration; all members of a selected group "
     "compute, the first to finish uploads; the servers apply AMSGrad to fresh and stale group gradients",
     needs_state_server=True,
-    options=(Option("groups", 1, "G, groups of M/G workers (contiguous slots; use --dist group)"),)
+    options=(Option("groups", 1, "G, groups of M/G workers (contiguous slots; use --dist group)",
+                    check=at_least(1)),)
     + _amsgrad_options(0.3)))
 
 CADA = register_spec(ModeSpec(
@@ -141,11 +166,15 @@ DYLU = register_spec(ModeSpec(
     "(Dynamic Local Updates), pushes its delta without waiting, and the servers apply it with Delayed Nesterov",
     exchanges_deltas=True,
     options=(Option("local_steps", 8, "H: the fastest device's local steps between two pushes; a device v times "
-                                      "slower runs round(H/v), at least 1"),
-             Option("outer_lr", 0.7, "the servers' outer learning rate"),
-             Option("outer_momentum", 0.9, "μ, the servers' outer Nesterov momentum, in [0, 1)"),
+                                      "slower runs round(H/v), at least 1",
+                    check=at_least(1)),
+             Option("outer_lr", 0.7, "the servers' outer learning rate", check=positive()),
+             Option("outer_momentum", 0.9, "μ, the servers' outer Nesterov momentum, in [0, 1)",
+                    check=unit_interval()),
              Option("nesterov_period", 0, "N: the momentum is updated every N pushes of a key (Delayed "
-                                          "Nesterov; 0: the number of workers)"),
-             Option("dynamic", True, "scale each device's local steps by its speed (DyLU); False: H for all"))))
+                                          "Nesterov; 0: the number of workers)",
+                    check=at_least(0)),
+             Option("dynamic", True, "scale each device's local steps by its speed (DyLU); False: H for all",
+                    flag="--dynamic-local-steps"))))
 
 LOCAL = register_spec(ModeSpec("local", None, "standalone: one device, no parameter server"))

@@ -8,8 +8,7 @@ engines report) and yields :mod:`.effects`. Ported: ``localsgd``, ``sync``,
 from ..policy.stop import StopRule
 from ..policy.worker import Action, LocalSGDPolicy
 from .effects import Clock, Compute, Exchange, Payload, PushAsync, WantsStop
-from ..errors import ConfigError
-from ..policy.aggregation import check_options as check_aggregation
+from ..policy import specs
 from ..policy.worker import ESyncPolicy
 from .effects import AggregateDeltas, AwaitAnswer, Iterate, Listen, Now, ResetOptimizer, RoundTrip, SendReset, StateQuery
 
@@ -139,20 +138,17 @@ class ESyncAnswers:
         return self.stop_decided or self.abort
 
 
-ACK_MODES = ("blocking", "delayed")
+ACK_MODES = specs.ACK_MODES
 
 
 def check_esync(opts):
-    """Validate ESync's resolved options (both engines).
+    """Validate ESync's resolved options (both engines): its spec's checks
+    (:meth:`mxhet.policy.spec.ModeSpec.check`).
 
     Raises:
         ConfigError: naming the bad ``global_lr``, ``ack`` or aggregation option.
     """
-    if not opts["global_lr"] > 0:
-        raise ConfigError("global_lr (ε of Algorithm 1) must be > 0, got %r" % (opts["global_lr"],))
-    if opts["ack"] not in ACK_MODES:
-        raise ConfigError("ack must be one of %s, got %r" % (ACK_MODES, opts["ack"]))
-    check_aggregation(opts)
+    specs.ESYNC.check(opts)
 
 
 def _esync_query(answers, stats, duration, delayed, iteration=True):

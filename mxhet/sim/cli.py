@@ -180,7 +180,7 @@ def make_job(args):
                       bandwidth=args.bandwidth_gbps * 1e9 / 8, per_key_s=args.per_key_ms / 1000.0)
     return SimJob(mode=mode, configs=configs, network=network, base_iter_s=base, time_budget=args.time_budget,
                   max_rounds=args.max_rounds, seed=args.seed, jitter=args.jitter,
-                  mode_options=spec.resolve(mode_options(args, mode)), epsilon=args.epsilon,
+                  mode_options=mode_options(args, mode), epsilon=args.epsilon,
                   staleness=args.staleness,
                   adsp={"period": args.adsp_period, "epoch": args.adsp_epoch, "window": args.adsp_window},
                   eval_interval=args.eval_interval, eval_growth=args.eval_growth, batch_size=args.batch_size,

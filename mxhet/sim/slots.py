@@ -15,8 +15,7 @@ average of all N models, Algorithm 2's output (the cluster's final point).
 import mxnet as mx
 
 from kvstore_ext import keys as ps_keys
-from ..control.preduce import default_slots
-from ..modes.preduce import check_options
+from ..control.preduce import check_options, default_slots
 from .engine import Servers
 
 

@@ -363,3 +363,25 @@ def test_ssp_and_adsp_options_reach_the_state_server(tmp_path):
 def test_bad_ssp_adsp_options(capsys, argv):
     err = usage_error(capsys, "-n", "2", "-s", "1", "--sync", "adsp", *argv, "--", "x")
     assert argv[0] in err
+
+
+# ------------------------------------------- the worker command's mode options
+
+TRAIN = ["python", "-m", "mxhet.train", "--model", "smallcnn", "--metrics-out", "runs/x"]
+
+
+@pytest.mark.parametrize("sync, flags, named", [
+    ("dylu", ["--local-steps", "0"], "dylu: local_steps (--local-steps) must be >= 1, got 0"),
+    ("gcada", ["--beta2", "1"], "gcada: beta2 (--beta2) must be in [0, 1)"),
+    ("esync", ["--sync", "preduce", "--group-size", "1"], "preduce: group_size (--group-size)"),  # the worker's --sync
+    ("esync", ["--ack", "sometimes"], "--ack: invalid choice: 'sometimes'"),
+])
+def test_worker_mode_options_are_checked_before_any_process_starts(capsys, sync, flags, named):
+    err = usage_error(capsys, "-n", "2", "--sync", sync, "--", *TRAIN, *flags)
+    assert named in err
+
+
+def test_worker_mode_options_of_other_modes_and_other_commands_are_left_alone():
+    args = parse("-n", "2", "--sync", "esync", command=TRAIN + ["--local-steps", "0", "--ack", "delayed"])
+    assert args.sync == "esync"
+    assert parse("-n", "2", "--sync", "dylu", command=["python", "train.py", "--local-steps", "0"]).sync == "dylu"

@@ -16,6 +16,19 @@ def test_committed_reference_matches_the_parser():
         "docs/launcher.md is stale: run python -m mxhet.launcher.flagdoc --write docs/launcher.md")
 
 
+def test_committed_mode_option_flags_are_the_specs():
+    with open(DOC, encoding="utf-8") as handle:
+        document = handle.read()
+    assert flagdoc.MODE_BEGIN in document
+    assert flagdoc.update(document) == document, (
+        "docs/launcher.md is stale: run python -m mxhet.launcher.flagdoc --write docs/launcher.md")
+    reference = flagdoc.render_mode_options()
+    for flag in ("--local-steps LOCAL_STEPS", "--frozen-filter {on,off}", "--ack {blocking,delayed}",
+                 "--reset-optimizer-state`", "--lazy-c LAZY_C"):
+        assert "`%s" % flag in reference
+    assert "gcada (default 0.3; finite and > 0)" in reference and "cada (default 2.0; finite and > 0)" in reference
+
+
 def test_every_option_of_the_parser_is_in_the_reference():
     reference = flagdoc.render()
     options = [o for a in build_parser()._actions for o in a.option_strings if o not in ("-h", "--help")]
