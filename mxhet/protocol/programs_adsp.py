@@ -7,7 +7,7 @@ commits its accumulated update ``Δ = w_local - w_pulled`` through
 (:mod:`mxhet.control.adsp`) sets; the timer that spreads the commits is
 :class:`mxhet.policy.worker.ADSPPolicy`.
 """
-from ..errors import ConfigError
+from ..policy import specs
 from ..policy.speed import DEFAULT_WEIGHT, MovingAverage
 from ..policy.worker import Action, ADSPPolicy
 from .effects import MeasuredCompute, Now, Payload, PushAsync, ReportCommits, WantsStop
@@ -26,9 +26,8 @@ check periods."""
 
 
 def check_options(opts):
-    """Raises ConfigError for an invalid ``global_lr`` (the servers' ε)."""
-    if not opts["global_lr"] > 0:
-        raise ConfigError("global_lr must be > 0, got %r" % (opts["global_lr"],))
+    """Raises ConfigError for an invalid option (the spec's checks: ``global_lr``, the servers' ε, > 0)."""
+    specs.ADSP.check(opts)
 
 
 def adsp(opts, stats):
