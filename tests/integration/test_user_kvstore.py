@@ -99,10 +99,10 @@ def _results(tmp_path):
 
 
 @pytest.mark.parametrize("mode, store_type, given, contexts, rounds", [
-    ("sync", "dist", True, 2, 60), ("esync", "dist_sync", True, 1, 60),
+    ("sync", "dist", True, 2, 60), ("esync", "dist_async", True, 1, 60),   # its servers add every push
     ("localsgd", "dist_async", True, 2, 8),   # 8 local steps a round: 64 iterations; its servers add every push
     ("async", "dist_async", True, 2, 60),
-    ("esync", "dist", False, 2, 60),   # created for store.rank only, not given to the Trainer: found and used
+    ("esync", "dist_async", False, 2, 60),   # created for store.rank only, not given to the Trainer: found, used
 ])
 def test_the_scripts_kvstore_is_used_when_it_fits_the_mode(tmp_path, child_pids, mode, store_type, given, contexts,
                                                            rounds):
