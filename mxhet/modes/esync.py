@@ -280,18 +280,24 @@ class ESync(RoundMembers, ProgramMode):
         weights = self.weights()
         if getattr(self, "_sends", None) is None:
             self._sends = [mx.nd.zeros(w.shape, ctx=w.context, dtype=w.dtype) for w in self.wbufs]
-        for i, (p, w, g, d) in enumerate(zip(params, weights, self.wbufs, self._sends)):
+        trainable = [p.grad_req != "null" for p in params]
+        for w, g, d, moves in zip(weights, self.wbufs, self._sends, trainable):
             mx.nd.elemwise_sub(w, g, out=d)
-            if p.grad_req == "null":
+            if moves and factor != 1.0:
+                d *= factor
+        self.check_finite(self._sends, "model delta", effect.round)
+        hook = self.round_hook
+        if hook:   # the weighted deltas, as ESyncAggregate would have summed them (the script's dump)
+            before = [g.asnumpy() for g in self.wbufs]
+            pushed = [d.asnumpy() for d in self._sends]
+        for i, (d, moves) in enumerate(zip(self._sends, trainable)):
+            if not moves or outer is None:
                 d *= epsilon / members
-            elif outer is None:
-                d *= epsilon * factor / members
             else:
-                d *= outer.lr * (1.0 + outer.momentum) * epsilon * factor / members
+                d *= outer.lr * (1.0 + outer.momentum) * epsilon / members
                 v = outer.buffers.get(i)
                 if v is not None:
                     d -= v * (outer.lr * outer.momentum * outer.momentum / members)
-        self.check_finite(self._sends, "model delta", effect.round)
         self.channel.push(self.keys, self._sends)
         t2 = self.clock()
         complete = self.client.round_done(effect.round, timeout=ROUND_WAIT_S)
@@ -305,6 +311,8 @@ class ESync(RoundMembers, ProgramMode):
         self.round_members.append(members)
         if not complete:
             self.incomplete_rounds.append(effect.round)
+        if hook:
+            hook(effect.round, before, pushed, [g.asnumpy() for g in self.wbufs])
         return t1, t2, t4
 
     def checkpoint_state(self):
