@@ -3,13 +3,16 @@ the cluster's executor of its worker program (:func:`mxhet.protocol.programs.esy
 
 Every worker trains a replica of the global model w_t. After each local
 iteration it asks the State Server whether to keep training (NOT-READY) or to
-aggregate (READY). On READY it pushes Δ = w_local - w_t for every parameter
-(BatchNorm running statistics included), the servers apply
-``w_t+1 = w_t + ε·mean(Δ)`` (:class:`kvstore_ext.updaters.ESyncAverage`), the
+aggregate (READY). On READY it enters the round at the State Server, which names
+the round's m members (every worker still training), pushes its share
+ε·Δ/m of Δ = w_local - w_t for every parameter (BatchNorm running statistics
+included) to ``dist_async`` servers that add every push, so that
+``w_t+1 = w_t + ε·mean(Δ)`` once all m are in (:meth:`ESync._member_round`), the
 worker pulls w_t+1 into its replica and sends RESET without waiting for its
 answer: the job's decision to stop after that round comes back with the answer
-to the next query (protocol v2), so a round costs one blocking exchange, the
-push/pull, and no State Server round trip.
+to the next query (protocol v2). A worker whose script leaves its loop, or
+that dies under ``mxhet-launch --elastic``, leaves the rounds
+(:class:`~mxhet.modes.rounds.RoundMembers`) and the others go on.
 
 ``ack="blocking"`` waits for every answer (Algorithm 1). ``ack="delayed"`` is
 the non-blocking mode of §4.2: the query is sent and training goes on; no
