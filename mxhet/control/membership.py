@@ -149,6 +149,10 @@ class RoundRendezvous:
         """
         if self.failed is not None:
             return [(rank, token, self.failed)]
+        if not self.members and not self.entries and rank in self.training:
+            # A State Server restarted mid-round never saw the round's entry: every worker
+            # still training entered it (none enters the next before this one closes).
+            self.members[round_] = frozenset(self.training)
         if rank not in self.members.get(round_, ()):
             raise ValueError("rank %d is not a member of round %d" % (rank, round_))
         self.done_ranks.setdefault(round_, {})[rank] = token

@@ -146,3 +146,14 @@ def test_esync_stops_waiting_for_a_slowest_device_that_left_its_loop():
                            now=0.3, sender=1)
     assert (reply.target, tuple(reply.counts)) == (2, (5.0, 80.0, 2.0))
     assert [(r, tuple(late.counts)) for r, late in service.take_released()] == [(0, (5.0, 80.0, 2.0))]
+
+
+def test_a_restarted_state_server_takes_every_worker_still_training_for_the_members_of_the_round_it_never_saw():
+    # the workers entered round 4 and pushed; the State Server died before all were done,
+    # and its successor gets their resent `done` first
+    r = RoundRendezvous(range(3))
+    assert r.done(1, 4, "b") == []
+    assert r.done(0, 4, "a") == []
+    assert answers(r.done(2, 4, "c")) == {0: Done(4, True), 1: Done(4, True), 2: Done(4, True)}
+    with pytest.raises(ValueError, match="not a member"):   # only then: a later stray done is an error
+        r.done(0, 7, "x")
