@@ -5,6 +5,16 @@ from .errors import (ConfigError, DataError, MxhetError, ProtocolError,  # noqa:
                      StateServerTimeout, UnknownModeError)
 
 
+def _install_kvstore_alias():
+    # Before the script's own kv.create('dist') (mxhet/kvstore_alias.py says why); only in a
+    # worker the launcher started for a mode on dist_async servers, so nothing else imports MXNet.
+    from .kvstore_alias import install_for_launched_worker
+    install_for_launched_worker()
+
+
+_install_kvstore_alias()
+
+
 def __getattr__(name):
     # Imported lazily: the launcher and the State Server do not need MXNet.
     if name == "Trainer":

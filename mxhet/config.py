@@ -278,6 +278,15 @@ def worker_config(env=None):
     )
 
 
+def launched_worker_mode(env=None):
+    """The sync mode of a worker ``mxhet-launch`` started (``DMLC_ROLE=worker``
+    and ``MXHET_SYNC`` set), else None."""
+    env = os.environ if env is None else env
+    if env.get("DMLC_ROLE") != "worker":
+        return None
+    return env.get("MXHET_SYNC", "") or None
+
+
 def data_dir(env=None):
     """The Fashion-MNIST directory: ``MXHET_DATA_DIR`` or the Debian default."""
     env = os.environ if env is None else env

@@ -230,7 +230,9 @@ def run(args, config=None):
         losses_mod.check_smoothness(smoothness, args.model, args.loss)
         if smoothness == "shard":
             trainer.mode.set_smoothness(losses_mod.shard_smoothness(images, shard, input_size))
-    if args.checkpoint_dir and get_mode(mode).kvstore_type == "dist_async":
+    # dist_async: rounds of their own, unless the State Server names each round's members (esync, localsgd)
+    if (args.checkpoint_dir and get_mode(mode).kvstore_type == "dist_async"
+            and not getattr(get_mode(mode), "member_rounds", False)):
         raise ConfigError("checkpoints need a mode whose workers finish rounds together (esync, sync, localsgd, "
                           "local); %s workers run rounds of their own" % mode)
     if args.resume:

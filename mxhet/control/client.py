@@ -349,6 +349,13 @@ class StateClient:
         reply = self.request(self._message(m.RoundEnter, round=int(round_), want_stop=bool(want_stop)), timeout)
         return reply.target, reply.k
 
+    def round_enter_counted(self, round_, counts, want_stop=False, timeout=None):
+        """:meth:`round_enter` with this worker's count vector (ESync's delta weighting);
+        returns ``(members, ballots, the members' summed counts)``."""
+        reply = self.request(self._message(m.RoundEnter, round=int(round_), want_stop=bool(want_stop),
+                                           counts=tuple(float(c) for c in counts)), timeout)
+        return reply.target, reply.k, tuple(reply.counts)
+
     def round_done(self, round_, timeout=None):
         """This worker's push of ``round_`` is applied; returns once every member's
         is (or the member is gone): True when every member pushed."""

@@ -37,7 +37,7 @@ request (the State Server's sequence number) and ``answer`` a
 """
 import dataclasses
 
-ELASTIC_MODES = ("localsgd",)
+ELASTIC_MODES = ("localsgd", "esync")
 """The modes whose rounds the State Server names (a worker may leave or die and
 the others go on): ``mxhet-launch --elastic`` and the simulator's ``--events``
 accept these."""
@@ -46,10 +46,13 @@ accept these."""
 @dataclasses.dataclass(frozen=True)
 class Entered:
     """The round's entry closed: ``members`` (their number) take part; ``ballots``:
-    how many of them want to stop after this round (> 0: the job stops after it)."""
+    how many of them want to stop after this round (> 0: the job stops after it);
+    ``counts``: the element-wise sum of the count vectors the members entered with
+    (ESync's delta weighting, :mod:`mxhet.policy.aggregation`; () when none sent one)."""
     round: int
     members: int
     ballots: int
+    counts: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +71,21 @@ class Finished:
 class TooFewWorkers:
     """The job fell below its minimum of live workers; ``message`` says how."""
     message: str
+
+
+def _sum_counts(counts, members):
+    """The element-wise sum of the members' count vectors (in rank order: the same floats on
+    every engine); () when none sent one.
+
+    Raises:
+        ValueError: when the members' vectors differ in length.
+    """
+    vectors = [counts[r] for r in sorted(members) if r in counts]
+    if not vectors:
+        return ()
+    if len({len(v) for v in vectors}) != 1:
+        raise ValueError("the members of a round entered with count vectors of different lengths")
+    return tuple(sum(column) for column in zip(*vectors))
 
 
 class RoundRendezvous:
@@ -99,10 +117,12 @@ class RoundRendezvous:
         self.done_ranks = {}         # round -> {rank: token} while the round's pushes are not all in
         self.failed = None           # the TooFewWorkers answer, once the job fell below its minimum
         self.departures = []         # (rank, cause, round being entered) per departure, for the record
+        self.entry_counts = {}       # round -> {rank: count vector} while the entry is open
 
     # -- requests ---------------------------------------------------------------
-    def enter(self, rank, round_, token, ballot=False):
-        """``rank`` enters round ``round_`` (its stop ``ballot``); returns the releases.
+    def enter(self, rank, round_, token, ballot=False, counts=()):
+        """``rank`` enters round ``round_`` (its stop ``ballot``, its ``counts``: a
+        vector of numbers the members' :class:`Entered` answer sums); returns the releases.
 
         Raises:
             ValueError: the rank does not train, or entered this round already.
@@ -117,6 +137,8 @@ class RoundRendezvous:
         if rank in entry:
             raise ValueError("rank %d entered round %d twice" % (rank, round_))
         entry[rank] = (token, bool(ballot))
+        if counts:
+            self.entry_counts.setdefault(round_, {})[rank] = tuple(float(c) for c in counts)
         return self._close_entries()
 
     def done(self, rank, round_, token):
@@ -127,6 +149,10 @@ class RoundRendezvous:
         """
         if self.failed is not None:
             return [(rank, token, self.failed)]
+        if not self.members and not self.entries and rank in self.training:
+            # A State Server restarted mid-round never saw the round's entry: every worker
+            # still training entered it (none enters the next before this one closes).
+            self.members[round_] = frozenset(self.training)
         if rank not in self.members.get(round_, ()):
             raise ValueError("rank %d is not a member of round %d" % (rank, round_))
         self.done_ranks.setdefault(round_, {})[rank] = token
@@ -158,6 +184,8 @@ class RoundRendezvous:
         self.finishing.pop(rank, None)
         for entry in self.entries.values():
             entry.pop(rank, None)
+        for counts in self.entry_counts.values():
+            counts.pop(rank, None)
         open_rounds = sorted(self.entries)
         self.departures.append((rank, cause, open_rounds[0] if open_rounds else None))
         if (was_training and cause != "bye" and self.training
@@ -175,7 +203,8 @@ class RoundRendezvous:
                 continue
             del self.entries[round_]
             self.members[round_] = frozenset(entry)
-            answer = Entered(round_, len(entry), sum(ballot for _, ballot in entry.values()))
+            answer = Entered(round_, len(entry), sum(ballot for _, ballot in entry.values()),
+                             _sum_counts(self.entry_counts.pop(round_, {}), entry))
             out.extend((rank, token, answer) for rank, (token, _) in sorted(entry.items()))
         return out
 

@@ -37,6 +37,16 @@ def _check_int(name, value, minimum=0):
         raise ProtocolError("field %r must be an integer >= %d, got %r" % (name, minimum, value))
 
 
+MAX_COUNTS = 8
+"""Numbers a count vector (:class:`RoundEnter`) may carry at most."""
+
+
+def _check_counts(value):
+    if (not isinstance(value, (list, tuple)) or len(value) > MAX_COUNTS
+            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in value)):
+        raise ProtocolError("field 'counts' must be a list of at most %d finite numbers" % MAX_COUNTS)
+
+
 def _check_seconds(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ProtocolError("field %r must be a finite number of seconds >= 0, got %r" % (name, value))
@@ -384,6 +394,7 @@ class Reply:
     weight: float = 0.0
     k: int = 0
     payload: str = ""   # a page of an ADSP search record (AdspRecord)
+    counts: tuple = ()  # the round rendezvous' summed count vectors (RoundEnter)
 
     def validate(self):
         _check_int("seq", self.seq)
@@ -404,6 +415,7 @@ class Reply:
             raise ProtocolError("field 'error' must be a string")
         if not isinstance(self.payload, str) or len(self.payload) > RECORD_PAGE:
             raise ProtocolError("field 'payload' must be a string of at most %d characters" % RECORD_PAGE)
+        _check_counts(self.counts)
 
 
 _REPLY_FIELDS = {f.name: (0 if f.name == "seq" else f.default) for f in dataclasses.fields(Reply)}
@@ -439,15 +451,18 @@ class RoundEnter(Request):
     """A synchronous round on ``dist_async`` (:mod:`mxhet.control.membership`):
     the worker enters round ``round`` with its stop ballot. The answer waits
     until every worker still training has entered: ``target`` is the number of
-    members, ``k`` how many of them want to stop after this round (``stop``: any)."""
+    members, ``k`` how many of them want to stop after this round (``stop``: any),
+    ``counts`` the element-wise sum of the members' ``counts`` (() if none sent any)."""
     TYPE = "round_enter"
     round: int
     want_stop: bool
+    counts: tuple = ()   # ESync's count vector (mxhet.policy.aggregation); the answer's ``counts`` sums them
 
     def validate(self):
         super().validate()
         _check_int("round", self.round)
         _check_bool("want_stop", self.want_stop)
+        _check_counts(self.counts)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

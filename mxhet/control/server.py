@@ -174,7 +174,10 @@ class StateService:
             return m.Reply(seq=req.seq, round=round_, stop=True)
         table = self.table
         ready = table.query(rank, req.k, req.c, now - req.since_finish, now, present_only=True)
-        slowest = table.slowest_rank()
+        # the device decided against: one that left (goodbye, death, its loop's end) is never named
+        slowest = table.slowest_present_rank()
+        if slowest is None:
+            slowest = table.slowest_rank()
         if ready:
             info = self.rounds.get(round_)
             if info is None:
@@ -387,7 +390,8 @@ class StateService:
     # -- the round rendezvous (mxhet.control.membership) --------------------------
     def _on_round_enter(self, req, now):
         self._registered(req.rank)
-        return self._release_rounds(self.rendezvous.enter(req.rank, req.round, req.seq, req.want_stop), req.rank)
+        return self._release_rounds(self.rendezvous.enter(req.rank, req.round, req.seq, req.want_stop, req.counts),
+                                    req.rank)
 
     def _on_round_done(self, req, now):
         self._registered(req.rank)
@@ -395,6 +399,8 @@ class StateService:
 
     def _on_round_finish(self, req, now):
         self._registered(req.rank)
+        # No longer a device Algorithm 2 waits for: ESync's slowest is looked for among those still training.
+        self.table.set_present(req.rank, False)
         return self._release_rounds(self.rendezvous.finish(req.rank, req.seq), req.rank)
 
     def _release_rounds(self, releases, rank=None):
@@ -403,7 +409,7 @@ class StateService:
         for r, seq, answer in releases:
             if isinstance(answer, Entered):
                 reply = m.Reply(seq=seq, round=answer.round, target=answer.members, stop=answer.ballots > 0,
-                                k=answer.ballots)
+                                k=answer.ballots, counts=answer.counts)
             elif isinstance(answer, Done):
                 reply = m.Reply(seq=seq, round=answer.round, ready=answer.complete)
             elif isinstance(answer, Finished):

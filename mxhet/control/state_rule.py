@@ -310,3 +310,8 @@ class StateTable:
     def slowest_rank(self):
         """The slowest device over every record (O(log N) amortized)."""
         return self._slowest.top()
+
+    def slowest_present_rank(self):
+        """The slowest device among the ranks marked present (:meth:`set_present`), or
+        None when none is: the one ``query(..., present_only=True)`` decides against."""
+        return self._slowest_present.top()

@@ -1,13 +1,15 @@
 """ESync's delta weighting (``aggregation="normalized"|"weighted"``), for both engines.
 
-Right before a round's deltas are pushed, every worker pushes its count
+Right before a round's deltas are pushed, every worker sends its count
 vector (:func:`mxhet.policy.aggregation.count_vector`: effective local steps,
-samples, whether it worked) to :data:`kvstore_ext.keys.ESYNC_COUNT_KEY`
-through ``dist_sync`` and pulls the sum of everyone's; then it stretches its
-own delta by :func:`mxhet.policy.aggregation.push_scale` (the replica becomes
-``w_t + f·(w_local - w_t)``), so the servers' ``ε·Σ/p`` is the weighted
-combination. One extra exchange of three floats per round; none for
-``mean``. How the counts travel is the interpreter's (the cluster's kvstore
+samples, whether it worked) and gets the sum over the round's members: on the
+cluster with its entry to the round (the State Server sums them,
+:mod:`mxhet.control.membership`), in the simulator without leave events
+through :data:`kvstore_ext.keys.ESYNC_COUNT_KEY` on its ``dist_sync`` model.
+Then it stretches its own delta by
+:func:`mxhet.policy.aggregation.push_scale` over the m members (the weights
+sum to one over them), so the members' ``ε·Σ/m`` is the weighted
+combination. None of this for ``mean``. How the counts travel is the interpreter's (the cluster's kvstore
 channel, the simulator's link model); what is counted and how the delta is
 scaled is here.
 """

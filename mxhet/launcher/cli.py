@@ -17,8 +17,8 @@ from .supervisor import run_plan
 from .watch import DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S, DEFAULT_START_GRACE_S
 
 _PROG = "mxhet-launch"
-#: the modes whose rounds the State Server names (mxhet.modes.rounds): a worker may die and the others go on
-ELASTIC_MODES = ("localsgd",)
+# ELASTIC_MODES (mxhet.control.membership): the modes whose rounds the State Server names; a worker may die
+# and the others go on
 
 
 def build_parser():
@@ -85,7 +85,7 @@ def build_parser():
     state.add_argument("--elastic", action="store_true",
                        help="a worker that dies (killed, crashed, silent for --heartbeat-timeout, default 5 s "
                             "here) leaves the job and the others train on, in the modes whose rounds the State "
-                            "Server names (localsgd); without it the job fails fast")
+                            "Server names (%s); without it the job fails fast" % ", ".join(ELASTIC_MODES))
     state.add_argument("--min-workers", type=int, default=1, metavar="N",
                        help="with --elastic: fewest workers still training that a death may leave; fewer end "
                             "the job with an error (default: %(default)s)")

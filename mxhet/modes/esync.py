@@ -3,13 +3,16 @@ the cluster's executor of its worker program (:func:`mxhet.protocol.programs.esy
 
 Every worker trains a replica of the global model w_t. After each local
 iteration it asks the State Server whether to keep training (NOT-READY) or to
-aggregate (READY). On READY it pushes Δ = w_local - w_t for every parameter
-(BatchNorm running statistics included), the servers apply
-``w_t+1 = w_t + ε·mean(Δ)`` (:class:`kvstore_ext.updaters.ESyncAverage`), the
+aggregate (READY). On READY it enters the round at the State Server, which names
+the round's m members (every worker still training), pushes its share
+ε·Δ/m of Δ = w_local - w_t for every parameter (BatchNorm running statistics
+included) to ``dist_async`` servers that add every push, so that
+``w_t+1 = w_t + ε·mean(Δ)`` once all m are in (:meth:`ESync._member_round`), the
 worker pulls w_t+1 into its replica and sends RESET without waiting for its
 answer: the job's decision to stop after that round comes back with the answer
-to the next query (protocol v2), so a round costs one blocking exchange, the
-push/pull, and no State Server round trip.
+to the next query (protocol v2). A worker whose script leaves its loop, or
+that dies under ``mxhet-launch --elastic``, leaves the rounds
+(:class:`~mxhet.modes.rounds.RoundMembers`) and the others go on.
 
 ``ack="blocking"`` waits for every answer (Algorithm 1). ``ack="delayed"`` is
 the non-blocking mode of §4.2: the query is sent and training goes on; no
@@ -50,10 +53,10 @@ carry on, as if the local optimizer ran continuously on the replica); with
 """
 import mxnet as mx
 
-from kvstore_ext.keys import ESYNC_COUNT_KEY
+from ..dataplane import copy_all
 from ..dataplane.channel import DEFAULT_BUCKET_BYTES
 from ..dataplane.weighting import DeltaWeighting
-from ..gluon_private import trainer_optimizer, trainer_params
+from ..gluon_private import trainer_params
 from ..policy import aggregation as agg
 from ..policy import specs
 from ..protocol import Session, programs
@@ -62,13 +65,16 @@ from ..protocol.effects import (AggregateDeltas, AwaitAnswer, Iterate, Iterated,
 from .esync_outer import OuterMomentumMirror
 from .program import ProgramMode
 from .registry import register
+from .rounds import ROUND_WAIT_S, RoundMembers
 
 ACK_MODES = programs.ACK_MODES
 
 
 @register
-class ESync(ProgramMode):
-    """The executor of ESync's worker program (:func:`mxhet.protocol.programs.esync`) on the real cluster."""
+class ESync(RoundMembers, ProgramMode):
+    """The executor of ESync's worker program (:func:`mxhet.protocol.programs.esync`) on the real cluster:
+    each round's members are named by the State Server (:class:`~mxhet.modes.rounds.RoundMembers`), so a
+    worker may leave its loop, or die under ``mxhet-launch --elastic``, and the others go on."""
     spec = specs.ESYNC
     program = staticmethod(programs.esync)
     bucket_bytes = DEFAULT_BUCKET_BYTES
@@ -79,7 +85,6 @@ class ESync(ProgramMode):
         programs.check_esync(self.opts)
         self.delayed = self.opts["ack"] == "delayed"
         self.weighting = DeltaWeighting(self.opts["aggregation"])
-        self._counts = None
         self.outer = None   # the servers' outer momentum, mirrored (outer_optimizer="nesterov")
         if self.opts["outer_optimizer"] == "nesterov":
             keys = [i for i, p in enumerate(trainer_params(trainer)) if p.grad_req != "null"]
@@ -101,19 +106,10 @@ class ESync(ProgramMode):
                               outer_lr=opts["outer_lr"], outer_momentum=opts["outer_momentum"],
                               plain_keys=plain_keys, initial_momentum=initial_momentum)
 
-    def server_updater(self, batch_size):
-        # BatchNorm statistics (no gradient) are averaged, never moved by the outer optimizer.
-        plain = [i for i, p in enumerate(trainer_params(self.trainer)) if p.grad_req == "null"]
-        return self.updater_for(self.channel.num_workers, batch_size, trainer_optimizer(self.trainer), self.opts,
-                                plain_keys=plain, initial_momentum=self.outer.restored if self.outer else None)
-
-    def on_connect(self):
-        self.client = self.join_state_server()
+    # The cluster's servers add every push (RoundMembers.server_updater: MemberSum); the members
+    # scale their pushes (_member_round). updater_for above is the simulator's servers' rule.
 
     def on_setup(self, batch_size):
-        if self.weighting.active:   # every worker inits the count key; the servers keep one copy
-            self.channel.init([ESYNC_COUNT_KEY], [mx.nd.zeros((agg.COUNT_FIELDS,))])
-            self._counts = [mx.nd.zeros((agg.COUNT_FIELDS,))]
         self._count_messages()
         # The program's first effects (Listen) come before its first iteration.
         self.session = Session(type(self).program(self.opts, self.stats), self.trace)
@@ -249,11 +245,9 @@ class ESync(ProgramMode):
 
     # -- aggregation ------------------------------------------------------------------------------
     def _aggregate(self, effect):
-        """Weigh Δ, push it for every key in one batch, pull w_t+1 into the replica."""
-        self._weigh(effect.steps)
+        """One round among its members: push this worker's share, pull w_t+1 into the replica."""
         before = self.outer.before(self.wbufs) if self.outer else None
-        self.exchange_deltas(effect.round)
-        start, issued, end = getattr(self.channel, "last_exchange", None) or (self._t_start,) * 3
+        start, issued, end = self._member_round(effect)
         self.stats.round_exchange_start_s.append(start - self._t_start)
         self.stats.round_exchange_issued_s.append(issued - self._t_start)
         self.stats.round_exchange_end_s.append(end - self._t_start)
@@ -261,14 +255,68 @@ class ESync(ProgramMode):
             self.outer.after(before, self.wbufs)
         self.aggregated = True
 
-    def _weigh(self, steps):
-        """The count exchange through the kvstore channel, then the delta's scaling."""
-        if not self.weighting.active:
-            return
-        own = self.weighting.counts(steps, self._batch_size, self.trainer)
-        self.push_pull([ESYNC_COUNT_KEY], [mx.nd.array(own)], self._counts)
-        self.weighting.scale(own, self._counts[0].asnumpy(), self.channel.num_workers,
-                             trainer_params(self.trainer), self.weights(), self.wbufs)
+    def _member_round(self, effect):
+        """Enter the round (with the count vector when the deltas are weighted), push
+        this member's share of ``w_t+1 - w_t``, wait until every member's is applied
+        (or the member is gone), pull w_t+1. Returns the clock readings (start, pushed, end).
+
+        The servers add every push (:class:`kvstore_ext.updaters.MemberSum`), so the
+        members push what ESync's server rule (:class:`kvstore_ext.updaters.ESyncAggregate`)
+        would apply, split m ways: ``a_i = ε·f_i·Δ_i/m`` with ``f_i`` the push scale of
+        the weighting over the round's m members (:func:`mxhet.policy.aggregation.push_scale`:
+        the weights sum to one over the members present); with the Nesterov outer
+        optimizer ``lr·((1+μ)·a_i − μ²·v/m)``, v the outer momentum every member
+        follows alike (:class:`~mxhet.modes.esync_outer.OuterMomentumMirror`: with no
+        state on the servers it is the momentum itself). BatchNorm statistics take ``ε·Δ_i/m``.
+        """
+        t0 = self.clock()
+        own = self.weighting.counts(effect.steps, self._batch_size, self.trainer) if self.weighting.active else ()
+        members, _, totals = self.client.round_enter_counted(effect.round, own, timeout=ROUND_WAIT_S)
+        t1 = self.clock()
+        factor = 1.0
+        if self.weighting.active:
+            factor = agg.push_scale(self.weighting.aggregation, own, list(totals), members)
+            self.weighting.last_factor = factor
+        epsilon = self.opts["global_lr"]
+        outer = self.outer
+        params = trainer_params(self.trainer)
+        weights = self.weights()
+        if getattr(self, "_sends", None) is None:
+            self._sends = [mx.nd.zeros(w.shape, ctx=w.context, dtype=w.dtype) for w in self.wbufs]
+        trainable = [p.grad_req != "null" for p in params]
+        for w, g, d, moves in zip(weights, self.wbufs, self._sends, trainable):
+            mx.nd.elemwise_sub(w, g, out=d)
+            if moves and factor != 1.0:
+                d *= factor
+        self.check_finite(self._sends, "model delta", effect.round)
+        hook = self.round_hook
+        if hook:   # the weighted deltas, as ESyncAggregate would have summed them (the script's dump)
+            before = [g.asnumpy() for g in self.wbufs]
+            pushed = [d.asnumpy() for d in self._sends]
+        for i, (d, moves) in enumerate(zip(self._sends, trainable)):
+            if not moves or outer is None:
+                d *= epsilon / members
+            else:
+                d *= outer.lr * (1.0 + outer.momentum) * epsilon / members
+                v = outer.buffers.get(i)
+                if v is not None:
+                    d -= v * (outer.lr * outer.momentum * outer.momentum / members)
+        self.channel.push(self.keys, self._sends)
+        t2 = self.clock()
+        complete = self.client.round_done(effect.round, timeout=ROUND_WAIT_S)
+        t3 = self.clock()
+        self.channel.pull(self.keys, self.wbufs)
+        copy_all(self.wbufs, weights)
+        mx.nd.waitall()
+        t4 = self.clock()
+        self.stats.query_s += (t1 - t0) + (t3 - t2)
+        self.stats.sync_s += (t2 - t1) + (t4 - t3)
+        self.round_members.append(members)
+        if not complete:
+            self.incomplete_rounds.append(effect.round)
+        if hook:
+            hook(effect.round, before, pushed, [g.asnumpy() for g in self.wbufs])
+        return t1, t2, t4
 
     def checkpoint_state(self):
         return dict(super().checkpoint_state(), round=self.round)

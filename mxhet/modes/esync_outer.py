@@ -1,12 +1,16 @@
-"""The servers' outer momentum, mirrored on an ESync worker for checkpoints.
+"""ESync's outer momentum, followed on every worker.
 
-With ``outer_optimizer="nesterov"`` the momentum lives on the servers
-(:class:`kvstore_ext.updaters.ESyncAggregate`), which PS-LITE gives no way to
-read back. Each worker follows it instead from what it pulls: the update
+With ``outer_optimizer="nesterov"`` the cluster's servers only add pushes
+(:class:`kvstore_ext.updaters.MemberSum`): each round's members push their
+share of the Nesterov step, the momentum term included
+(:meth:`mxhet.modes.esync.ESync._member_round`), so the momentum is this
+worker-side copy (the same on every member: computed from the same pulled
+models); in the simulator it lives on the simulated servers
+(:class:`kvstore_ext.updaters.ESyncAggregate`). Each worker follows it from what it pulls: the update
 ``w_t+1 - w_t`` of a round and the previous momentum determine the new one
 (:func:`mxhet.policy.aggregation.recover_momentum`, within float32 rounding,
-errors shrinking every round). A checkpoint saves the mirror; on resume it is
-shipped to the servers as the updater's starting momentum.
+errors shrinking every round). A checkpoint saves it; a resumed worker
+starts from it.
 """
 import mxnet as mx
 import numpy as np

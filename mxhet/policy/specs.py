@@ -40,7 +40,7 @@ _GLOBAL_LR = Option("global_lr", 1.0, "esync: ε of Algorithm 1, w += ε·mean(�
                     check=positive())
 
 ESYNC = register_spec(ModeSpec(
-    "esync", "dist_sync",
+    "esync", "dist_async",   # the round rendezvous on dist_async (mxhet.modes.rounds): a worker may leave
     "local iterations on a replica, State Server decides when to average model deltas; "
     "fast devices keep training while the slowest finishes one iteration",
     needs_state_server=True, exchanges_deltas=True,

@@ -491,7 +491,38 @@ def _weigh(sim, dev, effect):
     weighting.scale(own, result[0].asnumpy(), len(sim.devices), dev.params, dev.weights(), dev.global_copy)
 
 
+def _member_aggregate(sim, dev, effect):
+    """ESync's round among the members the State Server names, as on the cluster
+    (:meth:`mxhet.modes.esync.ESync._member_round`): enter the round with the count
+    vector, push to a round of the m members (each push scaled by N/m: the servers'
+    ESync rule divides by the job's N), say done. The weighting normalises over the m."""
+    weighting = DeltaWeighting(effect.aggregation)
+    own = weighting.counts(effect.steps, dev.batch_size, dev.trainer) if weighting.active else ()
+    t0 = sim.env.now
+    reply = yield from sim.request(dev, dev.message(m.RoundEnter, round=effect.round, want_stop=False,
+                                                    counts=tuple(own)))
+    sim.blocked(dev, t0, query=True)
+    if weighting.active:
+        weighting.scale(own, list(reply.counts), reply.target, dev.params, dev.weights(), dev.global_copy)
+    keys = list(range(len(dev.params)))
+    index = (sim.job.mode, effect.round)
+    if index not in sim._rounds:
+        sim._rounds[index] = _MemberRound(sim.env, sim.servers, keys, reply.target, len(sim.devices))
+    result, _ = yield from sim.exchange(dev, index, sim.deltas(dev), keys)
+    sim.take_global(dev, result)
+    t1 = sim.env.now
+    yield from sim.request(dev, dev.message(m.RoundDone, round=effect.round))
+    sim.blocked(dev, t1, query=True)
+    return result
+
+
 def _aggregate_deltas(sim, dev, effect):
+    if getattr(sim.job, "leaves", None) and getattr(get_mode(sim.job.mode), "member_rounds", False):
+        # Devices leave this job: the rounds of the members named by the State Server. Without
+        # --events the round is today's, of all N devices: the same members, and the same virtual
+        # time and arithmetic as before the rendezvous existed (no two control messages a round).
+        yield from _member_aggregate(sim, dev, effect)
+        return
     members = getattr(sim, "members", None)
     if members is not None:
         members.member(dev, effect.round, sim.env.now)

@@ -16,12 +16,11 @@ and 2 epochs so a job takes seconds.
 What a user changes, per mode (the rest of the script is MXNet's):
 
 * every mode: ``trainer = gluon.Trainer(...)`` -> ``trainer = mxhet.Trainer(...)``
-  and ``import mxhet``;
-* ``async``, ``localsgd`` and ``adsp`` also: ``store = kv.create('dist')`` ->
-  ``store = kv.create('dist_async')``. MXNet puts the servers in synchronous
-  mode for ``'dist'``; these modes need them asynchronous, and mxhet refuses a
-  misfit with a ConfigError before any communication. ``esync`` and ``sync``
-  take ``'dist'`` as it is. The script reads the type from its first argument.
+  and ``import mxhet`` (among the imports, before ``kv.create``).
+
+``store = kv.create('dist')`` stays: in a worker the launcher started,
+``import mxhet`` makes MXNet's generic ``'dist'`` the type the mode needs
+(``dist_async`` for esync, async, localsgd and adsp; mxhet/kvstore_alias.py).
 """
 import json
 import sys
@@ -51,8 +50,8 @@ SCRIPT = textwrap.dedent('''
     from mxhet.models import get_model  # test: the small CNN instead of vision.resnet18_v1()
 
     # Create a distributed key-value store
-    store = kv.create(sys.argv[1])  # test: the type from the command line ('dist' in the example)
-    out_dir = sys.argv[2]  # test: where the result file goes
+    store = kv.create('dist')
+    out_dir = sys.argv[1]  # test: where the result file goes
 
     # Clasify the images into one of the 10 classes
     num_outputs = 10
@@ -214,22 +213,7 @@ SCRIPT = textwrap.dedent('''
                    "steps": steps, "loop_end": time.time()}, f)
 ''' % {"epochs": EPOCHS, "images": IMAGES_PER_WORKER})
 
-# The store type each mode needs ('dist' is synchronous servers; see the module docstring)
-STORE_TYPE = {"esync": "dist", "sync": "dist", "async": "dist_async", "localsgd": "dist_async",
-              "adsp": "dist_async"}
-
-
-# ESync has no departure yet (SyncMode.leave_at_exit returns False): a fast worker whose loop ended
-# waits in PS-LITE's exit barrier (the kvstore's destructor) for the slow one, and from its interpreter's
-# finalization on its State Server heartbeats stop (the control I/O thread is a daemon thread), so the State
-# Server declares it hung after --heartbeat-timeout and the job exits 1. ESync's rounds also wait for its deltas.
-ESYNC_NO_DEPARTURE = pytest.mark.xfail(
-    strict=True, reason="esync: a worker that leaves its loop first is declared hung (no departure in ESync yet; "
-                        "being moved onto localsgd's State-Server-named round members)")
-
-
-@pytest.mark.parametrize("mode", [pytest.param("esync", marks=ESYNC_NO_DEPARTURE), "sync", "async", "localsgd",
-                                  "adsp"])
+@pytest.mark.parametrize("mode", ["esync", "sync", "async", "localsgd", "adsp"])
 def test_mxnet_example_runs_with_only_the_trainer_line_changed(tmp_path, child_pids, mode):
     """Every worker runs its whole loop (2 epochs over its shard), the job exits
     0 and every worker's last-epoch test accuracy is well above chance (0.1)."""
@@ -240,7 +224,7 @@ def test_mxnet_example_runs_with_only_the_trainer_line_changed(tmp_path, child_p
     # learn of fails the job here as it would after 30 s in a longer job
     proc = launch(["-n", str(WORKERS), "-s", "1", "--sync", mode, "--slowdown", "1,1,4", "--base-iter", "0.06",
                    "--heartbeat-timeout", "5", "--timeout", "120"],
-                  [sys.executable, str(script), STORE_TYPE[mode], str(tmp_path)], tmp_path, child_pids,
+                  [sys.executable, str(script), str(tmp_path)], tmp_path, child_pids,
                   timeout=150)
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = [json.loads((tmp_path / ("rank%d.json" % r)).read_text()) for r in range(WORKERS)]

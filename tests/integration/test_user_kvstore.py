@@ -99,10 +99,11 @@ def _results(tmp_path):
 
 
 @pytest.mark.parametrize("mode, store_type, given, contexts, rounds", [
-    ("sync", "dist", True, 2, 60), ("esync", "dist_sync", True, 1, 60),
+    ("sync", "dist", True, 2, 60),
+    ("esync", "dist", True, 1, 60),   # 'dist' under the launcher: the dist_async its servers need (kvstore_alias)
     ("localsgd", "dist_async", True, 2, 8),   # 8 local steps a round: 64 iterations; its servers add every push
     ("async", "dist_async", True, 2, 60),
-    ("esync", "dist", False, 2, 60),   # created for store.rank only, not given to the Trainer: found and used
+    ("esync", "dist_async", False, 2, 60),   # created for store.rank only, not given to the Trainer: found, used
 ])
 def test_the_scripts_kvstore_is_used_when_it_fits_the_mode(tmp_path, child_pids, mode, store_type, given, contexts,
                                                            rounds):
@@ -122,10 +123,10 @@ def test_the_scripts_kvstore_is_used_when_it_fits_the_mode(tmp_path, child_pids,
 
 
 def test_a_kvstore_that_does_not_fit_the_mode_is_refused_before_any_communication(tmp_path, child_pids):
-    # kv.create('dist') put the servers in synchronous mode; async needs them asynchronous
-    proc = _run(tmp_path, child_pids, "async", "dist")
+    # kv.create('dist_sync') (explicit, so kept) put the servers in synchronous mode; async needs them asynchronous
+    proc = _run(tmp_path, child_pids, "async", "dist_sync")
     assert proc.returncode == 1, proc.stderr[-4000:]   # not 124: no worker waits for --timeout
-    assert "sync mode 'async' needs a 'dist_async' kvstore, but this worker already created a 'dist' one" \
+    assert "sync mode 'async' needs a 'dist_async' kvstore, but this worker already created a 'dist_sync' one" \
         in proc.stderr, proc.stderr[-4000:]
     assert not list(tmp_path.glob("rank*.json"))
     assert not child_pids.alive()

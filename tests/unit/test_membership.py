@@ -107,3 +107,53 @@ def test_protocol_errors_are_refused():
     r.finish(1, "f")
     with pytest.raises(ValueError, match="no longer trains"):
         r.enter(1, 1, "b")
+
+
+# -- ESync on the rendezvous: the weighting's counts, Algorithm 2 over the devices present ----------
+def test_the_entry_sums_the_members_count_vectors_and_drops_a_departed_ones():
+    r = RoundRendezvous(range(3))
+    r.enter(0, 0, "a", counts=(2.0, 32.0, 1.0))
+    r.enter(2, 0, "c", counts=(9.0, 144.0, 1.0))
+    r.depart(2, "died")   # its counts leave with it: the weights are over the members
+    got = answers(r.enter(1, 0, "b", counts=(1.0, 16.0, 1.0)))
+    assert got == {0: Entered(0, 2, 0, (3.0, 48.0, 2.0)), 1: Entered(0, 2, 0, (3.0, 48.0, 2.0))}
+    r.done(0, 0, "a")
+    r.done(1, 0, "b")
+    # a round whose members sent none answers with none (localsgd)
+    r.enter(0, 1, "a1")
+    assert answers(r.enter(1, 1, "b1"))[0] == Entered(1, 2, 0, ())
+
+
+def test_esync_stops_waiting_for_a_slowest_device_that_left_its_loop():
+    from mxhet.control import messages as m
+    from mxhet.control.server import StateService
+    service = StateService(3)
+    for rank in range(3):
+        service.handle(m.Register(rank=rank, seq=1, slot=rank, signature="", round=0), now=0.0, sender=rank)
+    # rank 2 is slow (1 s an iteration) and has not finished its iteration of round 0
+    service.handle(m.Query(rank=1, seq=2, round=0, k=0, c=0.1, since_finish=0.0), now=0.0, sender=1)
+    service.handle(m.Query(rank=2, seq=2, round=0, k=0, c=1.0, since_finish=0.0), now=0.0, sender=2)
+    reply = service.handle(m.Query(rank=0, seq=2, round=0, k=1, c=0.1, since_finish=0.0), now=0.1, sender=0)
+    assert not reply.ready and reply.slowest == 2
+    # its script leaves the training loop: it waits for the final model, nobody waits for it
+    assert service.handle(m.RoundFinish(rank=2, seq=3), now=0.2, sender=2) is None
+    reply = service.handle(m.Query(rank=0, seq=3, round=0, k=2, c=0.1, since_finish=0.0), now=0.2, sender=0)
+    assert reply.ready and reply.slowest != 2
+    # the round closes over the two still training; their counts are summed
+    assert service.handle(m.RoundEnter(rank=0, seq=4, round=0, want_stop=False, counts=(2.0, 32.0, 1.0)),
+                          now=0.3, sender=0) is None
+    reply = service.handle(m.RoundEnter(rank=1, seq=3, round=0, want_stop=False, counts=(3.0, 48.0, 1.0)),
+                           now=0.3, sender=1)
+    assert (reply.target, tuple(reply.counts)) == (2, (5.0, 80.0, 2.0))
+    assert [(r, tuple(late.counts)) for r, late in service.take_released()] == [(0, (5.0, 80.0, 2.0))]
+
+
+def test_a_restarted_state_server_takes_every_worker_still_training_for_the_members_of_the_round_it_never_saw():
+    # the workers entered round 4 and pushed; the State Server died before all were done,
+    # and its successor gets their resent `done` first
+    r = RoundRendezvous(range(3))
+    assert r.done(1, 4, "b") == []
+    assert r.done(0, 4, "a") == []
+    assert answers(r.done(2, 4, "c")) == {0: Done(4, True), 1: Done(4, True), 2: Done(4, True)}
+    with pytest.raises(ValueError, match="not a member"):   # only then: a later stray done is an error
+        r.done(0, 7, "x")

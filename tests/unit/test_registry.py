@@ -64,7 +64,7 @@ def test_every_executor_takes_its_metadata_from_its_spec():
 def test_mode_metadata_is_read_without_mxnet():
     code = ("import sys; from mxhet.policy import get_spec; from mxhet import launcher; "
             "args = launcher.parse_args(['-n', '2', '--sync', 'esync', '--', 'true']); "
-            "assert args.needs_state_server and args.kvstore_type == 'dist_sync'; "
+            "assert args.needs_state_server and args.kvstore_type == 'dist_async'; "
             "assert get_spec('ssp').needs_state_server; "
             "print(sorted(m for m in ('mxnet', 'zmq') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,

@@ -26,7 +26,7 @@ def test_bad_events_are_refused(text, message):
 def test_events_need_a_mode_whose_rounds_the_state_server_names(tmp_path):
     args = cli.build_parser().parse_args(["-n", "3", "--sync", "sync", "--events", "2:leave@1", "--base-iter", "0.05",
                                           "--metrics-out", str(tmp_path)])
-    with pytest.raises(ConfigError, match="devices can leave in modes localsgd, not sync"):
+    with pytest.raises(ConfigError, match="devices can leave in modes localsgd, esync, not sync"):
         cli.run(args)
 
 
@@ -39,5 +39,28 @@ def test_a_device_that_leaves_stops_and_the_others_average_without_it(tmp_path):
     assert rounds[0] == rounds[1] == full[0]["rounds"]   # the others do not wait for it
     assert 0 < rounds[2] < rounds[0]
     assert workers[2]["iterations"] <= 1 / 0.05 + 2      # it stopped at its first boundary after 1 virtual s
+    assert len({workers[s]["final_model_sha256"] for s in range(3)}) == 1
+    assert summary["final_accuracy"] >= 0.4
+
+
+@pytest.mark.parametrize("options", [
+    ("--ack", "blocking"),
+    # the counts travel with the round's entry and the weights are normalised over its members
+    ("--ack", "delayed", "--aggregation", "normalized", "--outer-optimizer", "nesterov"),
+])
+def test_esync_goes_on_when_its_slowest_device_leaves(tmp_path, options):
+    """Rounds are paced by the slowest device (slot 0, 4x slower) until it leaves
+    at 1 virtual s; Algorithm 2 then looks for the slowest among the devices
+    present and the round rendezvous closes over them. On dist_sync the two
+    others would wait for its push for ever (their rounds stuck at its count)."""
+    common = ("-n", "3", "--sync", "esync", "--slowdown", "4,1,1", "--base-iter", "0.05", "--time-budget", "3",
+              *options)
+    _, full = _sim(tmp_path, "full", *common)
+    summary, workers = _sim(tmp_path, "leave", *common, "--events", "0:leave@1")
+    rounds = [workers[s]["rounds"] for s in range(3)]
+    assert rounds[1] == rounds[2]                    # every device present aggregates every round
+    assert 0 < rounds[0] <= 1 / (4 * 0.05) + 1       # it left at its first boundary after 1 virtual s
+    assert rounds[1] > rounds[0] + 5                 # the others went on without it ...
+    assert rounds[1] > full[1]["rounds"]             # ... faster than with it
     assert len({workers[s]["final_model_sha256"] for s in range(3)}) == 1
     assert summary["final_accuracy"] >= 0.4
