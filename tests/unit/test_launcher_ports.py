@@ -1,7 +1,5 @@
 """Each worker's PS-LITE port (``PORT``) increases with its slot, so that on one
 host PS-LITE's rank is the launcher's slot (no process is started)."""
-import pytest
-
 from mxhet import launcher
 from mxhet.launcher.jobplan import slot_ports
 from tests.unit.test_launcher_args import hostfile, parse  # noqa: F401  (fixture)
