@@ -43,4 +43,6 @@ def test_every_workers_pslite_rank_is_its_slot(tmp_path, child_pids, slowdowns, 
     assert all(r["num_workers"] == n for r in results)
     ports = [r["port"] for r in results]
     assert ports == sorted(ports) and len(set(ports)) == n
+    record = json.loads((tmp_path / "job.json").read_text())
+    assert [p["port"] for p in record["processes"] if p["role"] == "worker"] == ports
     assert not child_pids.alive()
