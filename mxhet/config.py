@@ -5,8 +5,9 @@ variables; the rest of the code receives a :class:`WorkerConfig`.
 
 =====================  ==========================================================
 ``MXHET_SYNC``         synchronization mode (``esync``, ``sync``, ``async``, ``local``)
-``MXHET_SLOT``         the launcher's slot of this worker (0-based); *not* the
-                       PS-LITE rank, which PS-LITE assigns in arrival order
+``MXHET_SLOT``         the launcher's slot of this worker (0-based); on one
+                       host also its PS-LITE rank (the launcher's ``PORT``
+                       increases with the slot), not across ssh hosts
 ``MXHET_NUM_SLOTS``    number of worker slots in the job
 ``MXHET_CONTEXT``      ``cpu`` or ``gpu(i)``
 ``MXHET_SLOWDOWN``     heterogeneity emulation factor f >= 1: after each local

@@ -224,6 +224,19 @@ def sync_commands(args, hosts, cwd):
                  for host in dict.fromkeys(hosts))
 
 
+def slot_ports(n, port):
+    """Ports for worker slots ``0 .. n-1``, increasing with the slot.
+
+    PS-LITE's scheduler sorts the nodes by advertised host (``DMLC_NODE_HOST``,
+    in decreasing string order), then by increasing port (``PORT``), and numbers
+    the workers in that order (``Van::ProcessAddNodeCommandAtScheduler``). With
+    ports increasing with the slot, the workers of one host get their ranks in
+    slot order: on one host, ``store.rank == MXHET_SLOT``. ``port(None)`` draws
+    one free port the plan has not used yet.
+    """
+    return sorted(port(None) for _ in range(n))
+
+
 def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, cwd=None):
     """Turn validated options (from :func:`parse_args`) into a :class:`Plan`.
 
@@ -329,6 +342,7 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
         processes.append(spec(STATE_SERVER, None, first, argv, {**base, **passed, "OMP_NUM_THREADS": "1"}))
 
     worker_hosts = [hosts[slot % len(hosts)] for slot in range(n)]
+    worker_ports = slot_ports(n, port) if dist else []
     for slot, host in enumerate(worker_hosts):
         threads = args.omp_threads or max(1, cpu_count // worker_hosts.count(host))
         env = {**base, **passed, "OMP_NUM_THREADS": str(threads), **env_worker,
@@ -345,7 +359,8 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
         if getattr(args, "live_dir", ""):  # --dashboard: the workers' live feed
             env["MXHET_LIVE_DIR"] = args.live_dir
         if dist:
-            env.update(dmlc, DMLC_ROLE=WORKER, DMLC_NODE_HOST=host)
+            # PORT: PS-LITE's rank follows the slot on each host (slot_ports)
+            env.update(dmlc, DMLC_ROLE=WORKER, DMLC_NODE_HOST=host, PORT=str(worker_ports[slot]))
         processes.append(spec(WORKER, slot, host, args.command, env,
                               context=args.contexts[slot], slowdown=args.slowdowns[slot]))
 

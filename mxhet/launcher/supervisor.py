@@ -352,6 +352,8 @@ def job_record(plan, children, status, exit_code, started, failures=None):
         entry = {"role": spec.role, "slot": spec.slot, "host": spec.host, "pid": child.pid,
                  "context": spec.context, "slowdown": spec.slowdown,
                  "exit_code": code, "ended_by_launcher": child.ended_by_launcher}
+        if "PORT" in spec.env:   # a worker's PS-LITE port: its rank follows it on its host
+            entry["port"] = int(spec.env["PORT"])
         if spec.remote:
             entry["remote_pid"] = child.remote_pid
         if id(child) in failures:

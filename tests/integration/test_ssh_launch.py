@@ -47,6 +47,7 @@ WORKER = textwrap.dedent('''
         out = mx.nd.zeros((4,))
         kv.pull(5, out=out)
         print("slot %d on %s pulled %s" % (slot, os.environ["DMLC_NODE_HOST"], out.asnumpy().tolist()))
+        print("slot %d is rank %d" % (slot, kv.rank))
 
     if __name__ == "__main__":
         main(sys.argv[1])
@@ -158,6 +159,8 @@ def test_real_ssh_job_runs_on_two_loopback_hosts(tmp_path, child_pids, sshd):
     # Each worker advertised its own host, and the sum went through both hosts' servers.
     assert "[worker 0] slot 0 on 127.0.0.2 pulled [3.0, 3.0, 3.0, 3.0]" in proc.stdout
     assert "[worker 1] slot 1 on 127.0.0.3 pulled [3.0, 3.0, 3.0, 3.0]" in proc.stdout
+    # PS-LITE numbers the workers by host in decreasing address order, then by port (docs/launcher.md)
+    assert "[worker 0] slot 0 is rank 1" in proc.stdout and "[worker 1] slot 1 is rank 0" in proc.stdout
     assert _processes_with(token) == []
 
 

@@ -78,6 +78,7 @@ SCRIPT = textwrap.dedent('''
                for p in net.collect_params().values() for c in ctx)
     with open(os.path.join(out_dir, "rank%d.json" % store.rank), "w") as f:
         json.dump({"store_rank": store.rank, "trainer_rank": trainer.rank, "num_workers": store.num_workers,
+                   "slot": int(os.environ["MXHET_SLOT"]), "slowdown": float(os.environ["MXHET_SLOWDOWN"]),
                    "trainer_num_workers": trainer.num_workers, "accuracy": accuracy,
                    "contexts": len(ctx), "copies_equal": bool(same)}, f)
     trainer.close()
@@ -115,8 +116,10 @@ def test_the_scripts_kvstore_is_used_when_it_fits_the_mode(tmp_path, child_pids,
     results = _results(tmp_path)
     for r in results:
         assert r["trainer_rank"] == r["store_rank"] and r["num_workers"] == r["trainer_num_workers"] == 3
+        assert r["store_rank"] == r["slot"], r   # store.rank names the device --slowdown named (one host)
         assert r["contexts"] == contexts and r["copies_equal"], r
     assert sorted(r["store_rank"] for r in results) == [0, 1, 2]
+    assert [r["slowdown"] for r in results] == [1.0, 1.0, 2.0]   # rank 2 is the slow worker
     # every worker's shard (SplitSampler over store.rank) trained the one global model
     assert min(r["accuracy"] for r in results) > 0.35, [r["accuracy"] for r in results]   # chance: 0.1
     assert not child_pids.alive()

@@ -1,4 +1,5 @@
 """The launcher's command line, validation and process plan (no process is started)."""
+import itertools
 import shlex
 import sys
 
@@ -15,7 +16,7 @@ def parse(*options, command=CMD):
 
 
 def plan_of(*options, command=CMD, cpu_count=8, environ=None, cwd="/job dir"):
-    ports = iter([9000, 9001, 9002])
+    ports = itertools.count(9000)   # root 9000, State Server 9001, then the workers' (PORT)
     return launcher.build_plan(parse(*options, command=command), free_port=lambda host: next(ports),
                                cpu_count=cpu_count, environ={} if environ is None else environ, cwd=cwd)
 

@@ -162,7 +162,7 @@ def test_server_omp_threads_sets_scheduler_and_servers():
 def test_env_passes_named_variables_over_ssh(monkeypatch, hostfile):  # noqa: F811
     monkeypatch.setenv("MY_VAR", "v 1")
     args = launcher.parse_args(["-n", "2", "--sync", "sync", "-H", hostfile, "--env", "MY_VAR", "--", "x"])
-    ports = iter([9000, 9001])
+    ports = iter(range(9000, 9010))
     plan = launcher.build_plan(args, free_port=lambda host: next(ports), cpu_count=4,
                                environ={"MY_VAR": "v 1", "OMP_NUM_THREADS": "2", "HOME": "/h"}, cwd="/w")
     for spec in plan.processes:
