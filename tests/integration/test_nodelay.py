@@ -38,8 +38,12 @@ def test_tau_1_gives_the_model_of_localsgd_with_one_local_step(tmp_path, child_p
         assert [w["local_iters"] for w in workers.values()] == [[1] * rounds] * 2
         assert len({w["final_model_sha256"] for w in workers.values()}) == 1
     assert sorted(nd_final) == sorted(ls_final)
+    # localsgd's dist_async servers add each member's delta as it arrives (nodelay's dist_sync merge sums first),
+    # so float32 rounding differs with the arrival order and five rounds at lr 0.1 amplify it (as in
+    # test_preduce's P = N comparison); a wrong merge would be off by far more than 1e-4
     for name in nd_final:
-        np.testing.assert_allclose(nd_final[name].asnumpy(), ls_final[name].asnumpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(nd_final[name].asnumpy(), ls_final[name].asnumpy(), rtol=1e-4, atol=1e-4,
+                                   err_msg=name)
 
 
 def test_staleness_bound_with_a_slow_device(tmp_path, child_pids):
