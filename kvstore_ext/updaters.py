@@ -348,12 +348,23 @@ class MemberSum(ServerUpdater):
     servers never need to know how many pushes make a round, and a round
     whose member died goes on with the pushes that arrived.
 
+    The sum is kept in float64 (the state) and the model is its float32
+    rounding: ``w += pushed`` in float32 would make the model depend on which
+    member's push arrived first (``(w + a) + b != (w + b) + a``), and training
+    amplifies that last-bit difference, so no two runs of a job would end on
+    the same model. Float32 pushes add exactly in float64 unless their
+    exponents differ by more than 29 bits, so the order no longer matters.
+
     Args:
         num_workers: the job's workers at launch (informative only).
     """
 
+    def create_param_state(self, index, weight):
+        return weight.astype("float64")
+
     def apply(self, index, weight, grad, state):
-        weight[:] += grad
+        state[:] += grad.astype("float64")
+        weight[:] = state.astype(weight.dtype)
 
     @property
     def elementwise(self):

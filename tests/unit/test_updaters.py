@@ -69,3 +69,25 @@ def test_bad_arguments():
         ServerOptimizer(2, "sgd")
     with pytest.raises(ValueError):
         keys.probe_keys(0)
+
+
+def test_member_sum_ends_on_the_same_model_whatever_order_the_pushes_arrive_in():
+    from kvstore_ext.updaters import MemberSum
+    rng = np.random.RandomState(0)
+    start = rng.normal(0, 0.1, 1000).astype("float32")
+    pushes = [rng.normal(0, 1e-3, 1000).astype("float32") for _ in range(3)]
+    finals = []
+    for order in ([0, 1, 2], [2, 0, 1], [1, 2, 0]):
+        updater, weight = MemberSum(3), mx.nd.array(start)
+        state = updater.create_state(0, weight)
+        for i in order:
+            updater.update(0, weight, mx.nd.array(pushes[i]), state)
+        finals.append(weight.asnumpy())
+    assert finals[0].dtype == np.float32
+    assert all(np.array_equal(finals[0], f) for f in finals[1:])
+    # the model is the float32 rounding of the exact sum
+    exact = start.astype("float64") + sum(p.astype("float64") for p in pushes)
+    assert np.array_equal(finals[0], exact.astype("float32"))
+    # (a float32 running sum differs with the order: the reason for the float64 state)
+    plain = [start + pushes[i] + pushes[j] + pushes[k] for i, j, k in ([0, 1, 2], [2, 0, 1])]
+    assert not np.array_equal(plain[0], plain[1])
