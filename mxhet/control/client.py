@@ -331,7 +331,7 @@ class StateClient:
 
     def reduce_ready(self, k, want_stop=False):
         """Partial Reduce: READY at iteration ``k``; returns once in a group (``round``,
-        ``group_slot``, ``weight``, ``k``) or told to ``stop``."""
+        ``group_slot``, ``weight``, ``k``, ``target``: filler pushes) or told to ``stop``."""
         return self.request(self._message(m.ReduceReady, k=int(k), want_stop=bool(want_stop)))
 
     def reduce_pushed(self, group):

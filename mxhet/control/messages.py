@@ -390,6 +390,7 @@ class Reply:
     code: str = ""    # machine-readable kind of error: "not_registered", or "" 
     # Partial Reduce's answer to READY: round = the group's id, its slot of keys
     # on the servers, this member's weight and the iteration number to go on with
+    # (and target = the zero pushes it adds to a group smaller than P)
     group_slot: int = -1
     weight: float = 0.0
     k: int = 0

@@ -336,7 +336,8 @@ class StateService:
         for g in groups:
             for member, weight in zip(g.members, g.weights):
                 reply = m.Reply(seq=seq if member == rank else self._reduce_waiting.pop(member), round=g.id,
-                                group_slot=g.slot, weight=min(1.0, max(0.0, weight)), k=g.k)
+                                group_slot=g.slot, weight=min(1.0, max(0.0, weight)), k=g.k,
+                                target=g.fill_of(member))
                 if member == rank:
                     own = reply
                 else:
