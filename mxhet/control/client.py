@@ -377,7 +377,9 @@ class StateClient:
         return message.seq
 
     def bye(self):
-        self.request(self._message(m.Bye))
+        """Leave the job; returns the State Server's reply (G-CADA: ``ready`` once
+        the sender's group has no member left)."""
+        return self.request(self._message(m.Bye))
 
     def close(self):
         self._transport.close()

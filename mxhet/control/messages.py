@@ -276,7 +276,8 @@ class ReducePushed(Request):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Bye(Request):
-    """The worker leaves the job."""
+    """The worker leaves the job (answered with ``ready`` in G-CADA when the
+    sender's group has no member left)."""
     TYPE = "bye"
 
     def validate(self):

@@ -204,8 +204,13 @@ class StateService:
         if getattr(self, "preduce", None) is not None:
             self._reduce_groups(self.preduce.leave(req.rank))
             self._reduce_stopped(self.preduce.check_stop())
+        retired = False
+        if getattr(self, "gcada", None) is not None:
+            retired = self.gcada.leave(req.rank)
+            self._group_reply(self.gcada, None)
         self._release_rounds(self.rendezvous.depart(req.rank, "bye"))
-        return m.Reply(seq=req.seq)
+        # G-CADA: ready says the sender's group has no member left (its last gradient is to be zeroed)
+        return m.Reply(seq=req.seq, ready=retired)
 
     def _on_heartbeat(self, req, now):
         self._registered(req.rank)

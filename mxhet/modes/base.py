@@ -411,7 +411,7 @@ class SyncMode:
     def leave_alone(self):
         """:meth:`leave_at_exit` of the modes in which no worker waits for
         another's next contribution (the asynchronous ones, ``adsp``,
-        ``dylu``, ``preduce``): say goodbye to the State Server first -- from
+        ``dylu``, ``preduce``, ``gcada``, ``cada``): say goodbye to the State Server first -- from
         the interpreter's finalization on the control thread sends no
         heartbeats, and PS-LITE's exit barrier would hold this process silent
         until the slowest worker ends, which the State Server would take for a

@@ -1,11 +1,14 @@
 """In the modes where no worker waits for another's next contribution (the
 asynchronous gradient modes -- async, and ssp, which shares its exit path --,
-asynchronous local SGD ``dylu`` and Partial Reduce ``preduce``) a worker
-whose script stops calling ``step()`` leaves the job at interpreter exit, and
-the others train on: on real processes, with every worker running a different
-number of steps and the State Server's heartbeat timeout shorter than the
-time the first one to leave waits for the last. In ``preduce`` (groups of
-P = 2 of N = 3) the last worker left trains on in groups of one."""
+asynchronous local SGD ``dylu``, Partial Reduce ``preduce``, ``gcada`` and
+``cada``) a worker whose script stops calling ``step()`` leaves the job at
+interpreter exit, and the others train on: on real processes, with every
+worker running a different number of steps and the State Server's heartbeat
+timeout shorter than the time the first one to leave waits for the last. In
+``preduce`` (groups of P = 2 of N = 3) the last worker left trains on in
+groups of one; in ``cada`` (groups of one) each departure retires a group,
+and the servers' steps go on without it; in ``gcada`` (one group of three)
+the teammates compute for the group."""
 import json
 import sys
 import textwrap
@@ -51,7 +54,7 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.parametrize("mode", ["async", "ssp", "dylu", "preduce"])
+@pytest.mark.parametrize("mode", ["async", "ssp", "dylu", "preduce", "cada", "gcada"])
 def test_a_worker_that_ends_its_loop_first_leaves_and_every_worker_ends_with_the_global_model(tmp_path, child_pids,
                                                                                                mode):
     script = tmp_path / "prog.py"
