@@ -35,7 +35,8 @@ SCRIPT = textwrap.dedent('''
 
     def report():
         with open(os.path.join(out_dir, "slot%d.json" % slot), "w") as f:
-            json.dump({"steps": done[0], "digest": trainer.stats.final_model_sha256}, f)
+            json.dump({"steps": done[0], "digest": trainer.stats.final_model_sha256,
+                       "rounds": trainer.stats.rounds}, f)
     atexit.register(report)
 
     mx.random.seed(slot)
@@ -67,6 +68,9 @@ def test_a_worker_that_ends_its_loop_first_leaves_and_every_worker_ends_with_the
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = [json.loads((tmp_path / ("slot%d.json" % s)).read_text()) for s in range(3)]
     assert [r["steps"] for r in results] == [10, 20, 30]
+    if mode == "preduce":
+        # every step ended in a reduce: slot 2's last ones, after the others left, in groups of one
+        assert [r["rounds"] for r in results] == [10, 20, 30]
     # each pulled the servers' model after every worker's last push
     digests = {r["digest"] for r in results}
     assert len(digests) == 1 and "" not in digests and None not in digests, results
