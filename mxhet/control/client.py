@@ -331,7 +331,7 @@ class StateClient:
 
     def reduce_ready(self, k, want_stop=False):
         """Partial Reduce: READY at iteration ``k``; returns once in a group (``round``,
-        ``group_slot``, ``weight``, ``k``) or told to ``stop``."""
+        ``group_slot``, ``weight``, ``k``, ``target``: filler pushes) or told to ``stop``."""
         return self.request(self._message(m.ReduceReady, k=int(k), want_stop=bool(want_stop)))
 
     def reduce_pushed(self, group):
@@ -377,7 +377,9 @@ class StateClient:
         return message.seq
 
     def bye(self):
-        self.request(self._message(m.Bye))
+        """Leave the job; returns the State Server's reply (G-CADA: ``ready`` once
+        the sender's group has no member left)."""
+        return self.request(self._message(m.Bye))
 
     def close(self):
         self._transport.close()

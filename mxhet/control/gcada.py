@@ -125,6 +125,7 @@ class GroupRule:
         self.history = collections.deque(maxlen=max_delay)  # ‖θ^{k+1−d} − θ^{k−d}‖², newest first
         self.iteration = 0
         self.selected = lazy_selection(self.aoi, self.lhs, self.history, self.c, self.max_delay)
+        self.retired = set()   # groups whose every member left the job: never selected again
         self.claims = {}       # group -> rank that uploads its gradient this iteration
         self.uploaded = set()  # groups whose upload reached the servers this iteration
         self.downloads = 0     # members told "selected" this iteration
@@ -140,6 +141,20 @@ class GroupRule:
         """
         self._check_group(group)
         self.smoothness[group] = check_smoothness_value(value)
+
+    def retire(self, group):
+        """Every member of ``group`` left the job: it is never selected again,
+        and it leaves the current iteration's selection unless its upload is in
+        (the step may then be due at once: :attr:`step_due`).
+
+        Raises:
+            ValueError: for a bad group.
+        """
+        self._check_group(group)
+        self.retired.add(group)
+        if group in self.selected and group not in self.uploaded:
+            self.selected = [g for g in self.selected if g != group]
+            self.claims.pop(group, None)
 
     def is_selected(self, group):
         return group in self.selected
@@ -231,6 +246,8 @@ class GroupRule:
         self.lhs = [float(x) for x in group_sq]
         self.iteration += 1
         self.selected = lazy_selection(self.aoi, self.lhs, self.history, self.c, self.max_delay, self.smoothness)
+        if self.retired:
+            self.selected = [g for g in self.selected if g not in self.retired]
         self.claims, self.uploaded, self.downloads = {}, set(), 0
         return self.selected
 
@@ -275,6 +292,8 @@ class GroupCoordinator:
         self.stop_at = None  # first iteration every worker is told to stop at
         self.released = []
         self.smoothness_from = {}   # group -> the first rank that sent its L_g
+        self.group_of = {}   # rank -> its group, from its requests
+        self.departed = {}   # group -> its ranks that left the job
 
     def smoothness(self, rank, group, value):
         """A member of ``group`` sends L_g (with every ``GroupBegin``): the first
@@ -303,13 +322,40 @@ class GroupCoordinator:
                              "groups=%d, D=%d, c=%g" % (groups, max_delay, c, rule.groups, rule.max_delay, rule.c))
 
     def begin(self, rank, seq, wanted, group, want_stop):
+        self.group_of[rank] = group
         if want_stop and self.stop_at is None:
             self.stop_at = self.rule.iteration + 1
         stopped = self.stop_at is not None and self.rule.iteration >= self.stop_at
-        if wanted > self.rule.iteration and not stopped:
+        if wanted > self.rule.iteration and not stopped and not self._untriggered():
             self.waiting[rank] = (seq, wanted, group)
             return None
         return self._assign(rank, seq, group)
+
+    def _untriggered(self):
+        """True when a departure made the current iteration's step due and nobody triggers it yet
+        (without departures the last upload, or the first request of an empty iteration, triggers it)."""
+        return bool(self.rule.retired) and self.rule.step_due and self.rule.iteration not in self.triggers
+
+    def leave(self, rank):
+        """``rank`` left the job (its goodbye): its watch is forgotten; once every
+        member of its group has left, the group is retired (:meth:`GroupRule.retire`)
+        and, if that makes the current step due, a waiting worker is told to
+        trigger it. Returns True if the group was retired now."""
+        self.waiting.pop(rank, None)
+        group = self.group_of.get(rank)
+        if group is None:
+            return False
+        self.watches.get(group, {}).pop(rank, None)
+        gone = self.departed.setdefault(group, set())
+        gone.add(rank)
+        if len(gone) < self.rule.group_size or group in self.rule.retired:
+            return False
+        self.rule.retire(group)
+        if self._untriggered() and self.waiting:
+            waiter = min(self.waiting, key=lambda r: self.waiting[r][0])
+            wseq, _, wgroup = self.waiting.pop(waiter)
+            self.released.append((waiter, self._assign(waiter, wseq, wgroup)))
+        return True
 
     def _assign(self, rank, seq, group):
         k = self.rule.iteration

@@ -276,7 +276,8 @@ class ReducePushed(Request):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Bye(Request):
-    """The worker leaves the job."""
+    """The worker leaves the job (answered with ``ready`` in G-CADA when the
+    sender's group has no member left)."""
     TYPE = "bye"
 
     def validate(self):
@@ -390,6 +391,7 @@ class Reply:
     code: str = ""    # machine-readable kind of error: "not_registered", or "" 
     # Partial Reduce's answer to READY: round = the group's id, its slot of keys
     # on the servers, this member's weight and the iteration number to go on with
+    # (and target = the zero pushes it adds to a group smaller than P)
     group_slot: int = -1
     weight: float = 0.0
     k: int = 0

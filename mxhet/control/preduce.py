@@ -21,6 +21,13 @@ head is held until a worker of another component is queued. Every group that
 differs from the FIFO group counts as an intervention. The head is always
 taken, so a queued worker waits for at most as many groups as are ahead of it.
 
+Departures (a worker's goodbye, :meth:`PartialReduceController.leave`):
+the departed rank is never grouped again. Once fewer than P workers are live,
+the groups are of all the workers left (one alone reduces with itself, so
+the program and the slot accounting stay those of every group). A slot's
+updater still counts P pushes a round, so a group of m < P members gets
+P - m *filler* pushes of zeros, made by its first member (:attr:`Group.fill`).
+
 The sync-graph is kept incrementally (:class:`~mxhet.control.window_graph.WindowGraph`):
 adding a group costs O(P log N) amortized and a worker's component is a lookup, instead of a
 rebuild over the window for every group.
@@ -120,13 +127,20 @@ def dynamic_weights(ks, alpha=DEFAULT_ALPHA):
 class Group:
     """One partial reduce: ``members`` (ranks, in the order they were taken),
     their ``weights``, the ``slot`` of keys they meet in, and ``k``, the
-    iteration number every member continues with."""
+    iteration number every member continues with. ``fill``: the zero pushes
+    its first member adds so the slot counts P pushes (P minus the members,
+    > 0 only once fewer than P workers are live)."""
     id: int
     slot: int
     members: tuple
     weights: tuple
     k: int
     intervened: bool = False
+    fill: int = 0
+
+    def fill_of(self, rank):
+        """The filler pushes member ``rank`` makes."""
+        return self.fill if rank == self.members[0] else 0
 
 
 class PartialReduceController:
@@ -247,6 +261,7 @@ class PartialReduceController:
         # rebuilt over the live ranks when it is next needed.
         self.graph = None
         self._graph_changed()
+        self._holding_head = None   # the head may have waited for the departed rank's component
         return self._form()
 
     def want_stop(self):
@@ -279,7 +294,7 @@ class PartialReduceController:
 
     def _form(self):
         formed = []
-        while not self.stopping and len(self.queue) >= self.group_size and self.free_slots:
+        while not self.stopping and self.queue and len(self.queue) >= self._size() and self.free_slots:
             members, intervened = self._choose()
             if members is None:
                 break
@@ -288,9 +303,14 @@ class PartialReduceController:
             formed.append(self._make(members, intervened))
         return formed
 
+    def _size(self):
+        """Members of the next group: P, or every live worker once fewer are left."""
+        return min(self.group_size, len(self.live))
+
     def _choose(self):
         """The next group (members, intervened), or (None, False) to hold the head."""
-        fifo = list(itertools.islice(self.queue, self.group_size))
+        size = self._size()
+        fifo = list(itertools.islice(self.queue, size))
         if not self.avoid_frozen or len(self.recent) < self.window - 1:
             return fifo, False   # warm-up: fewer than T-1 groups formed
         queued = iter(self.queue)
@@ -308,7 +328,7 @@ class PartialReduceController:
             return fifo, False
         group, seen = [head], {self._label(head)}
         for r in queued:
-            if len(group) == self.group_size:
+            if len(group) == size:
                 break
             label = self._label(r)
             if label not in seen:
@@ -324,7 +344,7 @@ class PartialReduceController:
             return None, False
         self._holding_head = None
         for r in itertools.islice(self.queue, 1, None):
-            if len(group) == self.group_size:
+            if len(group) == size:
                 break
             if r not in group:
                 group.append(r)
@@ -349,7 +369,7 @@ class PartialReduceController:
         weights = dynamic_weights(ks, self.alpha) if self.dynamic else constant_weights(ks)
         slot = heapq.heappop(self.free_slots)
         group = Group(id=self.next_id, slot=slot, members=tuple(members), weights=tuple(weights), k=max(ks),
-                      intervened=intervened)
+                      intervened=intervened, fill=self.group_size - len(members))
         self.next_id += 1
         self.groups[group.id] = group
         self.pushed[group.id] = set()

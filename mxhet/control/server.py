@@ -204,8 +204,13 @@ class StateService:
         if getattr(self, "preduce", None) is not None:
             self._reduce_groups(self.preduce.leave(req.rank))
             self._reduce_stopped(self.preduce.check_stop())
+        retired = False
+        if getattr(self, "gcada", None) is not None:
+            retired = self.gcada.leave(req.rank)
+            self._group_reply(self.gcada, None)
         self._release_rounds(self.rendezvous.depart(req.rank, "bye"))
-        return m.Reply(seq=req.seq)
+        # G-CADA: ready says the sender's group has no member left (its last gradient is to be zeroed)
+        return m.Reply(seq=req.seq, ready=retired)
 
     def _on_heartbeat(self, req, now):
         self._registered(req.rank)
@@ -336,7 +341,8 @@ class StateService:
         for g in groups:
             for member, weight in zip(g.members, g.weights):
                 reply = m.Reply(seq=seq if member == rank else self._reduce_waiting.pop(member), round=g.id,
-                                group_slot=g.slot, weight=min(1.0, max(0.0, weight)), k=g.k)
+                                group_slot=g.slot, weight=min(1.0, max(0.0, weight)), k=g.k,
+                                target=g.fill_of(member))
                 if member == rank:
                     own = reply
                 else:

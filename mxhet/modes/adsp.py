@@ -89,22 +89,12 @@ class ADSP(PreludeProgramMode):
             LOG.warning("the ADSP search record could not be fetched: %s", exc)
             return {"adsp_search": None}
 
-    def finish(self):
-        super().finish()
-        self._finished = True
-
     def leave_at_exit(self):
         """A worker whose loop ended before the others' (an epoch loop over its
-        shard): say goodbye to the State Server first (its scheduler then stops
-        waiting for this worker's reports, and the heartbeats that end with the
-        interpreter are not taken for a hang), then finish (wait for the
-        others' last commits, pull the final model) and close. As in local
-        SGD, local work not committed yet is dropped: the script ended it."""
-        if self._ready and self.kv is not None and not getattr(self, "_finished", False):
-            self.leave_state_server()
-            self.finish()
-        self.close()
-        return True
+        shard) leaves alone (:meth:`SyncMode.leave_alone`): its goodbye tells
+        the scheduler to stop waiting for its reports. As in local SGD, local
+        work not committed yet is dropped: the script ended it."""
+        return self.leave_alone()
 
     def request_stop(self):
         super().request_stop()

@@ -63,6 +63,21 @@ class DyLU(ProgramMode):
         times[rank] = float(iteration_s)   # the pull may not hold this worker's own latest push yet
         return tuple(times)
 
+    def leave_at_exit(self):
+        """A worker whose loop ended before the others' leaves alone
+        (:meth:`SyncMode.leave_alone`); nobody waits for its next push. Its
+        local steps since its last push are dropped, as in ``localsgd`` and
+        ``adsp``: the script ended them, and a short last round would reach
+        the servers as a delta of fewer steps than its H_i, at no one's
+        request."""
+        return self.leave_alone()
+
+    def on_leave(self):
+        # Its speed key reads 0 ("not known") from now on, so the others' DyLU scales their local
+        # steps to the fastest worker still training, not to one that left.
+        rank = self.channel.rank
+        self.channel.push([self._speed_keys[rank]], [mx.nd.zeros((1,))])
+
     def request_stop(self):
         # Nobody waits for this worker: it stops at once, not at its next push.
         super().request_stop()

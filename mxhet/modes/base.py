@@ -260,6 +260,7 @@ class SyncMode:
         self._reduced = False      # this iteration's gradients are summed over the worker's contexts
         self._multi = None         # the parameters on several contexts, once known
         self._progressed = False   # a step has returned (told the launcher's hang watch once)
+        self._finished = False     # finish() has pulled the final model
         self._t_last = self._t_start = None
 
     @property
@@ -398,6 +399,7 @@ class SyncMode:
         self.stats.final_model_sha256 = model_digest(arrays)
         self.stats.final_model_keys = len(keys)
         self.aggregated = True
+        self._finished = True
 
     def leave_at_exit(self):
         """Called at interpreter exit (``mxhet.Trainer`` registers it): leave
@@ -405,6 +407,25 @@ class SyncMode:
         the job (the process may end); False in modes that cannot let a worker
         go early (they keep their fail-fast behaviour)."""
         return False
+
+    def leave_alone(self):
+        """:meth:`leave_at_exit` of the modes in which no worker waits for
+        another's next contribution (the asynchronous ones, ``adsp``,
+        ``dylu``, ``preduce``, ``gcada``, ``cada``): say goodbye to the State Server first -- from
+        the interpreter's finalization on the control thread sends no
+        heartbeats, and PS-LITE's exit barrier would hold this process silent
+        until the slowest worker ends, which the State Server would take for a
+        hang --, then :meth:`on_leave`, :meth:`finish` (wait for the others'
+        last contributions, pull the final model) and close. Returns True."""
+        if self._ready and self.kv is not None and not self._finished:
+            self.leave_state_server()
+            self.on_leave()
+            self.finish()
+        self.close()
+        return True
+
+    def on_leave(self):
+        """What a worker leaving alone tells the others beside the State Server (:meth:`leave_alone`)."""
 
     def summary_fields(self):
         """Entries rank 0 adds to the run's ``summary.json`` after :meth:`finish` (docs/metrics.md);

@@ -243,6 +243,27 @@ class GCADA(PreludeProgramMode):
     def global_keys(self):
         return list(self._grad_keys)
 
+    def leave_at_exit(self):
+        """A worker whose loop ended before the others' leaves alone
+        (:meth:`SyncMode.leave_alone`); the gradient it was computing is
+        dropped. Its teammates go on computing for its group; once the last
+        member of a group has left, the group is never selected again and its
+        last gradient is zeroed on the servers (their sum then covers the
+        shards still trained on, as a departed worker's data stops counting in
+        the other modes)."""
+        return self.leave_alone()
+
+    def leave_state_server(self):
+        # The goodbye's answer says whether this worker's group has no member left.
+        if self.client is not None:
+            self._group_retired = bool(self.client.bye().ready)
+            self.client.close()
+            self.client = None
+
+    def on_leave(self):
+        if getattr(self, "_group_retired", False):
+            self.channel.push(self._group_keys, [mx.nd.zeros(b.shape, dtype=b.dtype) for b in self._gbufs])
+
 
 @register
 class CADA(GCADA):

@@ -124,24 +124,11 @@ class Async(ProgramMode, _GradientMode):
         super().request_stop()
         self.stopped = True
 
-    def finish(self):
-        super().finish()
-        self._finished = True
-
     def leave_at_exit(self):
-        """A worker whose loop ended (e.g. its data, before a slower worker's):
-        say goodbye to the State Server first -- from the interpreter's
-        finalization on the control thread sends no heartbeats, and PS-LITE's
-        exit barrier would hold this process silent until the slowest worker
-        ends, which the State Server would take for a hang -- then finish
-        (wait for the others' last pushes, pull the final model) and close.
-        Nobody waits for this worker meanwhile (ssp's gate counts only the
-        workers still training)."""
-        if self._ready and self.kv is not None and not getattr(self, "_finished", False):
-            self.leave_state_server()
-            self.finish()
-        self.close()
-        return True
+        """A worker whose loop ended (e.g. its data, before a slower worker's)
+        leaves alone (:meth:`SyncMode.leave_alone`). Nobody waits for it
+        meanwhile (ssp's gate counts only the workers still training)."""
+        return self.leave_alone()
 
 
 @register

@@ -92,15 +92,17 @@ class PartialReduce(PreludeProgramMode):
             self.stats.query_s += self.clock() - t0
             if reply.stop:
                 return Grouped(stop=True)
-            return Grouped(stop=False, group=reply.round, slot=reply.group_slot, weight=reply.weight, k=reply.k)
+            return Grouped(stop=False, group=reply.round, slot=reply.group_slot, weight=reply.weight, k=reply.k,
+                           fill=reply.target)
         if isinstance(effect, Reduce):
-            self.reduce(effect.group, effect.slot, effect.weight)
+            self.reduce(effect.group, effect.slot, effect.weight, effect.fill)
             self.aggregated = True
             return None
         return super().carry_out(effect)
 
-    def reduce(self, group, slot, weight):
-        """Replace the model by the group's Σ β_j·x_j through slot ``slot``."""
+    def reduce(self, group, slot, weight, fill=0):
+        """Replace the model by the group's Σ β_j·x_j through slot ``slot``;
+        ``fill`` zero pushes complete a group smaller than P."""
         keys = self.slot_keys[slot]
         weights = self.weights()
         for w, b in zip(weights, self._send):
@@ -108,6 +110,11 @@ class PartialReduce(PreludeProgramMode):
         self.check_finite(self._send, "weighted model", self.stats.rounds)
         t0 = self.clock()
         self.kv.push(keys, self._send)
+        if fill:
+            zeros = [mx.nd.zeros(b.shape, ctx=b.context, dtype=b.dtype) for b in self._send]
+            for _ in range(fill):
+                self.kv.push(keys, zeros)
+            self.stats.bytes_pushed += fill * nbytes(zeros)
         mx.nd.waitall()   # a push completes once the server applied it
         t1 = self.clock()
         self.client.reduce_pushed(group)
@@ -122,6 +129,15 @@ class PartialReduce(PreludeProgramMode):
         self.stats.bytes_pushed += nbytes(self._send)
         self.stats.bytes_pulled += nbytes(self._recv)
         self.groups.append((group, slot, weight))
+
+    def leave_at_exit(self):
+        """A worker whose loop ended before the others' leaves alone
+        (:meth:`SyncMode.leave_alone`): its goodbye takes it out of the
+        controller's queue and groups to come (no group waits for it; once
+        fewer than P are live, the groups are of all the workers left), and
+        its model, that of its last group, still counts in the final average
+        of all N."""
+        return self.leave_alone()
 
     def finish(self):
         """The job's output, Algorithm 2's last line: every worker pushes x_i/N to

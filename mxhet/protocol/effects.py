@@ -244,12 +244,14 @@ class Ready:
 class Grouped:
     """The answer to a :class:`Ready`: group ``group`` through rendezvous slot
     ``slot``, this member's weight β, the iteration number to go on with
-    (``k``); or ``stop``."""
+    (``k``), the zero pushes this member adds to a group smaller than P
+    (``fill``, after departures); or ``stop``."""
     stop: bool
     group: int = -1
     slot: int = -1
     weight: float = 0.0
     k: int = 0
+    fill: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,7 +259,8 @@ class Reduce:
     """Partial Reduce's reduce through a rendezvous slot: push β·x to slot
     ``slot``'s keys, wait at the State Server until every member of group
     ``group`` has pushed (``ReducePushed``), pull the slot's Σ β_j·x_j into
-    the replica.
+    the replica. ``fill`` more pushes of zeros make a group smaller than P
+    (after departures) count as the P pushes the slot's updater expects.
 
     Cluster: ``dist_async`` push/pull of the slot keys and the State Server's
     barrier. Simulator: the same updater on the simulated slot keys, over the
@@ -268,6 +271,7 @@ class Reduce:
     group: int
     slot: int
     weight: float
+    fill: int = 0
 
 
 # -- ESync: the State Server queried with blocking or delayed ACKs (§4.2) ----------------------------

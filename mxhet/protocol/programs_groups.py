@@ -84,7 +84,9 @@ def preduce(opts, stats):
     iteration number k; the controller puts the worker in a group of P, whose
     members replace their models by Σ β_j·x_j through a rendezvous slot and go
     on with k = max k_j. A wish to stop travels with READY; the controller then
-    answers stop once every live worker has been in a group. The job's output,
+    answers stop once every live worker has been in a group. A worker that
+    left is never grouped again; once fewer than P are live, the groups are
+    of all the workers left. The job's output,
     the average of all N models, is the runtime's goodbye."""
     yield JoinReduce(**join_fields(opts))
     k = 0
@@ -95,7 +97,7 @@ def preduce(opts, stats):
         answer = yield Ready(k, bool(wants))
         if answer.stop:
             return
-        yield Reduce(answer.group, answer.slot, answer.weight)
+        yield Reduce(answer.group, answer.slot, answer.weight, answer.fill)
         k = answer.k
         stats.rounds += 1
         stats.local_iters.append(1)

@@ -343,7 +343,8 @@ def _ready(sim, dev, effect):
     sim.blocked(dev, t0, query=True)
     if reply.stop:
         return Grouped(stop=True)
-    return Grouped(stop=False, group=reply.round, slot=reply.group_slot, weight=reply.weight, k=reply.k)
+    return Grouped(stop=False, group=reply.round, slot=reply.group_slot, weight=reply.weight, k=reply.k,
+                   fill=reply.target)
 
 
 def _reduce(sim, dev, effect):
@@ -359,6 +360,11 @@ def _reduce(sim, dev, effect):
     yield sim.env.timeout(transfer)
     for key, value in zip(keys, values):
         rv.store.apply(key, value)
+    if effect.fill:   # a group smaller than P (after departures): the slot counts P pushes
+        yield sim.env.timeout(transfer * effect.fill)
+        for _ in range(effect.fill):
+            for key, value in zip(keys, values):
+                rv.store.apply(key, value * 0)
     yield sim.env.timeout(net.message(dev.slot))   # the push's acknowledgement
     sim.blocked(dev, t1, sync=True)
     t2 = sim.env.now

@@ -1,8 +1,14 @@
-"""In the asynchronous gradient modes (async, and ssp, which shares its exit
-path) a worker whose script stops calling ``step()`` leaves the job at
+"""In the modes where no worker waits for another's next contribution (the
+asynchronous gradient modes -- async, and ssp, which shares its exit path --,
+asynchronous local SGD ``dylu``, Partial Reduce ``preduce``, ``gcada`` and
+``cada``) a worker whose script stops calling ``step()`` leaves the job at
 interpreter exit, and the others train on: on real processes, with every
 worker running a different number of steps and the State Server's heartbeat
-timeout shorter than the time the first one to leave waits for the last."""
+timeout shorter than the time the first one to leave waits for the last. In
+``preduce`` (groups of P = 2 of N = 3) the last worker left trains on in
+groups of one; in ``cada`` (groups of one) each departure retires a group,
+and the servers' steps go on without it; in ``gcada`` (one group of three)
+the teammates compute for the group."""
 import json
 import sys
 import textwrap
@@ -29,7 +35,8 @@ SCRIPT = textwrap.dedent('''
 
     def report():
         with open(os.path.join(out_dir, "slot%d.json" % slot), "w") as f:
-            json.dump({"steps": done[0], "digest": trainer.stats.final_model_sha256}, f)
+            json.dump({"steps": done[0], "digest": trainer.stats.final_model_sha256,
+                       "rounds": trainer.stats.rounds}, f)
     atexit.register(report)
 
     mx.random.seed(slot)
@@ -48,7 +55,7 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.parametrize("mode", ["async", "ssp"])
+@pytest.mark.parametrize("mode", ["async", "ssp", "dylu", "preduce", "cada", "gcada"])
 def test_a_worker_that_ends_its_loop_first_leaves_and_every_worker_ends_with_the_global_model(tmp_path, child_pids,
                                                                                                mode):
     script = tmp_path / "prog.py"
@@ -61,6 +68,9 @@ def test_a_worker_that_ends_its_loop_first_leaves_and_every_worker_ends_with_the
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = [json.loads((tmp_path / ("slot%d.json" % s)).read_text()) for s in range(3)]
     assert [r["steps"] for r in results] == [10, 20, 30]
+    if mode == "preduce":
+        # every step ended in a reduce: slot 2's last ones, after the others left, in groups of one
+        assert [r["rounds"] for r in results] == [10, 20, 30]
     # each pulled the servers' model after every worker's last push
     digests = {r["digest"] for r in results}
     assert len(digests) == 1 and "" not in digests and None not in digests, results

@@ -169,3 +169,52 @@ def test_state_service_runs_the_protocol_and_stops_every_worker_at_the_same_iter
         stop = ask(m.GroupBegin, r, 7, iteration=1 + r, group=r // 2, want_stop=False, **rule)
         assert stop.stop and stop.round == 1
     assert svc.stats()["gcada"]["totals"]["uploads"] == 2
+
+
+def test_a_group_whose_members_all_left_is_never_selected_and_its_step_is_triggered_without_it():
+    # CADA: groups of one, D = 1 (every live group selected every iteration)
+    coord = GroupCoordinator(3, groups=3, max_delay=1, c=0.3)
+    for r in range(3):
+        assert coord.begin(r, 1, 0, r, False).ready         # all download iteration 0
+    for r in (1, 2):
+        assert coord.done(r, 2, 0, r).ready
+        coord.uploaded(r, 3, 0, r)
+    assert coord.begin(1, 4, 1, 1, False) is None            # waits: rank 0's upload is missing
+    assert coord.leave(0) is True                             # rank 0 left its loop mid-iteration
+    assert coord.rule.selected == [1, 2] and coord.rule.step_due
+    (rank, reply), = coord.released                          # a waiting worker steps the servers
+    assert rank == 1 and reply.round == 0 and reply.target == 1
+    coord.released = []
+    coord.stepped(1, 5, 0, 1.0, [1.0, 1.0, 1.0], now=0.0)
+    assert coord.rule.selected == [1, 2]                      # never group 0 again
+    assert coord.begin(2, 4, 1, 2, False).ready
+
+
+def test_a_member_that_leaves_a_group_with_teammates_changes_nothing_for_them():
+    coord = GroupCoordinator(4, groups=2, max_delay=5, c=0.3)
+    for r in range(4):
+        assert coord.begin(r, 1, 0, r // 2, False).ready
+    assert coord.watch(1, 2, 0, 0) is None
+    assert coord.leave(1) is False                           # rank 0 still computes for group 0
+    assert coord.rule.selected == [0, 1] and not coord.rule.retired
+    assert coord.done(0, 2, 0, 0).ready and coord.released == []   # no answer to the departed's watch
+
+
+def test_the_goodbye_of_a_groups_last_member_says_so_and_a_waiting_worker_steps_the_servers():
+    service, seqs = StateService(4), {}
+
+    def send(rank, cls, **fields):
+        seqs[rank] = seqs.get(rank, 0) + 1
+        return service.handle(cls(rank=rank, seq=seqs[rank], incarnation=1, **fields), 0.0, sender=rank)
+
+    rule = dict(groups=2, max_delay=1, c=0.3)
+    for r in range(4):
+        assert send(r, m.Register, slot=r).ok
+        assert send(r, m.GroupBegin, iteration=0, group=r // 2, want_stop=False, **rule).ready
+    assert send(2, m.GroupDone, iteration=0, group=1).ready
+    assert not send(2, m.GroupUploaded, iteration=0, group=1).ready        # group 0's upload is missing
+    assert send(2, m.GroupBegin, iteration=1, group=1, want_stop=False, **rule) is None
+    assert not send(0, m.Bye).ready                                         # rank 1 still computes for group 0
+    assert send(1, m.Bye).ready                                             # group 0 has nobody left
+    (rank, reply), = service.take_released()
+    assert rank == 2 and reply.round == 0 and reply.target == 1            # rank 2 has the servers step

@@ -247,3 +247,48 @@ def test_the_incremental_sync_graph_decides_as_a_rebuilt_one(n, p, seed):
             waiting.difference_update(group.members)
         pending = groups
     assert formed > 5 * n and interventions > 0
+
+
+def _reduced(ctl, group):
+    for r in group.members:
+        ctl.push_done(r, group.id)
+
+
+def test_a_departed_worker_is_never_grouped_and_fewer_than_p_left_form_groups_of_all_of_them():
+    ctl = PartialReduceController(3, 2, avoid_frozen=False)
+    assert ctl.leave(0) == []
+    assert ctl.ready(1, 3) == []
+    (g,) = ctl.ready(2, 5)
+    assert g.members == (1, 2) and g.fill == 0 and g.k == 5   # P still fit: a full group
+    _reduced(ctl, g)
+    assert ctl.leave(1) == []
+    (alone,) = ctl.ready(2, 6)                # fewer than P live: a group of the one left
+    assert alone.members == (2,) and alone.weights == (1.0,) and alone.k == 6
+    assert alone.fill == 1 and alone.fill_of(2) == 1   # its filler push makes the slot count P
+    _reduced(ctl, alone)
+    with pytest.raises(ValueError, match="has left"):
+        ctl.ready(1, 7)
+
+
+def test_a_departure_releases_the_workers_that_waited_for_a_full_group():
+    ctl = PartialReduceController(4, 3, dynamic=True, avoid_frozen=False)
+    ctl.leave(0)
+    assert ctl.ready(1, 2) == [] and ctl.ready(2, 4) == []   # 3 live: still waiting for a third
+    (g,) = ctl.leave(3)
+    assert g.members == (1, 2) and g.fill == 1
+    assert [g.fill_of(r) for r in g.members] == [1, 0]        # the first member fills alone
+    assert abs(sum(g.weights) - 1.0) < 1e-12 and g.k == 4
+
+
+def test_a_departure_releases_a_head_held_for_the_departed_component():
+    # Pairs (0, 1) and (2, 3) keep meeting: the filter holds a head until the other pair's
+    # worker is queued; once that pair has left, the head must not wait for it.
+    ctl = PartialReduceController(4, 2, avoid_frozen=True, window=3)
+    for pair in ((0, 1), (2, 3)):
+        ctl.ready(pair[0], 1)
+        _reduced(ctl, ctl.ready(pair[1], 1)[0])
+    ctl.ready(0, 2)
+    assert ctl.ready(1, 2) == [] and ctl.holds == 1      # (0, 1) again would not connect the window
+    ctl.leave(2)
+    (g,) = ctl.leave(3)
+    assert g.members == (0, 1)

@@ -96,3 +96,16 @@ def test_messages_round_trip():
         assert m.decode(m.encode(message)) == message
     with pytest.raises(Exception, match="alpha"):
         m.decode(m.encode(m.ReduceJoin(rank=1, seq=2, **dict(JOIN, alpha=1.5))))
+
+
+def test_goodbyes_leave_the_last_worker_reducing_alone_with_a_filler_push(job):
+    service, (w0, w1, w2, w3) = job
+    for w in (w0, w1):
+        assert w.send(m.Bye).ok
+    assert w2.send(m.ReduceReady, k=3, want_stop=False) is None        # rank 3 is still live: waits
+    assert w3.send(m.Bye).ok                                            # ... until it leaves too
+    (rank, alone), = service.take_released()
+    assert rank == 2 and alone.ok and not alone.stop and alone.weight == 1.0 and alone.k == 3
+    assert alone.target == 1          # P = 2: one zero push makes the slot count two
+    assert w2.send(m.ReducePushed, group=alone.round).ok               # its own push completes the group
+    assert w2.send(m.ReduceReady, k=4, want_stop=True).stop             # it has been in a group: the stop holds
