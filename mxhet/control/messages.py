@@ -41,10 +41,13 @@ MAX_COUNTS = 8
 """Numbers a count vector (:class:`RoundEnter`) may carry at most."""
 
 
-def _check_counts(value):
+def _check_counts(message):
+    """Check ``message.counts`` and make it a tuple (JSON decodes a list), so a decoded message equals the sent one."""
+    value = message.counts
     if (not isinstance(value, (list, tuple)) or len(value) > MAX_COUNTS
             or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in value)):
         raise ProtocolError("field 'counts' must be a list of at most %d finite numbers" % MAX_COUNTS)
+    object.__setattr__(message, "counts", tuple(value))
 
 
 def _check_seconds(name, value):
@@ -417,7 +420,7 @@ class Reply:
             raise ProtocolError("field 'error' must be a string")
         if not isinstance(self.payload, str) or len(self.payload) > RECORD_PAGE:
             raise ProtocolError("field 'payload' must be a string of at most %d characters" % RECORD_PAGE)
-        _check_counts(self.counts)
+        _check_counts(self)
 
 
 _REPLY_FIELDS = {f.name: (0 if f.name == "seq" else f.default) for f in dataclasses.fields(Reply)}
@@ -464,7 +467,7 @@ class RoundEnter(Request):
         super().validate()
         _check_int("round", self.round)
         _check_bool("want_stop", self.want_stop)
-        _check_counts(self.counts)
+        _check_counts(self)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
