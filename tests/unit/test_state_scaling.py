@@ -48,7 +48,9 @@ class BruteService(StateService):
             return m.Reply(seq=req.seq, round=req.round, stop=True)
         present = set(self.slots) - self.left
         ready = self.table.query(req.rank, req.k, req.c, now - req.since_finish, now, among=present)
-        slowest = self.table.slowest_rank()
+        # the device decided against is the slowest still training (one that left is never named)
+        training = [r for rank, r in self.table.records.items() if rank in present]
+        slowest = find_slowest(training).rank if training else self.table.slowest_rank()
         if ready:
             info = self.rounds.setdefault(req.round, {"slowest": slowest, "local_iters": {}})
             info["local_iters"].setdefault(req.rank, req.k)
