@@ -87,8 +87,13 @@ def _losses(results):
                     text = "%s: %s ends more accurate (%.3f against ESync's %.3f)" % (
                         name, what, x["other"], x["esync"])
                 found.append(text + ("" if x["significant"] else ", within the 95% intervals"))
-        lines.append("- %s division: %s." % (division.capitalize(), "; ".join(found) if found else
-                                            "ESync loses to no variant measured"))
+        if found:
+            text = "; ".join(found)
+        elif not any("esync" in row.get("variants", {}) for row in result["rows"]):
+            text = "%s (no ESync run is in yet)" % NOT_MEASURED   # nothing to lose or win
+        else:
+            text = "ESync loses to no variant measured"
+        lines.append("- %s division: %s." % (division.capitalize(), text))
     return lines
 
 
