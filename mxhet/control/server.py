@@ -396,6 +396,12 @@ class StateService:
     # -- the round rendezvous (mxhet.control.membership) --------------------------
     def _on_round_enter(self, req, now):
         self._registered(req.rank)
+        record = self.table.record(req.rank)
+        if record.round == req.round:
+            # A worker enters a round's rendezvous only once Algorithm 2 told it READY. A State Server
+            # restarted while it waited there never did: unmarked, its fresh record (no capability: the
+            # slowest) would keep the device the round waits for NOT-READY for ever.
+            record.ready = True
         return self._release_rounds(self.rendezvous.enter(req.rank, req.round, req.seq, req.want_stop, req.counts),
                                     req.rank)
 

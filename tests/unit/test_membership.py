@@ -157,3 +157,20 @@ def test_a_restarted_state_server_takes_every_worker_still_training_for_the_memb
     assert answers(r.done(2, 4, "c")) == {0: Done(4, True), 1: Done(4, True), 2: Done(4, True)}
     with pytest.raises(ValueError, match="not a member"):   # only then: a later stray done is an error
         r.done(0, 7, "x")
+
+
+def test_a_state_server_restarted_while_workers_wait_in_the_rendezvous_lets_the_last_one_aggregate():
+    from mxhet.control import messages as m
+    from mxhet.control.server import StateService
+    # The fresh State Server after a restart mid-round 3: ranks 0 and 1 had been told READY and wait in the
+    # round's rendezvous; they register again and re-enter. Rank 2, the slow one, goes on querying.
+    service = StateService(3)
+    for rank in range(3):
+        service.handle(m.Register(rank=rank, seq=1, slot=rank, signature="", round=3), now=0.0, sender=rank)
+    for rank in (0, 1):
+        assert service.handle(m.RoundEnter(rank=rank, seq=2, round=3, want_stop=False), now=0.0, sender=rank) is None
+    # ranks 0 and 1 never query again in round 3 (they report no capability): rank 2 must not wait for them
+    reply = service.handle(m.Query(rank=2, seq=2, round=3, k=1, c=0.4, since_finish=0.0), now=0.4, sender=2)
+    assert reply.ready
+    reply = service.handle(m.RoundEnter(rank=2, seq=3, round=3, want_stop=False), now=0.5, sender=2)
+    assert reply.target == 3
