@@ -53,7 +53,6 @@ carry on, as if the local optimizer ran continuously on the replica); with
 """
 import mxnet as mx
 
-from ..dataplane import copy_all
 from ..dataplane.channel import DEFAULT_BUCKET_BYTES
 from ..dataplane.weighting import DeltaWeighting
 from ..gluon_private import trainer_params
@@ -301,19 +300,7 @@ class ESync(RoundMembers, ProgramMode):
                 v = outer.buffers.get(i)
                 if v is not None:
                     d -= v * (outer.lr * outer.momentum * outer.momentum / members)
-        self.channel.push(self.keys, self._sends)
-        t2 = self.clock()
-        complete = self.client.round_done(effect.round, timeout=ROUND_WAIT_S)
-        t3 = self.clock()
-        self.channel.pull(self.keys, self.wbufs)
-        copy_all(self.wbufs, weights)
-        mx.nd.waitall()
-        t4 = self.clock()
-        self.stats.query_s += (t1 - t0) + (t3 - t2)
-        self.stats.sync_s += (t2 - t1) + (t4 - t3)
-        self.round_members.append(members)
-        if not complete:
-            self.incomplete_rounds.append(effect.round)
+        t2, t4 = self._push_done_pull(effect.round, members, weights, t0, t1)
         if hook:
             hook(effect.round, before, pushed, [g.asnumpy() for g in self.wbufs])
         return t1, t2, t4

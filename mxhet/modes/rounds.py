@@ -88,19 +88,7 @@ class RoundMembers:
         scale = self.epsilon / members
         for d in self._sends:
             d *= scale
-        self.channel.push(self.keys, self._sends)
-        t2 = self.clock()
-        complete = self.client.round_done(round_index, timeout=ROUND_WAIT_S)
-        t3 = self.clock()
-        self.channel.pull(self.keys, self.wbufs)
-        copy_all(self.wbufs, weights)
-        mx.nd.waitall()
-        t4 = self.clock()
-        self.stats.query_s += (t1 - t0) + (t3 - t2)
-        self.stats.sync_s += (t2 - t1) + (t4 - t3)
-        self.round_members.append(members)
-        if not complete:
-            self.incomplete_rounds.append(round_index)
+        self._push_done_pull(round_index, members, weights, t0, t1)
         if extra_outs:
             extra_outs[0][:] = float(ballots)
 
@@ -159,3 +147,22 @@ class RoundMembers:
         fields["round_members"] = list(self.round_members)
         fields["incomplete_rounds"] = list(self.incomplete_rounds)
         return fields
+
+    def _push_done_pull(self, round_index, members, weights, t0, t1):
+        """The end of a member round, after entering it at ``t0`` (answered at ``t1``): push the
+        scaled deltas in ``_sends``, say done, pull the model once every member is done or gone,
+        and account for the times; returns ``(t2, t4)``, the push's end and the pull's."""
+        self.channel.push(self.keys, self._sends)
+        t2 = self.clock()
+        complete = self.client.round_done(round_index, timeout=ROUND_WAIT_S)
+        t3 = self.clock()
+        self.channel.pull(self.keys, self.wbufs)
+        copy_all(self.wbufs, weights)
+        mx.nd.waitall()
+        t4 = self.clock()
+        self.stats.query_s += (t1 - t0) + (t3 - t2)
+        self.stats.sync_s += (t2 - t1) + (t4 - t3)
+        self.round_members.append(members)
+        if not complete:
+            self.incomplete_rounds.append(round_index)
+        return t2, t4
