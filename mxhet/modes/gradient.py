@@ -62,6 +62,10 @@ class _GradientMode(SyncMode):
         if batch_size != self._batch_size:  # the servers divide by the first step's batch size
             for g in self._gbufs:
                 g *= self._batch_size / batch_size
+        scale = self.push_scale()
+        if scale != 1.0:
+            for g in self._gbufs:
+                g *= scale
         self.check_finite(self._gbufs, "gradient", round_index)
         wbufs = [self.wbufs[i] for i in keys]
         self.push_pull(keys + list(extra_keys), self._gbufs + list(extra_values), wbufs + list(extra_outs))
@@ -69,6 +73,14 @@ class _GradientMode(SyncMode):
         copy_all(wbufs, weights)
         for w in weights:
             mark_grad_used(w)
+        self.exchanged()
+
+    def push_scale(self):
+        """The factor this step's gradient is pushed with (1: as computed)."""
+        return 1.0
+
+    def exchanged(self):
+        """Called once a step's gradient exchange is over."""
 
     def global_keys(self):
         return list(self._grad_keys)
@@ -77,9 +89,94 @@ class _GradientMode(SyncMode):
 @register
 class Sync(ProgramMode, _GradientMode):
     """Synchronous SGD on the real cluster: the worker program
-    (:func:`mxhet.protocol.programs.sync`) over the gradient exchange."""
+    (:func:`mxhet.protocol.programs.sync`) over the gradient exchange.
+
+    A worker whose script leaves its training loop early (end of its data, a
+    smaller step count, a caught exception) keeps serving its share of every
+    round until the others stop: at interpreter exit, or in :meth:`finish`,
+    it pushes zero gradients (and no stop ballot) each round. Why this and not
+    rounds over State-Server-named members on ``dist_async`` (as ``esync`` and
+    ``localsgd``): sync's servers apply the script's own optimizer (momentum,
+    Adam, ...) to the workers' summed gradients, which ``dist_sync`` merges;
+    keeping ``dist_sync`` keeps that, and needs no State Server. So that the
+    zeros do not dilute the mean, each step first exchanges how many workers
+    still train (one float at :data:`kvstore_ext.keys.SYNC_LIVE_KEY`: 1 per
+    training worker, 0 per departed one) and the m training workers push
+    their gradients times N/m; the servers' 1/(batch·N) then makes the mean
+    over the m. With nobody gone the factor is 1 and is not applied: the
+    arithmetic is bit-identical to plain sync, for one more 4-byte push/pull
+    per step. When every worker has left (m = 0) the rounds end.
+    """
     spec = specs.SYNC
     program = staticmethod(programs.sync)
+    departed = False     # this worker left its training loop before the job stopped
+
+    def on_setup(self, batch_size):
+        super().on_setup(batch_size)
+        self._live_push = mx.nd.ones((1,))
+        self._live_pull = mx.nd.zeros((1,))
+        self._live = None    # this step's number of training workers, once exchanged
+        self.channel.init([ps_keys.SYNC_LIVE_KEY], [mx.nd.zeros((1,))])
+
+    def live_workers(self, training=True):
+        """How many workers train in this step (this one counted if ``training``):
+        exchanged once per step, at its first exchange."""
+        if self._live is None:
+            self._live_push[:] = 1.0 if training else 0.0
+            self.channel.push_pull([ps_keys.SYNC_LIVE_KEY], [self._live_push], [self._live_pull])
+            self._live = int(round(float(self._live_pull.asscalar())))
+        return self._live
+
+    def push_scale(self):
+        live = self.live_workers()
+        num_workers = self.channel.num_workers
+        return num_workers / live if live != num_workers else 1.0
+
+    def exchanged(self):
+        self._live = None
+
+    def finish(self):
+        """As :meth:`SyncMode.finish`; a worker whose script left the loop before
+        the job stopped first serves its share of the others' rounds (the class docstring)."""
+        if self._ready and self.kv is not None and not self.stopped:
+            self._serve_departed()
+        super().finish()
+
+    def leave_at_exit(self):
+        """A worker whose script ended its loop (or never called :meth:`finish`) serves
+        the others' rounds, takes the final model and closes."""
+        if self._ready and self.kv is not None and not self._finished:
+            self.finish()
+        self.close()
+        return True
+
+    def _serve_departed(self):
+        """Push zeros (and no stop ballot) every round until the training workers
+        stop (their ballot) or every worker has left."""
+        self.departed = True
+        self._live = None
+        keys = list(self._grad_keys)
+        zeros = [mx.nd.zeros(g.shape, ctx=g.context, dtype=g.dtype) for g in self._gbufs]
+        sums = None
+        if getattr(self, "_sum_keys", None) is not None:   # the script used allreduce_grads() + update()
+            sums = [mx.nd.zeros(g.shape, ctx=g.context, dtype=g.dtype) for g in self._sum_push]
+        wbufs = [self.wbufs[i] for i in keys]
+        no_vote = mx.nd.zeros((1,))
+        while True:
+            live = self.live_workers(training=False)
+            self._live = None
+            if live == 0:
+                break
+            # MXNet's dist kvstore pulls a key into the very array pushed from the CPU (its
+            # comm buffer), so the zeros are written again each round.
+            for z in zeros + (sums or []) + [no_vote]:
+                z[:] = 0
+            if sums is not None:
+                self.push_pull(self._sum_keys, sums, self._sum_pull)
+            self.push_pull(keys + [ps_keys.STOP_VOTE_KEY], zeros + [no_vote], wbufs + self._vote)
+            if float(self._vote[0].asscalar()) > 0:
+                break
+        self.stopped = True
 
     def allreduce_grads(self):
         """Every worker's gradients become their mean over the workers: one
@@ -100,11 +197,11 @@ class Sync(ProgramMode, _GradientMode):
             self.channel.init(self._sum_keys, self._sum_pull)  # every worker calls it at the same step
         mx.nd.waitall()  # backward is done (compute time)
         t0 = self.clock()
+        live = self.live_workers()   # update() then pushes the mean times N / live (push_scale)
         copy_all(grads, self._sum_push)
         self.push_pull(self._sum_keys, self._sum_push, self._sum_pull)
-        num_workers = self.channel.num_workers
         for total, grad in zip(self._sum_pull, grads):
-            grad[:] = total / num_workers
+            grad[:] = total / live
         mx.nd.waitall()
         spent = self.clock() - t0
         self.stats.wait_s += spent
