@@ -16,7 +16,7 @@ MXNet's own distributed training.
 import mxnet as mx
 
 from kvstore_ext import keys as ps_keys
-from ..gluon_private import mark_grad_used, trainer_params
+from ..gluon_private import mark_grad_used, trainer_optimizer, trainer_params
 from ..dataplane import copy_all
 from ..errors import ConfigError
 from ..policy import specs
@@ -235,12 +235,35 @@ class DCASGD(Async):
     ``λ·g⊙g⊙(W − W_prev)``. The original ESync code compared with it."""
     spec = specs.DCASGD
 
+    def __init__(self, trainer, config, **options):
+        super().__init__(trainer, config, **options)
+        self.check_optimizer(trainer_optimizer(trainer))
+
+    @staticmethod
+    def check_optimizer(optimizer):
+        """The other gradient modes run the script's own optimizer on the servers
+        (:class:`kvstore_ext.updaters.ServerOptimizer`); DC-ASGD's compensation is
+        an SGD rule, so only SGD (with momentum, weight decay, clipping and its
+        learning-rate schedule, all kept) or MXNet's ``dcasgd`` can be honoured.
+        Checked when the Trainer is made, before any communication.
+
+        Raises:
+            ConfigError: naming the script's optimizer.
+        """
+        if type(optimizer) not in (mx.optimizer.SGD, mx.optimizer.DCASGD):
+            raise ConfigError(
+                "mode dcasgd runs MXNet's DCASGD (SGD with delay compensation) on the servers and cannot honour "
+                "the script's optimizer %r; pass 'sgd' (its learning_rate, momentum, wd, clip_gradient and "
+                "lr_scheduler are kept), or use mode async, which runs the script's optimizer on the servers"
+                % type(optimizer).__name__.lower())
+
     @classmethod
     def updater_for(cls, num_workers, batch_size, optimizer, opts):
         from kvstore_ext.updaters import ServerOptimizer
+        cls.check_optimizer(optimizer)
         dc = mx.optimizer.DCASGD(learning_rate=optimizer.learning_rate, momentum=getattr(optimizer, "momentum", 0.0),
                                  lamda=opts["lamda"], wd=optimizer.wd, rescale_grad=1.0 / batch_size,
-                                 clip_gradient=optimizer.clip_gradient)
+                                 clip_gradient=optimizer.clip_gradient, lr_scheduler=optimizer.lr_scheduler)
         return ServerOptimizer(num_workers, dc)
 
 
