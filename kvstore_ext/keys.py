@@ -21,10 +21,10 @@ ESYNC_COUNT_KEY = 94_999  # ESync: the devices' step and sample counts (their su
 #: ``ALLREDUCE_KEY_BASE + i`` (a control key: the server stores the plain sum).
 ALLREDUCE_KEY_BASE = CONTROL_KEY_BASE + 1
 ALLREDUCE_KEY_END = 93_999
-#: Mode ``sync``: how many workers still train, exchanged before each step's
-#: gradients (a control key on ``dist_sync``: the sum of 1 per training worker,
-#: 0 per worker that left its loop), see :class:`mxhet.modes.gradient.Sync`.
-SYNC_LIVE_KEY = 93_999
+#: Modes ``sync`` and ``nodelay``: how many workers still train, exchanged before
+#: each round's push (a control key on ``dist_sync``: the sum of 1 per training
+#: worker, 0 per worker that left its loop), see :class:`mxhet.modes.gradient.Sync`.
+LIVE_KEY = 93_999
 #: Mode ``dylu``: rank r's seconds per iteration at ``SPEED_KEY_BASE + r`` (a
 #: control key on ``dist_async``: the last push is the value), see :func:`speed_keys`.
 SPEED_KEY_BASE = 94_000

@@ -100,7 +100,7 @@ class Sync(ProgramMode, _GradientMode):
     Adam, ...) to the workers' summed gradients, which ``dist_sync`` merges;
     keeping ``dist_sync`` keeps that, and needs no State Server. So that the
     zeros do not dilute the mean, each step first exchanges how many workers
-    still train (one float at :data:`kvstore_ext.keys.SYNC_LIVE_KEY`: 1 per
+    still train (one float at :data:`kvstore_ext.keys.LIVE_KEY`: 1 per
     training worker, 0 per departed one) and the m training workers push
     their gradients times N/m; the servers' 1/(batch·N) then makes the mean
     over the m. With nobody gone the factor is 1 and is not applied: the
@@ -116,14 +116,14 @@ class Sync(ProgramMode, _GradientMode):
         self._live_push = mx.nd.ones((1,))
         self._live_pull = mx.nd.zeros((1,))
         self._live = None    # this step's number of training workers, once exchanged
-        self.channel.init([ps_keys.SYNC_LIVE_KEY], [mx.nd.zeros((1,))])
+        self.channel.init([ps_keys.LIVE_KEY], [mx.nd.zeros((1,))])
 
     def live_workers(self, training=True):
         """How many workers train in this step (this one counted if ``training``):
         exchanged once per step, at its first exchange."""
         if self._live is None:
             self._live_push[:] = 1.0 if training else 0.0
-            self.channel.push_pull([ps_keys.SYNC_LIVE_KEY], [self._live_push], [self._live_pull])
+            self.channel.push_pull([ps_keys.LIVE_KEY], [self._live_push], [self._live_pull])
             self._live = int(round(float(self._live_pull.asscalar())))
         return self._live
 

@@ -31,6 +31,7 @@ import time
 
 import mxnet as mx
 
+from kvstore_ext import keys as ps_keys
 from ..control import messages as m
 from ..dataplane import copy_all, nbytes
 from ..errors import ConfigError, MxhetError, StateServerTimeout
@@ -65,6 +66,8 @@ class Courier:
         if not delay >= 0:
             raise ValueError("delay must be >= 0 seconds, got %r" % (delay,))
         self.kv, self.keys, self.clock, self.delay, self.sleep = kv, list(keys), clock, float(delay), sleep
+        self.live = {}         # round -> how many workers still trained in it (NoDelay's class docstring)
+        self._live_push, self._live_pull = mx.nd.zeros((1,)), mx.nd.zeros((1,))
         self._jobs = queue.Queue()
         self._done = queue.Queue()
         self.busy = False
@@ -76,11 +79,20 @@ class Courier:
             job = self._jobs.get()
             if job is None:
                 return
-            round_, sends, recvs = job
+            round_, sends, recvs, training = job
             t0 = self.clock()
             try:
                 if self.delay:
                     self.sleep(self.delay)
+                # MXNet pulls a key into the very CPU array pushed (its comm buffer): set it each round.
+                self._live_push[:] = 1.0 if training else 0.0
+                self.kv.push(ps_keys.LIVE_KEY, self._live_push)
+                self.kv.pull(ps_keys.LIVE_KEY, out=self._live_pull)
+                live = int(round(float(self._live_pull.asscalar())))
+                self.live[round_] = live
+                if training and 0 < live != self.kv.num_workers:
+                    for s in sends:   # the servers divide by N: the m still training push N/m times theirs
+                        s *= self.kv.num_workers / live
                 self.kv.push(self.keys, sends)
                 self.kv.pull(self.keys, out=recvs)
                 for r in recvs:
@@ -91,10 +103,11 @@ class Courier:
             except BaseException as exc:  # noqa: BLE001  (handed to the training thread)
                 self._done.put((round_, 0.0, exc))
 
-    def submit(self, round_, sends, recvs):
-        """Push ``sends`` and pull into ``recvs`` for ``round_`` (queued behind earlier rounds)."""
+    def submit(self, round_, sends, recvs, training=True):
+        """Push ``sends`` and pull into ``recvs`` for ``round_`` (queued behind earlier rounds);
+        ``training``: False for a worker that left its loop and pushes zeros."""
         self.busy = True
-        self._jobs.put((round_, sends, recvs))
+        self._jobs.put((round_, sends, recvs, training))
 
     def take(self, timeout=0.0):
         """``(round, seconds)`` of a finished round, waiting up to ``timeout`` seconds; None if none.
@@ -118,10 +131,23 @@ class Courier:
 
 @register
 class NoDelay(PreludeProgramMode):
-    """The cluster's interpreter of :func:`mxhet.protocol.programs_groups.nodelay`."""
+    """The cluster's interpreter of :func:`mxhet.protocol.programs_groups.nodelay`.
+
+    A worker whose script ends its loop before the others (fewer steps, the end
+    of its data) keeps serving its share of every transfer round -- at
+    interpreter exit, or in :meth:`finish` -- as ``sync`` does and for the same
+    reason (``dist_sync`` counts pushes per key, and its servers' averaging
+    stays as it is): it announces each round with no gradient and hands over
+    zeros until the master's stop round, or until every worker has left; its
+    local work since its last transfer is dropped. So that the zeros do not
+    dilute the average, the data-plane thread first exchanges how many workers
+    still train (:data:`kvstore_ext.keys.LIVE_KEY`) and the m training ones push
+    ``w.x`` times N/m. Nobody gone: factor 1, not applied (bit-identical).
+    """
     spec = specs.NODELAY
     program = staticmethod(programs_groups.nodelay)
     votes = False
+    departed = False     # this worker left its training loop before the job stopped
 
     def __init__(self, trainer, config, **options):
         super().__init__(trainer, config, **options)
@@ -129,6 +155,9 @@ class NoDelay(PreludeProgramMode):
         self.courier = None
         self.transfer_s = 0.0   # seconds the data-plane thread spent in push/pull (off the training thread)
         self._arrived = {}      # round -> seconds its push/pull took, until taken in
+        self._announced = -1    # the last round this worker announced (Notify)
+        self._handed = -1       # the last round it handed over
+        self._asks = {}         # round -> stop, of every transfer the master asked for
 
     @classmethod
     def updater_for(cls, num_workers, batch_size, optimizer, opts):
@@ -142,6 +171,7 @@ class NoDelay(PreludeProgramMode):
         def like():
             return [mx.nd.zeros(g.shape, ctx=g.context, dtype=g.dtype) for g in self.wbufs]
         self._xinit, self._send, self._recv, self._tmp = like(), like(), like(), like()
+        self.channel.init([ps_keys.LIVE_KEY], [mx.nd.zeros((1,))])
         self.courier = Courier(self.kv, self.keys, self.clock, delay=self.config.net_delay_ms / 1000.0)
         super().on_setup(batch_size)
 
@@ -174,12 +204,16 @@ class NoDelay(PreludeProgramMode):
         self.stats.state_replies = self.client.replies
         self.stats.rtt_s = self.client.rtt
         # ready: the master's request for a transfer (the answer to a Notify); Merged's answers carry nothing
-        return tuple(TransferAsked(r.round, r.stop) for r in replies if r.ready)
+        asked = tuple(TransferAsked(r.round, r.stop) for r in replies if r.ready)
+        for a in asked:
+            self._asks[a.round] = a.stop
+        return asked
 
     def carry_out(self, effect):
         if isinstance(effect, Poll):
             return self._poll(effect.block)
         if isinstance(effect, Notify):
+            self._announced = effect.round
             self.client.send(m.Notify, round=effect.round, pending=effect.pending, want_stop=effect.want_stop)
             self.client.queries += 1
             return None
@@ -231,6 +265,7 @@ class NoDelay(PreludeProgramMode):
             copy_all(weights, self._xinit)
         else:  # skipped (zeros pushed): the local work since the last transfer is dropped
             copy_all(self._xinit, weights)
+        self._handed = round_
         self.courier.submit(round_, self._send, self._recv)
 
     def _arrive(self, round_):
@@ -244,12 +279,63 @@ class NoDelay(PreludeProgramMode):
             t += xi
         copy_all(self._tmp, weights)
         self.transfer_s += self._arrived.pop(round_)
+        self._last_live = self.courier.live.pop(round_, None)   # how many trained in that round
         self.stats.bytes_pushed += nbytes(self._send)
         self.stats.bytes_pulled += nbytes(self._recv)
         self.aggregated = True
 
     # -- the end -----------------------------------------------------------------------
+    def _serve_departed(self):
+        """Announce every round with no gradient and hand over zeros until the
+        master's stop round is merged or every worker has left (the class docstring).
+
+        Raises:
+            StateServerTimeout: nothing arrived for the State Server client's timeout.
+        """
+        self.departed = True
+        copy_all(self._xinit, self.weights())   # the local work since the last transfer is dropped
+        last_progress = self.clock()
+        while True:
+            if self.courier.busy:
+                got = self.courier.take(WAIT_SLICE_S)
+                if got is not None:
+                    round_, seconds = got
+                    self._arrived[round_] = seconds
+                    self._arrive(round_)
+                    self.client.send(m.Merged, round=round_)
+                    if self._last_live == 0 or self._asks.get(round_):
+                        break   # every worker has left, or the job's last round is merged
+                    last_progress = self.clock()
+                self._asked(self.client.poll(timeout=0.0))
+                continue
+            nxt = self._handed + 1
+            if nxt in self._asks:
+                for s in self._send:
+                    s[:] = 0
+                self._handed = nxt
+                self.courier.submit(nxt, self._send, self._recv, training=False)
+                continue
+            if self._announced < nxt:
+                self._announced = nxt
+                # pending is informative only (the master ignores it) and must be >= 1
+                self.client.send(m.Notify, round=nxt, pending=1, want_stop=False)
+            if self._asked(self.client.poll(timeout=WAIT_SLICE_S)):
+                last_progress = self.clock()
+            elif self.clock() - last_progress > self.client.timeout:
+                raise StateServerTimeout("nodelay worker rank %d (left its loop) waited %.0f s for a transfer "
+                                         "request" % (self.stats.rank, self.client.timeout))
+        self.stopped = True
+
+    def leave_at_exit(self):
+        """A worker whose script ended its loop serves the others' rounds, takes the final model and closes."""
+        if self._ready and self.kv is not None and not self._finished:
+            self.finish()
+        self.close()
+        return True
+
     def finish(self):
+        if self._ready and self.kv is not None and not self.stopped and self.courier is not None:
+            self._serve_departed()
         if self.courier is not None:
             if self.courier.busy:
                 raise MxhetError("finish() with a round in flight")
