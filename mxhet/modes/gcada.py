@@ -35,15 +35,17 @@ stay local, as in the other gradient modes.
 """
 import math
 import os
+import warnings
 
 import mxnet as mx
+from mxnet import gluon
 
 from kvstore_ext import keys as ps_keys
 from ..control import messages as m
 from ..control.gcada import check_groups, group_of
 from ..dataplane import copy_all
 from ..errors import ConfigError
-from ..gluon_private import mark_grad_used, trainer_params
+from ..gluon_private import mark_grad_used, trainer_optimizer, trainer_params
 from ..policy import specs
 from ..protocol import programs_gcada
 from ..protocol.effects import BeginIteration, ClaimUpload, Download, Selection, StepServers, Upload
@@ -70,6 +72,8 @@ class GCADA(PreludeProgramMode):
     def __init__(self, trainer, config, **options):
         super().__init__(trainer, config, **options)
         check_rule_options(self.opts)
+        if isinstance(trainer, gluon.Trainer) and config.slot == 0:   # (not a test's fake); one warning a job
+            self.warn_optimizer_unused(trainer_optimizer(trainer), self.name, self.opts["step_size"])
         try:
             self.groups = self.groups_for(config.num_slots, self.opts)
             check_groups(config.num_slots, self.groups)
@@ -81,6 +85,15 @@ class GCADA(PreludeProgramMode):
         self._watch = None      # seq of the GroupWatch of that iteration
         self._dropped = False
         self._smoothness = 1.0 if self.opts["smoothness"] == "folded" else None   # L_g of this worker's group
+
+    @staticmethod
+    def warn_optimizer_unused(optimizer, mode, step_size):
+        """The servers run AMSGrad at ``step_size`` (the paper's rule): a script
+        that passed its own optimizer and learning rate is told they are not
+        used, rather than training at a rate it did not choose."""
+        warnings.warn("mode %s runs AMSGrad on the servers at step size %g (--step-size); the script's optimizer "
+                      "%r (learning_rate %g) is not used" % (mode, step_size, type(optimizer).__name__.lower(),
+                                                             optimizer.learning_rate), stacklevel=3)
 
     def set_smoothness(self, value):
         """L_g of this worker's group for eq. (9), computed from its shard

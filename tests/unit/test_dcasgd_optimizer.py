@@ -41,3 +41,12 @@ def test_the_other_gradient_modes_run_the_scripts_optimizer_on_the_servers(mode)
     optimizer = mx.optimizer.create("adam", learning_rate=0.001)
     updater = mode.updater_for(3, 32, optimizer, {})
     assert type(updater.inner) is mx.optimizer.Adam and updater.inner.learning_rate == 0.001
+
+
+@pytest.mark.parametrize("mode", ["gcada", "cada"])
+def test_gcada_and_cada_say_the_scripts_optimizer_is_not_used(mode):
+    """Their servers run AMSGrad at --step-size; a script's Adam at 0.01 would
+    otherwise be replaced without a word."""
+    with pytest.warns(UserWarning, match=r"mode %s runs AMSGrad.*step size 0\.0003.*'adam' \(learning_rate 0\.01\)"
+                      % mode):
+        mxhet.Trainer(_params(), "adam", {"learning_rate": 0.01}, sync=mode, step_size=3e-4)
