@@ -1,8 +1,11 @@
 """Helpers to run real jobs through the launcher in tests."""
 import json
 import os
+import re
 import subprocess
 import sys
+import textwrap
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -32,3 +35,92 @@ def train_command(metrics_out, *args):
 def load_summary(metrics_out):
     with open(os.path.join(str(metrics_out), "summary.json")) as f:
         return json.load(f)
+
+
+def start(tmp_path, launcher_args, command):
+    """Start ``tools/launch.py`` in a session of its own, its stderr to ``tmp_path/launcher.err``.
+
+    Returns ``(proc, job_file, err)``; the caller closes ``err`` and records the pids.
+    """
+    job_file = tmp_path / "job.json"
+    err = open(tmp_path / "launcher.err", "w")
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "tools", "launch.py"), "--job-file", str(job_file),
+                             *launcher_args, "--", *command], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
+                            env=dict(os.environ, PYTHONPATH=ROOT), start_new_session=True)
+    return proc, job_file, err
+
+
+def wait_for(path, proc, timeout=120):
+    """Wait until ``path`` exists (seconds); fail if the job ends first."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        assert proc.poll() is None, "the job ended before %s appeared" % path
+        assert time.monotonic() < deadline, "%s did not appear" % path
+        time.sleep(0.2)
+
+
+def worker_pid(job_file, slot):
+    """The pid of the worker in ``slot``, from a launcher ``--job-file``."""
+    record = json.loads(job_file.read_text())
+    return next(p["pid"] for p in record["processes"] if p["role"] == "worker" and p["slot"] == slot)
+
+
+def non_chief_slots(err_path, count):
+    """Up to ``count`` slots whose worker is not PS-LITE rank 0 (the chief writes summary.json), from the
+    workers' log lines."""
+    found = re.findall(r"slot (\d+) is PS-LITE rank (\d+)", err_path.read_text())
+    return sorted({int(slot) for slot, rank in found if rank != "0"})[:count]
+
+
+# An ordinary loop that just ends: no trainer.finish(), no stop condition; the only mxhet line is the Trainer's.
+# Each worker runs ``steps`` steps (``staggered``: slot s runs steps x (s + 1), so slot 0 leaves first). The
+# report is written at exit, after the Trainer's own exit hook (atexit runs the last registered first).
+LEAVING_SCRIPT = textwrap.dedent('''
+    import atexit, json, os, sys
+    import mxnet as mx
+    from mxnet import autograd, gluon
+    import mxhet
+    from mxhet.models import get_model
+
+    out_dir, steps, options = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+    slot = int(os.environ["MXHET_SLOT"])
+    mine = steps * (slot + 1) if options.pop("staggered") else steps
+    done = [0]
+
+    def report():
+        with open(os.path.join(out_dir, "slot%d.json" % slot), "w") as f:
+            json.dump({"steps": done[0], "rounds": trainer.stats.rounds,
+                       "digest": trainer.stats.final_model_sha256,
+                       "departed": getattr(trainer.mode, "departed", None),
+                       "members": getattr(trainer.mode, "round_members", None)}, f)
+    atexit.register(report)
+
+    mx.random.seed(slot)
+    net = get_model("smallcnn")
+    net.initialize(mx.init.Xavier())
+    trainer = mxhet.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.05}, **options)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    for _ in range(mine):
+        x = mx.nd.random.uniform(shape=(16, 1, 28, 28))
+        y = mx.nd.array([i % 10 for i in range(16)])
+        with autograd.record():
+            loss = loss_fn(net(x), y)
+        loss.backward()
+        trainer.step(16)
+        done[0] += 1
+''')
+
+
+def run_leaving_job(launcher_args, tmp_path, child_pids, steps, workers, staggered=False, timeout=240,
+                    **trainer_options):
+    """Run :data:`LEAVING_SCRIPT` under the launcher; returns ``(proc, reports)``, one report per slot
+    (``steps``, ``rounds``, ``digest``, and ``departed`` / ``members`` where the mode has them) or an empty
+    list if the job failed. ``trainer_options`` go to ``mxhet.Trainer`` (``local_steps``, ``ack``)."""
+    script = tmp_path / "prog.py"
+    script.write_text(LEAVING_SCRIPT)
+    options = json.dumps(dict(trainer_options, staggered=staggered))
+    proc = launch(launcher_args, [sys.executable, str(script), str(tmp_path), str(steps), options], tmp_path,
+                  child_pids, timeout=timeout)
+    if proc.returncode != 0:
+        return proc, []
+    return proc, [json.loads((tmp_path / ("slot%d.json" % s)).read_text()) for s in range(workers)]

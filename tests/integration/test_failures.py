@@ -2,37 +2,14 @@
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 
 import pytest
 
-from .jobs import ROOT, train_command
+from .jobs import start, train_command, wait_for, worker_pid
 
 pytestmark = pytest.mark.timeout(400)
-
-
-def _start(tmp_path, launcher_args, command):
-    job_file = tmp_path / "job.json"
-    err = open(tmp_path / "launcher.err", "w")
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "tools", "launch.py"), "--job-file", str(job_file),
-                             *launcher_args, "--", *command], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
-                            env=dict(os.environ, PYTHONPATH=ROOT), start_new_session=True)
-    return proc, job_file, err
-
-
-def _wait_for(path, proc, timeout=120):
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        assert proc.poll() is None, "the job ended before %s appeared" % path
-        assert time.monotonic() < deadline, "%s did not appear" % path
-        time.sleep(0.2)
-
-
-def _worker_pid(job_file, slot):
-    record = json.loads(job_file.read_text())
-    return next(p["pid"] for p in record["processes"] if p["role"] == "worker" and p["slot"] == slot)
 
 
 def test_kill_9_of_one_of_four_workers_ends_the_job(tmp_path, child_pids):
@@ -40,14 +17,14 @@ def test_kill_9_of_one_of_four_workers_ends_the_job(tmp_path, child_pids):
     # waits on every process), so the three launches at 0, 0.3 and 0.6 s this once was proved nothing more.
     # The victim is a fast worker: its peers then wait in their next push for it, the hang PS-LITE would leave.
     out = tmp_path / "out"
-    proc, job_file, err = _start(tmp_path, ["-n", "4", "-s", "1", "--sync", "esync", "--slowdown", "1,1,1,8"],
-                                 train_command(out, "--time-budget", "120"))
+    proc, job_file, err = start(tmp_path, ["-n", "4", "-s", "1", "--sync", "esync", "--slowdown", "1,1,1,8"],
+                                train_command(out, "--time-budget", "120"))
     child_pids.add(proc.pid)
     try:
-        _wait_for(out / "snapshots" / "000000.params", proc)   # training has started
-        _wait_for(job_file, proc)
+        wait_for(out / "snapshots" / "000000.params", proc)   # training has started
+        wait_for(job_file, proc)
         child_pids.add_job_file(job_file)
-        os.kill(_worker_pid(job_file, 0), signal.SIGKILL)
+        os.kill(worker_pid(job_file, 0), signal.SIGKILL)
         code = proc.wait(timeout=60)   # the launcher ends the job at once; 60 s only bounds a hang
     finally:
         err.close()
@@ -60,15 +37,15 @@ def test_kill_9_of_one_of_four_workers_ends_the_job(tmp_path, child_pids):
 @pytest.mark.parametrize("mode", ["sync", "async"])  # modes that need no State Server for their algorithm
 def test_a_hung_worker_is_noticed_by_the_state_server(tmp_path, child_pids, mode):
     out = tmp_path / "out"
-    proc, job_file, err = _start(tmp_path, ["-n", "3", "-s", "1", "--sync", mode, "--slowdown", "1,1,4",
-                                            "--heartbeat-timeout", "3"],
-                                 train_command(out, "--time-budget", "120"))
+    proc, job_file, err = start(tmp_path, ["-n", "3", "-s", "1", "--sync", mode, "--slowdown", "1,1,4",
+                                           "--heartbeat-timeout", "3"],
+                                train_command(out, "--time-budget", "120"))
     child_pids.add(proc.pid)
     try:
-        _wait_for(out / "snapshots" / "000000.params", proc)
-        _wait_for(job_file, proc)
+        wait_for(out / "snapshots" / "000000.params", proc)
+        wait_for(job_file, proc)
         child_pids.add_job_file(job_file)
-        hung = _worker_pid(job_file, 1)
+        hung = worker_pid(job_file, 1)
         os.kill(hung, signal.SIGSTOP)                            # alive, but silent
         code = proc.wait(timeout=60)
     finally:
@@ -110,13 +87,13 @@ def test_a_killed_state_server_is_restarted_and_training_goes_on(tmp_path, child
     out = tmp_path / "out"
     # --base-iter pins a round to at least 4 x 0.05 s: the 25 rounds outlast the kill 1 s into training on any
     # machine (a fast one finished them in 1.4 s, before the kill, and the State Server was never needed again)
-    proc, job_file, err = _start(tmp_path, ["-n", "3", "-s", "1", "--sync", "esync", "--slowdown", "1,1,4",
-                                            "--base-iter", "0.05"],
-                                 train_command(out, "--max-rounds", "25", "--time-budget", "120"))
+    proc, job_file, err = start(tmp_path, ["-n", "3", "-s", "1", "--sync", "esync", "--slowdown", "1,1,4",
+                                           "--base-iter", "0.05"],
+                                train_command(out, "--max-rounds", "25", "--time-budget", "120"))
     child_pids.add(proc.pid)
     try:
-        _wait_for(out / "snapshots" / "000000.params", proc)
-        _wait_for(job_file, proc)
+        wait_for(out / "snapshots" / "000000.params", proc)
+        wait_for(job_file, proc)
         child_pids.add_job_file(job_file)
         record = json.loads(job_file.read_text())
         state_server = next(p["pid"] for p in record["processes"] if p["role"] == "state-server")

@@ -219,11 +219,11 @@ def test_mxnet_example_runs_with_only_the_trainer_line_changed(tmp_path, child_p
     0 and every worker's last-epoch test accuracy is well above chance (0.1)."""
     script = tmp_path / "cifar10_dist.py"
     script.write_text(SCRIPT)
-    # --heartbeat-timeout 5 (--elastic's default; 30 s otherwise) below the time the fast workers wait for the
-    # slow one after their loops end (about 3/4 of its 48 x 4 x 0.06 s): a departure the State Server does not
-    # learn of fails the job here as it would after 30 s in a longer job
-    proc = launch(["-n", str(WORKERS), "-s", "1", "--sync", mode, "--slowdown", "1,1,4", "--base-iter", "0.06",
-                   "--heartbeat-timeout", "5", "--timeout", "120"],
+    # --heartbeat-timeout 3 (30 s by default) below the time the fast workers wait for the slow one after their
+    # loops end (about 3/4 of its 48 x 4 x 0.04 s = 7.7 s): a departure the State Server does not learn of fails
+    # the job here as it would after 30 s in a longer job
+    proc = launch(["-n", str(WORKERS), "-s", "1", "--sync", mode, "--slowdown", "1,1,4", "--base-iter", "0.04",
+                   "--heartbeat-timeout", "3", "--timeout", "120"],
                   [sys.executable, str(script), str(tmp_path)], tmp_path, child_pids,
                   timeout=150)
     assert proc.returncode == 0, proc.stderr[-4000:]
