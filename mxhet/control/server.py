@@ -89,6 +89,10 @@ class StateService:
                     raise ValueError("request kind %r is handled twice (rule %r)" % (kind, plugin.NAME))
                 self._handlers[kind] = plugin.handle
 
+    def rule(self, name):
+        """The loaded rule plugin called ``name`` (:data:`.rules.PLUGINS`), or None if this job has none."""
+        return self.rules.get(name)
+
     # what callers read of the rules (the simulator's ADSP report, tests)
     @property
     def adsp(self):
