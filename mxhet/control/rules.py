@@ -35,6 +35,7 @@ class RulePlugin:
 
     NAME = ""
     KINDS = ()
+    STATS_KEY = None   # the State Server statistics' key of this rule's record (default: NAME)
 
     def __init__(self, host):
         self.host = host
@@ -53,6 +54,12 @@ class RulePlugin:
         """A rank is gone without a goodbye (``cause``)."""
 
     def stats(self):
+        """This rule's record for the State Server's statistics (JSON-serializable); None if it has none."""
+        return None
+
+    @staticmethod
+    def empty_stats():
+        """The record when the rule is not loaded."""
         return None
 
 
@@ -61,6 +68,7 @@ class ESyncRule(RulePlugin):
 
     NAME = "esync"
     KINDS = (m.Query.TYPE, m.Reset.TYPE)
+    STATS_KEY = "rounds"
 
     def __init__(self, host):
         super().__init__(host)
@@ -100,6 +108,10 @@ class ESyncRule(RulePlugin):
             info["local_iters"].setdefault(rank, req.k)
         return m.query_reply(req.seq, ready, round_, slowest)
 
+    @staticmethod
+    def empty_stats():
+        return []
+
     def stats(self):
         return [{"round": t, "slowest": info["slowest"],
                  "local_iters": {str(r): k for r, k in sorted(info["local_iters"].items())}}
@@ -115,6 +127,7 @@ class SSPRule(RulePlugin):
 
     NAME = "ssp"
     KINDS = (m.Clock.TYPE,)
+    STATS_KEY = "ssp_clocks"
 
     def __init__(self, host, staleness=2):
         super().__init__(host)
@@ -175,6 +188,10 @@ class SSPRule(RulePlugin):
     def depart(self, rank, cause):
         self._live_clocks.discard(rank)
         self._release()
+
+    @staticmethod
+    def empty_stats():
+        return {}
 
     def stats(self):
         return {str(r): c for r, c in sorted(self.clocks.items())}

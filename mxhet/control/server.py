@@ -239,20 +239,11 @@ class StateService:
 
     def stats(self):
         """ESync per round: which rank was slowest, each rank's n_i; SSP clocks; each rule's own record."""
-        def of(name, empty=None):
+        stats = {"epsilon": self.table.epsilon, "slots": {str(r): s for r, s in sorted(self.slots.items())}}
+        for name, cls in rules_mod.PLUGINS.items():   # every rule's key, null (or empty) when not loaded
             rule = self.rules.get(name)
-            return rule.stats() if rule is not None else empty
-        return {
-            "epsilon": self.table.epsilon,
-            "ssp_clocks": of("ssp", {}),
-            "gcada": of("gcada"),
-            "adsp": of("adsp"),
-            "preduce": of("preduce"),
-            "membership": of("membership"),
-            "nodelay": of("nodelay"),
-            "slots": {str(r): s for r, s in sorted(self.slots.items())},
-            "rounds": of("esync", []),
-        }
+            stats[cls.STATS_KEY or name] = rule.stats() if rule is not None else cls.empty_stats()
+        return stats
 
 
 _REGISTER = m.Register.TYPE
