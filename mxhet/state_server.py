@@ -57,6 +57,10 @@ def main(argv=None):
         parser.error("--epsilon must be >= 0 seconds, got %r" % args.epsilon)
     rules = (ALL_RULES if args.rules == "all" else () if args.rules == "none"
              else tuple(r.strip() for r in args.rules.split(",")))
+    unknown = [r for r in rules if r not in ALL_RULES]
+    if unknown:
+        parser.error("--rules: unknown rule(s) %s; known: %s, or 'all' / 'none'" % (", ".join(unknown),
+                                                                                 ", ".join(ALL_RULES)))
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s state-server %(levelname)s %(message)s")
     stopping = []

@@ -73,3 +73,11 @@ def test_ssp_deferred_clock_is_released_by_the_slowest_leaving():
     assert svc.handle(m.Clock(rank=0, seq=2, clock=1), 1.0, sender=0) is None   # one ahead of rank 1
     svc.handle(m.Bye(rank=1, seq=2), 2.0, sender=1)
     assert [(r, reply.seq) for r, reply in svc.take_released()] == [(0, 2)]
+
+
+def test_the_state_server_command_refuses_an_unknown_rule_before_binding(capsys):
+    from mxhet import state_server
+    with pytest.raises(SystemExit) as exc:
+        state_server.main(["--bind", "tcp://127.0.0.1:0", "--num-workers", "2", "--rules", "esync,bogus"])
+    assert exc.value.code == 2
+    assert "bogus" in capsys.readouterr().err
