@@ -15,6 +15,7 @@ import signal
 import sys
 
 from .control import adsp
+from .control.rules import ALL_RULES
 from .control.server import DEFAULT_HEARTBEAT_TIMEOUT, SilentWorker, serve, write_stats
 
 EXIT_SILENT_WORKER = 4
@@ -45,12 +46,21 @@ def main(argv=None):
                              "the job (default %(default)s)")
     parser.add_argument("--keys", default="",
                         help="the job's CURVE key directory: accept only clients holding its client key")
+    parser.add_argument("--rules", default="all",
+                        help="the rule plugins to load, comma-separated (%s), 'all' or 'none'; the launcher "
+                             "passes the mode spec's state_rules (default %%(default)s)" % ", ".join(ALL_RULES))
     parser.add_argument("--stats-out", default="", help="write per-round statistics (JSON) here on exit")
     args = parser.parse_args(argv)
     if args.num_workers < 1:
         parser.error("--num-workers must be >= 1, got %d" % args.num_workers)
     if not args.epsilon >= 0:
         parser.error("--epsilon must be >= 0 seconds, got %r" % args.epsilon)
+    rules = (ALL_RULES if args.rules == "all" else () if args.rules == "none"
+             else tuple(r.strip() for r in args.rules.split(",")))
+    unknown = [r for r in rules if r not in ALL_RULES]
+    if unknown:
+        parser.error("--rules: unknown rule(s) %s; known: %s, or 'all' / 'none'" % (", ".join(unknown),
+                                                                                 ", ".join(ALL_RULES)))
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s state-server %(levelname)s %(message)s")
     stopping = []
@@ -64,7 +74,7 @@ def main(argv=None):
         service = serve(args.bind, args.num_workers, epsilon=args.epsilon, should_stop=lambda: bool(stopping),
                         staleness=args.staleness, adsp_period=args.adsp_period, adsp_epoch=args.adsp_epoch,
                         adsp_window=args.adsp_window, heartbeat_timeout=args.heartbeat_timeout,
-                        keys=args.keys, elastic=args.elastic, min_workers=args.min_workers)
+                        keys=args.keys, elastic=args.elastic, min_workers=args.min_workers, rules=rules)
     except ValueError as exc:
         parser.error(str(exc))
     except SilentWorker as exc:

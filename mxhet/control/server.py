@@ -20,10 +20,7 @@ import zmq
 from ..errors import NotRegistered, ProtocolError
 from . import messages as m
 from . import adsp
-from .gcada import GroupCoordinator
-from .membership import Done, Entered, Finished, RoundRendezvous, TooFewWorkers
-from .nodelay import TransferRule
-from .preduce import PartialReduceController
+from . import rules as rules_mod
 from .state_rule import DEFAULT_EPSILON, LazyHeap, StateTable
 
 LOG = logging.getLogger("mxhet.state_server")
@@ -32,8 +29,12 @@ LOG = logging.getLogger("mxhet.state_server")
 class StateService:
     """The control plane's state and request handling.
 
-    It serves ESync (QUERY-STATE / RESET), SSP (the staleness gate) and ADSP
-    (commit targets and the commit-rate search).
+    The service keeps what every job shares: registration, sessions and
+    replays, rank ownership, goodbyes, heartbeats and Algorithm 2's table of
+    records. Every mode's decisions are rule plugins (:mod:`.rules`): ESync's
+    QUERY-STATE / RESET, SSP's staleness gate, ADSP's commit targets, nodelay,
+    Partial Reduce, G-CADA and the round membership. A request of a kind no
+    loaded plugin handles is refused.
 
     Args:
         num_workers: number of workers; their PS-LITE ranks are 0..n-1.
@@ -43,26 +44,29 @@ class StateService:
         adsp_period, adsp_epoch, adsp_window: ADSP's check period Γ (s),
             search epoch (s) and check periods per evaluated commit rate.
         now: the clock reading at creation.
+        min_workers: the fewest members a synchronous round may go on with.
+        rules: the names of the rule plugins to load (:data:`.rules.ALL_RULES`
+            by default; a mode's spec names its own in ``state_rules``).
+
+    Raises:
+        ValueError: for a bad argument or an unknown rule name.
     """
 
     def __init__(self, num_workers, epsilon=DEFAULT_EPSILON, staleness=2, adsp_period=adsp.DEFAULT_PERIOD,
-                 adsp_epoch=adsp.DEFAULT_EPOCH, adsp_window=adsp.DEFAULT_WINDOW_PERIODS, now=0.0, min_workers=1):
+                 adsp_epoch=adsp.DEFAULT_EPOCH, adsp_window=adsp.DEFAULT_WINDOW_PERIODS, now=0.0, min_workers=1,
+                 rules=rules_mod.ALL_RULES):
         if not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError("num_workers must be a positive integer, got %r" % (num_workers,))
         if not isinstance(staleness, int) or staleness < 0:
             raise ValueError("staleness must be an integer >= 0, got %r" % (staleness,))
+        unknown = [r for r in rules if r not in rules_mod.PLUGINS]
+        if isinstance(rules, str) or unknown:
+            raise ValueError("unknown State Server rule(s) %r; known: %s"
+                             % (rules if isinstance(rules, str) else unknown, ", ".join(rules_mod.ALL_RULES)))
         self.num_workers = num_workers
         self.staleness = staleness
         self.table = StateTable(range(num_workers), epsilon=epsilon, now=now)
-        self.clocks = {}         # SSP: rank -> iterations done
-        self.waiting = {}        # SSP: rank -> seq of its deferred clock request
         self.released = []       # (rank, Reply) deferred replies now due
-        self._live_clocks = LazyHeap()    # SSP: present rank -> its clock (min = the slowest)
-        self._deferred = LazyHeap()       # SSP: waiting rank -> (its clock, arrival order)
-        self._arrivals = 0
-        self._adsp_args = dict(period=adsp_period, epoch=adsp_epoch, window_periods=adsp_window)
-        adsp.ADSPScheduler(range(num_workers), **self._adsp_args)  # validate now
-        self.adsp = None
         self.slots = {}          # rank -> launcher slot
         self.owners = {}         # rank -> sender (connection) that registered it
         self.last_seen = {}      # rank -> server clock of its latest message
@@ -71,11 +75,36 @@ class StateService:
         self.signature = None    # (model signature, rank that set it)
         self.left = set()        # ranks that said bye
         self.present = set()     # registered ranks that have not said bye
-        self.stop_decisions = {}  # round -> stop after this round?
-        self.rounds = {}         # round -> {"slowest": rank, "local_iters": {rank: k}}
-        self._handlers = {}      # request type -> bound _on_<type> method
-        # the members of each synchronous round on dist_async (mxhet.control.membership)
-        self.rendezvous = RoundRendezvous(range(num_workers), min_workers=min_workers)
+        options = {"ssp": dict(staleness=staleness), "membership": dict(min_workers=min_workers),
+                   "adsp": dict(period=adsp_period, epoch=adsp_epoch, window_periods=adsp_window)}
+        # loaded in the registry's order whatever order ``rules`` names them in: a goodbye reaches them in that order
+        self.plugins = [cls(self, **options.get(name, {})) for name, cls in rules_mod.PLUGINS.items()
+                        if name in set(rules)]
+        self.rules = {p.NAME: p for p in self.plugins}
+        self._handlers = {_REGISTER: self._on_register, m.Bye.TYPE: self._on_bye,
+                          m.Heartbeat.TYPE: self._on_heartbeat}
+        for plugin in self.plugins:
+            for kind in plugin.KINDS:
+                if kind in self._handlers:
+                    raise ValueError("request kind %r is handled twice (rule %r)" % (kind, plugin.NAME))
+                self._handlers[kind] = plugin.handle
+
+    def rule(self, name):
+        """The loaded rule plugin called ``name`` (:data:`.rules.PLUGINS`), or None if this job has none."""
+        return self.rules.get(name)
+
+    # what callers read of the rules (the simulator's ADSP report, tests)
+    @property
+    def adsp(self):
+        """ADSP's scheduler, once the first commit report arrived (None before, or without the rule)."""
+        rule = self.rules.get("adsp")
+        return rule.scheduler if rule is not None else None
+
+    @property
+    def clocks(self):
+        """SSP: rank -> iterations done (empty without the rule)."""
+        rule = self.rules.get("ssp")
+        return rule.clocks if rule is not None else {}
 
     @property
     def finished(self):
@@ -101,6 +130,10 @@ class StateService:
                     raise ProtocolError("rank %d belongs to another connection" % rank)
                 if rank in self.slots and rank not in self.left:
                     raise ProtocolError("rank %d is already registered by another connection" % rank)
+            handler = self._handlers.get(kind)
+            if handler is None:
+                raise ProtocolError("no State Server rule of this job handles %r requests (rules loaded: %s)"
+                                    % (kind, ", ".join(self.rules) or "none"))
             replayable = kind in _REPLAYABLE
             if replayable:
                 session = self.sessions.get(rank)
@@ -114,9 +147,6 @@ class StateService:
                                                 % (request.seq, rank, last_seq))
                     elif rank in self.slots and rank not in self.left:
                         raise ProtocolError("rank %d is live in another incarnation" % rank)
-            handler = self._handlers.get(kind)
-            if handler is None:
-                handler = self._handlers[kind] = getattr(self, "_on_" + kind)
             reply = handler(request, now)
             if replayable:
                 self.sessions[rank] = (request.incarnation, request.seq, reply)
@@ -134,7 +164,8 @@ class StateService:
             return m.Reply(seq=request.seq, ok=False, error=str(exc).strip('"'),
                            code="not_registered" if isinstance(exc, NotRegistered) else "")
 
-    def _registered(self, rank):
+    def registered(self, rank):
+        """``rank``'s Algorithm 2 record; NotRegistered if it has not registered."""
         if rank not in self.slots:
             raise NotRegistered("rank %d has not registered" % rank)
         return self.table.record(rank)
@@ -154,66 +185,31 @@ class StateService:
         self.left.discard(req.rank)
         self.present.add(req.rank)
         self.table.set_present(req.rank, True)
-        self._live_clocks.set(req.rank, self.clocks.setdefault(req.rank, 0))
+        for plugin in self.plugins:
+            plugin.registered(req.rank)
         record = self.table.record(req.rank)
         if req.round > record.round:  # a worker resuming with a restarted State Server
             self.table.reset(req.rank, req.round, now)
         LOG.info("rank %d (slot %d) registered", req.rank, req.slot)
         return m.Reply(seq=req.seq, round=self.table.record(req.rank).round)
 
-    def _on_query(self, req, now):
-        rank, round_ = req.rank, req.round
-        record = self._registered(rank)
-        if round_ != record.round:
-            raise ProtocolError("query for round %d, rank %d is in round %d" % (round_, rank, record.round))
-        if self.stop_decisions.get(round_):
-            # Protocol v2: workers send RESET without waiting for its answer, so
-            # the job's decision to stop after the round just aggregated comes
-            # back with the first query of the next one (never READY: no worker
-            # pushes again, every worker stops after the same round).
-            return m.Reply(seq=req.seq, round=round_, stop=True)
-        table = self.table
-        ready = table.query(rank, req.k, req.c, now - req.since_finish, now, present_only=True)
-        # the device decided against: one that left (goodbye, death, its loop's end) is never named
-        slowest = table.slowest_present_rank()
-        if slowest is None:
-            slowest = table.slowest_rank()
-        if ready:
-            info = self.rounds.get(round_)
-            if info is None:
-                info = self.rounds[round_] = {"slowest": slowest, "local_iters": {}}
-            info["local_iters"].setdefault(rank, req.k)
-        return m.query_reply(req.seq, ready, round_, slowest)
-
-    def _on_reset(self, req, now):
-        self._registered(req.rank)
-        self.table.reset(req.rank, req.round, now - req.since_finish)
-        stop = self.stop_decisions.setdefault(req.round, req.want_stop)
-        return m.Reply(seq=req.seq, round=req.round, stop=stop)
+    def _leave(self, rank):
+        self.left.add(rank)
+        self.present.discard(rank)
+        self.table.set_present(rank, False)
+        self._seen.discard(rank)
 
     def _on_bye(self, req, now):
-        self._registered(req.rank)
-        self.left.add(req.rank)
-        self.present.discard(req.rank)
-        self.table.set_present(req.rank, False)
-        self._seen.discard(req.rank)
-        self._live_clocks.discard(req.rank)
-        self._release_clocks()
-        if getattr(self, "transfers", None) is not None:
-            self._release_transfers(self.transfers.leave(req.rank))
-        if getattr(self, "preduce", None) is not None:
-            self._reduce_groups(self.preduce.leave(req.rank))
-            self._reduce_stopped(self.preduce.check_stop())
+        self.registered(req.rank)
+        self._leave(req.rank)
         retired = False
-        if getattr(self, "gcada", None) is not None:
-            retired = self.gcada.leave(req.rank)
-            self._group_reply(self.gcada, None)
-        self._release_rounds(self.rendezvous.depart(req.rank, "bye"))
+        for plugin in self.plugins:
+            retired = plugin.bye(req.rank) or retired
         # G-CADA: ready says the sender's group has no member left (its last gradient is to be zeroed)
         return m.Reply(seq=req.seq, ready=retired)
 
     def _on_heartbeat(self, req, now):
-        self._registered(req.rank)
+        self.registered(req.rank)
         return None  # no answer: the heartbeat only refreshes last_seen
 
     def silent(self, now, timeout):
@@ -226,215 +222,10 @@ class StateService:
             return []
         return sorted(r for r, t in self.last_seen.items() if r not in self.left and now - t > timeout)
 
-    # -- SSP -------------------------------------------------------------------
-    def _ssp_allows(self, rank):
-        return self._ssp_allows_clock(self.clocks[rank])
-
-    def _ssp_allows_clock(self, clock):
-        slowest = self._live_clocks.peek()   # the minimum clock of the ranks still in the job
-        return slowest is None or clock - slowest[0] <= self.staleness
-
-    def _on_clock(self, req, now):
-        self._registered(req.rank)
-        if req.clock < self.clocks.get(req.rank, 0):
-            raise ProtocolError("rank %d clock went back from %d to %d"
-                                % (req.rank, self.clocks[req.rank], req.clock))
-        self.clocks[req.rank] = req.clock
-        if req.rank in self.present:
-            self._live_clocks.set(req.rank, req.clock)
-        self.waiting.pop(req.rank, None)
-        self._deferred.discard(req.rank)
-        self._release_clocks()
-        if self._ssp_allows(req.rank):
-            return m.Reply(seq=req.seq)
-        self.waiting[req.rank] = req.seq
-        self._arrivals += 1
-        self._deferred.set(req.rank, (req.clock, self._arrivals))
-        return None
-
-    def _release_clocks(self):
-        """Release the deferred requests now allowed, in the order they arrived.
-
-        The deferred are ordered by clock, so only those released (plus one)
-        are looked at: O(k log N) for k released.
-        """
-        due = []
-        while True:
-            top = self._deferred.peek()
-            if top is None or not self._ssp_allows_clock(top[0][0]):
-                break
-            self._deferred.pop()
-            due.append((top[0][1], top[1]))
-        for _, rank in sorted(due):
-            self.released.append((rank, m.Reply(seq=self.waiting.pop(rank))))
-
     def take_released(self):
         """Deferred replies that are now due, as ``(rank, Reply)``."""
         released, self.released = self.released, []
         return released
-
-    # -- G-CADA (mxhet.control.gcada) ---------------------------------------------
-    def _groups(self, req):
-        self._registered(req.rank)
-        coordinator = getattr(self, "gcada", None)
-        if coordinator is None:
-            if req.TYPE != m.GroupBegin.TYPE:
-                raise ProtocolError("G-CADA %s before any group_begin" % req.TYPE)
-            coordinator = self.gcada = GroupCoordinator(self.num_workers, req.groups, req.max_delay, req.c)
-        if req.TYPE == m.GroupBegin.TYPE:
-            coordinator.check(req.groups, req.max_delay, req.c)
-        if req.group >= coordinator.rule.groups:
-            raise ProtocolError("group %d of rank %d: the job has %d groups"
-                                % (req.group, req.rank, coordinator.rule.groups))
-        if req.TYPE == m.GroupBegin.TYPE:
-            coordinator.smoothness(req.rank, req.group, req.smoothness)
-        return coordinator
-
-    def _group_reply(self, coordinator, reply):
-        self.released.extend(coordinator.released)
-        coordinator.released = []
-        return reply
-
-    def _on_group_begin(self, req, now):
-        c = self._groups(req)
-        return self._group_reply(c, c.begin(req.rank, req.seq, req.iteration, req.group, req.want_stop))
-
-    def _on_group_watch(self, req, now):
-        c = self._groups(req)
-        return self._group_reply(c, c.watch(req.rank, req.seq, req.iteration, req.group))
-
-    def _on_group_done(self, req, now):
-        c = self._groups(req)
-        return self._group_reply(c, c.done(req.rank, req.seq, req.iteration, req.group))
-
-    def _on_group_uploaded(self, req, now):
-        c = self._groups(req)
-        return self._group_reply(c, c.uploaded(req.rank, req.seq, req.iteration, req.group))
-
-    def _on_group_stepped(self, req, now):
-        c = self._groups(req)
-        return self._group_reply(c, c.stepped(req.rank, req.seq, req.iteration, req.delta_sq, req.group_sq, now))
-
-    # -- Partial Reduce (mxhet.control.preduce) --------------------------------
-    def _on_reduce_join(self, req, now):
-        self._registered(req.rank)
-        settings = (req.group_size, req.dynamic, float(req.alpha), req.avoid_frozen, req.window)
-        if getattr(self, "preduce", None) is None:
-            self.preduce = PartialReduceController(self.num_workers, req.group_size, dynamic=req.dynamic,
-                                                   alpha=req.alpha, avoid_frozen=req.avoid_frozen,
-                                                   window=req.window)
-            self._reduce_settings, self._reduce_waiting = settings, {}
-        elif settings != self._reduce_settings:
-            raise ProtocolError("rank %d joins Partial Reduce with %s, the job has %s"
-                                % (req.rank, settings, self._reduce_settings))
-        return m.Reply(seq=req.seq)
-
-    def _reduce(self, req):
-        self._registered(req.rank)
-        if getattr(self, "preduce", None) is None:
-            raise ProtocolError("%s from rank %d before any reduce_join" % (req.TYPE, req.rank))
-        return self.preduce
-
-    def _reduce_groups(self, groups, rank=None, seq=None):
-        """Answer the members of newly formed groups; returns ``rank``'s own answer, if it is in one."""
-        own = None
-        for g in groups:
-            for member, weight in zip(g.members, g.weights):
-                reply = m.Reply(seq=seq if member == rank else self._reduce_waiting.pop(member), round=g.id,
-                                group_slot=g.slot, weight=min(1.0, max(0.0, weight)), k=g.k,
-                                target=g.fill_of(member))
-                if member == rank:
-                    own = reply
-                else:
-                    self.released.append((member, reply))
-        return own
-
-    def _reduce_stopped(self, ranks, rank=None, seq=None):
-        """Answer the waiting ``ranks`` with stop; returns ``rank``'s own answer if it is one of them."""
-        own = None
-        for r in ranks:
-            reply = m.Reply(seq=seq if r == rank else self._reduce_waiting.pop(r), stop=True)
-            if r == rank:
-                own = reply
-            else:
-                self.released.append((r, reply))
-        return own
-
-    def _on_reduce_ready(self, req, now):
-        # A stop wish ends the job once every live worker has been in a group
-        # (none leaves without having contributed); groups already formed
-        # finish their reduce, every later READY is answered with stop.
-        ctl = self._reduce(req)
-        if ctl.stopping:
-            ctl.pulled(req.rank)
-            return m.Reply(seq=req.seq, stop=True)
-        if req.want_stop:
-            self._reduce_stopped(ctl.want_stop())   # stops now if everyone has been in a group
-            if ctl.stopping:
-                ctl.pulled(req.rank)
-                return m.Reply(seq=req.seq, stop=True)
-        own = self._reduce_groups(ctl.ready(req.rank, req.k), req.rank, req.seq)
-        if own is None:
-            self._reduce_waiting[req.rank] = req.seq
-        stopped = self._reduce_stopped(ctl.check_stop(), req.rank, req.seq)
-        if stopped is not None:
-            self._reduce_waiting.pop(req.rank, None)
-            ctl.pulled(req.rank)
-        return own or stopped
-
-    def _on_reduce_pushed(self, req, now):
-        ctl = self._reduce(req)
-        members = ctl.push_done(req.rank, req.group)
-        if not members:
-            self._reduce_waiting[req.rank] = req.seq
-            return None
-        for member in members:
-            if member != req.rank:
-                self.released.append((member, m.Reply(seq=self._reduce_waiting.pop(member), round=req.group)))
-        return m.Reply(seq=req.seq, round=req.group)
-
-    # -- the round rendezvous (mxhet.control.membership) --------------------------
-    def _on_round_enter(self, req, now):
-        self._registered(req.rank)
-        record = self.table.record(req.rank)
-        if record.round == req.round:
-            # A worker enters a round's rendezvous only once Algorithm 2 told it READY. A State Server
-            # restarted while it waited there never did: unmarked, its fresh record (no capability: the
-            # slowest) would keep the device the round waits for NOT-READY for ever.
-            record.ready = True
-        return self._release_rounds(self.rendezvous.enter(req.rank, req.round, req.seq, req.want_stop, req.counts),
-                                    req.rank)
-
-    def _on_round_done(self, req, now):
-        self._registered(req.rank)
-        return self._release_rounds(self.rendezvous.done(req.rank, req.round, req.seq), req.rank)
-
-    def _on_round_finish(self, req, now):
-        self._registered(req.rank)
-        # No longer a device Algorithm 2 waits for: ESync's slowest is looked for among those still training.
-        self.table.set_present(req.rank, False)
-        return self._release_rounds(self.rendezvous.finish(req.rank, req.seq), req.rank)
-
-    def _release_rounds(self, releases, rank=None):
-        """Turn the rendezvous' releases into replies; returns ``rank``'s own (None: it waits)."""
-        own = None
-        for r, seq, answer in releases:
-            if isinstance(answer, Entered):
-                reply = m.Reply(seq=seq, round=answer.round, target=answer.members, stop=answer.ballots > 0,
-                                k=answer.ballots, counts=answer.counts)
-            elif isinstance(answer, Done):
-                reply = m.Reply(seq=seq, round=answer.round, ready=answer.complete)
-            elif isinstance(answer, Finished):
-                reply = m.Reply(seq=seq, ready=True)
-            elif isinstance(answer, TooFewWorkers):
-                reply = m.Reply(seq=seq, ok=False, error=answer.message, code="too_few_workers")
-            else:
-                raise TypeError("unknown rendezvous answer %r" % (answer,))
-            if r == rank:
-                own = reply
-            else:
-                self.released.append((r, reply))
-        return own
 
     def depart(self, rank, cause):
         """``rank`` is gone without a goodbye (``cause``, e.g. "died: silent for 5 s"):
@@ -442,74 +233,17 @@ class StateService:
         if rank in self.left or rank not in self.slots:
             return
         LOG.warning("rank %d (slot %s) %s; the job goes on without it", rank, self.slots.get(rank), cause)
-        self.left.add(rank)
-        self.present.discard(rank)
-        self.table.set_present(rank, False)
-        self._seen.discard(rank)
-        self._live_clocks.discard(rank)
-        self._release_clocks()
-        self._release_rounds(self.rendezvous.depart(rank, cause))
-
-    # -- ADSP ------------------------------------------------------------------
-    def _on_commit(self, req, now):
-        self._registered(req.rank)
-        if self.adsp is None:  # the first check period starts with the first report
-            self.adsp = adsp.ADSPScheduler(range(self.num_workers), now=now, **self._adsp_args)
-        target, left = self.adsp.report(req.rank, req.commits, req.loss, req.commit_cost, now)
-        return m.Reply(seq=req.seq, target=target, period_left=max(0.0, left))
-
-    def _on_adsp_record(self, req, now):
-        """A page of the commit-rate search's record (JSON text, ``null`` before any commit report);
-        the text is taken anew whenever page 0 is asked for."""
-        self._registered(req.rank)
-        if req.start == 0 or getattr(self, "_adsp_text", None) is None:
-            record = self.adsp.search_record() if self.adsp is not None else None
-            self._adsp_text = json.dumps(record, separators=(",", ":"), ensure_ascii=True)
-        text = self._adsp_text
-        return m.Reply(seq=req.seq, payload=text[req.start:req.start + m.RECORD_PAGE], k=len(text))
-
-    # -- nodelay (mxhet.control.nodelay) ------------------------------------------
-    def _transfer_rule(self):
-        if getattr(self, "transfers", None) is None:
-            self.transfers = TransferRule(set(range(self.num_workers)) - self.left)
-        return self.transfers
-
-    def _on_notify(self, req, now):
-        self._registered(req.rank)
-        return self._release_transfers(self._transfer_rule().notify(req.rank, req.round, req.want_stop, req.seq),
-                                       req.rank)
-
-    def _on_merged(self, req, now):
-        self._registered(req.rank)
-        self._release_transfers(self._transfer_rule().merged(req.rank, req.round))
-        return m.Reply(seq=req.seq, round=req.round)
-
-    def _release_transfers(self, request, rank=None):
-        """Answer every announcement of a due transfer request; returns ``rank``'s own answer (None if not due)."""
-        own = None
-        for r, seq in (request.tokens.items() if request is not None else ()):
-            answer = m.Reply(seq=seq, ready=True, round=request.round, stop=request.stop)
-            if r == rank:
-                own = answer
-            else:
-                self.released.append((r, answer))
-        return own
+        self._leave(rank)
+        for plugin in self.plugins:
+            plugin.depart(rank, cause)
 
     def stats(self):
-        """ESync per round: which rank was slowest, each rank's n_i; SSP clocks; ADSP checkpoints."""
-        return {
-            "epsilon": self.table.epsilon,
-            "ssp_clocks": {str(r): c for r, c in sorted(self.clocks.items())},
-            "gcada": self.gcada.stats() if getattr(self, "gcada", None) is not None else None,
-            "adsp": self.adsp.stats() if self.adsp is not None else None,
-            "preduce": self.preduce.stats() if getattr(self, "preduce", None) is not None else None,
-            "membership": self.rendezvous.stats(),
-            "nodelay": self.transfers.stats() if getattr(self, "transfers", None) is not None else None,
-            "slots": {str(r): s for r, s in sorted(self.slots.items())},
-            "rounds": [{"round": t, "slowest": info["slowest"],
-                        "local_iters": {str(r): k for r, k in sorted(info["local_iters"].items())}}
-                       for t, info in sorted(self.rounds.items())],
-        }
+        """ESync per round: which rank was slowest, each rank's n_i; SSP clocks; each rule's own record."""
+        stats = {"epsilon": self.table.epsilon, "slots": {str(r): s for r, s in sorted(self.slots.items())}}
+        for name, cls in rules_mod.PLUGINS.items():   # every rule's key, null (or empty) when not loaded
+            rule = self.rules.get(name)
+            stats[cls.STATS_KEY or name] = rule.stats() if rule is not None else cls.empty_stats()
+        return stats
 
 
 _REGISTER = m.Register.TYPE

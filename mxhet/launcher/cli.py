@@ -275,6 +275,7 @@ def parse_args(argv=None):
     # for esync, ssp and adsp, and for every mode the watch on silent workers
     # (heartbeats) and the check that all workers train the same model.
     args.needs_state_server = mode.needs_state_server or mode.distributed
+    args.state_rules = mode.state_rules
     if args.kvstore_type is None:
         if n > 1:
             parser.error("--sync %s runs one standalone worker without parameter servers; "

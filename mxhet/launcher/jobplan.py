@@ -327,6 +327,9 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
                 "--bind", _bind_address(first, state_port, args.launcher), "--num-workers", str(n)]
         if args.epsilon is not None:
             argv += ["--epsilon", repr(args.epsilon)]
+        rules = getattr(args, "state_rules", None)   # None: every rule (a plan made without a mode spec)
+        if rules is not None:
+            argv += ["--rules", ",".join(rules) or "none"]
         if getattr(args, "control_keys", ""):
             argv += ["--keys", args.control_keys]
         if getattr(args, "elastic", False):

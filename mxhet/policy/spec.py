@@ -105,9 +105,13 @@ class ModeSpec:
             last pulled one, not the replica).
         uses_loss: the mode reads the training loss.
         options: the mode's :class:`Option` records.
+        state_rules: the State Server rule plugins a job of this mode loads
+            (names in :data:`mxhet.control.rules.PLUGINS`); the State Server
+            refuses requests of any other rule's kinds.
 
     Raises:
-        ConfigError: for a malformed name, an unknown kvstore or duplicate options.
+        ConfigError: for a malformed name, an unknown kvstore, duplicate options
+            or malformed rule names.
     """
     name: str
     kvstore: typing.Optional[str]
@@ -116,6 +120,7 @@ class ModeSpec:
     exchanges_deltas: bool = False
     uses_loss: bool = False
     options: tuple = ()
+    state_rules: tuple = ()
 
     def __post_init__(self):
         name = self.name
@@ -126,6 +131,10 @@ class ModeSpec:
         names = [o.name for o in self.options]
         if len(names) != len(set(names)):
             raise ConfigError("mode %r lists an option twice: %s" % (name, names))
+        rules = self.state_rules
+        if not isinstance(rules, tuple) or not all(isinstance(r, str) and r for r in rules) \
+                or len(set(rules)) != len(rules):
+            raise ConfigError("mode %r: state_rules must be a tuple of distinct rule names, got %r" % (name, rules))
 
     @property
     def distributed(self):

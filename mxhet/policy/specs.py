@@ -43,7 +43,7 @@ ESYNC = register_spec(ModeSpec(
     "esync", "dist_async",   # the round rendezvous on dist_async (mxhet.modes.rounds): a worker may leave
     "local iterations on a replica, State Server decides when to average model deltas; "
     "fast devices keep training while the slowest finishes one iteration",
-    needs_state_server=True, exchanges_deltas=True,
+    state_rules=('esync', 'membership'), needs_state_server=True, exchanges_deltas=True,
     options=(_GLOBAL_LR,
              Option("reset_optimizer_state", False, "clear the local optimizer state at every round boundary",
                     switch=True),
@@ -77,23 +77,25 @@ DCASGD = register_spec(ModeSpec(
 SSP = register_spec(ModeSpec(
     "ssp", "dist_async",
     "stale synchronous parallel: async SGD, the fastest at most s iterations ahead of the slowest",
-    needs_state_server=True, options=(_STATE_TIMEOUT,)))
+    state_rules=('ssp',), needs_state_server=True, options=(_STATE_TIMEOUT,)))
 
 LOCALSGD = register_spec(ModeSpec(
     "localsgd", "dist_async", "local SGD / fixed ADACOMM: tau local steps, then a synchronous average of the models",
-    needs_state_server=True,   # it names each round's members (mxhet.control.membership)
+    state_rules=('membership',),   # it names each round's members (mxhet.control.membership)
+    needs_state_server=True,
     exchanges_deltas=True, options=(Option("local_steps", 8, "local steps τ between two averages",
                                                    check=at_least(1)),)))
 
 ADSP = register_spec(ModeSpec(
     "adsp", "dist_async", "ADSP: train without waiting, commit accumulated updates at scheduler-set rates",
-    needs_state_server=True, exchanges_deltas=True, uses_loss=True, options=(_GLOBAL_LR, _STATE_TIMEOUT)))
+    state_rules=('adsp',), needs_state_server=True, exchanges_deltas=True, uses_loss=True,
+    options=(_GLOBAL_LR, _STATE_TIMEOUT)))
 
 NODELAY = register_spec(ModeSpec(
     "nodelay", "dist_sync",
     "asynchronous SGD without gradient delay: workers keep computing while their previous updates are "
     "averaged; a worker waits only when tau of its gradients are missing from its global model",
-    needs_state_server=True, exchanges_deltas=True,
+    state_rules=('nodelay',), needs_state_server=True, exchanges_deltas=True,
     options=(Option("staleness", 16, "tau: the most gradients a worker holds that are not in the last global model "
                                      "it received (the paper's maximal staleness; python -m mxhet.train "
                                      "--max-staleness)",
@@ -104,7 +106,7 @@ PREDUCE = register_spec(ModeSpec(
     "preduce", "dist_async",
     "Partial Reduce: after every local step, average the model with the next P-1 ready workers (weights by "
     "staleness if dynamic); a star through the servers, not the paper's ring all-reduce",
-    needs_state_server=True,
+    state_rules=('preduce',), needs_state_server=True,
     options=(Option("group_size", 2, "P, workers per partial reduce (2 <= P <= N)", check=at_least(2)),
              Option("weights", "dynamic", "'constant': 1/P; 'dynamic': staleness-aware EMA weights (§3.3.3)",
                     choices=WEIGHTINGS),
@@ -149,7 +151,7 @@ GCADA = register_spec(ModeSpec(
     "gcada", "dist_async",
     "G-CADA: groups of workers sharing a shard, selected lazily each iteration; all members of a selected group "
     "compute, the first to finish uploads; the servers apply AMSGrad to fresh and stale group gradients",
-    needs_state_server=True,
+    state_rules=('gcada',), needs_state_server=True,
     options=(Option("groups", 1, "G, groups of M/G workers (contiguous slots; use --dist group)",
                     check=at_least(1)),)
     + _amsgrad_options(0.3)))
@@ -158,7 +160,7 @@ CADA = register_spec(ModeSpec(
     "cada", "dist_async",
     "CADA: workers selected lazily each iteration, the servers wait for every selected one and apply AMSGrad; "
     "max_delay=1 is distributed AMSGrad",
-    needs_state_server=True, options=_amsgrad_options(2.0)))
+    state_rules=('gcada',), needs_state_server=True, options=_amsgrad_options(2.0)))
 
 DYLU = register_spec(ModeSpec(
     "dylu", "dist_async",

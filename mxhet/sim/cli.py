@@ -302,7 +302,8 @@ def run(args):
         scheduler = sim.service.adsp
         summary["adsp_search"] = scheduler.search_record(origin=scheduler.start) if scheduler is not None else None
     summary["members"] = sim.members.summary() if sim.members is not None else None
-    gcada = getattr(sim.service, "gcada", None)   # G-CADA: every iteration's selection and counts
+    rule = sim.service.rule("gcada")   # G-CADA: every iteration's selection and counts
+    gcada = rule.coordinator if rule is not None else None
     summary["gcada"] = gcada.stats(args.batch_size) if gcada is not None else None
     _atomic_json(os.path.join(args.metrics_out, "summary.json"), summary)
     if args.tensorboard:  # the tags of a real job's event files, in virtual seconds

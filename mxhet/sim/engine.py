@@ -223,7 +223,7 @@ class Simulation:
         if job.staleness is not None:
             kwargs["staleness"] = job.staleness
         kwargs.update({"adsp_" + k: v for k, v in job.adsp.items() if v is not None})
-        self.service = StateService(n, **kwargs)
+        self.service = StateService(n, rules=self.spec.state_rules, **kwargs)
         self._bucket_bytes = self._wire = None   # see wire_keys
         self._deferred = {}   # (rank, seq) -> event of a deferred State Server answer
         self._rounds = {}     # dist_sync rounds by index

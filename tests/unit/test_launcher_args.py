@@ -208,12 +208,19 @@ def test_every_distributed_job_has_a_state_server(mode):
     assert all(w.env["MXHET_STATE_SERVER"] == plan.state_server for w in plan.by_role("worker"))
 
 
+@pytest.mark.parametrize("mode, rules", [("sync", "none"), ("ssp", "ssp"), ("localsgd", "membership"),
+                                         ("cada", "gcada"), ("preduce", "preduce")])
+def test_the_state_server_loads_the_rules_the_mode_spec_names(mode, rules):
+    argv = plan_of("-n", "2", "-s", "1", "--sync", mode).by_role("state-server")[0].argv
+    assert argv[argv.index("--rules") + 1] == rules
+
+
 def test_esync_starts_a_state_server():
     plan = plan_of("-n", "2", "-s", "1", "--sync", "esync")
     assert [p.name for p in plan.processes] == ["scheduler", "server 0", "state-server", "worker 0", "worker 1"]
     state = plan.by_role("state-server")[0]
     assert state.argv == (sys.executable, "-m", "mxhet.state_server", "--bind", "tcp://127.0.0.1:9001",
-                          "--num-workers", "2")
+                          "--num-workers", "2", "--rules", "esync,membership")
     assert state.env["OMP_NUM_THREADS"] == "1"
     assert plan.state_server == "tcp://127.0.0.1:9001"
     assert {w.env["MXHET_STATE_SERVER"] for w in plan.by_role("worker")} == {"tcp://127.0.0.1:9001"}
@@ -224,7 +231,7 @@ def test_esync_port_and_epsilon_options():
                    "--root-port", "7000")
     state = plan.by_role("state-server")[0]
     assert state.argv[3:] == ("--bind", "tcp://127.0.0.1:5555", "--num-workers", "2",
-                              "--epsilon", "0.25")
+                              "--epsilon", "0.25", "--rules", "esync,membership")
     assert plan.root_port == 7000
     assert plan.by_role("scheduler")[0].env["DMLC_PS_ROOT_PORT"] == "7000"
 

@@ -351,6 +351,9 @@ class _ScriptedService:
     def stats(self):
         return {}
 
+    def rule(self, name):
+        return None   # no rule plugin: the answers are scripted
+
 
 class _ScriptedClient:
     """The same script, as a cluster worker's StateClient sees it. A delayed

@@ -1,0 +1,488 @@
+"""The State Server's rules as plugins.
+
+:class:`~.server.StateService` keeps what every job shares (sessions and
+replays, rank ownership, registration, goodbyes, heartbeats and the
+Algorithm 2 table of records); everything a mode decides there is a
+:class:`RulePlugin`: it names the request kinds it handles (``KINDS``), answers
+them, hears of departures and reports its statistics under ``NAME``. A job's
+State Server loads the plugins its mode's spec names
+(:attr:`mxhet.policy.spec.ModeSpec.state_rules`); a request of a kind no
+loaded plugin handles is refused.
+
+A plugin reaches the service only through the few things it is given:
+``host.registered(rank)`` (the record, or NotRegistered), ``host.table``,
+``host.released`` (deferred replies now due), ``host.num_workers`` and
+``host.left``.
+"""
+import json
+
+from ..errors import ProtocolError
+from . import adsp
+from . import messages as m
+from .gcada import GroupCoordinator
+from .membership import Done, Entered, Finished, RoundRendezvous, TooFewWorkers
+from .nodelay import TransferRule
+from .preduce import PartialReduceController
+from .state_rule import LazyHeap
+
+
+class RulePlugin:
+    """One rule of the State Server; subclasses set ``NAME`` and ``KINDS``.
+
+    ``handle`` returns the reply, or None when the answer is deferred (it is
+    then appended to ``host.released`` later).
+    """
+
+    NAME = ""
+    KINDS = ()
+    STATS_KEY = None   # the State Server statistics' key of this rule's record (default: NAME)
+
+    def __init__(self, host):
+        self.host = host
+
+    def handle(self, request, now):
+        raise NotImplementedError
+
+    def registered(self, rank):
+        """A rank (re)registered and is present."""
+
+    def bye(self, rank):
+        """A rank said goodbye; returns True if the goodbye's reply says ``ready`` (G-CADA)."""
+        return False
+
+    def depart(self, rank, cause):
+        """A rank is gone without a goodbye (``cause``)."""
+
+    def stats(self):
+        """This rule's record for the State Server's statistics (JSON-serializable); None if it has none."""
+        return None
+
+    @staticmethod
+    def empty_stats():
+        """The record when the rule is not loaded."""
+        return None
+
+
+class ESyncRule(RulePlugin):
+    """Algorithm 2's QUERY-STATE and RESET over the service's table (:mod:`.state_rule`)."""
+
+    NAME = "esync"
+    KINDS = (m.Query.TYPE, m.Reset.TYPE)
+    STATS_KEY = "rounds"
+
+    def __init__(self, host):
+        super().__init__(host)
+        self.stop_decisions = {}  # round -> stop after this round?
+        self.rounds = {}          # round -> {"slowest": rank, "local_iters": {rank: k}}
+
+    def handle(self, req, now):
+        if req.TYPE == m.Query.TYPE:
+            return self._query(req, now)
+        host = self.host
+        host.registered(req.rank)
+        host.table.reset(req.rank, req.round, now - req.since_finish)
+        stop = self.stop_decisions.setdefault(req.round, req.want_stop)
+        return m.Reply(seq=req.seq, round=req.round, stop=stop)
+
+    def _query(self, req, now):
+        rank, round_ = req.rank, req.round
+        record = self.host.registered(rank)
+        if round_ != record.round:
+            raise ProtocolError("query for round %d, rank %d is in round %d" % (round_, rank, record.round))
+        if self.stop_decisions.get(round_):
+            # Protocol v2: workers send RESET without waiting for its answer, so
+            # the job's decision to stop after the round just aggregated comes
+            # back with the first query of the next one (never READY: no worker
+            # pushes again, every worker stops after the same round).
+            return m.Reply(seq=req.seq, round=round_, stop=True)
+        table = self.host.table
+        ready = table.query(rank, req.k, req.c, now - req.since_finish, now, present_only=True)
+        # the device decided against: one that left (goodbye, death, its loop's end) is never named
+        slowest = table.slowest_present_rank()
+        if slowest is None:
+            slowest = table.slowest_rank()
+        if ready:
+            info = self.rounds.get(round_)
+            if info is None:
+                info = self.rounds[round_] = {"slowest": slowest, "local_iters": {}}
+            info["local_iters"].setdefault(rank, req.k)
+        return m.query_reply(req.seq, ready, round_, slowest)
+
+    @staticmethod
+    def empty_stats():
+        return []
+
+    def stats(self):
+        return [{"round": t, "slowest": info["slowest"],
+                 "local_iters": {str(r): k for r, k in sorted(info["local_iters"].items())}}
+                for t, info in sorted(self.rounds.items())]
+
+
+class SSPRule(RulePlugin):
+    """SSP's staleness gate: a CLOCK is answered once the sender is at most s iterations ahead.
+
+    O(log N) per request: the minimum clock of the ranks present and the
+    deferred requests each live in a :class:`~.state_rule.LazyHeap`.
+    """
+
+    NAME = "ssp"
+    KINDS = (m.Clock.TYPE,)
+    STATS_KEY = "ssp_clocks"
+
+    def __init__(self, host, staleness=2):
+        super().__init__(host)
+        if not isinstance(staleness, int) or staleness < 0:
+            raise ValueError("staleness must be an integer >= 0, got %r" % (staleness,))
+        self.staleness = staleness
+        self.clocks = {}         # rank -> iterations done
+        self.waiting = {}        # rank -> seq of its deferred clock request
+        self._live_clocks = LazyHeap()    # present rank -> its clock (min = the slowest)
+        self._deferred = LazyHeap()       # waiting rank -> (its clock, arrival order)
+        self._arrivals = 0
+
+    def _allows(self, clock):
+        slowest = self._live_clocks.peek()   # the minimum clock of the ranks still in the job
+        return slowest is None or clock - slowest[0] <= self.staleness
+
+    def handle(self, req, now):
+        self.host.registered(req.rank)
+        if req.clock < self.clocks.get(req.rank, 0):
+            raise ProtocolError("rank %d clock went back from %d to %d"
+                                % (req.rank, self.clocks[req.rank], req.clock))
+        self.clocks[req.rank] = req.clock
+        if req.rank in self.host.present:
+            self._live_clocks.set(req.rank, req.clock)
+        self.waiting.pop(req.rank, None)
+        self._deferred.discard(req.rank)
+        self._release()
+        if self._allows(self.clocks[req.rank]):
+            return m.Reply(seq=req.seq)
+        self.waiting[req.rank] = req.seq
+        self._arrivals += 1
+        self._deferred.set(req.rank, (req.clock, self._arrivals))
+        return None
+
+    def _release(self):
+        """Release the deferred requests now allowed, in the order they arrived.
+
+        The deferred are ordered by clock, so only those released (plus one)
+        are looked at: O(k log N) for k released.
+        """
+        due = []
+        while True:
+            top = self._deferred.peek()
+            if top is None or not self._allows(top[0][0]):
+                break
+            self._deferred.pop()
+            due.append((top[0][1], top[1]))
+        for _, rank in sorted(due):
+            self.host.released.append((rank, m.Reply(seq=self.waiting.pop(rank))))
+
+    def registered(self, rank):
+        self._live_clocks.set(rank, self.clocks.setdefault(rank, 0))
+
+    def bye(self, rank):
+        self.depart(rank, "bye")
+        return False
+
+    def depart(self, rank, cause):
+        self._live_clocks.discard(rank)
+        self._release()
+
+    @staticmethod
+    def empty_stats():
+        return {}
+
+    def stats(self):
+        return {str(r): c for r, c in sorted(self.clocks.items())}
+
+
+class ADSPRule(RulePlugin):
+    """ADSP's commit targets and commit-rate search (:mod:`.adsp`)."""
+
+    NAME = "adsp"
+    KINDS = (m.Commit.TYPE, m.AdspRecord.TYPE)
+
+    def __init__(self, host, period=adsp.DEFAULT_PERIOD, epoch=adsp.DEFAULT_EPOCH,
+                 window_periods=adsp.DEFAULT_WINDOW_PERIODS):
+        super().__init__(host)
+        self._args = dict(period=period, epoch=epoch, window_periods=window_periods)
+        adsp.ADSPScheduler(range(host.num_workers), **self._args)  # validate now
+        self.scheduler = None   # the first check period starts with the first report
+        self._text = None       # the search record's JSON, paged out by ADSP_RECORD
+
+    def handle(self, req, now):
+        self.host.registered(req.rank)
+        if req.TYPE == m.Commit.TYPE:
+            if self.scheduler is None:
+                self.scheduler = adsp.ADSPScheduler(range(self.host.num_workers), now=now, **self._args)
+            target, left = self.scheduler.report(req.rank, req.commits, req.loss, req.commit_cost, now)
+            return m.Reply(seq=req.seq, target=target, period_left=max(0.0, left))
+        # A page of the record (``null`` before any commit report); the text is taken anew at page 0.
+        if req.start == 0 or self._text is None:
+            record = self.scheduler.search_record() if self.scheduler is not None else None
+            self._text = json.dumps(record, separators=(",", ":"), ensure_ascii=True)
+        text = self._text
+        return m.Reply(seq=req.seq, payload=text[req.start:req.start + m.RECORD_PAGE], k=len(text))
+
+    def stats(self):
+        return self.scheduler.stats() if self.scheduler is not None else None
+
+
+class NodelayRule(RulePlugin):
+    """nodelay's transfer requests (:mod:`.nodelay`), created with the ranks present at the first request."""
+
+    NAME = "nodelay"
+    KINDS = (m.Notify.TYPE, m.Merged.TYPE)
+
+    def __init__(self, host):
+        super().__init__(host)
+        self.rule = None
+
+    def handle(self, req, now):
+        host = self.host
+        host.registered(req.rank)
+        if self.rule is None:
+            self.rule = TransferRule(set(range(host.num_workers)) - host.left)
+        if req.TYPE == m.Notify.TYPE:
+            return self._release(self.rule.notify(req.rank, req.round, req.want_stop, req.seq), req.rank)
+        self._release(self.rule.merged(req.rank, req.round))
+        return m.Reply(seq=req.seq, round=req.round)
+
+    def _release(self, request, rank=None):
+        """Answer every announcement of a due transfer request; returns ``rank``'s own answer (None if not due)."""
+        own = None
+        for r, seq in (request.tokens.items() if request is not None else ()):
+            answer = m.Reply(seq=seq, ready=True, round=request.round, stop=request.stop)
+            if r == rank:
+                own = answer
+            else:
+                self.host.released.append((r, answer))
+        return own
+
+    def bye(self, rank):
+        if self.rule is not None:
+            self._release(self.rule.leave(rank))
+        return False
+
+    def stats(self):
+        return self.rule.stats() if self.rule is not None else None
+
+
+class PartialReduceRule(RulePlugin):
+    """Partial Reduce's groups (:mod:`.preduce`), set up by the first REDUCE_JOIN."""
+
+    NAME = "preduce"
+    KINDS = (m.ReduceJoin.TYPE, m.ReduceReady.TYPE, m.ReducePushed.TYPE)
+
+    def __init__(self, host):
+        super().__init__(host)
+        self.controller = None
+        self._settings = None
+        self._waiting = {}   # rank -> seq of its unanswered READY or PUSHED
+
+    def handle(self, req, now):
+        self.host.registered(req.rank)
+        if req.TYPE == m.ReduceJoin.TYPE:
+            return self._join(req)
+        if self.controller is None:
+            raise ProtocolError("%s from rank %d before any reduce_join" % (req.TYPE, req.rank))
+        if req.TYPE == m.ReduceReady.TYPE:
+            return self._ready(req)
+        return self._pushed(req)
+
+    def _join(self, req):
+        settings = (req.group_size, req.dynamic, float(req.alpha), req.avoid_frozen, req.window)
+        if self.controller is None:
+            self.controller = PartialReduceController(self.host.num_workers, req.group_size, dynamic=req.dynamic,
+                                                      alpha=req.alpha, avoid_frozen=req.avoid_frozen,
+                                                      window=req.window)
+            self._settings, self._waiting = settings, {}
+        elif settings != self._settings:
+            raise ProtocolError("rank %d joins Partial Reduce with %s, the job has %s"
+                                % (req.rank, settings, self._settings))
+        return m.Reply(seq=req.seq)
+
+    def _groups(self, groups, rank=None, seq=None):
+        """Answer the members of newly formed groups; returns ``rank``'s own answer, if it is in one."""
+        own = None
+        for g in groups:
+            for member, weight in zip(g.members, g.weights):
+                reply = m.Reply(seq=seq if member == rank else self._waiting.pop(member), round=g.id,
+                                group_slot=g.slot, weight=min(1.0, max(0.0, weight)), k=g.k,
+                                target=g.fill_of(member))
+                if member == rank:
+                    own = reply
+                else:
+                    self.host.released.append((member, reply))
+        return own
+
+    def _stopped(self, ranks, rank=None, seq=None):
+        """Answer the waiting ``ranks`` with stop; returns ``rank``'s own answer if it is one of them."""
+        own = None
+        for r in ranks:
+            reply = m.Reply(seq=seq if r == rank else self._waiting.pop(r), stop=True)
+            if r == rank:
+                own = reply
+            else:
+                self.host.released.append((r, reply))
+        return own
+
+    def _ready(self, req):
+        # A stop wish ends the job once every live worker has been in a group
+        # (none leaves without having contributed); groups already formed
+        # finish their reduce, every later READY is answered with stop.
+        ctl = self.controller
+        if ctl.stopping:
+            ctl.pulled(req.rank)
+            return m.Reply(seq=req.seq, stop=True)
+        if req.want_stop:
+            self._stopped(ctl.want_stop())   # stops now if everyone has been in a group
+            if ctl.stopping:
+                ctl.pulled(req.rank)
+                return m.Reply(seq=req.seq, stop=True)
+        own = self._groups(ctl.ready(req.rank, req.k), req.rank, req.seq)
+        if own is None:
+            self._waiting[req.rank] = req.seq
+        stopped = self._stopped(ctl.check_stop(), req.rank, req.seq)
+        if stopped is not None:
+            self._waiting.pop(req.rank, None)
+            ctl.pulled(req.rank)
+        return own or stopped
+
+    def _pushed(self, req):
+        members = self.controller.push_done(req.rank, req.group)
+        if not members:
+            self._waiting[req.rank] = req.seq
+            return None
+        for member in members:
+            if member != req.rank:
+                self.host.released.append((member, m.Reply(seq=self._waiting.pop(member), round=req.group)))
+        return m.Reply(seq=req.seq, round=req.group)
+
+    def bye(self, rank):
+        if self.controller is not None:
+            self._groups(self.controller.leave(rank))
+            self._stopped(self.controller.check_stop())
+        return False
+
+    def stats(self):
+        return self.controller.stats() if self.controller is not None else None
+
+
+class GCADARule(RulePlugin):
+    """G-CADA's groups (:mod:`.gcada`), set up by the first GROUP_BEGIN."""
+
+    NAME = "gcada"
+    KINDS = (m.GroupBegin.TYPE, m.GroupWatch.TYPE, m.GroupDone.TYPE, m.GroupUploaded.TYPE, m.GroupStepped.TYPE)
+
+    def __init__(self, host):
+        super().__init__(host)
+        self.coordinator = None
+
+    def handle(self, req, now):
+        self.host.registered(req.rank)
+        begin = req.TYPE == m.GroupBegin.TYPE
+        c = self.coordinator
+        if c is None:
+            if not begin:
+                raise ProtocolError("G-CADA %s before any group_begin" % req.TYPE)
+            c = self.coordinator = GroupCoordinator(self.host.num_workers, req.groups, req.max_delay, req.c)
+        if begin:
+            c.check(req.groups, req.max_delay, req.c)
+        if req.group >= c.rule.groups:
+            raise ProtocolError("group %d of rank %d: the job has %d groups" % (req.group, req.rank, c.rule.groups))
+        if begin:
+            c.smoothness(req.rank, req.group, req.smoothness)
+            reply = c.begin(req.rank, req.seq, req.iteration, req.group, req.want_stop)
+        elif req.TYPE == m.GroupWatch.TYPE:
+            reply = c.watch(req.rank, req.seq, req.iteration, req.group)
+        elif req.TYPE == m.GroupDone.TYPE:
+            reply = c.done(req.rank, req.seq, req.iteration, req.group)
+        elif req.TYPE == m.GroupUploaded.TYPE:
+            reply = c.uploaded(req.rank, req.seq, req.iteration, req.group)
+        else:
+            reply = c.stepped(req.rank, req.seq, req.iteration, req.delta_sq, req.group_sq, now)
+        self._flush()
+        return reply
+
+    def _flush(self):
+        self.host.released.extend(self.coordinator.released)
+        self.coordinator.released = []
+
+    def bye(self, rank):
+        if self.coordinator is None:
+            return False
+        retired = self.coordinator.leave(rank)
+        self._flush()
+        return retired
+
+    def stats(self):
+        return self.coordinator.stats() if self.coordinator is not None else None
+
+
+class MembershipRule(RulePlugin):
+    """The members of each synchronous round on dist_async (:mod:`.membership`)."""
+
+    NAME = "membership"
+    KINDS = (m.RoundEnter.TYPE, m.RoundDone.TYPE, m.RoundFinish.TYPE)
+
+    def __init__(self, host, min_workers=1):
+        super().__init__(host)
+        self.rendezvous = RoundRendezvous(range(host.num_workers), min_workers=min_workers)
+
+    def handle(self, req, now):
+        host = self.host
+        record = host.registered(req.rank)
+        if req.TYPE == m.RoundEnter.TYPE:
+            if record.round == req.round:
+                # A worker enters a round's rendezvous only once Algorithm 2 told it READY. A State Server
+                # restarted while it waited there never did: unmarked, its fresh record (no capability: the
+                # slowest) would keep the device the round waits for NOT-READY for ever.
+                record.ready = True
+            releases = self.rendezvous.enter(req.rank, req.round, req.seq, req.want_stop, req.counts)
+        elif req.TYPE == m.RoundDone.TYPE:
+            releases = self.rendezvous.done(req.rank, req.round, req.seq)
+        else:
+            # No longer a device Algorithm 2 waits for: ESync's slowest is looked for among those still training.
+            host.table.set_present(req.rank, False)
+            releases = self.rendezvous.finish(req.rank, req.seq)
+        return self._release(releases, req.rank)
+
+    def _release(self, releases, rank=None):
+        """Turn the rendezvous' releases into replies; returns ``rank``'s own (None: it waits)."""
+        own = None
+        for r, seq, answer in releases:
+            if isinstance(answer, Entered):
+                reply = m.Reply(seq=seq, round=answer.round, target=answer.members, stop=answer.ballots > 0,
+                                k=answer.ballots, counts=answer.counts)
+            elif isinstance(answer, Done):
+                reply = m.Reply(seq=seq, round=answer.round, ready=answer.complete)
+            elif isinstance(answer, Finished):
+                reply = m.Reply(seq=seq, ready=True)
+            elif isinstance(answer, TooFewWorkers):
+                reply = m.Reply(seq=seq, ok=False, error=answer.message, code="too_few_workers")
+            else:
+                raise TypeError("unknown rendezvous answer %r" % (answer,))
+            if r == rank:
+                own = reply
+            else:
+                self.host.released.append((r, reply))
+        return own
+
+    def bye(self, rank):
+        self._release(self.rendezvous.depart(rank, "bye"))
+        return False
+
+    def depart(self, rank, cause):
+        self._release(self.rendezvous.depart(rank, cause))
+
+    def stats(self):
+        return self.rendezvous.stats()
+
+
+PLUGINS = {cls.NAME: cls for cls in (ESyncRule, SSPRule, NodelayRule, PartialReduceRule, GCADARule,
+                                     MembershipRule, ADSPRule)}
+"""Every rule plugin by name, in the order a goodbye reaches them."""
+
+ALL_RULES = tuple(PLUGINS)
