@@ -1,10 +1,8 @@
-"""Two CPU contexts per worker in the modes not covered by test_user_kvstore.py
-(sync, esync, localsgd, async run there): ``python -m mxhet.train
+"""Two CPU contexts per worker in gcada and cada, the modes test_modes_learn.py
+(every other mode, with learning) leaves out: ``python -m mxhet.train
 --worker-contexts cpu,cpu`` splits each batch across both contexts, the mode's
-protocol runs once per worker on the first copy, and its state (DC-ASGD's
-backup weights on the servers, SSP's clock, ADSP's accumulated update,
-nodelay's x_init and w.x, G-CADA's and CADA's stale gradients and downloads,
-Partial Reduce's group averages and final average) stays in step with that
+protocol runs once per worker on the first copy, and its state
+(G-CADA's and CADA's stale gradients and downloads) stays in step with that
 copy: every context of every worker ends holding the job's final model.
 
 One short job per mode: 2 workers, one 2x slower, iteration times pinned
@@ -18,11 +16,6 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.mark.parametrize("mode, launcher", [
-    ("dcasgd", []),
-    ("ssp", ["--staleness", "2"]),
-    ("adsp", ["--adsp-period", "1"]),
-    ("nodelay", []),
-    ("preduce", []),
     ("gcada", []),
     ("cada", []),
 ])

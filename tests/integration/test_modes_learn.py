@@ -1,10 +1,17 @@
-"""Every mode learns at its defaults: the small CNN's best accuracy on held-out
-Fashion-MNIST well above chance (0.1) after a fixed number of rounds at pinned
-iteration times (``--base-iter``), 3 workers, one 2x slower. A time budget
-would let a loaded machine decide how far a run trains; rounds do not.
-test_mode_contract.py checks gcada and cada (AMSGrad on the servers) in the
-issue's own setting; the smoke bench's runs (test_bench_smoke.py) check keys,
-not learning."""
+"""Every mode learns at its defaults, with two CPU contexts per worker: the
+small CNN's best accuracy on held-out Fashion-MNIST well above chance (0.1)
+after a fixed number of rounds at pinned iteration times (``--base-iter``), 3
+workers, one 2x slower. A time budget would let a loaded machine decide how far
+a run trains; rounds do not.
+
+``--worker-contexts cpu,cpu`` splits each batch across both contexts; the
+mode's protocol runs once per worker on the first copy, and its state (DC-ASGD's
+backup weights on the servers, SSP's clock, ADSP's accumulated update,
+nodelay's x_init and w.x, Partial Reduce's group averages and final average,
+DyLU's delta and speed) stays in step with that copy: every context of every
+worker ends holding the job's final model. One launch checks both, so the
+suite pays for each mode once. gcada and cada (AMSGrad on the servers) learn in
+test_mode_contract.py and run two contexts in test_contexts_all_modes.py."""
 import pytest
 
 from .jobs import launch, load_summary, train_command
@@ -16,15 +23,26 @@ MODES = [("sync", []), ("async", []), ("dcasgd", []), ("ssp", ["--staleness", "2
 
 
 @pytest.mark.parametrize("mode, launcher", MODES, ids=[m for m, _ in MODES])
-def test_each_mode_learns_at_its_defaults(tmp_path, child_pids, mode, launcher):
+def test_each_mode_learns_at_its_defaults_on_two_contexts_per_worker(tmp_path, child_pids, mode, launcher):
     out = tmp_path / mode
     proc = launch(["-n", "3", "-s", "1", "--sync", mode, "--slowdown", "1,1,2", "--base-iter", "0.05",
                    "--timeout", "200", *launcher],
-                  train_command(out, "--max-rounds", "40", "--time-budget", "150", "--eval-interval", "1",
-                                "--eval-samples", "300", "--final-eval-samples", "500"),
+                  train_command(out, "--worker-contexts", "cpu,cpu", "--max-rounds", "40", "--time-budget", "150",
+                                "--eval-interval", "1", "--eval-samples", "300", "--final-eval-samples", "500"),
                   tmp_path, child_pids, timeout=220)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = load_summary(out)
     best = max(a for _, a in summary["curve"])
-    # measured on a loaded 2-core machine: 0.68 (sync, esync, preduce) to 0.87 (adsp)
+    # measured on a loaded 2-core machine (one context a worker): 0.68 (sync, esync, preduce) to 0.87 (adsp)
     assert best > 0.4, (best, summary["curve"], [w["rounds"] for w in summary["workers"]])
+    workers = summary["workers"]
+    assert len(workers) == 3
+    final = {w["final_model_sha256"] for w in workers}
+    assert len(final) == 1 and "" not in final, final   # every mode ends on one model
+    for w in workers:
+        assert w["contexts"] == ["cpu(0)", "cpu(1)"], w["contexts"]
+        assert w["iterations"] > 0, w
+        # both copies are the final model, local parameters (BatchNorm statistics) included
+        assert w["context_model_sha256"] == [w["final_model_sha256"]] * 2, w["context_model_sha256"]
+        assert w["contexts_equal"] and w["contexts_equal_after_steps"]   # after the last step, before finish()
+    assert not child_pids.alive()
