@@ -158,6 +158,10 @@ class StateService:
         record = self.table.record(req.rank)
         if req.round > record.round:  # a worker resuming with a restarted State Server
             self.table.reset(req.rank, req.round, now)
+        if req.rank in self.rendezvous.gone:
+            # A worker back after it left or died (a restarted process): it takes part from the
+            # next round boundary (mxhet.control.membership), and says so with the reply's round.
+            self.table.reset(req.rank, self.rendezvous.join(req.rank), now)
         LOG.info("rank %d (slot %d) registered", req.rank, req.slot)
         return m.Reply(seq=req.seq, round=self.table.record(req.rank).round)
 
