@@ -284,9 +284,14 @@ class RoundRendezvous:
         return sorted(out, key=lambda r: r[0])
 
     def stats(self):
-        """The record: each round's members, each departure (rank, cause, round being entered)
-        and each rejoin (rank, cause, first round it takes part in)."""
+        """The record: each round's members, the rounds each rank took part in, each departure
+        (rank, cause, round being entered) and each rejoin (rank, cause, first round it takes part in)."""
+        taken = {}
+        for round_, members in sorted(self.members.items()):
+            for rank in members:
+                taken.setdefault(rank, []).append(round_)
         return {"members": {str(r): sorted(ms) for r, ms in sorted(self.members.items())},
+                "rounds_by_rank": {str(r): rounds for r, rounds in sorted(taken.items())},
                 "departures": [{"rank": rank, "cause": cause, "round": round_}
                                for rank, cause, round_ in self.departures],
                 "joins": [{"rank": rank, "cause": cause, "round": round_}
