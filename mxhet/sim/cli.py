@@ -68,8 +68,10 @@ def build_parser():
                    help="'exp': each iteration's virtual time is exponential with mean slowdown x --base-iter, "
                         "seeded per device (the G-CADA paper's model; default %(default)s)")
     g.add_argument("--events", default="", metavar="SLOT:leave@SECONDS,...",
-                   help="devices that leave the job at a virtual time (e.g. 3:leave@120), in the modes whose rounds "
-                        "the State Server names (%s); the others train on" % ", ".join(ELASTIC_MODES))
+                   help="devices that leave the job at a virtual time and may join again later (e.g. "
+                        "3:leave@120,3:join@300), in the modes whose rounds the State Server names (%s); the others "
+                        "train on, and a device that joins takes part from the next round boundary"
+                   % ", ".join(ELASTIC_MODES))
     g.add_argument("--jitter", type=float, default=0.0,
                    help="sigma of a log-normal factor on every iteration time (default 0: none)")
     g.add_argument("--stop-at-target", action="store_true",
