@@ -389,7 +389,9 @@ class Supervisor:
         self.poll_interval = poll_interval
         self.watch = JobWatch(server_grace=server_grace, worker_grace=worker_grace, hang_grace=hang_grace,
                               orphan_grace=orphan_grace, start_grace=start_grace,
-                              state_server_restarts=state_server_restarts, elastic=plan.elastic)
+                              state_server_restarts=state_server_restarts, elastic=plan.elastic,
+                              worker_restarts=getattr(plan, "worker_restarts", 0),
+                              worker_restart_delay=getattr(plan, "worker_restart_delay", 0.0))
         self.progress_dir = None      # where local workers write their progress notes (MXHET_PROGRESS_FILE)
         self.console = _Console(out)
         self.hooks = tuple(hooks)

@@ -189,6 +189,7 @@ def _rejoin(sim, dev):
     dev.stopped = False
     reply = yield from sim.register(dev)
     dev.stats.rounds = reply.round     # the program counts the job's rounds from there
+    dev.stats.rejoined_at_round = reply.round
     dev.joined_at = sim.env.now
     clear_optimizer_state(dev.trainer)
     sim.take_global(dev, sim.servers.snapshot())
