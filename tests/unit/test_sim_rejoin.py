@@ -31,6 +31,8 @@ def test_a_device_that_joins_again_takes_part_in_later_rounds_and_ends_on_the_sa
     [join] = membership["joins"]
     leave = membership["departures"][0]   # (each device's goodbye at the job's end follows)
     assert join["rank"] == leave["rank"] == 2
+    assert workers[2]["rejoined_at_round"] == join["round"]
+    assert workers[0]["rejoined_at_round"] is None
     took = _took_part(summary, 2)
     others = _took_part(summary, 0)
     assert _took_part(summary, 1) == others
