@@ -33,12 +33,16 @@ def _kill_and_restart(tmp_path, child_pids, mode_args, rounds):
         code = proc.wait(timeout=280)
     finally:
         err.close()
+    record = json.loads(job_file.read_text())["worker_restarts"]
+    assert [r["slot"] for r in record] == killed and "SIGKILL" in record[0]["cause"]
+    assert 0 < record[0]["died_s"] < record[0]["restarted_s"]
     return code, out, (tmp_path / "launcher.err").read_text(), killed[0]
 
 
 @pytest.mark.parametrize("mode_args", [
     (("--sync", "esync", "--slowdown", "1,1,2"), ("--ack", "blocking")),
-], ids=["esync-blocking"])
+    (("--sync", "esync", "--slowdown", "1,1,2"), ("--ack", "delayed")),
+], ids=["esync-blocking", "esync-delayed"])
 def test_a_killed_worker_started_again_takes_part_in_later_rounds_and_ends_on_the_same_model(
         tmp_path, child_pids, mode_args):
     rounds = 300
@@ -54,6 +58,24 @@ def test_a_killed_worker_started_again_takes_part_in_later_rounds_and_ends_on_th
     others = [workers[s] for s in range(3) if s != victim]
     assert all(w["rejoined_at_round"] is None and len(w["round_end_s"]) == rounds for w in others)
     # the chief's record: rounds of 3 members, of 2 while it was gone, of 3 again from its first round on
+    members = json.loads((out / "summary.json").read_text())["round_members"]
+    assert members[0] == 3 and 2 in members[:first] and set(members[first:]) == {3}, members
+    digests = {w["final_model_sha256"] for w in workers.values()}
+    assert len(digests) == 1 and "" not in digests, digests
+    assert not child_pids.alive()
+
+
+def test_a_killed_localsgd_worker_started_again_averages_in_later_rounds_and_ends_on_the_same_model(
+        tmp_path, child_pids):
+    rounds = 120
+    code, out, stderr, victim = _kill_and_restart(
+        tmp_path, child_pids, (("--sync", "localsgd"), ("--local-steps", "2")), rounds)
+    assert code == 0, stderr[-4000:]
+    assert "starting it again in its slot" in stderr, stderr[-3000:]
+    workers = {s: json.loads((out / ("worker-%d.json" % s)).read_text()) for s in range(3)}
+    first = workers[victim]["rejoined_at_round"]
+    assert first is not None and 0 < first < rounds
+    assert workers[victim]["rounds"] == rounds and all(workers[s]["rounds"] == rounds for s in range(3))
     members = json.loads((out / "summary.json").read_text())["round_members"]
     assert members[0] == 3 and 2 in members[:first] and set(members[first:]) == {3}, members
     digests = {w["final_model_sha256"] for w in workers.values()}
