@@ -220,6 +220,7 @@ class StateClient:
         self._signature = signature
         self._round = max(self._round, round_)
         reply = self.request(self._register_message())
+        self.registered_round = reply.round   # > round_ for a worker the job takes back (a rejoin)
         if heartbeat and hasattr(self._transport, "set_heartbeat"):
             beat = m.Heartbeat(rank=self.rank, seq=0, incarnation=self.incarnation)
             self._transport.set_heartbeat(m.encode(beat), heartbeat)

@@ -30,6 +30,13 @@ A worker leaves the rounds in two ways:
   ``min_workers`` still training fails every waiting worker with
   :class:`TooFewWorkers` instead of letting the job go on (or hang).
 
+A worker that left comes back with :meth:`RoundRendezvous.join` (a restarted
+process, ``mxhet-launch --max-restarts``; the simulator's ``SLOT:join@T``): it
+takes part from the *next round boundary* -- the first round no worker has
+entered yet -- so a round already under way never waits for it, and a round
+it belongs to waits for it as for any member. It takes the global model before
+its first round (the delta it pushes is against that model).
+
 Each method returns *releases*: ``(rank, token, answer)`` for waiting
 requests now answered, where ``token`` is what the caller passed with the
 request (the State Server's sequence number) and ``answer`` a
@@ -118,6 +125,9 @@ class RoundRendezvous:
         self.failed = None           # the TooFewWorkers answer, once the job fell below its minimum
         self.departures = []         # (rank, cause, round being entered) per departure, for the record
         self.entry_counts = {}       # round -> {rank: count vector} while the entry is open
+        self.joined_from = {}        # rank -> first round it takes part in after a rejoin
+        self.joins = []              # (rank, cause, first round) per rejoin, for the record
+        self._latest = -1            # the highest round any worker entered (or a restart found)
 
     # -- requests ---------------------------------------------------------------
     def enter(self, rank, round_, token, ballot=False, counts=()):
@@ -133,6 +143,10 @@ class RoundRendezvous:
             raise ValueError("rank %d enters round %d but no longer trains" % (rank, round_))
         if round_ in self.members:
             raise ValueError("rank %d enters round %d, whose entry has closed" % (rank, round_))
+        if round_ < self.joined_from.get(rank, 0):
+            raise ValueError("rank %d rejoined from round %d, it cannot enter round %d"
+                             % (rank, self.joined_from[rank], round_))
+        self._latest = max(self._latest, round_)
         entry = self.entries.setdefault(round_, {})
         if rank in entry:
             raise ValueError("rank %d entered round %d twice" % (rank, round_))
@@ -153,6 +167,7 @@ class RoundRendezvous:
             # A State Server restarted mid-round never saw the round's entry: every worker
             # still training entered it (none enters the next before this one closes).
             self.members[round_] = frozenset(self.training)
+            self._latest = max(self._latest, round_)
         if rank not in self.members.get(round_, ()):
             raise ValueError("rank %d is not a member of round %d" % (rank, round_))
         self.done_ranks.setdefault(round_, {})[rank] = token
@@ -194,12 +209,40 @@ class RoundRendezvous:
                               % (rank, cause, len(self.training), self.min_workers))
         return self._close_entries() + self._close_rounds() + self._close_job()
 
+    def join(self, rank, cause="restarted"):
+        """``rank``, gone, comes back (``cause`` for the record); returns the first round it
+        takes part in: the round after the highest any worker has entered, so no round
+        under way waits for it.
+
+        Raises:
+            ValueError: the rank is not one of the job's, or it never left.
+        """
+        if rank not in self.ranks:
+            raise ValueError("rank %d is not one of the job's ranks" % rank)
+        if rank not in self.gone:
+            raise ValueError("rank %d rejoins but never left" % rank)
+        first = self._latest + 1
+        self.gone.discard(rank)
+        self.training.add(rank)
+        self.finishing.pop(rank, None)
+        # Its finish requests start anew; the job's k-th finish barrier is not held back by it
+        # for the finishes it missed while it was gone.
+        self.finish_calls[rank] = min(self.finish_calls.get(r, 0) for r in self.ranks - self.gone)
+        self.joined_from[rank] = first
+        self.joins.append((rank, cause, first))
+        return first
+
+    def _required(self, round_):
+        """The workers round ``round_``'s entry waits for: those training, less the rejoined
+        ones whose first round comes later."""
+        return {r for r in self.training if self.joined_from.get(r, 0) <= round_}
+
     # -- closing -------------------------------------------------------------------
     def _close_entries(self):
         out = []
         for round_ in sorted(self.entries):
             entry = self.entries[round_]
-            if not entry or not self.training <= set(entry):
+            if not entry or not self._required(round_) <= set(entry):
                 continue
             del self.entries[round_]
             self.members[round_] = frozenset(entry)
@@ -241,8 +284,16 @@ class RoundRendezvous:
         return sorted(out, key=lambda r: r[0])
 
     def stats(self):
-        """The record: each round's members, and each departure (rank, cause, round)."""
+        """The record: each round's members, the rounds each rank took part in, each departure
+        (rank, cause, round being entered) and each rejoin (rank, cause, first round it takes part in)."""
+        taken = {}
+        for round_, members in sorted(self.members.items()):
+            for rank in members:
+                taken.setdefault(rank, []).append(round_)
         return {"members": {str(r): sorted(ms) for r, ms in sorted(self.members.items())},
+                "rounds_by_rank": {str(r): rounds for r, rounds in sorted(taken.items())},
                 "departures": [{"rank": rank, "cause": cause, "round": round_}
                                for rank, cause, round_ in self.departures],
+                "joins": [{"rank": rank, "cause": cause, "round": round_}
+                          for rank, cause, round_ in self.joins],
                 "min_workers": self.min_workers}

@@ -190,6 +190,12 @@ class StateService:
         record = self.table.record(req.rank)
         if req.round > record.round:  # a worker resuming with a restarted State Server
             self.table.reset(req.rank, req.round, now)
+        members = self.rule("membership")
+        back = members.rejoin(req.rank) if members is not None else None
+        if back is not None:
+            # A worker back after it left or died (a restarted process): it takes part from the
+            # next round boundary (mxhet.control.membership), and says so with the reply's round.
+            self.table.reset(req.rank, back, now)
         LOG.info("rank %d (slot %d) registered", req.rank, req.slot)
         return m.Reply(seq=req.seq, round=self.table.record(req.rank).round)
 

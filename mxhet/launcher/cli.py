@@ -89,6 +89,10 @@ def build_parser():
     state.add_argument("--min-workers", type=int, default=1, metavar="N",
                        help="with --elastic: fewest workers still training that a death may leave; fewer end "
                             "the job with an error (default: %(default)s)")
+    state.add_argument("--max-restarts", type=int, default=0, metavar="K",
+                       help="with --elastic: start a worker that died again on its host, in its slot, up to K times "
+                            "in all; it takes PS-LITE's recovery of the dead node's rank, the current global model, "
+                            "and joins at the next round boundary (default: %(default)s)")
     state.add_argument("--no-auth", action="store_true",
                        help="do not authenticate the State Server link (by default the launcher makes "
                             "CURVE keys for each job and only the job's workers get answers)")
@@ -323,6 +327,10 @@ def parse_args(argv=None):
     _check_seconds(parser, "--heartbeat-timeout", args.heartbeat_timeout)
     if args.min_workers < 1:
         parser.error("--min-workers must be >= 1, got %d" % args.min_workers)
+    if args.max_restarts < 0:
+        parser.error("--max-restarts must be >= 0, got %d" % args.max_restarts)
+    if args.max_restarts and not args.elastic:
+        parser.error("--max-restarts %d needs --elastic" % args.max_restarts)
     if args.elastic and args.sync not in ELASTIC_MODES:
         parser.error("--elastic works in modes %s, not %r" % (", ".join(ELASTIC_MODES), args.sync))
     if args.state_server_restarts < 0:

@@ -66,6 +66,13 @@ class ProcessSpec:
 
 
 ELASTIC_HEARTBEAT_TIMEOUT_S = 5.0
+PS_HEARTBEAT_INTERVAL_S = 1
+"""``--max-restarts``: seconds between PS-LITE heartbeats of every node."""
+PS_HEARTBEAT_TIMEOUT_S = 3
+"""``--max-restarts``: seconds of silence after which PS-LITE's scheduler counts a node dead
+(a replacement that connects earlier is given no id)."""
+RESTART_MARGIN_S = 2.0
+"""Seconds added to the longer of the two heartbeat timeouts before a dead worker is started again."""
 """``--elastic`` without ``--heartbeat-timeout``: seconds of silence after
 which the State Server drops a worker as dead (workers send a heartbeat every
 second, also while they compute or wait)."""
@@ -90,6 +97,10 @@ class Plan:
     state_server_restarts: int = DEFAULT_STATE_SERVER_RESTARTS
     #: ``--elastic``: a worker that dies leaves the job, the others train on
     elastic: bool = False
+    #: ``--max-restarts``: workers started again after they died (in all), and the seconds
+    #: after a death before one is (PS-LITE and the State Server must count it dead first)
+    worker_restarts: int = 0
+    worker_restart_delay: float = 0.0
     hang_grace: float = DEFAULT_HANG_GRACE_S
     orphan_grace: float = DEFAULT_ORPHAN_GRACE_S
     start_grace: float = DEFAULT_START_GRACE_S
@@ -296,6 +307,10 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
             "DMLC_NUM_WORKER": str(n),
             "DMLC_NUM_SERVER": str(num_servers),
         }
+        if getattr(args, "max_restarts", 0):
+            # PS-LITE's recovery: every node beats, the scheduler counts a silent one dead and
+            # gives its id (its rank) to the next node of its role that connects.
+            dmlc["PS_HEARTBEAT_INTERVAL"] = str(PS_HEARTBEAT_INTERVAL_S)
 
     def spec(role, slot, host, argv, env, **extra):
         argv = tuple(argv)
@@ -312,7 +327,9 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
         # launcher, unless --server-omp-threads; --env-server applies to servers.
         processes.append(spec(SCHEDULER, None, first, server_argv,
                               {**base, **passed, **ps_threads, **dmlc, "DMLC_ROLE": SCHEDULER,
-                               "DMLC_NODE_HOST": first}))
+                               "DMLC_NODE_HOST": first,
+                               **({"PS_HEARTBEAT_TIMEOUT": str(PS_HEARTBEAT_TIMEOUT_S)}
+                                  if getattr(args, "max_restarts", 0) else {})}))
         for index in range(num_servers):
             host = hosts[index % len(hosts)]
             processes.append(spec(SERVER, index, host, server_argv,
@@ -373,6 +390,9 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
                 timeout=getattr(args, "timeout", None) or None, job_file=getattr(args, "job_file", None),
                 state_server_restarts=getattr(args, "state_server_restarts", DEFAULT_STATE_SERVER_RESTARTS),
                 elastic=bool(getattr(args, "elastic", False)),
+                worker_restarts=getattr(args, "max_restarts", 0) or 0,
+                worker_restart_delay=(max(PS_HEARTBEAT_TIMEOUT_S, args.heartbeat_timeout or ELASTIC_HEARTBEAT_TIMEOUT_S)
+                                      + RESTART_MARGIN_S) if getattr(args, "max_restarts", 0) else 0.0,
                 hang_grace=getattr(args, "hang_grace", DEFAULT_HANG_GRACE_S),
                 orphan_grace=getattr(args, "orphan_grace", DEFAULT_ORPHAN_GRACE_S),
                 start_grace=getattr(args, "start_grace", DEFAULT_START_GRACE_S),

@@ -343,8 +343,10 @@ class JobResult:
         return [p for p in self.processes if p.failure]
 
 
-def job_record(plan, children, status, exit_code, started, failures=None):
-    """The JSON-ready job description written to ``--job-file``."""
+def job_record(plan, children, status, exit_code, started, failures=None, worker_restarts=()):
+    """The JSON-ready job description written to ``--job-file``; ``worker_restarts``: one dict
+    per worker started again (``--max-restarts``: slot, cause, seconds since the start when its
+    death was seen and when it was started again)."""
     failures = failures or {}
     processes = []
     for child in children:
@@ -363,6 +365,7 @@ def job_record(plan, children, status, exit_code, started, failures=None):
         "format": JOB_FILE_FORMAT, "mode": plan.mode, "kvstore": plan.kvstore, "launcher": plan.launcher,
         "root_uri": plan.root_uri, "root_port": plan.root_port, "state_server": plan.state_server,
         "started_unix": started, "status": status, "exit_code": exit_code, "processes": processes,
+        "worker_restarts": list(worker_restarts),
     }
 
 
@@ -389,7 +392,9 @@ class Supervisor:
         self.poll_interval = poll_interval
         self.watch = JobWatch(server_grace=server_grace, worker_grace=worker_grace, hang_grace=hang_grace,
                               orphan_grace=orphan_grace, start_grace=start_grace,
-                              state_server_restarts=state_server_restarts, elastic=plan.elastic)
+                              state_server_restarts=state_server_restarts, elastic=plan.elastic,
+                              worker_restarts=getattr(plan, "worker_restarts", 0),
+                              worker_restart_delay=getattr(plan, "worker_restart_delay", 0.0))
         self.progress_dir = None      # where local workers write their progress notes (MXHET_PROGRESS_FILE)
         self.console = _Console(out)
         self.hooks = tuple(hooks)
@@ -397,6 +402,8 @@ class Supervisor:
         self.failures = {}            # id(child) -> why
         self.signal_received = None
         self.started = time.time()
+        self._t0 = time.monotonic()   # the job record's seconds count from here
+        self.worker_restarts = []     # --max-restarts: one dict per worker started again (job_record)
         self._cpu = {}                # id(child) -> (cpu_s, read at)
 
     # -- helpers ---------------------------------------------------------------
@@ -414,7 +421,8 @@ class Supervisor:
             return
         try:
             _write_json_atomic(self.job_file, job_record(self.plan, self.children, status, exit_code,
-                                                         self.started, self.failures))
+                                                         self.started, self.failures,
+                                                         self.worker_restarts))
         except OSError as exc:
             self.console.say("cannot write the job file %r: %s" % (self.job_file, exc))
 
@@ -512,6 +520,11 @@ class Supervisor:
                 old = self.children[decision.index]
                 old.drain(OUTPUT_DRAIN_S)
                 self.console.say("%s (pid %d) %s" % (old.spec.name, old.pid, decision.note))
+                if old.spec.role == WORKER:   # --max-restarts: the record of each restart
+                    _, seen, at = self.watch.restarts[-1]
+                    self.worker_restarts.append({
+                        "slot": old.spec.slot, "cause": describe_exit(old.popen.returncode),
+                        "died_s": round(seen - self._t0, 3), "restarted_s": round(at - self._t0, 3)})
                 self.children[decision.index] = _start(old.spec, self.console, self._progress_env(old.spec))
                 self.write_job_file("running", None)
                 continue

@@ -126,11 +126,12 @@ class JobWatch:
 
     def __init__(self, *, server_grace, worker_grace, hang_grace=DEFAULT_HANG_GRACE_S,
                  orphan_grace=DEFAULT_ORPHAN_GRACE_S, start_grace=DEFAULT_START_GRACE_S, state_server_restarts=0,
-                 elastic=False):
+                 elastic=False, worker_restarts=0, worker_restart_delay=0.0):
         for name, value in (("server_grace", server_grace), ("worker_grace", worker_grace),
                             ("hang_grace", hang_grace), ("orphan_grace", orphan_grace),
                             ("start_grace", start_grace),
-                            ("state_server_restarts", state_server_restarts)):
+                            ("state_server_restarts", state_server_restarts),
+                            ("worker_restarts", worker_restarts), ("worker_restart_delay", worker_restart_delay)):
             if value is None or value < 0:
                 raise ValueError("%s must be >= 0, got %r" % (name, value))
         self.server_grace = server_grace
@@ -141,6 +142,10 @@ class JobWatch:
         self.restarts_left = state_server_restarts
         self.elastic = bool(elastic)
         self._departed = set()      # elastic: workers whose exit was reported as a departure
+        self.worker_restarts_left = worker_restarts
+        self.worker_restart_delay = worker_restart_delay
+        self._dead_since = {}       # worker index -> when its death was seen (a restart is due after the delay)
+        self.restarts = []          # (index, seen dead at, restarted at) per worker restart, for the record
         self.phase = "running"
         self._early = None          # (index of a service that exited 0 early, deadline)
         self._drain_deadline = None
@@ -149,6 +154,26 @@ class JobWatch:
     def restarted(self, index):
         """The supervisor started process ``index`` again: forget what was known of it."""
         self._cpu_marks.pop(index, None)
+        self._departed.discard(index)
+
+    def _worker_restart(self, observations, workers, spared, now):
+        """Rule 1 under ``--max-restarts``: a departed worker is started again once the delay
+        after its death has passed, while another worker still trains; returns the Decision or None."""
+        running = [i for i in workers if observations[i].returncode is None]
+        for i in sorted(spared):
+            if self.worker_restarts_left <= 0 or not running:
+                return None
+            seen = self._dead_since.setdefault(i, now)
+            if now - seen >= self.worker_restart_delay:
+                self.worker_restarts_left -= 1
+                del self._dead_since[i]
+                self.restarted(i)
+                self.restarts.append((i, seen, now))
+                return Decision("restart", index=i,
+                                note="%s %s; starting it again in its slot (%d worker restart(s) left)"
+                                % (observations[i].name, describe_exit(observations[i].returncode),
+                                   self.worker_restarts_left))
+        return None
 
     def _idle_since(self, index, obs, now):
         """Since when process ``index`` has used no CPU (None if unknown)."""
@@ -205,6 +230,9 @@ class JobWatch:
                 return self._finish(EXIT_OK, (), "%s still running %g s after the workers finished; ending them"
                                     % (", ".join(running), self.server_grace))
             return Decision("continue", note=note)
+        restart = self._worker_restart(observations, workers, spared, now)
+        if restart is not None:
+            return restart
         new = sorted(spared - self._departed)
         if new:
             self._departed.update(new)

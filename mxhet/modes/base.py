@@ -46,6 +46,7 @@ class WorkerStats:
     context: str = "cpu"
     slowdown: float = 1.0
     rounds: int = 0
+    rejoined_at_round: object = None   # int when started again after a death / left and came back: its first round
     local_iters: list = dataclasses.field(default_factory=list)
     iterations: int = 0
     samples: int = 0

@@ -55,6 +55,15 @@ class RoundMembers:
             # worker, a dead one included.
             _KEPT_ALIVE.append(self.channel.kv)
         self.client = self.join_state_server()
+        first = getattr(self.client, "registered_round", 0)
+        if first > self.stats.rounds:
+            # Started again after a death (mxhet-launch --max-restarts): the State Server names
+            # the first round this worker takes part in (the next round boundary); its program
+            # counts the job's rounds from there, and the model it starts from is the global one
+            # share_model pulls next (PS-LITE's recovery gave it the dead worker's rank, whose
+            # kv.init pushes nothing).
+            self.stats.rounds = first
+            self.stats.rejoined_at_round = first
 
     def server_updater(self, batch_size):
         """The cluster's servers add every push (the worker scales it by ε/m)."""

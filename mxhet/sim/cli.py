@@ -31,7 +31,7 @@ from ..policy import get_spec
 from ..train import _atomic_json, _validate, build_parser as train_parser, mode_options, optimizer_params
 from ..control.membership import ELASTIC_MODES
 from .engine import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_MS, DEFAULT_PER_KEY_MS, Network, SimJob
-from .events import parse_events
+from .events import parse_schedule
 from .members import MemberScores
 
 LOG = logging.getLogger("mxhet.sim")
@@ -68,8 +68,10 @@ def build_parser():
                    help="'exp': each iteration's virtual time is exponential with mean slowdown x --base-iter, "
                         "seeded per device (the G-CADA paper's model; default %(default)s)")
     g.add_argument("--events", default="", metavar="SLOT:leave@SECONDS,...",
-                   help="devices that leave the job at a virtual time (e.g. 3:leave@120), in the modes whose rounds "
-                        "the State Server names (%s); the others train on" % ", ".join(ELASTIC_MODES))
+                   help="devices that leave the job at a virtual time and may join again later (e.g. "
+                        "3:leave@120,3:join@300), in the modes whose rounds the State Server names (%s); the others "
+                        "train on, and a device that joins takes part from the next round boundary"
+                   % ", ".join(ELASTIC_MODES))
     g.add_argument("--jitter", type=float, default=0.0,
                    help="sigma of a log-normal factor on every iteration time (default 0: none)")
     g.add_argument("--stop-at-target", action="store_true",
@@ -186,15 +188,15 @@ def make_job(args):
                   eval_interval=args.eval_interval, eval_growth=args.eval_growth, batch_size=args.batch_size,
                   max_iterations=args.max_iterations, eval_min_iterations=args.eval_min_iterations,
                   on_nonfinite=getattr(args, "on_nonfinite", "stop"),
-                  leaves=_leaves(args.events, n, mode))
+                  **_events(args.events, n, mode))
 
 
-def _leaves(text, n, mode):
-    """``--events``, checked against the mode (see :mod:`mxhet.sim.events`)."""
-    leaves = parse_events(text, n)
+def _events(text, n, mode):
+    """``--events`` as SimJob's ``leaves`` and ``joins``, checked against the mode (see :mod:`mxhet.sim.events`)."""
+    leaves, joins = parse_schedule(text, n)
     if leaves and mode not in ELASTIC_MODES:
         raise ConfigError("--events: devices can leave in modes %s, not %s" % (", ".join(ELASTIC_MODES), mode))
-    return leaves
+    return {"leaves": leaves, "joins": joins}
 
 
 def run(args):
@@ -302,6 +304,13 @@ def run(args):
         scheduler = sim.service.adsp
         summary["adsp_search"] = scheduler.search_record(origin=scheduler.start) if scheduler is not None else None
     summary["members"] = sim.members.summary() if sim.members is not None else None
+    if job.leaves:   # --events: when each device left and joined again, and the rounds each took part in
+        summary["elastic"] = {
+            "left_at_s": {str(d.slot): round(d.departed_at, 6) for d in devices
+                          if getattr(d, "departed_at", None) is not None},
+            "joined_at_s": {str(d.slot): round(d.joined_at, 6) for d in devices
+                            if getattr(d, "joined_at", None) is not None},
+            "membership": sim.service.stats()["membership"]}
     rule = sim.service.rule("gcada")   # G-CADA: every iteration's selection and counts
     gcada = rule.coordinator if rule is not None else None
     summary["gcada"] = gcada.stats(args.batch_size) if gcada is not None else None

@@ -98,6 +98,7 @@ class SimJob:
     max_iterations: int = 0    # compute cap: stop once the devices ran this many real iterations in all (0: none)
     on_nonfinite: str = "stop"  # what a worker does with NaN/Inf it is about to push (mxhet.policy.nonfinite)
     leaves: dict = dataclasses.field(default_factory=dict)   # slot -> virtual s it leaves the job (--events)
+    joins: dict = dataclasses.field(default_factory=dict)    # slot -> virtual s it joins again (--events)
 
 
 class Device:
@@ -377,7 +378,9 @@ class Simulation:
                 dev.global_copy[k] = a.copy()
 
     def register(self, dev):
-        yield from self.request(dev, dev.message(m.Register, slot=dev.slot, signature="sim", round=0))
+        """Register ``dev`` with the State Server; returns the reply (its round: where a device
+        that joins again starts)."""
+        return (yield from self.request(dev, dev.message(m.Register, slot=dev.slot, signature="sim", round=0)))
 
     def leave(self, dev):
         dev.stopped = True

@@ -127,14 +127,17 @@ def _member_exchange(sim, dev, effect):
 
 
 def _leaves_now(sim, dev):
-    """True once this device's ``--events`` leave time has come (checked at iteration boundaries)."""
+    """True once this device's ``--events`` leave time has come (checked at iteration boundaries;
+    once only: a device that joined again stays)."""
     at = sim.job.leaves.get(dev.slot) if getattr(sim.job, "leaves", None) else None
-    return at is not None and sim.env.now >= at
+    return at is not None and sim.env.now >= at and getattr(dev, "joined_at", None) is None
 
 
 def run_program(sim, dev, program, trace=None):
     """SimPy process: device ``dev`` of simulation ``sim`` runs ``program``
     (``program(opts, stats)``); ``trace`` as :class:`mxhet.protocol.Session`'s.
+    A device with an ``--events`` join runs it again from its join time
+    (:func:`_rejoin`).
 
     Raises:
         ConfigError: the program yields an effect the simulator cannot carry out.
@@ -142,27 +145,55 @@ def run_program(sim, dev, program, trace=None):
     standalone = not getattr(sim.spec, "distributed", True)   # local: no servers, the device's model is the job's
     if not standalone:
         yield from sim.register(dev)
-    session = Session(program(sim.spec.resolve(sim.job.mode_options), dev.stats), trace)
     handlers = _HANDLERS
     mode = getattr(sim.job, "mode", None)   # (a stand-in job may name none)
     if mode is not None and getattr(get_mode(mode), "member_rounds", False):
         handlers = {**_HANDLERS, Exchange: _member_exchange}
-    effect = session.advance()
-    while effect is not None:
-        if isinstance(effect, Compute) and _leaves_now(sim, dev):
-            dev.departed_at = sim.env.now   # the script left its loop: the rounds go on without it
-            break
-        handler = handlers.get(type(effect))
-        if handler is None:
-            raise ConfigError("the simulator cannot carry out %r" % (effect,))
-        outcome = handler(sim, dev, effect)
-        result = (yield from outcome) if isinstance(outcome, types.GeneratorType) else outcome
-        effect = session.advance(result)
-    if standalone:
-        for key, w in enumerate(dev.weights()):
-            w.copyto(sim.servers.weights[key])
-        return
-    yield from sim.leave(dev)
+    while True:
+        session = Session(program(sim.spec.resolve(sim.job.mode_options), dev.stats), trace)
+        effect = session.advance()
+        left = False
+        while effect is not None:
+            if isinstance(effect, Compute) and _leaves_now(sim, dev):
+                dev.departed_at = sim.env.now   # the script left its loop: the rounds go on without it
+                left = True
+                break
+            handler = handlers.get(type(effect))
+            if handler is None:
+                raise ConfigError("the simulator cannot carry out %r" % (effect,))
+            outcome = handler(sim, dev, effect)
+            result = (yield from outcome) if isinstance(outcome, types.GeneratorType) else outcome
+            effect = session.advance(result)
+        if standalone:
+            for key, w in enumerate(dev.weights()):
+                w.copyto(sim.servers.weights[key])
+            return
+        yield from sim.leave(dev)
+        if not (left and (yield from _rejoin(sim, dev))):
+            return
+
+
+def _rejoin(sim, dev):
+    """Device ``dev`` left; at its ``--events`` join time it registers again, as a restarted
+    cluster worker does: the State Server names the first round it takes part in (the next
+    round boundary, :meth:`mxhet.control.membership.RoundRendezvous.join`), it takes the
+    global model and a fresh local optimizer. Returns False (nothing done) when it has no
+    join, or every other device stopped before its time."""
+    at = getattr(sim.job, "joins", {}).get(dev.slot)
+    if at is None:
+        return False
+    if at > sim.env.now:
+        yield sim.env.timeout(at - sim.env.now)
+    if all(other.stopped for other in sim.devices if other is not dev):
+        return False
+    dev.stopped = False
+    reply = yield from sim.register(dev)
+    dev.stats.rounds = reply.round     # the program counts the job's rounds from there
+    dev.stats.rejoined_at_round = reply.round
+    dev.joined_at = sim.env.now
+    clear_optimizer_state(dev.trainer)
+    sim.take_global(dev, sim.servers.snapshot())
+    return True
 
 
 # -- nodelay and Partial Reduce ----------------------------------------------------------------

@@ -174,3 +174,46 @@ def test_a_state_server_restarted_while_workers_wait_in_the_rendezvous_lets_the_
     assert reply.ready
     reply = service.handle(m.RoundEnter(rank=2, seq=3, round=3, want_stop=False), now=0.5, sender=2)
     assert reply.target == 3
+
+
+def test_a_worker_that_rejoins_takes_part_from_the_next_round_boundary_and_blocks_no_round_under_way():
+    r = RoundRendezvous(range(3))
+    for rank in range(3):
+        r.enter(rank, 0, rank)
+    r.depart(2, "died")
+    r.done(0, 0, 0)
+    r.done(1, 0, 1)
+    r.enter(0, 1, 0)                 # round 1 is under way when rank 2 comes back ...
+    assert r.join(2) == 2            # ... so it takes part from round 2
+    with pytest.raises(ValueError, match="rejoined from round 2"):
+        r.enter(2, 1, "late")
+    # round 1 closes over the two that were there: it never waits for the one that came back
+    assert answers(r.enter(1, 1, 1)) == {0: Entered(1, 2, 0), 1: Entered(1, 2, 0)}
+    r.done(0, 1, 0)
+    r.done(1, 1, 1)
+    # round 2 waits for it as for any member
+    r.enter(0, 2, 0)
+    assert r.enter(1, 2, 1) == []
+    assert answers(r.enter(2, 2, 2)) == {rank: Entered(2, 3, 0) for rank in range(3)}
+    stats = r.stats()
+    assert stats["joins"] == [{"rank": 2, "cause": "restarted", "round": 2}]
+    assert stats["members"] == {"0": [0, 1, 2], "1": [0, 1], "2": [0, 1, 2]}
+
+
+def test_a_rejoined_worker_is_waited_for_at_the_end_and_can_die_again():
+    r = RoundRendezvous(range(2))
+    r.depart(1, "died")
+    assert r.join(1) == 0            # no round entered yet: it takes part from the first
+    r.enter(0, 0, 0)
+    assert answers(r.depart(1, "died")) == {0: Entered(0, 1, 0)}
+    assert r.join(1) == 1
+    assert r.finish(0, "f0") == []   # the job's final model waits for the worker back in training
+    assert answers(r.finish(1, "f1")) == {0: Finished(), 1: Finished()}
+
+
+def test_only_a_worker_that_left_can_rejoin():
+    r = RoundRendezvous(range(2))
+    with pytest.raises(ValueError, match="never left"):
+        r.join(0)
+    with pytest.raises(ValueError, match="not one of the job's ranks"):
+        r.join(5)

@@ -15,9 +15,11 @@ def test_parse_events():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("3-leave@1", "is not SLOT:KIND@SECONDS"), ("3:join@1", "kind must be one of leave"),
+    ("3-leave@1", "is not SLOT:KIND@SECONDS"), ("3:rejoin@1", "kind must be one of leave, join"),
     ("4:leave@1", r"slot must be in \[0, 4\)"), ("1:leave@-1", "finite number of seconds"),
-    ("1:leave@inf", "finite number of seconds"), ("1:leave@1,1:leave@2", "slot 1 leaves twice")])
+    ("1:leave@inf", "finite number of seconds"), ("1:leave@1,1:leave@2", "slot 1 leaves twice"),
+    ("1:join@3", "slot 1 joins at 3 s without leaving before"), ("1:join@3,1:leave@3", "without leaving before"),
+    ("1:leave@1,1:join@2,1:join@4", "slot 1 joins twice")])
 def test_bad_events_are_refused(text, message):
     with pytest.raises(ConfigError, match=message):
         parse_events(text, 4)

@@ -1,0 +1,83 @@
+"""A killed worker is started again and rejoins (``mxhet-launch --elastic --max-restarts K``),
+on real processes: PS-LITE's recovery gives it the dead worker's rank, the State Server's
+round rendezvous takes it back from the next round boundary, it trains in the later rounds
+and ends on the same global model as the others."""
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from .jobs import train_command
+from .test_elastic_leave import _non_chief_slots, _start, _wait_for, _worker_pid
+
+pytestmark = pytest.mark.timeout(400)
+
+
+def _kill_and_restart(tmp_path, child_pids, mode_args, rounds):
+    out = tmp_path / "out"
+    # --base-iter pins an iteration to at least 0.05 s: the rounds outlast the kill and the restart delay
+    proc, job_file, err = _start(tmp_path, ["-n", "3", "-s", "1", "--base-iter", "0.05", "--timeout", "300",
+                                            "--elastic", "--max-restarts", "1", *mode_args[0]],
+                                 train_command(out, "--max-rounds", str(rounds), *mode_args[1]))
+    child_pids.add(proc.pid)
+    try:
+        _wait_for(out / "snapshots" / "000000.params", proc)   # training has started
+        _wait_for(job_file, proc)
+        child_pids.add_job_file(job_file)
+        time.sleep(1.0)
+        killed = _non_chief_slots(tmp_path / "launcher.err", 1)
+        assert len(killed) == 1
+        os.kill(_worker_pid(job_file, killed[0]), signal.SIGKILL)
+        code = proc.wait(timeout=280)
+    finally:
+        err.close()
+    record = json.loads(job_file.read_text())["worker_restarts"]
+    assert [r["slot"] for r in record] == killed and "SIGKILL" in record[0]["cause"]
+    assert 0 < record[0]["died_s"] < record[0]["restarted_s"]
+    return code, out, (tmp_path / "launcher.err").read_text(), killed[0]
+
+
+@pytest.mark.parametrize("mode_args", [
+    (("--sync", "esync", "--slowdown", "1,1,2"), ("--ack", "blocking")),
+    (("--sync", "esync", "--slowdown", "1,1,2"), ("--ack", "delayed")),
+], ids=["esync-blocking", "esync-delayed"])
+def test_a_killed_worker_started_again_takes_part_in_later_rounds_and_ends_on_the_same_model(
+        tmp_path, child_pids, mode_args):
+    rounds = 300
+    code, out, stderr, victim = _kill_and_restart(tmp_path, child_pids, mode_args, rounds)
+    assert code == 0, stderr[-4000:]
+    assert "SIGKILL" in stderr and "starting it again in its slot" in stderr, stderr[-3000:]
+    workers = {s: json.loads((out / ("worker-%d.json" % s)).read_text()) for s in range(3)}
+    back = workers[victim]
+    first = back["rejoined_at_round"]
+    assert first is not None and 0 < first < rounds
+    # it took part in every round from its first one to the job's last (one record per round it aggregated)
+    assert back["rounds"] == rounds and len(back["round_end_s"]) == rounds - first
+    others = [workers[s] for s in range(3) if s != victim]
+    assert all(w["rejoined_at_round"] is None and len(w["round_end_s"]) == rounds for w in others)
+    # the chief's record: rounds of 3 members, of 2 while it was gone, of 3 again from its first round on
+    members = json.loads((out / "summary.json").read_text())["round_members"]
+    assert members[0] == 3 and 2 in members[:first] and set(members[first:]) == {3}, members
+    digests = {w["final_model_sha256"] for w in workers.values()}
+    assert len(digests) == 1 and "" not in digests, digests
+    assert not child_pids.alive()
+
+
+def test_a_killed_localsgd_worker_started_again_averages_in_later_rounds_and_ends_on_the_same_model(
+        tmp_path, child_pids):
+    rounds = 120
+    code, out, stderr, victim = _kill_and_restart(
+        tmp_path, child_pids, (("--sync", "localsgd"), ("--local-steps", "2")), rounds)
+    assert code == 0, stderr[-4000:]
+    assert "starting it again in its slot" in stderr, stderr[-3000:]
+    workers = {s: json.loads((out / ("worker-%d.json" % s)).read_text()) for s in range(3)}
+    first = workers[victim]["rejoined_at_round"]
+    assert first is not None and 0 < first < rounds
+    assert workers[victim]["rounds"] == rounds and all(workers[s]["rounds"] == rounds for s in range(3))
+    members = json.loads((out / "summary.json").read_text())["round_members"]
+    assert members[0] == 3 and 2 in members[:first] and set(members[first:]) == {3}, members
+    digests = {w["final_model_sha256"] for w in workers.values()}
+    assert len(digests) == 1 and "" not in digests, digests
+    assert not child_pids.alive()

@@ -1,0 +1,46 @@
+"""A device that leaves a simulated job and joins again (``python -m mxhet.sim --events
+SLOT:leave@T,SLOT:join@T2``): the State Server's rule (mxhet.control.membership's join) makes it
+take part from the next round boundary, with the global model; every device ends on the same model."""
+import pytest
+
+from mxhet.sim.events import parse_schedule
+
+from tests.unit.test_sim import _sim
+
+
+def test_parse_schedule_splits_leaves_and_joins():
+    assert parse_schedule("3:leave@120, 3:join@300,1:leave@5", 4) == ({3: 120.0, 1: 5.0}, {3: 300.0})
+
+
+def _took_part(summary, slot):
+    return summary["elastic"]["membership"]["rounds_by_rank"].get(str(slot), [])
+
+
+@pytest.mark.parametrize("mode, options", [
+    ("localsgd", ("--local-steps", "2", "--slowdown", "1,1,1")),
+    ("esync", ("--slowdown", "2,1,1", "--ack", "blocking")),
+    ("esync", ("--slowdown", "2,1,1", "--ack", "delayed", "--aggregation", "normalized")),
+])
+def test_a_device_that_joins_again_takes_part_in_later_rounds_and_ends_on_the_same_model(tmp_path, mode, options):
+    common = ("-n", "3", "--sync", mode, "--base-iter", "0.05", "--time-budget", "3", *options)
+    summary, workers = _sim(tmp_path, "rejoin", *common, "--events", "2:leave@0.6,2:join@1.5")
+    elastic = summary["elastic"]
+    assert 0.6 <= elastic["left_at_s"]["2"] < 1.5
+    assert 1.5 <= elastic["joined_at_s"]["2"] < 1.6   # registered after a round trip
+    membership = elastic["membership"]
+    [join] = membership["joins"]
+    leave = membership["departures"][0]   # (each device's goodbye at the job's end follows)
+    assert join["rank"] == leave["rank"] == 2
+    assert workers[2]["rejoined_at_round"] == join["round"]
+    assert workers[0]["rejoined_at_round"] is None
+    took = _took_part(summary, 2)
+    others = _took_part(summary, 0)
+    assert _took_part(summary, 1) == others
+    # it took part before it left, missed the rounds in between, and every round from its first one on
+    assert took[0] == 0
+    missed = [r for r in others if r not in took]
+    assert missed and all(r < join["round"] for r in missed)
+    assert [r for r in others if r >= join["round"]] == [r for r in took if r >= join["round"]]
+    assert len([r for r in took if r >= join["round"]]) >= 2
+    assert len({workers[s]["final_model_sha256"] for s in range(3)}) == 1
+    assert summary["final_accuracy"] >= 0.4
