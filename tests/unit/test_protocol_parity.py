@@ -1,7 +1,7 @@
 """Parity of the two interpreters of a worker program: one short scripted job
 (3 workers, fixed iteration times, one seed, 3 rounds) run by the simulator
 (the real engine, virtual time) and by the cluster's real executors
-(``LocalSGD``, ``Sync``, ``Async``, ``DCASGD``, ``SSP``; ``NoDelay`` and
+(``LocalSGD``, ``Sync``, ``Async``, ``DCASGD``, ``SSP``, ``DyLU``; ``NoDelay`` and
 ``PartialReduce`` with the real State Server rules) and their ``step()``
 (with in-process fakes for the trainer, the parameter servers and the State
 Server, one thread per worker) must make the same decisions: every effect
@@ -662,3 +662,76 @@ def test_cada_makes_the_same_decisions_on_both_interpreters(tmp_path, monkeypatc
         steps = sorted(e.iteration for slot in traces for e, _ in traces[slot][0] if isinstance(e, StepServers))
         lasts = [e for slot in traces for e, r in traces[slot][0] if isinstance(e, Upload) and r]
         assert steps == list(range(iterations)) and len(lasts) == iterations
+
+
+# -- dylu: speeds shared on control keys, H_i from the fastest -------------------------------------
+
+DYLU_ITER_S = (0.02, 0.02, 0.06)   # the simulator's --base-iter 0.02 --slowdown 1,1,3, in seconds
+
+
+def _dylu_cluster_traces(options):
+    """The workers stepped one at a time in the order of their own virtual clocks (nobody waits in
+    ``dylu``), each iteration taking DYLU_ITER_S; the speed keys as one table, read when shared."""
+    table = [0.0] * WORKERS
+    clocks = [0.0] * WORKERS
+
+    class Executor(get_mode("dylu")):
+        def exchange_deltas(self, round_index, extra_keys=(), extra_values=(), extra_outs=()):
+            pass   # dist_async: applied on arrival, nobody waits
+
+        def share_speed(self, iteration_s):
+            table[self.config.slot] = float(iteration_s)
+            return tuple(table)
+
+    modes = []
+    for slot in range(WORKERS):
+        mode = Executor(_Trainer(), WorkerConfig(slot=slot, num_slots=WORKERS),
+                        clock=lambda slot=slot: clocks[slot], sleep=lambda s: None, **options)
+        mode.trace = []
+        mode.channel = _Channel()
+        mode.channel.num_workers, mode.channel.rank = WORKERS, slot
+        mode.client = _Client()
+        mode.stop_condition = lambda stats: stats.rounds >= ROUNDS
+        mode.on_setup(64)
+        mode._ready = True
+        mode._t_last = mode._t_start = 0.0
+        modes.append(mode)
+    while not all(mode.stopped for mode in modes):
+        mode = min((mode for mode in modes if not mode.stopped), key=lambda mode: (clocks[mode.config.slot],
+                                                                                   mode.config.slot))
+        clocks[mode.config.slot] += DYLU_ITER_S[mode.config.slot]   # the iteration's forward and backward
+        mode.step(64)
+    return {m.config.slot: (m.trace, m.stats.rounds, m.stats.local_iters) for m in modes}
+
+
+def _dylu_decisions(trace):
+    """The effects in order, the speeds shared as which devices were known (and their ratio to the
+    fastest, rounded: the engines measure the same iterations with different clocks)."""
+    from mxhet.protocol.effects import ShareSpeed
+    out = []
+    for effect, result in trace:
+        if isinstance(effect, ShareSpeed):
+            known = [t for t in result if t > 0]
+            out.append(("share", tuple(round(t / min(known), 3) if t > 0 else 0 for t in result)))
+        elif not isinstance(effect, Now):
+            out.append((effect, result))
+    return out
+
+
+@pytest.mark.parametrize("argv, options, local_iters", [
+    # H = 3: the slow device (3x) runs H steps until it knows the others' speeds, then round(3/3) = 1
+    (["--local-steps", "3"], {"local_steps": 3}, [[3, 3, 3], [3, 3, 3], [3, 1, 1]]),
+    (["--local-steps", "3", "--dynamic-local-steps", "off"], {"local_steps": 3, "dynamic": False},
+     [[3, 3, 3]] * WORKERS),
+])
+def test_dylu_makes_the_same_decisions_on_both_interpreters(tmp_path, monkeypatch, argv, options, local_iters):
+    from mxhet.protocol.effects import ShareSpeed
+    cluster = _dylu_cluster_traces(options)
+    sim = _sim_traces(tmp_path, "dylu", argv, monkeypatch)
+    assert sorted(sim) == sorted(cluster) == list(range(WORKERS))
+    for slot in range(WORKERS):
+        assert _dylu_decisions(sim[slot][0]) == _dylu_decisions(cluster[slot][0]), slot
+        assert sim[slot][1:] == cluster[slot][1:] == (ROUNDS, local_iters[slot]), slot
+    trace = [effect for effect, _ in sim[2][0]]
+    assert sum(isinstance(e, ShareSpeed) for e in trace) == (ROUNDS if options.get("dynamic", True) else 0)
+    assert trace[-2:] == [PushAsync(Payload.DELTAS, ROUNDS - 1), WantsStop()]   # each stops alone
