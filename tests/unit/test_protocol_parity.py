@@ -735,3 +735,146 @@ def test_dylu_makes_the_same_decisions_on_both_interpreters(tmp_path, monkeypatc
     trace = [effect for effect, _ in sim[2][0]]
     assert sum(isinstance(e, ShareSpeed) for e in trace) == (ROUNDS if options.get("dynamic", True) else 0)
     assert trace[-2:] == [PushAsync(Payload.DELTAS, ROUNDS - 1), WantsStop()]   # each stops alone
+
+
+# -- rules whose decisions depend on arrival order: the cluster's workers in virtual time ---------------
+
+# The simulator's --base-iter 0.02 --slowdown 1,1,2.5, in seconds: no two arrivals within the
+# simulator's round trips and transfers (which the cluster side does not model) of each other.
+ITER_S = (0.02, 0.02, 0.05)
+SLOWDOWN = ["--slowdown", "1,1,2.5"]
+
+
+class _VirtualTime:
+    """One worker thread runs at a time: the one with the earliest virtual clock
+    (ties: the lowest slot) among those not waiting for the State Server. A
+    worker an answer releases goes on at the releasing worker's time."""
+
+    def __init__(self, server):
+        self.cond = server.cond
+        self.clocks = [0.0] * WORKERS
+        self.turns = set(range(WORKERS))   # the workers waiting for their turn (at first all: none runs early)
+        self.running = None
+
+    def _runnable(self, slot):
+        return self.running is None and slot == min(self.turns, key=lambda s: (self.clocks[s], s))
+
+    def turn(self, slot, advance=0.0):
+        """Hand the turn on, take it back once ``slot`` is the earliest, ``advance`` s later."""
+        with self.cond:
+            self.clocks[slot] += advance
+            self.turns.add(slot)
+            if self.running == slot:
+                self.running = None
+            self.cond.notify_all()
+            self.cond.wait_for(lambda: self._runnable(slot), timeout=60)
+            self.turns.discard(slot)
+            self.running = slot
+
+    def leave(self, slot):
+        with self.cond:
+            self.running = None
+            self.clocks[slot] = float("inf")
+            self.cond.notify_all()
+
+
+class _VirtualServer(_StateServer):
+    """:class:`_StateServer` whose deferred answers bring the released workers up to the sender's time."""
+
+    def __init__(self, n):
+        super().__init__(n)
+        self.time = None
+
+    def handle(self, request):
+        with self.cond:
+            reply = self.service.handle(request, 0.0, sender=request.rank)
+            released, self.service.released = self.service.released, []
+            for rank, deferred in released:
+                self.inbox[rank].append(deferred)
+                if rank != request.rank:   # it waits off the turn (_VirtualClient._ask): it may have it again
+                    self.time.clocks[rank] = max(self.time.clocks[rank], self.time.clocks[request.rank])
+                    self.time.turns.add(rank)
+            if reply is not None:
+                self.inbox[request.rank].append(reply)
+            self.cond.notify_all()
+
+
+class _VirtualClient(_RuleClient):
+    def _ask(self, cls, **fields):
+        message = self._message(cls, **fields)
+        self.server.handle(message)
+        time = self.server.time
+        with self.server.cond:
+            inbox = self.server.inbox[self.rank]
+            if not any(r.seq == message.seq for r in inbox):   # wait off the turn until the answer releases it
+                time.running = None
+                self.server.cond.notify_all()
+                self.server.cond.wait_for(lambda: any(r.seq == message.seq for r in inbox)
+                                          and time._runnable(self.rank), timeout=60)
+                time.turns.discard(self.rank)
+                time.running = self.rank
+            reply = next(r for r in inbox if r.seq == message.seq)
+            inbox.remove(reply)
+        return reply
+
+
+def _virtual_cluster_traces(mode_name, options):
+    server = _VirtualServer(WORKERS)
+    time = server.time = _VirtualTime(server)
+    modes = []
+    for slot in range(WORKERS):
+        mode = get_mode(mode_name)(_Trainer(), WorkerConfig(slot=slot, num_slots=WORKERS),
+                                   clock=lambda slot=slot: time.clocks[slot], sleep=lambda s: None, **options)
+        mode.trace = []
+        mode.channel = _Channel()
+        mode.channel.num_workers, mode.channel.kv = WORKERS, _KV()
+        mode.keys, mode.wbufs = [], []
+        mode.stop_condition = lambda stats: stats.rounds >= ROUNDS
+        modes.append(mode)
+    errors = []
+
+    def script(mode):
+        slot = mode.config.slot
+        try:
+            time.turn(slot)
+            mode.client = _VirtualClient(server, slot)
+            mode.on_setup(64)
+            mode._ready = True
+            mode._t_last = mode._t_start = 0.0
+            while not mode.stopped:
+                time.turn(slot, ITER_S[slot])   # the iteration's forward and backward
+                mode.step(64)
+        except Exception as e:  # reported below, not lost in the thread
+            errors.append(e)
+        finally:
+            time.leave(slot)
+    threads = [threading.Thread(target=script, args=(mode,), daemon=True) for mode in modes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and not any(t.is_alive() for t in threads), errors
+    return {m.config.slot: (m.trace, m.stats.rounds, m.stats.local_iters) for m in modes}
+
+
+def _groups(traces):
+    """Each group's members, in order: {group: [slots]} from the answers to READY."""
+    out = {}
+    for slot in sorted(traces):
+        for effect, answer in _decisions(traces[slot][0]):
+            if isinstance(effect, Ready) and not answer.stop:
+                out.setdefault(answer.group, []).append(slot)
+    return out
+
+
+def test_preduce_with_groups_smaller_than_all_makes_the_same_decisions_on_both_interpreters(tmp_path, monkeypatch):
+    # P = 2 of N = 3: the groups are made by arrival order at the controller, so the cluster's workers
+    # run in virtual time with the simulator's iteration times (_VirtualTime).
+    cluster = _virtual_cluster_traces("preduce", {"group_size": 2})
+    sim = _sim_traces(tmp_path, "preduce", ["--group-size", "2", *SLOWDOWN], monkeypatch)
+    assert sorted(sim) == sorted(cluster) == list(range(WORKERS))
+    for slot in range(WORKERS):
+        assert _decisions(sim[slot][0]) == _decisions(cluster[slot][0]), slot
+        assert sim[slot][1:] == cluster[slot][1:], slot
+    # the two fast workers reduce together twice, then the slow one joins the first to be READY again
+    assert _groups(sim) == _groups(cluster) == {0: [0, 1], 1: [0, 1], 2: [0, 2]}
