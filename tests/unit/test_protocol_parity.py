@@ -65,6 +65,37 @@ class _Client:
         pass
 
 
+def _traces(modes):
+    """Each worker's trace, rounds and local steps per round, by slot."""
+    return {m.config.slot: (m.trace, m.stats.rounds, m.stats.local_iters) for m in modes}
+
+
+def _until_stopped(mode, **kwargs):
+    """The training loop: step() until the mode stops."""
+    while not mode.stopped:
+        mode.step(64, **kwargs)
+
+
+def _run_threads(modes, body=_until_stopped, on_error=lambda: None):
+    """``body(mode)`` for every worker, one thread each; an error fails the test (after ``on_error``,
+    which releases the others), so does a worker still running after 120 s. Returns :func:`_traces`."""
+    errors = []
+
+    def script(mode):
+        try:
+            body(mode)
+        except Exception as e:  # reported below, not lost in the thread
+            errors.append(e)
+            on_error()
+    threads = [threading.Thread(target=script, args=(mode,), daemon=True) for mode in modes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and not any(t.is_alive() for t in threads), errors
+    return _traces(modes)
+
+
 def _cluster_traces(mode_name, options):
     servers = _Servers(WORKERS)
 
@@ -89,22 +120,7 @@ def _cluster_traces(mode_name, options):
         mode.stop_condition = lambda stats: stats.rounds >= ROUNDS   # mxhet.train's --max-rounds
         mode.client = _Client()   # the State Server (ssp's gate: the test's rounds need no waiting)
         modes.append(mode)
-    errors = []
-
-    def script(mode):   # the training loop: step() until the mode stops
-        try:
-            while not mode.stopped:
-                mode.step(64)
-        except Exception as e:  # reported below, not lost in the thread
-            errors.append(e)
-            servers.barrier.abort()
-    threads = [threading.Thread(target=script, args=(mode,)) for mode in modes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors and not any(t.is_alive() for t in threads), errors
-    return {m.config.slot: (m.trace, m.stats.rounds, m.stats.local_iters) for m in modes}
+    return _run_threads(modes, on_error=servers.barrier.abort)
 
 
 def _sim_traces(tmp_path, mode_name, argv, monkeypatch):
@@ -271,21 +287,7 @@ def _rule_cluster_traces(mode_name, options):
         mode._ready = True
         mode._t_last = mode._t_start = 0.0
         modes.append(mode)
-    errors = []
-
-    def script(mode):
-        try:
-            while not mode.stopped:
-                mode.step(64)
-        except Exception as e:  # reported below, not lost in the thread
-            errors.append(e)
-    threads = [threading.Thread(target=script, args=(mode,), daemon=True) for mode in modes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors and not any(t.is_alive() for t in threads), errors
-    return {m.config.slot: (m.trace, m.stats.rounds, m.stats.local_iters) for m in modes}
+    return _run_threads(modes)
 
 
 def _decisions(trace):
@@ -417,22 +419,7 @@ def _esync_cluster_traces(options):
         mode.stop_condition = lambda stats: stats.rounds >= ROUNDS
         mode.on_setup(64)
         modes.append(mode)
-    errors = []
-
-    def script(mode):
-        try:
-            while not mode.stopped:
-                mode.step(64)
-        except Exception as e:  # reported below, not lost in the thread
-            errors.append(e)
-            servers.barrier.abort()
-    threads = [threading.Thread(target=script, args=(mode,)) for mode in modes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors and not any(t.is_alive() for t in threads), errors
-    return {m.config.slot: (m.trace, m.stats.rounds, m.stats.local_iters) for m in modes}
+    return _run_threads(modes, on_error=servers.barrier.abort)
 
 
 def _esync_decisions(trace):
@@ -535,7 +522,7 @@ def _adsp_cluster_traces(period):
     for mode in modes:   # one at a time: nobody waits for anybody
         while not mode.stopped:
             mode.step(64)
-    return {m.config.slot: (m.trace, m.stats.rounds, m.stats.local_iters) for m in modes}
+    return _traces(modes)
 
 
 def _adsp_decisions(trace):
@@ -615,24 +602,13 @@ def _cada_cluster_traces(options):
         mode.client = _GroupClient(server, slot)
         mode.stop_condition = lambda stats: stats.rounds >= ROUNDS
         modes.append(mode)
-    errors = []
 
     def script(mode):
-        try:
-            mode.on_setup(64)   # its first request waits for the others'
-            mode._ready = True
-            mode._t_last = mode._t_start = 0.0
-            while not mode.stopped:
-                mode.step(64, ignore_stale_grad=True)   # no backward ran: the fake gradients are not fresh
-        except Exception as e:  # reported below, not lost in the thread
-            errors.append(e)
-    threads = [threading.Thread(target=script, args=(mode,), daemon=True) for mode in modes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors and not any(t.is_alive() for t in threads), errors
-    return {m.config.slot: (m.trace, m.stats.rounds, m.stats.local_iters) for m in modes}
+        mode.on_setup(64)   # its first request waits for the others'
+        mode._ready = True
+        mode._t_last = mode._t_start = 0.0
+        _until_stopped(mode, ignore_stale_grad=True)   # no backward ran: the fake gradients are not fresh
+    return _run_threads(modes, script)
 
 
 def _cada_decisions(trace):
@@ -701,7 +677,7 @@ def _dylu_cluster_traces(options):
                                                                                    mode.config.slot))
         clocks[mode.config.slot] += DYLU_ITER_S[mode.config.slot]   # the iteration's forward and backward
         mode.step(64)
-    return {m.config.slot: (m.trace, m.stats.rounds, m.stats.local_iters) for m in modes}
+    return _traces(modes)
 
 
 def _dylu_decisions(trace):
@@ -831,7 +807,6 @@ def _virtual_cluster_traces(mode_name, options):
         mode.keys, mode.wbufs = [], []
         mode.stop_condition = lambda stats: stats.rounds >= ROUNDS
         modes.append(mode)
-    errors = []
 
     def script(mode):
         slot = mode.config.slot
@@ -844,17 +819,9 @@ def _virtual_cluster_traces(mode_name, options):
             while not mode.stopped:
                 time.turn(slot, ITER_S[slot])   # the iteration's forward and backward
                 mode.step(64)
-        except Exception as e:  # reported below, not lost in the thread
-            errors.append(e)
         finally:
             time.leave(slot)
-    threads = [threading.Thread(target=script, args=(mode,), daemon=True) for mode in modes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors and not any(t.is_alive() for t in threads), errors
-    return {m.config.slot: (m.trace, m.stats.rounds, m.stats.local_iters) for m in modes}
+    return _run_threads(modes, script)
 
 
 def _groups(traces):
