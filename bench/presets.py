@@ -234,30 +234,13 @@ _R50 = ("resnet50_v1", "resnet50_v2")
 # 117x, 4 at 1x), batch 64, plain SGD, lr 0.001 (§5) -- in virtual time, at the reduced inputs that fit a
 # 2-core machine.
 #
-# * Every run goes on to its budget (no stop at the target, no compute cap), so the accuracy columns are
-#   converged figures measured on all 10,000 test images at one common budget for ESync, the standalone
-#   device and the baselines: CLOSED_EPOCHS passes of one fast device over the training set (ResNet-18:
-#   1,080 virtual s). One fast device alone at lr 0.001 scored 0.830 on all test images after 526
-#   iterations, 0.846 after one pass, 0.863 after two and 0.878 after 3.2, still rising
-#   (bench/results/divisions-estimate/lr0.001-standalone-probe.json); the paper's converged columns are
-#   0.90-0.93, so 10 passes. Sync over the whole cluster gets SYNC_BUDGET_FACTOR times that, so that it sees as
-#   many samples as the standalone device (it reaches the target far later; its compute is still small).
-# * Times to target are confirmed on the whole test set (bench.confirm); 3 seeds per cell (ResNet-50s: 1,
-#   their cost; `--seeds 0,1,2` for more), Figure 3's non-i.i.d. runs 1 seed.
-# * Table 1's variants: ESync, Sync, the fastest device alone, Sync over the 4 fast devices only; on
-#   ResNet-18 and AlexNet also Async, DC-ASGD, ADSP and local SGD. ADSP keeps the bench's Γ = 1.5 x the
-#   slowest device's iteration (20.2 virtual s on ResNet-18, 26.0 on AlexNet: every device commits at least
-#   once a period), 2 periods per evaluated rate and a search epoch of a third of the budget (18 periods).
-#   A search's first comparison of two commit rates falls 4Γ after its start (81 s into the run on
-#   ResNet-18, 104 s on AlexNet) and every further step of its climb 4Γ later (a rate that won is evaluated
-#   again against the next, as DECIDECOMMITRATE recurses), so each of a run's three searches (from 0, 18Γ
-#   and 36Γ; every budget is 53.5Γ) makes 1 to 4 comparisons: 3 to 12 a run, on every model
-#   (bench/results/adsp-search/schedule.json, the scheduler's rule with scripted rewards; each run's summary
-#   records them as ``adsp_search``). The lr-0.1 bench's runs ended at the target, at 67 s, before the
-#   first. Γ stays, since 3 to 12 comparisons fit; a Γ long enough for the slow devices to meet rate 3
-#   would halve that. At 1.5 slowest iterations they commit about 1.5 times a period (once an iteration),
-#   so at rates of 2 and more their commit counts fall behind the fast devices' (bench/results/adsp-search/scaled-run.json, the same schedule scaled
-#   down: 6 comparisons in 3 searches, and 77 vs 101 commits after 53 periods).
+# * Every run goes on to its budget (no stop at the target, no compute cap): the accuracy columns are
+#   converged figures at one common budget, CLOSED_EPOCHS passes of one fast device over the training set;
+#   Sync gets SYNC_BUDGET_FACTOR times that, so that it sees as many samples as the standalone device.
+# * Times to target are confirmed on the whole test set (bench.confirm); 3 seeds per cell (ResNet-50s: 1).
+# * ADSP's Γ is 1.5 x the slowest device's iteration, so that every device commits at least once a period
+#   and a run's three commit-rate searches fit 3 to 12 comparisons.
+# The measurements behind these choices: bench/results/discussion.md, "Why the closed division is set so".
 PRESETS["paper-sim"] = dataclasses.replace(
     _LEGACY, name="paper-sim", division="closed", lrs={m: 0.001 for m in PAPER_ORDER},
     stop_at_target=False, max_iterations=0, iteration_caps={}, non_iid_max_iterations=0,

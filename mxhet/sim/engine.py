@@ -46,15 +46,14 @@ LOG = logging.getLogger("mxhet.sim")
 
 DEFAULT_LATENCY_MS = 1.0
 """One-way cost of a message between a worker and the State Server or a
-parameter server, milliseconds, added to every device's ``--net-delay-ms``.
-Measured on the real cluster on loopback (2-core machine): a blocking State
-Server query costs a worker 2.1 ms per iteration (the transport's own round
-trip is 0.7-1 ms; the rest is the client's encoding and thread hand-off)."""
+parameter server, milliseconds, added to every device's ``--net-delay-ms``:
+the real cluster's cost of a blocking State Server query on loopback (how it
+was measured: bench/results/discussion.md, "The simulator's link constants")."""
 DEFAULT_PER_KEY_MS = 0.08
 """Fixed cost of one key's message in a push or a pull, milliseconds: PS-LITE
 sends one message per key and server, and the server calls the Python updater
-once per key. With the latency above it reproduces the 3.8 ms a push and pull
-of the small CNN (8 keys, 320 KB) took on the real cluster here."""
+once per key. With the latency above it reproduces the real cluster's push and
+pull of the small CNN (bench/results/discussion.md, "The simulator's link constants")."""
 DEFAULT_BANDWIDTH_GBPS = 10.0
 """Bandwidth of a device's link to the servers, Gbit/s."""
 

@@ -1,7 +1,7 @@
 """Parity of the two interpreters of a worker program: one short scripted job
 (3 workers, fixed iteration times, one seed, 3 rounds) run by the simulator
 (the real engine, virtual time) and by the cluster's real executors
-(``LocalSGD``, ``Sync``, ``Async``, ``DCASGD``, ``SSP``; ``NoDelay`` and
+(``LocalSGD``, ``Sync``, ``Async``, ``DCASGD``, ``SSP``, ``DyLU``; ``NoDelay`` and
 ``PartialReduce`` with the real State Server rules) and their ``step()``
 (with in-process fakes for the trainer, the parameter servers and the State
 Server, one thread per worker) must make the same decisions: every effect
@@ -65,6 +65,37 @@ class _Client:
         pass
 
 
+def _traces(modes):
+    """Each worker's trace, rounds and local steps per round, by slot."""
+    return {m.config.slot: (m.trace, m.stats.rounds, m.stats.local_iters) for m in modes}
+
+
+def _until_stopped(mode, **kwargs):
+    """The training loop: step() until the mode stops."""
+    while not mode.stopped:
+        mode.step(64, **kwargs)
+
+
+def _run_threads(modes, body=_until_stopped, on_error=lambda: None):
+    """``body(mode)`` for every worker, one thread each; an error fails the test (after ``on_error``,
+    which releases the others), so does a worker still running after 120 s. Returns :func:`_traces`."""
+    errors = []
+
+    def script(mode):
+        try:
+            body(mode)
+        except Exception as e:  # reported below, not lost in the thread
+            errors.append(e)
+            on_error()
+    threads = [threading.Thread(target=script, args=(mode,), daemon=True) for mode in modes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and not any(t.is_alive() for t in threads), errors
+    return _traces(modes)
+
+
 def _cluster_traces(mode_name, options):
     servers = _Servers(WORKERS)
 
@@ -89,22 +120,7 @@ def _cluster_traces(mode_name, options):
         mode.stop_condition = lambda stats: stats.rounds >= ROUNDS   # mxhet.train's --max-rounds
         mode.client = _Client()   # the State Server (ssp's gate: the test's rounds need no waiting)
         modes.append(mode)
-    errors = []
-
-    def script(mode):   # the training loop: step() until the mode stops
-        try:
-            while not mode.stopped:
-                mode.step(64)
-        except Exception as e:  # reported below, not lost in the thread
-            errors.append(e)
-            servers.barrier.abort()
-    threads = [threading.Thread(target=script, args=(mode,)) for mode in modes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors and not any(t.is_alive() for t in threads), errors
-    return {m.config.slot: (m.trace, m.stats.rounds, m.stats.local_iters) for m in modes}
+    return _run_threads(modes, on_error=servers.barrier.abort)
 
 
 def _sim_traces(tmp_path, mode_name, argv, monkeypatch):
@@ -271,21 +287,7 @@ def _rule_cluster_traces(mode_name, options):
         mode._ready = True
         mode._t_last = mode._t_start = 0.0
         modes.append(mode)
-    errors = []
-
-    def script(mode):
-        try:
-            while not mode.stopped:
-                mode.step(64)
-        except Exception as e:  # reported below, not lost in the thread
-            errors.append(e)
-    threads = [threading.Thread(target=script, args=(mode,), daemon=True) for mode in modes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors and not any(t.is_alive() for t in threads), errors
-    return {m.config.slot: (m.trace, m.stats.rounds, m.stats.local_iters) for m in modes}
+    return _run_threads(modes)
 
 
 def _decisions(trace):
@@ -420,22 +422,7 @@ def _esync_cluster_traces(options):
         mode.stop_condition = lambda stats: stats.rounds >= ROUNDS
         mode.on_setup(64)
         modes.append(mode)
-    errors = []
-
-    def script(mode):
-        try:
-            while not mode.stopped:
-                mode.step(64)
-        except Exception as e:  # reported below, not lost in the thread
-            errors.append(e)
-            servers.barrier.abort()
-    threads = [threading.Thread(target=script, args=(mode,)) for mode in modes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors and not any(t.is_alive() for t in threads), errors
-    return {m.config.slot: (m.trace, m.stats.rounds, m.stats.local_iters) for m in modes}
+    return _run_threads(modes, on_error=servers.barrier.abort)
 
 
 def _esync_decisions(trace):
@@ -538,7 +525,7 @@ def _adsp_cluster_traces(period):
     for mode in modes:   # one at a time: nobody waits for anybody
         while not mode.stopped:
             mode.step(64)
-    return {m.config.slot: (m.trace, m.stats.rounds, m.stats.local_iters) for m in modes}
+    return _traces(modes)
 
 
 def _adsp_decisions(trace):
@@ -618,24 +605,13 @@ def _cada_cluster_traces(options):
         mode.client = _GroupClient(server, slot)
         mode.stop_condition = lambda stats: stats.rounds >= ROUNDS
         modes.append(mode)
-    errors = []
 
     def script(mode):
-        try:
-            mode.on_setup(64)   # its first request waits for the others'
-            mode._ready = True
-            mode._t_last = mode._t_start = 0.0
-            while not mode.stopped:
-                mode.step(64, ignore_stale_grad=True)   # no backward ran: the fake gradients are not fresh
-        except Exception as e:  # reported below, not lost in the thread
-            errors.append(e)
-    threads = [threading.Thread(target=script, args=(mode,), daemon=True) for mode in modes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors and not any(t.is_alive() for t in threads), errors
-    return {m.config.slot: (m.trace, m.stats.rounds, m.stats.local_iters) for m in modes}
+        mode.on_setup(64)   # its first request waits for the others'
+        mode._ready = True
+        mode._t_last = mode._t_start = 0.0
+        _until_stopped(mode, ignore_stale_grad=True)   # no backward ran: the fake gradients are not fresh
+    return _run_threads(modes, script)
 
 
 def _cada_decisions(trace):
@@ -665,3 +641,210 @@ def test_cada_makes_the_same_decisions_on_both_interpreters(tmp_path, monkeypatc
         steps = sorted(e.iteration for slot in traces for e, _ in traces[slot][0] if isinstance(e, StepServers))
         lasts = [e for slot in traces for e, r in traces[slot][0] if isinstance(e, Upload) and r]
         assert steps == list(range(iterations)) and len(lasts) == iterations
+
+
+# -- dylu: speeds shared on control keys, H_i from the fastest -------------------------------------
+
+DYLU_ITER_S = (0.02, 0.02, 0.06)   # the simulator's --base-iter 0.02 --slowdown 1,1,3, in seconds
+
+
+def _dylu_cluster_traces(options):
+    """The workers stepped one at a time in the order of their own virtual clocks (nobody waits in
+    ``dylu``), each iteration taking DYLU_ITER_S; the speed keys as one table, read when shared."""
+    table = [0.0] * WORKERS
+    clocks = [0.0] * WORKERS
+
+    class Executor(get_mode("dylu")):
+        def exchange_deltas(self, round_index, extra_keys=(), extra_values=(), extra_outs=()):
+            pass   # dist_async: applied on arrival, nobody waits
+
+        def share_speed(self, iteration_s):
+            table[self.config.slot] = float(iteration_s)
+            return tuple(table)
+
+    modes = []
+    for slot in range(WORKERS):
+        mode = Executor(_Trainer(), WorkerConfig(slot=slot, num_slots=WORKERS),
+                        clock=lambda slot=slot: clocks[slot], sleep=lambda s: None, **options)
+        mode.trace = []
+        mode.channel = _Channel()
+        mode.channel.num_workers, mode.channel.rank = WORKERS, slot
+        mode.client = _Client()
+        mode.stop_condition = lambda stats: stats.rounds >= ROUNDS
+        mode.on_setup(64)
+        mode._ready = True
+        mode._t_last = mode._t_start = 0.0
+        modes.append(mode)
+    while not all(mode.stopped for mode in modes):
+        mode = min((mode for mode in modes if not mode.stopped), key=lambda mode: (clocks[mode.config.slot],
+                                                                                   mode.config.slot))
+        clocks[mode.config.slot] += DYLU_ITER_S[mode.config.slot]   # the iteration's forward and backward
+        mode.step(64)
+    return _traces(modes)
+
+
+def _dylu_decisions(trace):
+    """The effects in order, the speeds shared as which devices were known (and their ratio to the
+    fastest, rounded: the engines measure the same iterations with different clocks)."""
+    from mxhet.protocol.effects import ShareSpeed
+    out = []
+    for effect, result in trace:
+        if isinstance(effect, ShareSpeed):
+            known = [t for t in result if t > 0]
+            out.append(("share", tuple(round(t / min(known), 3) if t > 0 else 0 for t in result)))
+        elif not isinstance(effect, Now):
+            out.append((effect, result))
+    return out
+
+
+@pytest.mark.parametrize("argv, options, local_iters", [
+    # H = 3: the slow device (3x) runs H steps until it knows the others' speeds, then round(3/3) = 1
+    (["--local-steps", "3"], {"local_steps": 3}, [[3, 3, 3], [3, 3, 3], [3, 1, 1]]),
+    (["--local-steps", "3", "--dynamic-local-steps", "off"], {"local_steps": 3, "dynamic": False},
+     [[3, 3, 3]] * WORKERS),
+])
+def test_dylu_makes_the_same_decisions_on_both_interpreters(tmp_path, monkeypatch, argv, options, local_iters):
+    from mxhet.protocol.effects import ShareSpeed
+    cluster = _dylu_cluster_traces(options)
+    sim = _sim_traces(tmp_path, "dylu", argv, monkeypatch)
+    assert sorted(sim) == sorted(cluster) == list(range(WORKERS))
+    for slot in range(WORKERS):
+        assert _dylu_decisions(sim[slot][0]) == _dylu_decisions(cluster[slot][0]), slot
+        assert sim[slot][1:] == cluster[slot][1:] == (ROUNDS, local_iters[slot]), slot
+    trace = [effect for effect, _ in sim[2][0]]
+    assert sum(isinstance(e, ShareSpeed) for e in trace) == (ROUNDS if options.get("dynamic", True) else 0)
+    assert trace[-2:] == [PushAsync(Payload.DELTAS, ROUNDS - 1), WantsStop()]   # each stops alone
+
+
+# -- rules whose decisions depend on arrival order: the cluster's workers in virtual time ---------------
+
+# The simulator's --base-iter 0.02 --slowdown 1,1,2.5, in seconds: no two arrivals within the
+# simulator's round trips and transfers (which the cluster side does not model) of each other.
+ITER_S = (0.02, 0.02, 0.05)
+SLOWDOWN = ["--slowdown", "1,1,2.5"]
+
+
+class _VirtualTime:
+    """One worker thread runs at a time: the one with the earliest virtual clock
+    (ties: the lowest slot) among those not waiting for the State Server. A
+    worker an answer releases goes on at the releasing worker's time."""
+
+    def __init__(self, server):
+        self.cond = server.cond
+        self.clocks = [0.0] * WORKERS
+        self.turns = set(range(WORKERS))   # the workers waiting for their turn (at first all: none runs early)
+        self.running = None
+
+    def _runnable(self, slot):
+        return self.running is None and slot == min(self.turns, key=lambda s: (self.clocks[s], s))
+
+    def turn(self, slot, advance=0.0):
+        """Hand the turn on, take it back once ``slot`` is the earliest, ``advance`` s later."""
+        with self.cond:
+            self.clocks[slot] += advance
+            self.turns.add(slot)
+            if self.running == slot:
+                self.running = None
+            self.cond.notify_all()
+            self.cond.wait_for(lambda: self._runnable(slot), timeout=60)
+            self.turns.discard(slot)
+            self.running = slot
+
+    def leave(self, slot):
+        with self.cond:
+            self.running = None
+            self.clocks[slot] = float("inf")
+            self.cond.notify_all()
+
+
+class _VirtualServer(_StateServer):
+    """:class:`_StateServer` whose deferred answers bring the released workers up to the sender's time."""
+
+    def __init__(self, n):
+        super().__init__(n)
+        self.time = None
+
+    def handle(self, request):
+        with self.cond:
+            reply = self.service.handle(request, 0.0, sender=request.rank)
+            released, self.service.released = self.service.released, []
+            for rank, deferred in released:
+                self.inbox[rank].append(deferred)
+                if rank != request.rank:   # it waits off the turn (_VirtualClient._ask): it may have it again
+                    self.time.clocks[rank] = max(self.time.clocks[rank], self.time.clocks[request.rank])
+                    self.time.turns.add(rank)
+            if reply is not None:
+                self.inbox[request.rank].append(reply)
+            self.cond.notify_all()
+
+
+class _VirtualClient(_RuleClient):
+    def _ask(self, cls, **fields):
+        message = self._message(cls, **fields)
+        self.server.handle(message)
+        time = self.server.time
+        with self.server.cond:
+            inbox = self.server.inbox[self.rank]
+            if not any(r.seq == message.seq for r in inbox):   # wait off the turn until the answer releases it
+                time.running = None
+                self.server.cond.notify_all()
+                self.server.cond.wait_for(lambda: any(r.seq == message.seq for r in inbox)
+                                          and time._runnable(self.rank), timeout=60)
+                time.turns.discard(self.rank)
+                time.running = self.rank
+            reply = next(r for r in inbox if r.seq == message.seq)
+            inbox.remove(reply)
+        return reply
+
+
+def _virtual_cluster_traces(mode_name, options):
+    server = _VirtualServer(WORKERS)
+    time = server.time = _VirtualTime(server)
+    modes = []
+    for slot in range(WORKERS):
+        mode = get_mode(mode_name)(_Trainer(), WorkerConfig(slot=slot, num_slots=WORKERS),
+                                   clock=lambda slot=slot: time.clocks[slot], sleep=lambda s: None, **options)
+        mode.trace = []
+        mode.channel = _Channel()
+        mode.channel.num_workers, mode.channel.kv = WORKERS, _KV()
+        mode.keys, mode.wbufs = [], []
+        mode.stop_condition = lambda stats: stats.rounds >= ROUNDS
+        modes.append(mode)
+
+    def script(mode):
+        slot = mode.config.slot
+        try:
+            time.turn(slot)
+            mode.client = _VirtualClient(server, slot)
+            mode.on_setup(64)
+            mode._ready = True
+            mode._t_last = mode._t_start = 0.0
+            while not mode.stopped:
+                time.turn(slot, ITER_S[slot])   # the iteration's forward and backward
+                mode.step(64)
+        finally:
+            time.leave(slot)
+    return _run_threads(modes, script)
+
+
+def _groups(traces):
+    """Each group's members, in order: {group: [slots]} from the answers to READY."""
+    out = {}
+    for slot in sorted(traces):
+        for effect, answer in _decisions(traces[slot][0]):
+            if isinstance(effect, Ready) and not answer.stop:
+                out.setdefault(answer.group, []).append(slot)
+    return out
+
+
+def test_preduce_with_groups_smaller_than_all_makes_the_same_decisions_on_both_interpreters(tmp_path, monkeypatch):
+    # P = 2 of N = 3: the groups are made by arrival order at the controller, so the cluster's workers
+    # run in virtual time with the simulator's iteration times (_VirtualTime).
+    cluster = _virtual_cluster_traces("preduce", {"group_size": 2})
+    sim = _sim_traces(tmp_path, "preduce", ["--group-size", "2", *SLOWDOWN], monkeypatch)
+    assert sorted(sim) == sorted(cluster) == list(range(WORKERS))
+    for slot in range(WORKERS):
+        assert _decisions(sim[slot][0]) == _decisions(cluster[slot][0]), slot
+        assert sim[slot][1:] == cluster[slot][1:], slot
+    # the two fast workers reduce together twice, then the slow one joins the first to be READY again
+    assert _groups(sim) == _groups(cluster) == {0: [0, 1], 1: [0, 1], 2: [0, 2]}
