@@ -209,10 +209,11 @@ class RoundRendezvous:
                               % (rank, cause, len(self.training), self.min_workers))
         return self._close_entries() + self._close_rounds() + self._close_job()
 
-    def join(self, rank, cause="restarted"):
+    def join(self, rank, cause="restarted", not_before=0):
         """``rank``, gone, comes back (``cause`` for the record); returns the first round it
         takes part in: the round after the highest any worker has entered, so no round
-        under way waits for it.
+        under way waits for it, and never before ``not_before`` (the round its own
+        record is at: a rank is never sent back to a round it has passed).
 
         Raises:
             ValueError: the rank is not one of the job's, or it never left.
@@ -221,7 +222,7 @@ class RoundRendezvous:
             raise ValueError("rank %d is not one of the job's ranks" % rank)
         if rank not in self.gone:
             raise ValueError("rank %d rejoins but never left" % rank)
-        first = self._latest + 1
+        first = max(self._latest + 1, not_before)
         self.gone.discard(rank)
         self.training.add(rank)
         self.finishing.pop(rank, None)

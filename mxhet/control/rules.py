@@ -470,10 +470,11 @@ class MembershipRule(RulePlugin):
                 self.host.released.append((r, reply))
         return own
 
-    def rejoin(self, rank):
+    def rejoin(self, rank, not_before=0):
         """The round from which a worker back after it left or died takes part
-        (the next round boundary); None for a rank that never left."""
-        return self.rendezvous.join(rank) if rank in self.rendezvous.gone else None
+        (the next round boundary, never before ``not_before``); None for a rank
+        that never left."""
+        return self.rendezvous.join(rank, not_before=not_before) if rank in self.rendezvous.gone else None
 
     def bye(self, rank):
         self._release(self.rendezvous.depart(rank, "bye"))

@@ -191,7 +191,8 @@ class StateService:
         if req.round > record.round:  # a worker resuming with a restarted State Server
             self.table.reset(req.rank, req.round, now)
         members = self.rule("membership")
-        back = members.rejoin(req.rank) if members is not None else None
+        back = (members.rejoin(req.rank, not_before=self.table.record(req.rank).round)
+                if members is not None else None)
         if back is not None:
             # A worker back after it left or died (a restarted process): it takes part from the
             # next round boundary (mxhet.control.membership), and says so with the reply's round.

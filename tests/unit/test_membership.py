@@ -217,3 +217,15 @@ def test_only_a_worker_that_left_can_rejoin():
         r.join(0)
     with pytest.raises(ValueError, match="not one of the job's ranks"):
         r.join(5)
+
+
+def test_a_rejoining_worker_is_never_sent_back_to_a_round_its_record_has_passed():
+    """The State Server passes the round the rank's Algorithm 2 record is at: with no
+    round entered yet (an esync job between RESETs), the next boundary is that round,
+    not round 0 (a reset backwards was refused half-way through a registration)."""
+    r = RoundRendezvous(range(2))
+    r.depart(1, "bye")
+    assert r.join(1, not_before=3) == 3
+    r.depart(1, "died")
+    r.enter(0, 4, 0)
+    assert r.join(1, not_before=3) == 5   # the boundary after the round under way wins when later
