@@ -11,8 +11,11 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 demo: install data
 	$(VENV)/bin/mxhet-bench demo --out runs/demo
 
+# Two pytest workers, each test file on one (its module fixtures run once): the integration
+# tests mostly wait on real processes and pinned iteration times, so two files at a time
+# fill the 2 cores (one at a time: about 30 min; two: about 20, on a loaded 2-core machine).
 test: install data browser
-	$(PY) -m pytest -q --durations=20
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=20
 
 install: $(STAMP)
 

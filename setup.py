@@ -50,7 +50,8 @@ setup(
     ],
     extras_require={
         # websocket-client: the dashboard's browser test drives headless chromium over DevTools
-        "test": ["pytest>=7", "pytest-timeout>=2", "websocket-client>=1.6,<2"],
+        # pytest-xdist: make test runs two test files at a time (Makefile)
+        "test": ["pytest>=7", "pytest-timeout>=2", "pytest-xdist>=3.5,<4", "websocket-client>=1.6,<2"],
     },
     entry_points={
         "console_scripts": [
