@@ -4,7 +4,7 @@ One invocation (module fixture, about 3 min on 2 cores) runs every mode on the s
 devices, 1 at slowdown 4) plus the non-i.i.d. and standalone runs. The tests
 check its outputs -- JSON keys of every run, the report's numbers against the
 JSON, figures -- and, on the same runs, the contract every registered mode
-keeps: it moves the global model towards the data, ends without a hang
+keeps: it trains (learning at pinned iteration times is test_modes_learn.py's), ends without a hang
 although workers did different numbers of iterations with the same global
 model on every worker, leaves no process behind, and writes a complete
 summary.json.
@@ -125,7 +125,7 @@ def _summaries(out_dir, results):
 
 @pytest.mark.parametrize("mode", mode_names())
 def test_mode_contract(smoke, mode):
-    """Each mode learns, ends cleanly with the same global model on every
+    """Each mode trains, ends cleanly with the same global model on every
     worker, and keeps its synchronization rule (the small CNN has no
     BatchNorm; see test_model_contract.py for a model with it)."""
     _, out, results = smoke
@@ -140,12 +140,11 @@ def test_mode_contract(smoke, mode):
         assert w["samples"] > 0 or (mode == "gcada" and w["aborted"] > 0 and w["downloads"] > 0)
         if not standalone:
             assert (w["bytes_pushed"] > 0 or mode == "gcada") and w["bytes_pulled"] > 0
-    # These runs last 3 s of wall clock, so how far they get depends on the machine's load (one ssp run
-    # beside another job ended on 0.19 after a best of 0.33). Learning at pinned iteration times, for every
-    # mode, is test_sim.py::test_every_mode_runs_in_virtual_time's; here the global model must have moved
-    # from the initial one (scored at t = 0) towards the data, which a handful of updates at lr 0.1 does.
+    # These runs last 3 s of wall clock, so how far they get depends on the machine's load; learning at
+    # pinned iteration times is test_modes_learn.py's (every mode but gcada/cada) and test_mode_contract.py's
+    # (gcada, cada). Here: the initial model was scored at t = 0 (at chance) and the run scored later ones.
     (start, initial), later = summary["curve"][0], summary["curve"][1:]
-    assert start < 0.1 and later and max(a for _, a in later) > initial + 0.1, summary["curve"]
+    assert start < 0.1 and initial < 0.3 and later, summary["curve"]
     assert summary["evaluation"]["batchnorm"] == "none in model"
     digests = {w["final_model_sha256"] for w in summary["workers"]}
     assert len(digests) == 1 and "" not in digests, "workers ended with different global models"

@@ -1,10 +1,11 @@
 """ADSP's commit schedule on loopback with heterogeneous speeds, and the modes
 whose servers run their own optimizer learning at their defaults.
 
-The contract every mode keeps (learns, ends cleanly, keeps its synchronization
+The contract every mode keeps (trains, ends cleanly, keeps its synchronization
 rule) is checked on the runs of ``mxhet-bench all --preset smoke``, in
-``test_bench_smoke.py``; the bench gives gcada and cada a step size of its
-own, so their defaults are checked here.
+``test_bench_smoke.py``; learning at pinned iteration times in
+``test_modes_learn.py``, but for gcada and cada (the bench gives them a step
+size of its own), whose defaults are checked here.
 """
 import json
 
