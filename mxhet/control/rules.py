@@ -41,7 +41,8 @@ class RulePlugin:
         self.host = host
 
     def handle(self, request, now):
-        raise NotImplementedError
+        """Answer ``request`` (a kind in ``KINDS``); every rule overrides this."""
+        raise ProtocolError("State Server rule %r has no handler for %r" % (self.NAME, request.TYPE))
 
     def registered(self, rank):
         """A rank (re)registered and is present."""
