@@ -244,6 +244,10 @@ def run(args, config=None):
         batches.load_state_dict(record["iterator"])
         trainer.mode.restore_state(record["mode"])
         LOG.info("slot %d resumes from round %d (%s)", config.slot, resumed, directory)
+    # The first snapshot is the model every worker starts from (rank 0's, which kv.init shares). Read after
+    # setup it could already hold other workers' updates in the dist_async modes, which start training
+    # as soon as they have pulled it.
+    initial = {p.name: p.data(ctx).copy() for p in trainer_params(trainer)}
     trainer.setup(args.batch_size)
     rank = trainer.rank
     is_chief = rank == 0
@@ -266,14 +270,18 @@ def run(args, config=None):
         for old in glob.glob(os.path.join(snap_dir, "*.params")):
             os.remove(old)
 
-    def snapshot():
-        t = time.monotonic() - start
+    def snapshot(arrays=None):
+        t = time.monotonic() - start if arrays is None else 0.0
         path = os.path.join(snap_dir, "%06d.params" % len(snapshots))
-        trainer.save_global(path)
+        if arrays is None:
+            trainer.save_global(path)
+        else:
+            mx.nd.save(path, arrays)
         snapshots.append((t, path))
 
     if is_chief:
-        snapshot()
+        snapshot(initial)
+    del initial
     loss_fn = losses_mod.get_loss(args.loss)
     losses = []
     last_snap = last_log = time.monotonic()

@@ -145,6 +145,8 @@ def test_mode_contract(smoke, mode):
     # (gcada, cada). Here: the initial model was scored at t = 0 (at chance) and the run scored later ones.
     (start, initial), later = summary["curve"][0], summary["curve"][1:]
     assert start < 0.1 and initial < 0.3 and later, summary["curve"]
+    # the same seed gives every mode the same initial model (taken before the first update could reach it)
+    assert initial == _summaries(out, results)["sync"]["curve"][0][1], summary["curve"]
     assert summary["evaluation"]["batchnorm"] == "none in model"
     digests = {w["final_model_sha256"] for w in summary["workers"]}
     assert len(digests) == 1 and "" not in digests, "workers ended with different global models"
