@@ -24,10 +24,15 @@ final global model, so its digest is the job's final model like everyone
 else's. A dead worker leaves through the State Server's heartbeat watch
 (``mxhet-launch --elastic``).
 """
+import json
+import logging
+import time
+
 import mxnet as mx
 
+from ..control.membership import job_events
 from ..dataplane import copy_all
-from ..errors import ConfigError
+from ..errors import ConfigError, ProtocolError, StateServerTimeout
 from .base import model_digest
 
 ROUND_WAIT_S = 3600.0
@@ -36,6 +41,7 @@ local steps, or for the whole job at the end) before giving up. The launcher's
 ``--timeout`` and the State Server's heartbeat watch end a stuck job first."""
 
 _KEPT_ALIVE = []
+LOG = logging.getLogger("mxhet.modes")
 
 
 class RoundMembers:
@@ -155,7 +161,27 @@ class RoundMembers:
         fields = dict(super().summary_fields())
         fields["round_members"] = list(self.round_members)
         fields["incomplete_rounds"] = list(self.incomplete_rounds)
+        fields["elastic"] = self.elastic_record()
         return fields
+
+    def elastic_record(self):
+        """Each leave and join of the job (seconds since this worker's training started, round, cause) and
+        the rounds each slot took part in (:func:`mxhet.control.membership.job_events`); None, with a
+        warning, when the State Server cannot send its record: the summary is still written."""
+        try:
+            record = self.client.membership_record()
+        except (ProtocolError, StateServerTimeout) as exc:
+            LOG.warning("the membership record could not be fetched: %s", exc)
+            return None
+        exits = []
+        if self.config.exits_file:   # the launcher's sight of the processes that ended (local workers)
+            try:
+                with open(self.config.exits_file) as f:
+                    exits = json.load(f)
+            except (OSError, ValueError):
+                exits = []
+        started = self._t_start if self._t_start is not None else self.clock()
+        return job_events(record, exits, origin=time.time() - (self.clock() - started))
 
     def _push_done_pull(self, round_index, members, weights, t0, t1):
         """The end of a member round, after entering it at ``t0`` (answered at ``t1``): push the

@@ -1,0 +1,113 @@
+"""The record of an elastic job's leaves and joins (mxhet.control.membership's events and
+job_events, the State Server's MembershipRecord, the launcher's exit record, the live view)."""
+import json
+
+from mxhet.control import messages as m
+from mxhet.control.membership import RoundRendezvous, job_events, rounds_as_ranges
+from mxhet.control.server import StateService
+from mxhet.launcher.watch import exit_cause
+from mxhet.observe.live import build_state, write_events
+from tests.unit.test_launcher_watch import job, watch
+
+
+def _round(r, round_, ranks, ballot=False):
+    for rank in ranks:
+        r.enter(rank, round_, "e%d" % rank, ballot=ballot and rank == ranks[0])
+    for rank in ranks:
+        r.done(rank, round_, "d%d" % rank)
+
+
+def test_the_rendezvous_records_a_death_a_rejoin_and_a_worker_that_left_its_loop_with_their_rounds():
+    r = RoundRendezvous(range(3))
+    _round(r, 0, [0, 1, 2])
+    _round(r, 1, [0, 1, 2])
+    r.enter(0, 2, "a")
+    r.depart(2, "died (silent for over 5 s)", now=12.5)   # rank 2 was in rounds 0 and 1
+    r.enter(1, 2, "b")
+    r.done(0, 2, "a"), r.done(1, 2, "b")
+    assert r.join(2, now=20.0) == 3
+    _round(r, 3, [0, 1, 2])
+    r.finish(1, "f1", now=30.0)   # rank 1 leaves its loop: no stop was agreed
+    _round(r, 4, [0, 2], ballot=True)   # the job agrees to stop after round 4
+    r.finish(0, "f0", now=40.0), r.finish(2, "f2", now=40.0)   # ordinary ends: no leave
+    r.depart(0, "bye", now=41.0)   # a goodbye after the end is not a leave either
+    events = r.stats()["events"]
+    assert events == [
+        {"event": "leave", "rank": 2, "cause": "died (silent for over 5 s)", "round": 2, "t": 12.5},
+        {"event": "join", "rank": 2, "cause": "restarted", "round": 3, "t": 20.0},
+        {"event": "leave", "rank": 1, "cause": "left its loop", "round": 4, "t": 30.0}]
+    assert r.stats()["rounds_by_rank"] == {"0": [0, 1, 2, 3, 4], "1": [0, 1, 2, 3], "2": [0, 1, 3, 4]}
+
+
+def test_job_events_take_the_launchers_cause_for_a_death_it_saw_and_a_heartbeat_timeout_otherwise():
+    record = {"slots": {"0": 0, "1": 2, "2": 1},
+              "events": [{"event": "leave", "rank": 1, "cause": "died (silent for over 5 s)", "round": 7, "t": 1006.0},
+                         {"event": "join", "rank": 1, "cause": "restarted", "round": 12, "t": 1010.0},
+                         {"event": "leave", "rank": 2, "cause": "died (silent for over 5 s)", "round": 15,
+                          "t": 1020.0},
+                         {"event": "leave", "rank": 0, "cause": "left its loop", "round": 20, "t": 1030.0}],
+              "rounds_by_rank": {"0": list(range(20)), "1": list(range(7)) + list(range(12, 25)),
+                                 "2": list(range(15))}}
+    # slot 2 (rank 1) was seen killed 5 s before the State Server counted it; slot 1 died unseen (e.g. remote)
+    exits = [{"slot": 2, "cause": "killed by signal 9 (SIGKILL)", "unix": 1001.0}]
+    got = job_events(record, exits, origin=1000.0)
+    assert got["events"] == [
+        {"t_s": 1.0, "event": "leave", "slot": 2, "rank": 1, "round": 7, "cause": "killed by signal 9 (SIGKILL)"},
+        {"t_s": 10.0, "event": "join", "slot": 2, "rank": 1, "round": 12, "cause": "restarted"},
+        {"t_s": 20.0, "event": "leave", "slot": 1, "rank": 2, "round": 15, "cause": "heartbeat timeout"},
+        {"t_s": 30.0, "event": "leave", "slot": 0, "rank": 0, "round": 20, "cause": "left its loop"}]
+    assert got["rounds_by_slot"] == {"0": [[0, 19]], "1": [[0, 14]], "2": [[0, 6], [12, 24]]}
+    # an exit the State Server never counted (it had finished training) is listed without a round
+    late = job_events({"slots": {"0": 0}, "events": []}, [{"slot": 0, "cause": "exit code 3", "unix": 1005.0}], 1000.0)
+    assert late["events"] == [{"t_s": 5.0, "event": "leave", "slot": 0, "rank": 0, "round": None,
+                               "cause": "exit code 3"}]
+
+
+def test_rounds_as_ranges():
+    assert rounds_as_ranges([5, 0, 1, 2, 6, 9]) == [[0, 2], [5, 6], [9, 9]]
+    assert rounds_as_ranges([]) == []
+
+
+def test_the_state_server_sends_the_membership_record_in_pages_with_the_slots(monkeypatch):
+    svc = StateService(2, now=0.0, rules=("membership",))
+    for rank, slot in ((0, 1), (1, 0)):
+        assert svc.handle(m.Register(rank=rank, seq=1, slot=slot), 0.0, sender=rank).ok
+    svc.rule("membership").wall_clock = lambda: 123.0
+    svc.depart(1, "died (silent for over 5 s)")
+    monkeypatch.setattr(m, "RECORD_PAGE", 40)
+    text, seq = "", 2
+    while True:
+        reply = svc.handle(m.MembershipRecord(rank=0, seq=seq, start=len(text)), 1.0, sender=0)
+        assert reply.ok
+        text += reply.payload
+        seq += 1
+        if len(text) >= reply.k:
+            break
+    record = json.loads(text)
+    assert record["slots"] == {"0": 1, "1": 0}
+    assert record["events"] == [{"event": "leave", "rank": 1, "cause": "died (silent for over 5 s)",
+                                 "round": 0, "t": 123.0}]
+
+
+def test_the_watch_records_each_departure_once_and_a_death_restarted_at_once():
+    w = watch(elastic=True)
+    w.decide(job(None, -9, None), 4.0)
+    w.decide(job(None, -9, None), 5.0)
+    assert w.departures == [(4, 4.0)]   # index 4: after the scheduler, the server and the State Server
+    r = watch(elastic=True, worker_restarts=1, worker_restart_delay=0.0)
+    assert r.decide(job(None, -9, None), 7.0).action == "restart"
+    assert r.departures == [(4, 7.0)]
+    assert exit_cause(-9) == "killed by signal 9 (SIGKILL)" and exit_cause(3) == "exit code 3"
+
+
+def test_the_live_view_shows_who_left_and_who_came_back(tmp_path):
+    devices = [{"slot": s, "host": "127.0.0.1", "context": "cpu", "slowdown": 1.0} for s in range(3)]
+    write_events(str(tmp_path), [{"t_s": 3.0, "event": "leave", "slot": 1, "cause": "killed by signal 9 (SIGKILL)"},
+                                 {"t_s": 4.0, "event": "leave", "slot": 2, "cause": "exit code 1"},
+                                 {"t_s": 9.0, "event": "join", "slot": 1, "cause": "restarted"}])
+    state = build_state(devices, str(tmp_path))
+    assert state["job"]["present"] == 2 and len(state["job"]["events"]) == 3
+    by_slot = {d["slot"]: d for d in state["devices"]}
+    assert by_slot[1]["present"] and (by_slot[1]["left"], by_slot[1]["joined"]) == (1, 1)
+    assert not by_slot[2]["present"] and by_slot[2]["phase"] == "left (exit code 1)"
+    assert build_state(devices, "")["job"]["events"] == []
