@@ -179,19 +179,20 @@ class RoundRendezvous:
         self.done_ranks.setdefault(round_, {})[rank] = token
         return self._close_rounds()
 
-    def finish(self, rank, token, now=None):
+    def finish(self, rank, token, now=None, stopping=False):
         """``rank`` stopped training; it is answered once nobody trains. Returns the releases.
 
         A k-th finish is a barrier: answered once every rank still in the job
         has sent k (the end of the job's bookkeeping, after the final model).
-        A rank that stops training before the job agreed to stop left its loop
-        (recorded at ``now``, the caller's clock in seconds).
+        A rank that stops training before the job agreed to stop (a ballot here, or
+        ``stopping``: the caller knows of a stop agreed elsewhere, ESync's RESET) left
+        its loop (recorded at ``now``, the caller's clock in seconds).
         """
         if self.failed is not None:
             return [(rank, token, self.failed)]
         if rank in self.gone:
             raise ValueError("rank %d finishes after it left" % rank)
-        if rank in self.training and self.stop_round is None:
+        if rank in self.training and self.stop_round is None and not stopping:
             self._record("leave", rank, LEFT_ITS_LOOP, self._next_round(rank), now)
         self.training.discard(rank)
         k = self.finish_calls.get(rank, 0) + 1
@@ -199,14 +200,20 @@ class RoundRendezvous:
         self.finishing[rank] = (token, k)
         return self._close_entries() + self._close_rounds() + self._close_job()
 
-    def depart(self, rank, cause="bye", now=None):
-        """``rank`` is gone (``cause``: "bye", "died", ...; ``now``: the caller's clock in seconds,
-        for the record of a rank that still trained); returns the releases."""
+    def depart(self, rank, cause="bye", now=None, stopping=False):
+        """``rank`` is gone (``cause``: "bye", "died", ...); returns the releases.
+
+        The record (at ``now``, the caller's clock in seconds) lists a rank that still trained: a
+        death, or a goodbye before the job agreed to stop (``stopping``: as in :meth:`finish`), which
+        is a rank that left its loop (a goodbye after the stop is the job's end).
+        """
         if rank in self.gone:
             return []
         was_training = rank in self.training
-        if was_training:
+        if was_training and cause != "bye":
             self._record("leave", rank, cause, self._next_round(rank), now)
+        elif was_training and self.stop_round is None and not stopping:
+            self._record("leave", rank, LEFT_ITS_LOOP, self._next_round(rank), now)
         self.gone.add(rank)
         self.training.discard(rank)
         self.finishing.pop(rank, None)

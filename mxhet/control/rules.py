@@ -458,8 +458,14 @@ class MembershipRule(RulePlugin):
         else:
             # No longer a device Algorithm 2 waits for: ESync's slowest is looked for among those still training.
             host.table.set_present(req.rank, False)
-            releases = self.rendezvous.finish(req.rank, req.seq, now=self.wall_clock())
+            releases = self.rendezvous.finish(req.rank, req.seq, now=self.wall_clock(), stopping=self._stop_agreed())
         return self._release(releases, req.rank)
+
+    def _stop_agreed(self):
+        """The job agreed to stop through ESync's RESET (its rounds carry no ballot): a rank that
+        finishes then ends with the job rather than leaving its loop (the record's cause)."""
+        esync = self.host.rule("esync")
+        return esync is not None and any(getattr(esync, "stop_decisions", {}).values())
 
     def _release(self, releases, rank=None):
         """Turn the rendezvous' releases into replies; returns ``rank``'s own (None: it waits)."""
@@ -491,7 +497,7 @@ class MembershipRule(RulePlugin):
         return self.rendezvous.join(rank, cause=RESTARTED, not_before=not_before, now=self.wall_clock())
 
     def bye(self, rank):
-        self._release(self.rendezvous.depart(rank, "bye", now=self.wall_clock()))
+        self._release(self.rendezvous.depart(rank, "bye", now=self.wall_clock(), stopping=self._stop_agreed()))
         return False
 
     def depart(self, rank, cause):

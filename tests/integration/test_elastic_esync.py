@@ -12,6 +12,7 @@ import time
 import pytest
 
 from .jobs import non_chief_slots, run_leaving_job, start, train_command, wait_for, worker_pid
+from .test_elastic_leave import assert_deaths_recorded
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -74,4 +75,5 @@ def test_kill_9_of_an_esync_worker_with_elastic_the_others_finish_with_equal_mod
     summary = json.loads((out / "summary.json").read_text())
     assert summary["round_members"][0] == 3 and summary["round_members"][-1] == 2
     assert summary["departed_slots"] == killed
+    assert_deaths_recorded(summary, killed, 25, survivors, tmp_path / "job.json")
     assert not child_pids.alive()

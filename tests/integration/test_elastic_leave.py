@@ -89,4 +89,22 @@ def test_kill_9_of_two_workers_at_once_with_elastic_the_survivors_finish_with_eq
     summary = json.loads((out / "summary.json").read_text())
     assert summary["round_members"][0] == 4 and summary["round_members"][-1] == 2
     assert summary["departed_slots"] == killed
+    assert_deaths_recorded(summary, killed, ROUNDS, survivors, tmp_path / "job.json")
     assert not child_pids.alive()
+
+
+def assert_deaths_recorded(summary, killed, rounds, survivors, job_file):
+    """The summary's ``elastic`` record: one leave per killed slot, with the launcher's cause, its time and
+    the first round it missed; the rounds each slot took part in. The job file lists the same exits."""
+    record = summary["elastic"]
+    leaves = [e for e in record["events"] if e["event"] == "leave"]
+    assert sorted(e["slot"] for e in leaves) == killed and len(record["events"]) == len(killed), record
+    for e in leaves:
+        assert e["cause"] == "killed by signal 9 (SIGKILL)" and e["t_s"] > 0, e
+        assert 0 < e["round"] < rounds, e
+        # it took part in every round before the one it missed, and in none after
+        assert record["rounds_by_slot"][str(e["slot"])] == [[0, e["round"] - 1]], record
+    for slot in survivors:
+        assert record["rounds_by_slot"][str(slot)] == [[0, rounds - 1]], record
+    exits = json.loads(job_file.read_text())["worker_exits"]
+    assert sorted(x["slot"] for x in exits) == killed and all("SIGKILL" in x["cause"] for x in exits)

@@ -63,6 +63,15 @@ def test_job_events_take_the_launchers_cause_for_a_death_it_saw_and_a_heartbeat_
                                "cause": "exit code 3"}]
 
 
+def test_a_finish_after_a_stop_agreed_elsewhere_is_no_leave():
+    # ESync's rounds carry no ballot: its RESET decides the stop, the State Server's rule says so
+    r = RoundRendezvous(range(2))
+    _round(r, 0, [0, 1])
+    r.finish(0, "f0", now=1.0, stopping=True)
+    r.finish(1, "f1", now=1.0, stopping=True)
+    assert r.stats()["events"] == []
+
+
 def test_rounds_as_ranges():
     assert rounds_as_ranges([5, 0, 1, 2, 6, 9]) == [[0, 2], [5, 6], [9, 9]]
     assert rounds_as_ranges([]) == []
@@ -111,3 +120,11 @@ def test_the_live_view_shows_who_left_and_who_came_back(tmp_path):
     assert by_slot[1]["present"] and (by_slot[1]["left"], by_slot[1]["joined"]) == (1, 1)
     assert not by_slot[2]["present"] and by_slot[2]["phase"] == "left (exit code 1)"
     assert build_state(devices, "")["job"]["events"] == []
+
+
+def test_a_goodbye_while_training_before_the_stop_is_a_worker_that_left_its_loop():
+    r = RoundRendezvous(range(2))
+    _round(r, 0, [0, 1])
+    r.depart(1, "bye", now=2.0)        # e.g. the simulator's SLOT:leave@T
+    r.depart(0, "bye", now=3.0, stopping=True)   # the job's end
+    assert r.stats()["events"] == [{"event": "leave", "rank": 1, "cause": "left its loop", "round": 1, "t": 2.0}]
