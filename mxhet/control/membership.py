@@ -380,7 +380,7 @@ def job_events(record, exits=(), origin=0.0):
     unused = sorted((dict(e) for e in exits), key=lambda e: e["unix"])
     events = []
     for e in record.get("events", ()):
-        slot = slots.get(e["rank"])
+        slot = e.get("slot", slots.get(e["rank"]))
         t, cause = e["t"], e["cause"]
         if e["event"] == "leave" and cause not in (LEFT_ITS_LOOP, "bye"):
             seen = [x for x in unused if x["slot"] == slot and (t is None or x["unix"] <= t + MATCH_SLACK_S)]
@@ -397,5 +397,15 @@ def job_events(record, exits=(), origin=0.0):
     events += [{"t_s": round(x["unix"] - origin, 3), "event": "leave", "slot": x["slot"],
                 "rank": ranks.get(x["slot"]), "round": None, "cause": x["cause"]} for x in unused]
     events.sort(key=lambda e: float("inf") if e["t_s"] is None else e["t_s"])
-    rounds = {str(slots.get(int(r), r)): rounds_as_ranges(rs) for r, rs in record.get("rounds_by_rank", {}).items()}
-    return {"events": events, "rounds_by_slot": dict(sorted(rounds.items(), key=lambda kv: int(kv[0])))}
+    # A rank may come back for another slot (two workers restarted at once swap ranks): its rounds from
+    # each join on belong to the slot that joined.
+    by_slot = {}
+    for r, taken in record.get("rounds_by_rank", {}).items():
+        mine = [e for e in record.get("events", ()) if e["rank"] == int(r)]
+        holders = [(-1, mine[0].get("slot", slots.get(int(r))) if mine else slots.get(int(r)))]
+        holders += [(e["round"], e.get("slot", slots.get(int(r)))) for e in mine if e["event"] == "join"]
+        for round_ in taken:
+            slot = [s for first, s in holders if first <= round_][-1]
+            by_slot.setdefault(slot, []).append(round_)
+    rounds = {str(s): rounds_as_ranges(rs) for s, rs in sorted(by_slot.items(), key=lambda kv: kv[0])}
+    return {"events": events, "rounds_by_slot": rounds}

@@ -459,6 +459,7 @@ class MembershipRule(RulePlugin):
             # No longer a device Algorithm 2 waits for: ESync's slowest is looked for among those still training.
             host.table.set_present(req.rank, False)
             releases = self.rendezvous.finish(req.rank, req.seq, now=self.wall_clock(), stopping=self._stop_agreed())
+            self._slot_events()
         return self._release(releases, req.rank)
 
     def _stop_agreed(self):
@@ -494,16 +495,26 @@ class MembershipRule(RulePlugin):
         that never left."""
         if rank not in self.rendezvous.gone:
             return None
-        return self.rendezvous.join(rank, cause=RESTARTED, not_before=not_before, now=self.wall_clock())
+        first = self.rendezvous.join(rank, cause=RESTARTED, not_before=not_before, now=self.wall_clock())
+        self._slot_events()
+        return first
+
+    def _slot_events(self):
+        """Name each new record event's slot now: after two workers restarted at once a rank may
+        come back for another slot (:meth:`StateService._on_register`)."""
+        for event in self.rendezvous.events:
+            event.setdefault("slot", self.host.slots.get(event["rank"]))
 
     def bye(self, rank):
         self._release(self.rendezvous.depart(rank, "bye", now=self.wall_clock(), stopping=self._stop_agreed()))
+        self._slot_events()
         return False
 
     def depart(self, rank, cause):
         # The State Server finds a rank dead only by its silence; the launcher, which saw the process
         # end, names the signal or exit code in the chief's summary (mxhet.control.membership.job_events).
         self._release(self.rendezvous.depart(rank, cause, now=self.wall_clock()))
+        self._slot_events()
 
     def stats(self):
         return self.rendezvous.stats()

@@ -95,7 +95,7 @@ def test_the_state_server_sends_the_membership_record_in_pages_with_the_slots(mo
     record = json.loads(text)
     assert record["slots"] == {"0": 1, "1": 0}
     assert record["events"] == [{"event": "leave", "rank": 1, "cause": "died (silent for over 5 s)",
-                                 "round": 0, "t": 123.0}]
+                                 "round": 0, "t": 123.0, "slot": 0}]
 
 
 def test_the_watch_records_each_departure_once_and_a_death_restarted_at_once():
@@ -128,3 +128,33 @@ def test_a_goodbye_while_training_before_the_stop_is_a_worker_that_left_its_loop
     r.depart(1, "bye", now=2.0)        # e.g. the simulator's SLOT:leave@T
     r.depart(0, "bye", now=3.0, stopping=True)   # the job's end
     assert r.stats()["events"] == [{"event": "leave", "rank": 1, "cause": "left its loop", "round": 1, "t": 2.0}]
+
+
+def test_two_workers_restarted_at_once_may_swap_ranks_and_each_keeps_its_slot():
+    # PS-LITE gives each replacement the first dead id it finds: slot 1's process may come back as
+    # rank 2 and slot 2's as rank 1. The State Server takes a rank that left back for another slot.
+    svc = StateService(3, now=0.0, rules=("membership",))
+    for rank in range(3):
+        assert svc.handle(m.Register(rank=rank, seq=1, slot=rank, incarnation=1), 0.0, sender=rank).ok
+    svc.depart(1, "died (silent for over 5 s)")
+    svc.depart(2, "died (silent for over 5 s)")
+    assert svc.handle(m.Register(rank=2, seq=1, slot=1, incarnation=7), 1.0, sender="b").ok
+    # a live rank's slot cannot be taken, and a live rank cannot change slots
+    assert "slot 0 is already held" in svc.handle(m.Register(rank=1, seq=1, slot=0, incarnation=8), 1.0,
+                                                  sender="c").error
+    assert svc.handle(m.Register(rank=1, seq=2, slot=2, incarnation=8), 1.0, sender="c").ok
+    assert "already registered for slot 0" in svc.handle(m.Register(rank=0, seq=2, slot=2, incarnation=1),
+                                                         1.0, sender=0).error
+    assert svc.slots == {0: 0, 1: 2, 2: 1}
+    record = dict(svc.rule("membership").stats(), slots={str(r): s for r, s in svc.slots.items()})
+    got = job_events(record)
+    assert [(e["event"], e["rank"], e["slot"]) for e in got["events"]] == [
+        ("leave", 1, 1), ("leave", 2, 2), ("join", 2, 1), ("join", 1, 2)]
+    # the rounds of a rank before its join belong to the slot it had, from its join on to the new one
+    swapped = {"slots": {"0": 0, "1": 2, "2": 1},
+               "events": [{"event": "leave", "rank": 1, "slot": 1, "round": 2, "cause": "died", "t": 1.0},
+                          {"event": "leave", "rank": 2, "slot": 2, "round": 2, "cause": "died", "t": 1.0},
+                          {"event": "join", "rank": 2, "slot": 1, "round": 5, "cause": "restarted", "t": 2.0},
+                          {"event": "join", "rank": 1, "slot": 2, "round": 6, "cause": "restarted", "t": 2.0}],
+               "rounds_by_rank": {"0": list(range(9)), "1": [0, 1, 6, 7, 8], "2": [0, 1, 5, 6, 7, 8]}}
+    assert job_events(swapped)["rounds_by_slot"] == {"0": [[0, 8]], "1": [[0, 1], [5, 8]], "2": [[0, 1], [6, 8]]}
