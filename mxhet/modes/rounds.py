@@ -26,6 +26,8 @@ else's. A dead worker leaves through the State Server's heartbeat watch
 """
 import json
 import logging
+import os
+import signal
 import time
 
 import mxnet as mx
@@ -188,6 +190,8 @@ class RoundMembers:
         scaled deltas in ``_sends``, say done, pull the model once every member is done or gone,
         and account for the times; returns ``(t2, t4)``, the push's end and the pull's."""
         self.channel.push(self.keys, self._sends)
+        if self.config.test_kill_after_push:
+            _test_kill_after_push(self.config.test_kill_after_push, self.channel.rank, round_index, self._sends)
         t2 = self.clock()
         complete = self.client.round_done(round_index, timeout=ROUND_WAIT_S)
         t3 = self.clock()
@@ -201,3 +205,18 @@ class RoundMembers:
         if not complete:
             self.incomplete_rounds.append(round_index)
         return t2, t4
+
+
+def _test_kill_after_push(spec, rank, round_index, sent):
+    """Tests only (``MXHET_TEST_KILL_AFTER_PUSH=RANK:ROUND[:PATH]``): die by SIGKILL between the push and the
+    pull of that round -- after saving what was pushed to PATH -- so that a test can check the death in the
+    exchange itself."""
+    parts = spec.split(":", 2)
+    if (int(parts[0]), int(parts[1])) != (rank, round_index):
+        return
+    mx.nd.waitall()   # the push has left (and its deltas are final)
+    if len(parts) == 3:
+        import numpy as np
+        with open(parts[2], "wb") as f:
+            np.savez(f, *[d.asnumpy() for d in sent])
+    os.kill(os.getpid(), signal.SIGKILL)
