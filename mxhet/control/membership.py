@@ -48,6 +48,10 @@ ELASTIC_MODES = ("localsgd", "esync")
 """The modes whose rounds the State Server names (a worker may leave or die and
 the others go on): ``mxhet-launch --elastic`` and the simulator's ``--events``
 accept these."""
+CLUSTER_ELASTIC_MODES = ELASTIC_MODES + ("async",)
+"""``mxhet-launch --elastic`` accepts these: the round modes, and ``async``, which has no round to
+release -- nobody waits for another's push -- and whose end (the final barrier before the last pull)
+runs on this rendezvous' finish instead of PS-LITE's barrier, which counts the dead."""
 
 
 LEFT_ITS_LOOP = "left its loop"
@@ -192,7 +196,7 @@ class RoundRendezvous:
             return [(rank, token, self.failed)]
         if rank in self.gone:
             raise ValueError("rank %d finishes after it left" % rank)
-        if rank in self.training and self.stop_round is None and not stopping:
+        if rank in self.training and self._before_stop(stopping):
             self._record("leave", rank, LEFT_ITS_LOOP, self._next_round(rank), now)
         self.training.discard(rank)
         k = self.finish_calls.get(rank, 0) + 1
@@ -212,7 +216,7 @@ class RoundRendezvous:
         was_training = rank in self.training
         if was_training and cause != "bye":
             self._record("leave", rank, cause, self._next_round(rank), now)
-        elif was_training and self.stop_round is None and not stopping:
+        elif was_training and self._before_stop(stopping):
             self._record("leave", rank, LEFT_ITS_LOOP, self._next_round(rank), now)
         self.gone.add(rank)
         self.training.discard(rank)
@@ -254,9 +258,15 @@ class RoundRendezvous:
         self._record("join", rank, cause, first, now)
         return first
 
+    def _before_stop(self, stopping):
+        """No stop agreed yet, in a job with rounds (with none -- async -- every worker ends on its own)."""
+        return self.stop_round is None and not stopping and self._latest >= 0
+
     def _next_round(self, rank):
         """The first round ``rank`` no longer takes part in: the one after the last it was a member of."""
         taken = [r for r, members in self.members.items() if rank in members]
+        if not taken and self._latest < 0 and rank not in self.joined_from:
+            return None   # a job without rounds (async)
         return max(taken) + 1 if taken else self.joined_from.get(rank, 0)
 
     def _record(self, event, rank, cause, round_, now):

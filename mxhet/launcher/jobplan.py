@@ -350,6 +350,8 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
         if args.epsilon is not None:
             argv += ["--epsilon", repr(args.epsilon)]
         rules = getattr(args, "state_rules", None)   # None: every rule (a plan made without a mode spec)
+        if rules is not None and getattr(args, "elastic", False) and "membership" not in rules:
+            rules = tuple(rules) + ("membership",)   # --elastic async: its final barrier counts the live workers
         if rules is not None:
             argv += ["--rules", ",".join(rules) or "none"]
         if getattr(args, "control_keys", ""):

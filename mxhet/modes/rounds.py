@@ -43,6 +43,33 @@ local steps, or for the whole job at the end) before giving up. The launcher's
 ``--timeout`` and the State Server's heartbeat watch end a stuck job first."""
 
 _KEPT_ALIVE = []
+
+
+def elastic_record(mode):
+    """Each leave and join of ``mode``'s job (seconds since this worker's training started, round, cause)
+    and the rounds each slot took part in (:func:`mxhet.control.membership.job_events`); None, with a
+    warning, when the State Server cannot send its record: the summary is still written."""
+    try:
+        record = mode.client.membership_record()
+    except (ProtocolError, StateServerTimeout) as exc:
+        LOG.warning("the membership record could not be fetched: %s", exc)
+        return None
+    exits = []
+    if mode.config.exits_file:   # the launcher's sight of the processes that ended (local workers)
+        try:
+            with open(mode.config.exits_file) as f:
+                exits = json.load(f)
+        except (OSError, ValueError):
+            exits = []
+    started = mode._t_start if mode._t_start is not None else mode.clock()
+    return job_events(record, exits, origin=time.time() - (mode.clock() - started))
+
+
+def keep_kvstore_alive(kv):
+    """Never free ``kv`` before the process ends (``mxhet.Trainer`` ends it with ``os._exit`` under
+    ``--elastic``): the dist kvstore's destructor waits in PS-LITE's barrier for every worker, a dead
+    one included."""
+    _KEPT_ALIVE.append(kv)
 LOG = logging.getLogger("mxhet.modes")
 
 
@@ -58,10 +85,7 @@ class RoundMembers:
         if not self.config.state_server:
             raise ConfigError("mode %r needs the State Server (start the job with mxhet-launch)" % self.name)
         if self.config.elastic:
-            # Never freed before the process ends (mxhet.Trainer ends it with os._exit under
-            # --elastic): the dist kvstore's destructor waits in PS-LITE's barrier for every
-            # worker, a dead one included.
-            _KEPT_ALIVE.append(self.channel.kv)
+            keep_kvstore_alive(self.channel.kv)
         self.client = self.join_state_server()
         first = getattr(self.client, "registered_round", 0)
         if first > self.stats.rounds:
@@ -167,23 +191,7 @@ class RoundMembers:
         return fields
 
     def elastic_record(self):
-        """Each leave and join of the job (seconds since this worker's training started, round, cause) and
-        the rounds each slot took part in (:func:`mxhet.control.membership.job_events`); None, with a
-        warning, when the State Server cannot send its record: the summary is still written."""
-        try:
-            record = self.client.membership_record()
-        except (ProtocolError, StateServerTimeout) as exc:
-            LOG.warning("the membership record could not be fetched: %s", exc)
-            return None
-        exits = []
-        if self.config.exits_file:   # the launcher's sight of the processes that ended (local workers)
-            try:
-                with open(self.config.exits_file) as f:
-                    exits = json.load(f)
-            except (OSError, ValueError):
-                exits = []
-        started = self._t_start if self._t_start is not None else self.clock()
-        return job_events(record, exits, origin=time.time() - (self.clock() - started))
+        return elastic_record(self)
 
     def _push_done_pull(self, round_index, members, weights, t0, t1):
         """The end of a member round, after entering it at ``t0`` (answered at ``t1``): push the

@@ -95,7 +95,7 @@ def test_the_state_server_sends_the_membership_record_in_pages_with_the_slots(mo
     record = json.loads(text)
     assert record["slots"] == {"0": 1, "1": 0}
     assert record["events"] == [{"event": "leave", "rank": 1, "cause": "died (silent for over 5 s)",
-                                 "round": 0, "t": 123.0, "slot": 0}]
+                                 "round": None, "t": 123.0, "slot": 0}]   # no round entered yet
 
 
 def test_the_watch_records_each_departure_once_and_a_death_restarted_at_once():
@@ -158,3 +158,34 @@ def test_two_workers_restarted_at_once_may_swap_ranks_and_each_keeps_its_slot():
                           {"event": "join", "rank": 1, "slot": 2, "round": 6, "cause": "restarted", "t": 2.0}],
                "rounds_by_rank": {"0": list(range(9)), "1": [0, 1, 6, 7, 8], "2": [0, 1, 5, 6, 7, 8]}}
     assert job_events(swapped)["rounds_by_slot"] == {"0": [[0, 8]], "1": [[0, 1], [5, 8]], "2": [[0, 1], [6, 8]]}
+
+
+def test_elastic_async_loads_the_round_rendezvous_and_other_modes_are_refused_by_name():
+    import pytest
+    from mxhet import launcher
+    from mxhet.errors import ConfigError
+    plan = launcher.plan(["-n", "3", "-s", "1", "--sync", "async", "--elastic", "--", "python", "train.py"])
+    [state] = [p for p in plan.processes if p.role == "state-server"]
+    assert state.argv[state.argv.index("--rules") + 1].split(",")[-1] == "membership"
+    plain = launcher.plan(["-n", "3", "-s", "1", "--sync", "async", "--", "python", "train.py"])
+    [state] = [p for p in plain.processes if p.role == "state-server"]
+    assert "membership" not in state.argv[state.argv.index("--rules") + 1]
+    for mode in ("sync", "nodelay", "preduce", "ssp"):
+        with pytest.raises(ConfigError, match="--elastic works in modes localsgd, esync, async, not '%s'" % mode):
+            launcher.plan(["-n", "3", "--sync", mode, "--elastic", "--", "python", "train.py"])
+
+
+def test_without_rounds_async_workers_end_on_their_own_and_only_a_death_is_recorded():
+    r = RoundRendezvous(range(3))
+    r.depart(1, "died (silent for over 3 s)", now=5.0)
+    r.finish(0, "f0", now=9.0)
+    r.finish(2, "f2", now=9.5)
+    assert [(e["event"], e["rank"], e["round"]) for e in r.stats()["events"]] == [("leave", 1, None)]
+
+
+def test_restarts_are_refused_in_async_which_has_no_round_boundary_to_rejoin_at():
+    import pytest
+    from mxhet import launcher
+    from mxhet.errors import ConfigError
+    with pytest.raises(ConfigError, match="--max-restarts works in modes localsgd, esync, not 'async'"):
+        launcher.plan(["-n", "3", "--sync", "async", "--elastic", "--max-restarts", "1", "--", "python", "t.py"])
