@@ -189,3 +189,27 @@ def test_restarts_are_refused_in_async_which_has_no_round_boundary_to_rejoin_at(
     from mxhet.errors import ConfigError
     with pytest.raises(ConfigError, match="--max-restarts works in modes localsgd, esync, not 'async'"):
         launcher.plan(["-n", "3", "--sync", "async", "--elastic", "--max-restarts", "1", "--", "python", "t.py"])
+
+
+def test_the_supervisor_records_each_exit_for_the_job_file_the_chief_and_the_live_view(tmp_path):
+    import types
+    from mxhet.launcher.supervisor import Supervisor
+    from mxhet.observe.live import read_events
+    live = tmp_path / "live"
+    live.mkdir()
+    plan = types.SimpleNamespace(elastic=True, worker_restarts=1, worker_restart_delay=0.0, live_dir=str(live))
+    sup = Supervisor(plan)
+    sup.progress_dir = str(tmp_path)
+    worker = types.SimpleNamespace(spec=types.SimpleNamespace(slot=2, role="worker", remote=False),
+                                   popen=types.SimpleNamespace(returncode=-9))
+    sup.children = [worker]
+    sup.watch.departures.append((0, sup._t0 + 4.0))
+    sup._note_exits()
+    [exit_] = sup.worker_exits
+    assert (exit_["slot"], exit_["cause"], exit_["died_s"]) == (2, "killed by signal 9 (SIGKILL)", 4.0)
+    assert abs(exit_["unix"] - (sup.started + 4.0)) < 1e-3
+    assert json.loads((tmp_path / "exits.json").read_text()) == sup.worker_exits
+    assert sup._progress_env(worker.spec)["MXHET_EXITS_FILE"] == str(tmp_path / "exits.json")
+    sup.worker_restarts.append({"slot": 2, "cause": "x", "died_s": 4.0, "restarted_s": 9.0})
+    sup._feed_events()
+    assert [(e["event"], e["slot"], e["t_s"]) for e in read_events(str(live))] == [("leave", 2, 4.0), ("join", 2, 9.0)]
