@@ -36,6 +36,13 @@ variables; the rest of the code receives a :class:`WorkerConfig`.
 ``MXHET_PROGRESS_FILE`` where the worker notes for the launcher's hang watch that its
                        Trainer exists (``trainer``) and that it finished a step
                        (``batch``); empty = none (see :mod:`mxhet.launcher.watch`)
+``MXHET_EXITS_FILE``   ``--elastic``: where the launcher lists the workers whose process
+                       ended while the job went on (JSON: slot, cause, Unix time), for the
+                       chief's summary; empty = none
+``MXHET_TEST_KILL_AFTER_PUSH`` tests only: ``RANK:ROUND[:PATH]`` -- the worker of that PS-LITE
+                       rank saves the deltas it pushed in that round to PATH (.npz) and
+                       sends itself SIGKILL between its push and its pull (a death in the
+                       exchange itself, :mod:`mxhet.modes.rounds`); empty = never
 ``DMLC_NUM_SERVER``    number of parameter servers (PS-LITE's own variable)
 ``DMLC_ROLE``          PS-LITE role of this process
 =====================  ==========================================================
@@ -216,6 +223,8 @@ class WorkerConfig:
     data_dir: str = DEFAULT_DATA_DIR
     live_dir: str = ""
     progress_file: str = ""
+    exits_file: str = ""    # --elastic: the launcher's record of worker processes that ended (MXHET_EXITS_FILE)
+    test_kill_after_push: str = ""   # tests only: RANK:ROUND[:PATH] (MXHET_TEST_KILL_AFTER_PUSH)
     elastic: bool = False   # mxhet-launch --elastic: a worker that dies leaves the job, the others train on
 
     def slowdown_at(self, seconds):
@@ -275,6 +284,8 @@ def worker_config(env=None):
         data_dir=env.get("MXHET_DATA_DIR", "") or DEFAULT_DATA_DIR,
         live_dir=env.get("MXHET_LIVE_DIR", ""),
         progress_file=env.get("MXHET_PROGRESS_FILE", ""),
+        exits_file=env.get("MXHET_EXITS_FILE", ""),
+        test_kill_after_push=env.get("MXHET_TEST_KILL_AFTER_PUSH", ""),
         elastic=env.get("MXHET_ELASTIC", "") == "1",
     )
 

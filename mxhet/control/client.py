@@ -325,6 +325,26 @@ class StateClient:
         except ValueError as exc:
             raise ProtocolError("the ADSP record is not JSON: %s" % exc) from None
 
+    def membership_record(self):
+        """The round rendezvous' record (a dict, :class:`~mxhet.control.messages.MembershipRecord`),
+        fetched page by page.
+
+        Raises:
+            ProtocolError: when the pages do not add up to the announced length or to JSON.
+        """
+        text, total = "", None
+        while total is None or len(text) < total:
+            reply = self.request(self._message(m.MembershipRecord, start=len(text)))
+            if total is not None and reply.k != total or not reply.payload and len(text) < reply.k:
+                raise ProtocolError("membership record pages do not add up (%d of %d characters)"
+                                    % (len(text), reply.k))
+            total = reply.k
+            text += reply.payload
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise ProtocolError("the membership record is not JSON: %s" % exc) from None
+
     def reduce_join(self, group_size, dynamic, alpha, avoid_frozen, window):
         """Partial Reduce: tell the controller the job's settings (the same on every worker)."""
         self.request(self._message(m.ReduceJoin, group_size=int(group_size), dynamic=bool(dynamic),

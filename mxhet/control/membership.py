@@ -48,6 +48,14 @@ ELASTIC_MODES = ("localsgd", "esync")
 """The modes whose rounds the State Server names (a worker may leave or die and
 the others go on): ``mxhet-launch --elastic`` and the simulator's ``--events``
 accept these."""
+CLUSTER_ELASTIC_MODES = ELASTIC_MODES + ("async",)
+"""``mxhet-launch --elastic`` accepts these: the round modes, and ``async``, which has no round to
+release -- nobody waits for another's push -- and whose end (the final barrier before the last pull)
+runs on this rendezvous' finish instead of PS-LITE's barrier, which counts the dead."""
+
+
+LEFT_ITS_LOOP = "left its loop"
+"""The record's cause for a worker that stopped training before the job agreed to stop."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +136,8 @@ class RoundRendezvous:
         self.joined_from = {}        # rank -> first round it takes part in after a rejoin
         self.joins = []              # (rank, cause, first round) per rejoin, for the record
         self._latest = -1            # the highest round any worker entered (or a restart found)
+        self.stop_round = None       # the round after which the job agreed to stop (a ballot), once known
+        self.events = []             # leave / join records with the caller's time (stats()["events"])
 
     # -- requests ---------------------------------------------------------------
     def enter(self, rank, round_, token, ballot=False, counts=()):
@@ -173,27 +183,41 @@ class RoundRendezvous:
         self.done_ranks.setdefault(round_, {})[rank] = token
         return self._close_rounds()
 
-    def finish(self, rank, token):
+    def finish(self, rank, token, now=None, stopping=False):
         """``rank`` stopped training; it is answered once nobody trains. Returns the releases.
 
         A k-th finish is a barrier: answered once every rank still in the job
         has sent k (the end of the job's bookkeeping, after the final model).
+        A rank that stops training before the job agreed to stop (a ballot here, or
+        ``stopping``: the caller knows of a stop agreed elsewhere, ESync's RESET) left
+        its loop (recorded at ``now``, the caller's clock in seconds).
         """
         if self.failed is not None:
             return [(rank, token, self.failed)]
         if rank in self.gone:
             raise ValueError("rank %d finishes after it left" % rank)
+        if rank in self.training and self._before_stop(stopping):
+            self._record("leave", rank, LEFT_ITS_LOOP, self._next_round(rank), now)
         self.training.discard(rank)
         k = self.finish_calls.get(rank, 0) + 1
         self.finish_calls[rank] = k
         self.finishing[rank] = (token, k)
         return self._close_entries() + self._close_rounds() + self._close_job()
 
-    def depart(self, rank, cause="bye"):
-        """``rank`` is gone (``cause``: "bye", "died", ...); returns the releases."""
+    def depart(self, rank, cause="bye", now=None, stopping=False):
+        """``rank`` is gone (``cause``: "bye", "died", ...); returns the releases.
+
+        The record (at ``now``, the caller's clock in seconds) lists a rank that still trained: a
+        death, or a goodbye before the job agreed to stop (``stopping``: as in :meth:`finish`), which
+        is a rank that left its loop (a goodbye after the stop is the job's end).
+        """
         if rank in self.gone:
             return []
         was_training = rank in self.training
+        if was_training and cause != "bye":
+            self._record("leave", rank, cause, self._next_round(rank), now)
+        elif was_training and self._before_stop(stopping):
+            self._record("leave", rank, LEFT_ITS_LOOP, self._next_round(rank), now)
         self.gone.add(rank)
         self.training.discard(rank)
         self.finishing.pop(rank, None)
@@ -209,7 +233,7 @@ class RoundRendezvous:
                               % (rank, cause, len(self.training), self.min_workers))
         return self._close_entries() + self._close_rounds() + self._close_job()
 
-    def join(self, rank, cause="restarted", not_before=0):
+    def join(self, rank, cause="restarted", not_before=0, now=None):
         """``rank``, gone, comes back (``cause`` for the record); returns the first round it
         takes part in: the round after the highest any worker has entered, so no round
         under way waits for it, and never before ``not_before`` (the round its own
@@ -231,7 +255,23 @@ class RoundRendezvous:
         self.finish_calls[rank] = min(self.finish_calls.get(r, 0) for r in self.ranks - self.gone)
         self.joined_from[rank] = first
         self.joins.append((rank, cause, first))
+        self._record("join", rank, cause, first, now)
         return first
+
+    def _before_stop(self, stopping):
+        """No stop agreed yet, in a job with rounds (with none -- async -- every worker ends on its own)."""
+        return self.stop_round is None and not stopping and self._latest >= 0
+
+    def _next_round(self, rank):
+        """The first round ``rank`` no longer takes part in: the one after the last it was a member of."""
+        taken = [r for r, members in self.members.items() if rank in members]
+        if not taken and self._latest < 0 and rank not in self.joined_from:
+            return None   # a job without rounds (async)
+        return max(taken) + 1 if taken else self.joined_from.get(rank, 0)
+
+    def _record(self, event, rank, cause, round_, now):
+        self.events.append({"event": event, "rank": rank, "cause": cause, "round": round_,
+                            "t": None if now is None else round(float(now), 3)})
 
     def _required(self, round_):
         """The workers round ``round_``'s entry waits for: those training, less the rejoined
@@ -249,6 +289,8 @@ class RoundRendezvous:
             self.members[round_] = frozenset(entry)
             answer = Entered(round_, len(entry), sum(ballot for _, ballot in entry.values()),
                              _sum_counts(self.entry_counts.pop(round_, {}), entry))
+            if answer.ballots and self.stop_round is None:
+                self.stop_round = round_
             out.extend((rank, token, answer) for rank, (token, _) in sorted(entry.items()))
         return out
 
@@ -286,7 +328,10 @@ class RoundRendezvous:
 
     def stats(self):
         """The record: each round's members, the rounds each rank took part in, each departure
-        (rank, cause, round being entered) and each rejoin (rank, cause, first round it takes part in)."""
+        (rank, cause, round being entered), each rejoin (rank, cause, first round it takes part in)
+        and ``events``: each leave of a rank that trained and each join, in order (``event``, ``rank``,
+        ``cause``, ``round``: the first round it no longer / again takes part in, ``t``: the
+        caller's clock in seconds, None when it gave none)."""
         taken = {}
         for round_, members in sorted(self.members.items()):
             for rank in members:
@@ -297,4 +342,80 @@ class RoundRendezvous:
                                for rank, cause, round_ in self.departures],
                 "joins": [{"rank": rank, "cause": cause, "round": round_}
                           for rank, cause, round_ in self.joins],
+                "events": [dict(e) for e in self.events],
                 "min_workers": self.min_workers}
+
+
+RESTARTED = "restarted"
+"""The record's cause of a join: a worker's process started again (or, in the simulator, a device back)."""
+HEARTBEAT_TIMEOUT = "heartbeat timeout"
+"""The record's cause of a death only the State Server saw (silent for its heartbeat timeout)."""
+SAID_GOODBYE = "said goodbye"
+"""The record's cause of a worker that said goodbye while it still trained."""
+MATCH_SLACK_S = 1.0
+"""Seconds by which the launcher's sight of a death may follow the State Server's (both clocks are Unix time,
+read on the launcher's host) and still be the same death."""
+
+
+def rounds_as_ranges(rounds):
+    """``[0, 1, 2, 5, 6]`` -> ``[[0, 2], [5, 6]]`` (inclusive ranges, in order)."""
+    out = []
+    for r in sorted(rounds):
+        if out and r == out[-1][1] + 1:
+            out[-1][1] = r
+        else:
+            out.append([r, r])
+    return out
+
+
+def job_events(record, exits=(), origin=0.0):
+    """The leaves and joins of a job for its summary, from the round rendezvous' record and the launcher's.
+
+    Args:
+        record: the State Server's membership record (:meth:`RoundRendezvous.stats` with ``slots``:
+            rank -> slot; event times in Unix seconds).
+        exits: the launcher's record of workers whose process ended while the job went on: dicts with
+            ``slot``, ``cause`` ("killed by signal 9", "exit code 3") and ``unix`` (when it saw it).
+        origin: the Unix time the summary's seconds count from (the run's start).
+
+    Returns:
+        ``{"events": [...], "rounds_by_slot": {slot: [[first, last], ...]}}``; each event has ``t_s``
+        (seconds since ``origin``), ``event`` ("leave" / "join"), ``slot``, ``rank``, ``round`` (the first
+        round it no longer / again takes part in; None for a process end the State Server never counted)
+        and ``cause``: "left its loop", "killed by signal N" / "exit code N" (the launcher saw the process
+        end), "heartbeat timeout" (only the State Server's silence watch saw it), "said goodbye" or
+        "restarted".
+    """
+    slots = {int(r): s for r, s in (record.get("slots") or {}).items()}
+    unused = sorted((dict(e) for e in exits), key=lambda e: e["unix"])
+    events = []
+    for e in record.get("events", ()):
+        slot = e.get("slot", slots.get(e["rank"]))
+        t, cause = e["t"], e["cause"]
+        if e["event"] == "leave" and cause not in (LEFT_ITS_LOOP, "bye"):
+            seen = [x for x in unused if x["slot"] == slot and (t is None or x["unix"] <= t + MATCH_SLACK_S)]
+            if seen:
+                unused.remove(seen[0])
+                t, cause = seen[0]["unix"], seen[0]["cause"]
+            else:
+                cause = HEARTBEAT_TIMEOUT
+        elif cause == "bye":
+            cause = SAID_GOODBYE
+        events.append({"t_s": None if t is None else round(t - origin, 3), "event": e["event"], "slot": slot,
+                       "rank": e["rank"], "round": e["round"], "cause": cause})
+    ranks = {s: r for r, s in slots.items()}
+    events += [{"t_s": round(x["unix"] - origin, 3), "event": "leave", "slot": x["slot"],
+                "rank": ranks.get(x["slot"]), "round": None, "cause": x["cause"]} for x in unused]
+    events.sort(key=lambda e: float("inf") if e["t_s"] is None else e["t_s"])
+    # A rank may come back for another slot (two workers restarted at once swap ranks): its rounds from
+    # each join on belong to the slot that joined.
+    by_slot = {}
+    for r, taken in record.get("rounds_by_rank", {}).items():
+        mine = [e for e in record.get("events", ()) if e["rank"] == int(r)]
+        holders = [(-1, mine[0].get("slot", slots.get(int(r))) if mine else slots.get(int(r)))]
+        holders += [(e["round"], e.get("slot", slots.get(int(r)))) for e in mine if e["event"] == "join"]
+        for round_ in taken:
+            slot = [s for first, s in holders if first <= round_][-1]
+            by_slot.setdefault(slot, []).append(round_)
+    rounds = {str(s): rounds_as_ranges(rs) for s, rs in sorted(by_slot.items(), key=lambda kv: kv[0])}
+    return {"events": events, "rounds_by_slot": rounds}

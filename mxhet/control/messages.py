@@ -493,7 +493,22 @@ class RoundFinish(Request):
         super().validate()
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MembershipRecord(Request):
+    """Rank 0 asks for the round rendezvous' record (each leave and join, the rounds
+    each rank took part in, the slots; for its run's summary), as JSON text in pages
+    as :class:`AdspRecord`: ``payload`` holds the characters from ``start`` on, ``k``
+    the whole length; the text is fixed when a page with ``start`` 0 is asked for."""
+    TYPE = "membership_record"
+    start: int = 0
+
+    def validate(self):
+        super().validate()
+        _check_int("start", self.start)
+
+
 _ROUND_TYPES = (RoundEnter, RoundDone, RoundFinish)   # the round rendezvous (mxhet.control.membership)
+REQUEST_TYPES[MembershipRecord.TYPE] = MembershipRecord   # read-only: no replay needed
 REQUEST_TYPES.update({cls.TYPE: cls for cls in _ROUND_TYPES})
 REPLAYABLE.update(cls.TYPE for cls in _ROUND_TYPES)
 ALL_TYPES = dict(REQUEST_TYPES, **{Reply.TYPE: Reply})

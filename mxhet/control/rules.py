@@ -15,12 +15,13 @@ A plugin reaches the service only through the few things it is given:
 ``host.left``.
 """
 import json
+import time
 
 from ..errors import ProtocolError
 from . import adsp
 from . import messages as m
 from .gcada import GroupCoordinator
-from .membership import Done, Entered, Finished, RoundRendezvous, TooFewWorkers
+from .membership import RESTARTED, Done, Entered, Finished, RoundRendezvous, TooFewWorkers
 from .nodelay import TransferRule
 from .preduce import PartialReduceController
 from .state_rule import LazyHeap
@@ -426,11 +427,15 @@ class MembershipRule(RulePlugin):
     """The members of each synchronous round on dist_async (:mod:`.membership`)."""
 
     NAME = "membership"
-    KINDS = (m.RoundEnter.TYPE, m.RoundDone.TYPE, m.RoundFinish.TYPE)
+    KINDS = (m.RoundEnter.TYPE, m.RoundDone.TYPE, m.RoundFinish.TYPE, m.MembershipRecord.TYPE)
 
-    def __init__(self, host, min_workers=1):
+    def __init__(self, host, min_workers=1, wall_clock=time.time):
         super().__init__(host)
         self.rendezvous = RoundRendezvous(range(host.num_workers), min_workers=min_workers)
+        # The leave / join record's times: Unix seconds, so that the chief can put them on its run's clock
+        # and beside the launcher's (a record, never a decision).
+        self.wall_clock = wall_clock
+        self._text = None   # the record's JSON, paged out by MembershipRecord
 
     def handle(self, req, now):
         host = self.host
@@ -444,11 +449,24 @@ class MembershipRule(RulePlugin):
             releases = self.rendezvous.enter(req.rank, req.round, req.seq, req.want_stop, req.counts)
         elif req.TYPE == m.RoundDone.TYPE:
             releases = self.rendezvous.done(req.rank, req.round, req.seq)
+        elif req.TYPE == m.MembershipRecord.TYPE:
+            # A page of the record with the slots (the chief's summary); the text is taken anew at page 0.
+            if req.start == 0 or self._text is None:
+                self._text = json.dumps(dict(self.stats(), slots={str(r): s for r, s in sorted(host.slots.items())}),
+                                        separators=(",", ":"), ensure_ascii=True)
+            return m.Reply(seq=req.seq, payload=self._text[req.start:req.start + m.RECORD_PAGE], k=len(self._text))
         else:
             # No longer a device Algorithm 2 waits for: ESync's slowest is looked for among those still training.
             host.table.set_present(req.rank, False)
-            releases = self.rendezvous.finish(req.rank, req.seq)
+            releases = self.rendezvous.finish(req.rank, req.seq, now=self.wall_clock(), stopping=self._stop_agreed())
+            self._slot_events()
         return self._release(releases, req.rank)
+
+    def _stop_agreed(self):
+        """The job agreed to stop through ESync's RESET (its rounds carry no ballot): a rank that
+        finishes then ends with the job rather than leaving its loop (the record's cause)."""
+        esync = self.host.rule("esync")
+        return esync is not None and any(getattr(esync, "stop_decisions", {}).values())
 
     def _release(self, releases, rank=None):
         """Turn the rendezvous' releases into replies; returns ``rank``'s own (None: it waits)."""
@@ -475,14 +493,28 @@ class MembershipRule(RulePlugin):
         """The round from which a worker back after it left or died takes part
         (the next round boundary, never before ``not_before``); None for a rank
         that never left."""
-        return self.rendezvous.join(rank, not_before=not_before) if rank in self.rendezvous.gone else None
+        if rank not in self.rendezvous.gone:
+            return None
+        first = self.rendezvous.join(rank, cause=RESTARTED, not_before=not_before, now=self.wall_clock())
+        self._slot_events()
+        return first
+
+    def _slot_events(self):
+        """Name each new record event's slot now: after two workers restarted at once a rank may
+        come back for another slot (:meth:`StateService._on_register`)."""
+        for event in self.rendezvous.events:
+            event.setdefault("slot", self.host.slots.get(event["rank"]))
 
     def bye(self, rank):
-        self._release(self.rendezvous.depart(rank, "bye"))
+        self._release(self.rendezvous.depart(rank, "bye", now=self.wall_clock(), stopping=self._stop_agreed()))
+        self._slot_events()
         return False
 
     def depart(self, rank, cause):
-        self._release(self.rendezvous.depart(rank, cause))
+        # The State Server finds a rank dead only by its silence; the launcher, which saw the process
+        # end, names the signal or exit code in the chief's summary (mxhet.control.membership.job_events).
+        self._release(self.rendezvous.depart(rank, cause, now=self.wall_clock()))
+        self._slot_events()
 
     def stats(self):
         return self.rendezvous.stats()

@@ -179,8 +179,16 @@ class StateService:
                 raise ProtocolError("the model of rank %d (slot %d) differs from rank %d's in parameter shapes "
                                     "or dtypes" % (req.rank, req.slot, self.signature[1]))
         known = self.slots.get(req.rank)
-        if known is not None and known != req.slot:
+        if known is not None and known != req.slot and req.rank not in self.left:
             raise ProtocolError("rank %d is already registered for slot %d" % (req.rank, known))
+        # Two workers dead at once and started again: PS-LITE's recovery gives each replacement the
+        # first dead id it finds (van.cc UpdateLocalID), so the two may swap ranks. A rank that left may
+        # come back for another slot; a slot is never held by two live ranks.
+        holder = next((r for r, s in self.slots.items() if s == req.slot and r != req.rank and r not in self.left),
+                      None)
+        if holder is not None:
+            raise ProtocolError("slot %d is already held by live rank %d (rank %d registers for it)"
+                                % (req.slot, holder, req.rank))
         self.slots[req.rank] = req.slot
         self.left.discard(req.rank)
         self.present.add(req.rank)

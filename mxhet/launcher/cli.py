@@ -7,12 +7,12 @@ import sys
 import tempfile
 
 from ..config import parse_base_iter, parse_context, parse_delay_ms, parse_slowdown, parse_slowdown_schedule
-from ..control.membership import ELASTIC_MODES
+from ..control.membership import CLUSTER_ELASTIC_MODES, ELASTIC_MODES
 from ..errors import ConfigError
 from ..observe import launch as live_view
 from ..policy.flags import add_mode_arguments, resolve_args
-from .jobplan import (DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_SYNC, EXIT_OK, EXIT_USAGE, _lookup_mode, build_plan,
-                   read_hostfile)
+from .jobplan import (DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_SYNC, EXIT_OK, EXIT_USAGE, PS_MAX_RECOVERIES, _lookup_mode,
+                   build_plan, read_hostfile)
 from .supervisor import run_plan
 from .watch import DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S, DEFAULT_START_GRACE_S
 
@@ -85,14 +85,16 @@ def build_parser():
     state.add_argument("--elastic", action="store_true",
                        help="a worker that dies (killed, crashed, silent for --heartbeat-timeout, default 5 s "
                             "here) leaves the job and the others train on, in the modes whose rounds the State "
-                            "Server names (%s); without it the job fails fast" % ", ".join(ELASTIC_MODES))
+                            "Server names and async (%s); without it the job fails fast"
+                            % ", ".join(CLUSTER_ELASTIC_MODES))
     state.add_argument("--min-workers", type=int, default=1, metavar="N",
                        help="with --elastic: fewest workers still training that a death may leave; fewer end "
                             "the job with an error (default: %(default)s)")
     state.add_argument("--max-restarts", type=int, default=0, metavar="K",
                        help="with --elastic: start a worker that died again on its host, in its slot, up to K times "
                             "in all; it takes PS-LITE's recovery of the dead node's rank, the current global model, "
-                            "and joins at the next round boundary (default: %(default)s)")
+                            "and joins at the next round boundary; at most 1: PS-LITE's scheduler serves one "
+                            "recovery per job (default: %(default)s)")
     state.add_argument("--no-auth", action="store_true",
                        help="do not authenticate the State Server link (by default the launcher makes "
                             "CURVE keys for each job and only the job's workers get answers)")
@@ -331,8 +333,16 @@ def parse_args(argv=None):
         parser.error("--max-restarts must be >= 0, got %d" % args.max_restarts)
     if args.max_restarts and not args.elastic:
         parser.error("--max-restarts %d needs --elastic" % args.max_restarts)
-    if args.elastic and args.sync not in ELASTIC_MODES:
-        parser.error("--elastic works in modes %s, not %r" % (", ".join(ELASTIC_MODES), args.sync))
+    if args.max_restarts and args.sync not in ELASTIC_MODES:
+        parser.error("--max-restarts works in modes %s, not %r (a restarted worker rejoins at a round boundary)"
+                     % (", ".join(ELASTIC_MODES), args.sync))
+    if args.max_restarts > PS_MAX_RECOVERIES:
+        parser.error("--max-restarts %d: MXNet 1.9.1's PS-LITE serves %d worker recovery per job (its scheduler "
+                     "aborts at the second: van.cc checks its never-cleared list of recovered nodes holds one); "
+                     "use --max-restarts %d" % (args.max_restarts, PS_MAX_RECOVERIES, PS_MAX_RECOVERIES))
+    if args.elastic and args.sync not in CLUSTER_ELASTIC_MODES:
+        parser.error("--elastic works in modes %s, not %r (a death there fails the job fast: its servers or "
+                     "rules count a fixed number of workers)" % (", ".join(CLUSTER_ELASTIC_MODES), args.sync))
     if args.state_server_restarts < 0:
         parser.error("--state-server-restarts must be >= 0, got %d" % args.state_server_restarts)
     for option, value in (("--adsp-period", args.adsp_period), ("--adsp-epoch", args.adsp_epoch)):

@@ -73,6 +73,11 @@ PS_HEARTBEAT_TIMEOUT_S = 3
 (a replacement that connects earlier is given no id)."""
 RESTART_MARGIN_S = 2.0
 """Seconds added to the longer of the two heartbeat timeouts before a dead worker is started again."""
+PS_MAX_RECOVERIES = 1
+"""``--max-restarts``: worker restarts PS-LITE's recovery serves in one job. MXNet 1.9.1's scheduler keeps
+every recovered node in one list it never clears and checks that the list holds one node
+(``van.cc``: ``CHECK_EQ(recovery_nodes->control.node.size(), 1)``): a second recovery aborts the
+scheduler, and with it the job (seen with two workers killed at once and ``--max-restarts 2``)."""
 """``--elastic`` without ``--heartbeat-timeout``: seconds of silence after
 which the State Server drops a worker as dead (workers send a heartbeat every
 second, also while they compute or wait)."""
@@ -345,6 +350,8 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
         if args.epsilon is not None:
             argv += ["--epsilon", repr(args.epsilon)]
         rules = getattr(args, "state_rules", None)   # None: every rule (a plan made without a mode spec)
+        if rules is not None and getattr(args, "elastic", False) and "membership" not in rules:
+            rules = tuple(rules) + ("membership",)   # --elastic async: its final barrier counts the live workers
         if rules is not None:
             argv += ["--rules", ",".join(rules) or "none"]
         if getattr(args, "control_keys", ""):

@@ -29,7 +29,7 @@ from .jobplan import (DEFAULT_KILL_GRACE_S, DEFAULT_POLL_INTERVAL_S, DEFAULT_SER
                    EXIT_SIGTERM, EXIT_TIMEOUT, JOB_FILE_FORMAT, OUTPUT_DRAIN_S, REMOTE_PID_MARK,
                    STDERR_TAIL_LINES, WORKER)
 from .watch import (DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S, DEFAULT_START_GRACE_S, JobWatch, Observation,
-                    describe_exit)
+                    describe_exit, exit_cause)
 
 _PROG = "mxhet-launch"
 #: Seconds between two reads of a child's CPU time (/proc here; over ssh for
@@ -343,10 +343,12 @@ class JobResult:
         return [p for p in self.processes if p.failure]
 
 
-def job_record(plan, children, status, exit_code, started, failures=None, worker_restarts=()):
+def job_record(plan, children, status, exit_code, started, failures=None, worker_restarts=(), worker_exits=()):
     """The JSON-ready job description written to ``--job-file``; ``worker_restarts``: one dict
     per worker started again (``--max-restarts``: slot, cause, seconds since the start when its
-    death was seen and when it was started again)."""
+    death was seen and when it was started again); ``worker_exits``: one dict per worker whose
+    process ended while the job went on (``--elastic``: slot, cause, ``died_s`` since the start,
+    ``unix``)."""
     failures = failures or {}
     processes = []
     for child in children:
@@ -365,7 +367,7 @@ def job_record(plan, children, status, exit_code, started, failures=None, worker
         "format": JOB_FILE_FORMAT, "mode": plan.mode, "kvstore": plan.kvstore, "launcher": plan.launcher,
         "root_uri": plan.root_uri, "root_port": plan.root_port, "state_server": plan.state_server,
         "started_unix": started, "status": status, "exit_code": exit_code, "processes": processes,
-        "worker_restarts": list(worker_restarts),
+        "worker_restarts": list(worker_restarts), "worker_exits": list(worker_exits),
     }
 
 
@@ -404,6 +406,7 @@ class Supervisor:
         self.started = time.time()
         self._t0 = time.monotonic()   # the job record's seconds count from here
         self.worker_restarts = []     # --max-restarts: one dict per worker started again (job_record)
+        self.worker_exits = []        # --elastic: one dict per worker process that ended while the job went on
         self._cpu = {}                # id(child) -> (cpu_s, read at)
 
     # -- helpers ---------------------------------------------------------------
@@ -422,7 +425,7 @@ class Supervisor:
         try:
             _write_json_atomic(self.job_file, job_record(self.plan, self.children, status, exit_code,
                                                          self.started, self.failures,
-                                                         self.worker_restarts))
+                                                         self.worker_restarts, self.worker_exits))
         except OSError as exc:
             self.console.say("cannot write the job file %r: %s" % (self.job_file, exc))
 
@@ -446,10 +449,46 @@ class Supervisor:
         return cached[0]
 
     def _progress_env(self, spec):
-        """``MXHET_PROGRESS_FILE`` for a local worker (a remote one's note could not be read here)."""
+        """``MXHET_PROGRESS_FILE`` for a local worker (a remote one's note could not be read here), and
+        under ``--elastic`` ``MXHET_EXITS_FILE`` (the record of :meth:`_note_exits`)."""
         if spec.role != WORKER or spec.remote or not self.progress_dir:
             return {}
-        return {"MXHET_PROGRESS_FILE": os.path.join(self.progress_dir, "worker-%d" % spec.slot)}
+        env = {"MXHET_PROGRESS_FILE": os.path.join(self.progress_dir, "worker-%d" % spec.slot)}
+        if self.plan.elastic:
+            env["MXHET_EXITS_FILE"] = self._exits_path()
+        return env
+
+    def _exits_path(self):
+        return os.path.join(self.progress_dir, "exits.json")
+
+    def _note_exits(self):
+        """Record the worker exits the watch let the job go on after (``--elastic``): in the job file and,
+        for the chief's summary (``mxhet.control.membership.job_events``), in ``MXHET_EXITS_FILE``."""
+        seen = self.watch.departures[len(self.worker_exits):]
+        for index, at in seen:
+            child = self.children[index]
+            self.worker_exits.append({"slot": child.spec.slot, "cause": exit_cause(child.popen.returncode),
+                                      "died_s": round(at - self._t0, 3),
+                                      "unix": round(self.started + (at - self._t0), 3)})
+        if seen and self.progress_dir:
+            try:
+                _write_json_atomic(self._exits_path(), self.worker_exits)
+            except OSError as exc:
+                self.console.say("cannot write the record of worker exits: %s" % exc)
+        if seen:
+            self._feed_events()
+
+    def _feed_events(self):
+        """The live view's leaves and joins (``--dashboard``): the exits and the restarts, in time order."""
+        live_dir = getattr(self.plan, "live_dir", "")
+        if not live_dir:
+            return
+        from ..observe.live import write_events
+        events = [{"t_s": e["died_s"], "event": "leave", "slot": e["slot"], "cause": e["cause"]}
+                  for e in self.worker_exits]
+        events += [{"t_s": r["restarted_s"], "event": "join", "slot": r["slot"], "cause": "restarted"}
+                   for r in self.worker_restarts]
+        write_events(live_dir, sorted(events, key=lambda e: e["t_s"]))
 
     def _progress_of(self, child):
         """The worker's progress note (see :mod:`.watch`), None when it wrote none."""
@@ -515,6 +554,9 @@ class Supervisor:
                 return code
             now = time.monotonic()
             decision = self.watch.decide(self.observe(now), now)
+            if len(self.watch.departures) > len(self.worker_exits):
+                self._note_exits()
+                self.write_job_file("running", None)
             self._hook("polled", self)
             if decision.action == "restart":
                 old = self.children[decision.index]
@@ -526,6 +568,8 @@ class Supervisor:
                         "slot": old.spec.slot, "cause": describe_exit(old.popen.returncode),
                         "died_s": round(seen - self._t0, 3), "restarted_s": round(at - self._t0, 3)})
                 self.children[decision.index] = _start(old.spec, self.console, self._progress_env(old.spec))
+                if old.spec.role == WORKER:
+                    self._feed_events()
                 self.write_job_file("running", None)
                 continue
             if decision.note:

@@ -112,6 +112,17 @@ def describe_exit(returncode):
     return "exited with code %d" % returncode
 
 
+def exit_cause(returncode):
+    """A worker's end as the job's record says it: ``killed by signal 9 (SIGKILL)`` / ``exit code 3``."""
+    import signal
+    if returncode is not None and returncode < 0:
+        try:
+            return "killed by signal %d (%s)" % (-returncode, signal.Signals(-returncode).name)
+        except ValueError:
+            return "killed by signal %d" % -returncode
+    return "exit code %s" % returncode
+
+
 class JobWatch:
     """Decides, poll by poll, whether the job goes on (see the module docstring).
 
@@ -146,6 +157,7 @@ class JobWatch:
         self.worker_restart_delay = worker_restart_delay
         self._dead_since = {}       # worker index -> when its death was seen (a restart is due after the delay)
         self.restarts = []          # (index, seen dead at, restarted at) per worker restart, for the record
+        self.departures = []        # (index, seen at) per worker exit the job went on after (elastic), for the record
         self.phase = "running"
         self._early = None          # (index of a service that exited 0 early, deadline)
         self._drain_deadline = None
@@ -167,6 +179,8 @@ class JobWatch:
             if now - seen >= self.worker_restart_delay:
                 self.worker_restarts_left -= 1
                 del self._dead_since[i]
+                if i not in self._departed:   # restarted at the poll that saw it end (no delay)
+                    self.departures.append((i, seen))
                 self.restarted(i)
                 self.restarts.append((i, seen, now))
                 return Decision("restart", index=i,
@@ -236,6 +250,7 @@ class JobWatch:
         new = sorted(spared - self._departed)
         if new:
             self._departed.update(new)
+            self.departures.extend((i, now) for i in new)
             return Decision("continue", note="; ".join(
                 "%s %s: it leaves the job, the others train on (--elastic)"
                 % (observations[i].name, describe_exit(observations[i].returncode)) for i in new))

@@ -22,9 +22,10 @@ from ..dataplane import copy_all
 from ..errors import ConfigError
 from ..policy import specs
 from ..protocol import programs
-from .base import SyncMode
+from .base import SyncMode, model_digest
 from .program import ProgramMode
 from .registry import register
+from .rounds import ROUND_WAIT_S, elastic_record, keep_kvstore_alive
 
 
 class _GradientMode(SyncMode):
@@ -225,8 +226,55 @@ class Async(ProgramMode, _GradientMode):
     def leave_at_exit(self):
         """A worker whose loop ended (e.g. its data, before a slower worker's)
         leaves alone (:meth:`SyncMode.leave_alone`). Nobody waits for it
-        meanwhile (ssp's gate counts only the workers still training)."""
+        meanwhile (ssp's gate counts only the workers still training).
+        Under ``--elastic`` it finishes on the State Server's rendezvous instead."""
+        if self._elastic():
+            if self._ready and self.kv is not None and not self._finished:
+                self.finish()
+            self.close()
+            return True
         return self.leave_alone()
+
+    # -- mxhet-launch --elastic: nobody waits for another's push, so a death releases no round; only the
+    # end waits for every worker (the last pushes before the final pull, the summary's worker files), and
+    # PS-LITE's barrier counts the dead: the end runs on the State Server's round rendezvous instead
+    # (mxhet.control.membership: a finish is answered once no live worker trains).
+    def _elastic(self):
+        return self.config.elastic and self.client is not None
+
+    def on_connect(self):
+        super().on_connect()
+        if self._elastic():
+            keep_kvstore_alive(self.channel.kv)
+
+    def barrier(self):
+        if self._elastic():
+            self.client.round_finish(timeout=ROUND_WAIT_S)
+        else:
+            super().barrier()
+
+    def finish(self):
+        """After the last step: under ``--elastic`` wait on the State Server until no live worker trains
+        (every survivor's last push is applied), then pull the final model; else :meth:`SyncMode.finish`."""
+        if not (self._elastic() and self.kv is not None):
+            return super().finish()
+        self.client.round_finish(timeout=ROUND_WAIT_S)
+        keys = self.global_keys()
+        outs = [self.wbufs[i] for i in keys]
+        self.channel.pull(keys, outs)
+        weights = self.weights()
+        copy_all(outs, [weights[i] for i in keys])
+        self.broadcast_weights()
+        self.stats.final_model_sha256 = model_digest(outs)
+        self.stats.final_model_keys = len(keys)
+        self.aggregated = True
+        self._finished = True
+
+    def summary_fields(self):
+        fields = dict(super().summary_fields())
+        if self._elastic():
+            fields["elastic"] = elastic_record(self)
+        return fields
 
 
 @register

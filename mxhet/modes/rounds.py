@@ -24,10 +24,17 @@ final global model, so its digest is the job's final model like everyone
 else's. A dead worker leaves through the State Server's heartbeat watch
 (``mxhet-launch --elastic``).
 """
+import json
+import logging
+import os
+import signal
+import time
+
 import mxnet as mx
 
+from ..control.membership import job_events
 from ..dataplane import copy_all
-from ..errors import ConfigError
+from ..errors import ConfigError, ProtocolError, StateServerTimeout
 from .base import model_digest
 
 ROUND_WAIT_S = 3600.0
@@ -36,6 +43,34 @@ local steps, or for the whole job at the end) before giving up. The launcher's
 ``--timeout`` and the State Server's heartbeat watch end a stuck job first."""
 
 _KEPT_ALIVE = []
+
+
+def elastic_record(mode):
+    """Each leave and join of ``mode``'s job (seconds since this worker's training started, round, cause)
+    and the rounds each slot took part in (:func:`mxhet.control.membership.job_events`); None, with a
+    warning, when the State Server cannot send its record: the summary is still written."""
+    try:
+        record = mode.client.membership_record()
+    except (ProtocolError, StateServerTimeout) as exc:
+        LOG.warning("the membership record could not be fetched: %s", exc)
+        return None
+    exits = []
+    if mode.config.exits_file:   # the launcher's sight of the processes that ended (local workers)
+        try:
+            with open(mode.config.exits_file) as f:
+                exits = json.load(f)
+        except (OSError, ValueError):
+            exits = []
+    started = mode._t_start if mode._t_start is not None else mode.clock()
+    return job_events(record, exits, origin=time.time() - (mode.clock() - started))
+
+
+def keep_kvstore_alive(kv):
+    """Never free ``kv`` before the process ends (``mxhet.Trainer`` ends it with ``os._exit`` under
+    ``--elastic``): the dist kvstore's destructor waits in PS-LITE's barrier for every worker, a dead
+    one included."""
+    _KEPT_ALIVE.append(kv)
+LOG = logging.getLogger("mxhet.modes")
 
 
 class RoundMembers:
@@ -50,10 +85,7 @@ class RoundMembers:
         if not self.config.state_server:
             raise ConfigError("mode %r needs the State Server (start the job with mxhet-launch)" % self.name)
         if self.config.elastic:
-            # Never freed before the process ends (mxhet.Trainer ends it with os._exit under
-            # --elastic): the dist kvstore's destructor waits in PS-LITE's barrier for every
-            # worker, a dead one included.
-            _KEPT_ALIVE.append(self.channel.kv)
+            keep_kvstore_alive(self.channel.kv)
         self.client = self.join_state_server()
         first = getattr(self.client, "registered_round", 0)
         if first > self.stats.rounds:
@@ -155,13 +187,19 @@ class RoundMembers:
         fields = dict(super().summary_fields())
         fields["round_members"] = list(self.round_members)
         fields["incomplete_rounds"] = list(self.incomplete_rounds)
+        fields["elastic"] = self.elastic_record()
         return fields
+
+    def elastic_record(self):
+        return elastic_record(self)
 
     def _push_done_pull(self, round_index, members, weights, t0, t1):
         """The end of a member round, after entering it at ``t0`` (answered at ``t1``): push the
         scaled deltas in ``_sends``, say done, pull the model once every member is done or gone,
         and account for the times; returns ``(t2, t4)``, the push's end and the pull's."""
         self.channel.push(self.keys, self._sends)
+        if self.config.test_kill_after_push:
+            _test_kill_after_push(self.config.test_kill_after_push, self.channel.rank, round_index, self._sends)
         t2 = self.clock()
         complete = self.client.round_done(round_index, timeout=ROUND_WAIT_S)
         t3 = self.clock()
@@ -175,3 +213,18 @@ class RoundMembers:
         if not complete:
             self.incomplete_rounds.append(round_index)
         return t2, t4
+
+
+def _test_kill_after_push(spec, rank, round_index, sent):
+    """Tests only (``MXHET_TEST_KILL_AFTER_PUSH=RANK:ROUND[:PATH]``): die by SIGKILL between the push and the
+    pull of that round -- after saving what was pushed to PATH -- so that a test can check the death in the
+    exchange itself."""
+    parts = spec.split(":", 2)
+    if (int(parts[0]), int(parts[1])) != (rank, round_index):
+        return
+    mx.nd.waitall()   # the push has left (and its deltas are final)
+    if len(parts) == 3:
+        import numpy as np
+        with open(parts[2], "wb") as f:
+            np.savez(f, *[d.asnumpy() for d in sent])
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -147,6 +147,37 @@ def worker_record(stats, *, mode, phase, elapsed_s, samples_per_s=None, loss=Non
     }
 
 
+EVENTS_FILE = "launcher-events.json"
+"""The launcher's record of the workers that left (their process ended, ``--elastic``) and were started
+again (``--max-restarts``), in the live directory: ``{"events": [{t_s, event, slot, cause}, ...]}``."""
+
+
+def write_events(directory, events):
+    """Rewrite the launcher's leave / join record in ``directory`` (temp file + rename); False on an OSError."""
+    path = os.path.join(directory, EVENTS_FILE)
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    try:
+        with open(tmp, "w") as f:
+            json.dump({"events": list(events)}, f)
+        os.replace(tmp, path)
+    except OSError as exc:
+        LOG.warning("live events %s not written: %s", path, exc)
+        return False
+    return True
+
+
+def read_events(directory):
+    """The launcher's leave / join events (a list, oldest first; empty when none were written)."""
+    if not directory:
+        return []
+    try:
+        with open(os.path.join(directory, EVENTS_FILE)) as f:
+            events = json.load(f).get("events", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return events if isinstance(events, list) else []
+
+
 def build_state(devices, live_dir, *, mode="", elapsed_s=0.0, status="running", now_unix=None):
     """The dashboard's state: the launcher's plan merged with the live feed.
 
@@ -162,8 +193,10 @@ def build_state(devices, live_dir, *, mode="", elapsed_s=0.0, status="running", 
 
     Returns:
         A JSON-able dict: ``job`` (mode, status, elapsed time, rounds, the
-        latest evaluated accuracy, loss and accuracy curves, the slowest slot)
-        and ``devices`` (one entry per slot, in slot order).
+        latest evaluated accuracy, loss and accuracy curves, the slowest slot,
+        ``present``: devices not away, ``events``: the launcher's leaves and joins)
+        and ``devices`` (one entry per slot, in slot order; ``present``, and how
+        often it ``left`` and ``joined``).
     """
     now_unix = time.time() if now_unix is None else now_unix
     out, feeds = [], {}
@@ -192,6 +225,16 @@ def build_state(devices, live_dir, *, mode="", elapsed_s=0.0, status="running", 
             entry["context"] = feed.get("context", entry["context"])
             entry["slowdown"] = feed.get("slowdown", entry["slowdown"])
         out.append(entry)
+
+    # Leaves and joins as the launcher saw them: a device whose latest event is a leave is away.
+    events = read_events(live_dir)
+    for entry in out:
+        mine = [e for e in events if e.get("slot") == entry["slot"]]
+        entry["present"] = not mine or mine[-1].get("event") != "leave"
+        entry["left"] = sum(e.get("event") == "leave" for e in mine)
+        entry["joined"] = sum(e.get("event") == "join" for e in mine)
+        if not entry["present"]:
+            entry["phase"] = "left (%s)" % mine[-1].get("cause", "")
 
     # The State Server's slowest device: from the device that saw the latest round. A round a device
     # closed at its --max-local-steps cap names none (-1); the slowest device's own feed names it.
@@ -228,5 +271,7 @@ def build_state(devices, live_dir, *, mode="", elapsed_s=0.0, status="running", 
         "loss_curve": chief.get("losses", []) if chief else [],
         "slowest_slot": slowest_slot,
         "slowest_round": slowest_round or None,
+        "present": sum(e["present"] for e in out),
+        "events": events,
     }
     return {"format": STATE_FORMAT, "job": job, "devices": out}

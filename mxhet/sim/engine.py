@@ -224,6 +224,9 @@ class Simulation:
             kwargs["staleness"] = job.staleness
         kwargs.update({"adsp_" + k: v for k, v in job.adsp.items() if v is not None})
         self.service = StateService(n, rules=self.spec.state_rules, **kwargs)
+        members = self.service.rule("membership")
+        if members is not None:   # the leave / join record in virtual seconds
+            members.wall_clock = lambda: self.env.now
         self._bucket_bytes = self._wire = None   # see wire_keys
         self._deferred = {}   # (rank, seq) -> event of a deferred State Server answer
         self._rounds = {}     # dist_sync rounds by index

@@ -37,8 +37,9 @@ def load_summary(metrics_out):
         return json.load(f)
 
 
-def start(tmp_path, launcher_args, command):
-    """Start ``tools/launch.py`` in a session of its own, its stderr to ``tmp_path/launcher.err``.
+def start(tmp_path, launcher_args, command, env=None):
+    """Start ``tools/launch.py`` in a session of its own, its stderr to ``tmp_path/launcher.err``
+    (``env``: variables added to its environment, which its processes inherit).
 
     Returns ``(proc, job_file, err)``; the caller closes ``err`` and records the pids.
     """
@@ -46,7 +47,7 @@ def start(tmp_path, launcher_args, command):
     err = open(tmp_path / "launcher.err", "w")
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "tools", "launch.py"), "--job-file", str(job_file),
                              *launcher_args, "--", *command], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
-                            env=dict(os.environ, PYTHONPATH=ROOT), start_new_session=True)
+                            env=dict(os.environ, PYTHONPATH=ROOT, **(env or {})), start_new_session=True)
     return proc, job_file, err
 
 

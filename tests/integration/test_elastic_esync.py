@@ -9,9 +9,11 @@ import os
 import signal
 import time
 
+import numpy as np
 import pytest
 
 from .jobs import non_chief_slots, run_leaving_job, start, train_command, wait_for, worker_pid
+from .test_elastic_leave import assert_deaths_recorded
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -74,4 +76,55 @@ def test_kill_9_of_an_esync_worker_with_elastic_the_others_finish_with_equal_mod
     summary = json.loads((out / "summary.json").read_text())
     assert summary["round_members"][0] == 3 and summary["round_members"][-1] == 2
     assert summary["departed_slots"] == killed
+    assert_deaths_recorded(summary, killed, 25, survivors, tmp_path / "job.json")
+    assert not child_pids.alive()
+
+
+def test_an_esync_worker_killed_between_its_push_and_its_pull_its_delta_is_in_the_model_once(tmp_path, child_pids):
+    # The worker of PS-LITE rank 1 (never the chief) saves what it pushed in round 5, then sends itself SIGKILL
+    # before it says done and pulls (MXHET_TEST_KILL_AFTER_PUSH, a test-only hook in mxhet.modes.rounds).
+    out, victim_push, round_ = tmp_path / "out", tmp_path / "victim-push.npz", 5
+    proc, job_file, err = start(tmp_path, ["-n", "3", "-s", "1", "--sync", "esync", "--base-iter", "0.05",
+                                           "--timeout", "200", "--elastic", "--heartbeat-timeout", "3"],
+                                train_command(out, "--max-rounds", "12", "--ack", "blocking",
+                                              "--dump-rounds", str(round_ + 1)),
+                                env={"MXHET_TEST_KILL_AFTER_PUSH": "1:%d:%s" % (round_, victim_push)})
+    child_pids.add(proc.pid)
+    try:
+        wait_for(job_file, proc)
+        child_pids.add_job_file(job_file)
+        code = proc.wait(timeout=150)
+    finally:
+        err.close()
+    stderr = (tmp_path / "launcher.err").read_text()
+    assert code == 0, stderr[-4000:]
+    summary = json.loads((out / "summary.json").read_text())
+    [victim] = summary["departed_slots"]
+    survivors = sorted(set(range(3)) - {victim})
+    workers = [json.loads((out / ("worker-%d.json" % s)).read_text()) for s in survivors]
+    assert workers[0]["final_model_sha256"] == workers[1]["final_model_sha256"] != ""
+    # the rule's view: the victim was a member of round 5 and never said done, so the round closed incomplete
+    # once the State Server found it dead; from round 6 on the rounds have 2 members
+    assert summary["round_members"][round_] == 3 and summary["round_members"][round_ + 1] == 2
+    assert summary["incomplete_rounds"] == [round_]
+    [leave] = summary["elastic"]["events"]
+    assert (leave["slot"], leave["round"], leave["cause"]) == (victim, round_ + 1, "killed by signal 9 (SIGKILL)")
+    # the data plane's view: round 5 moved the global model by exactly the members' pushes, the victim's once
+    # (esync's defaults: ε = 1, mean: a member pushes its delta / 3)
+    dumps = [np.load(out / "dump" / ("slot%d_round%d.npz" % (s, round_))) for s in survivors]
+    pushed = np.load(victim_push)
+    keys, moved = len(pushed.files), 0
+    assert keys == len([f for f in dumps[0].files if f.startswith("after_")]) > 0
+    for i in range(keys):
+        before, after = dumps[0]["before_%d" % i], dumps[0]["after_%d" % i]
+        assert np.array_equal(after, dumps[1]["after_%d" % i]) and np.array_equal(before, dumps[1]["before_%d" % i])
+        expected = before + sum(d["delta_%d" % i] / 3.0 for d in dumps) + pushed["arr_%d" % i]
+        np.testing.assert_allclose(after, expected, rtol=1e-4, atol=1e-6)
+        without = before + sum(d["delta_%d" % i] / 3.0 for d in dumps)
+        twice = expected + pushed["arr_%d" % i]
+        if np.abs(pushed["arr_%d" % i]).max() > 1e-4:   # a key the victim moved: once, neither never nor twice
+            assert not np.allclose(after, without, rtol=1e-4, atol=1e-6)
+            assert not np.allclose(after, twice, rtol=1e-4, atol=1e-6)
+            moved += 1
+    assert moved > 0
     assert not child_pids.alive()

@@ -89,4 +89,57 @@ def test_kill_9_of_two_workers_at_once_with_elastic_the_survivors_finish_with_eq
     summary = json.loads((out / "summary.json").read_text())
     assert summary["round_members"][0] == 4 and summary["round_members"][-1] == 2
     assert summary["departed_slots"] == killed
+    assert_deaths_recorded(summary, killed, ROUNDS, survivors, tmp_path / "job.json")
+    assert not child_pids.alive()
+
+
+def assert_deaths_recorded(summary, killed, rounds, survivors, job_file):
+    """The summary's ``elastic`` record: one leave per killed slot, with the launcher's cause, its time and
+    the first round it missed; the rounds each slot took part in. The job file lists the same exits."""
+    record = summary["elastic"]
+    leaves = [e for e in record["events"] if e["event"] == "leave"]
+    assert sorted(e["slot"] for e in leaves) == killed and len(record["events"]) == len(killed), record
+    for e in leaves:
+        assert e["cause"] == "killed by signal 9 (SIGKILL)" and e["t_s"] > 0, e
+        assert 0 < e["round"] < rounds, e
+        # it took part in every round before the one it missed, and in none after
+        assert record["rounds_by_slot"][str(e["slot"])] == [[0, e["round"] - 1]], record
+    for slot in survivors:
+        assert record["rounds_by_slot"][str(slot)] == [[0, rounds - 1]], record
+    exits = json.loads(job_file.read_text())["worker_exits"]
+    assert sorted(x["slot"] for x in exits) == killed and all("SIGKILL" in x["cause"] for x in exits)
+
+
+def test_kill_9_of_an_async_worker_with_elastic_the_survivors_finish_with_equal_models(tmp_path, child_pids):
+    # async has no round to release: the survivors just train on; their end (the barrier before the final
+    # pull, and the one after the worker files) runs on the State Server's rendezvous, not PS-LITE's barrier,
+    # which would wait for the dead worker for ever. --base-iter pins a step to at least 0.05 s: the 150
+    # steps (7.5 s or more) outlast the kill 1 s into training.
+    out = tmp_path / "out"
+    proc, job_file, err = _start(tmp_path, ["-n", "3", "-s", "1", "--sync", "async", "--base-iter", "0.05",
+                                            "--timeout", "200", "--elastic", "--heartbeat-timeout", "3"],
+                                 train_command(out, "--max-rounds", "150"))
+    child_pids.add(proc.pid)
+    try:
+        _wait_for(out / "snapshots" / "000000.params", proc)
+        _wait_for(job_file, proc)
+        child_pids.add_job_file(job_file)
+        time.sleep(1.0)
+        killed = _non_chief_slots(tmp_path / "launcher.err", 1)
+        assert len(killed) == 1
+        os.kill(_worker_pid(job_file, killed[0]), signal.SIGKILL)
+        code = proc.wait(timeout=150)
+    finally:
+        err.close()
+    stderr = (tmp_path / "launcher.err").read_text()
+    assert code == 0, stderr[-4000:]
+    survivors = sorted(set(range(3)) - set(killed))
+    workers = [json.loads((out / ("worker-%d.json" % s)).read_text()) for s in survivors]
+    assert workers[0]["final_model_sha256"] == workers[1]["final_model_sha256"] != ""
+    assert [w["rounds"] for w in workers] == [150, 150]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["departed_slots"] == killed
+    # the one leave is the death (no rounds: no round named); the survivors' ends are no leaves
+    assert [(e["event"], e["slot"], e["round"], e["cause"]) for e in summary["elastic"]["events"]] == [
+        ("leave", killed[0], None, "killed by signal 9 (SIGKILL)")]
     assert not child_pids.alive()

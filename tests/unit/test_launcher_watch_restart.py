@@ -44,9 +44,9 @@ def test_a_negative_restart_count_is_refused():
 
 def test_max_restarts_plans_pslite_heartbeats_and_the_restart_delay():
     from mxhet import launcher
-    plan = launcher.plan(["-n", "2", "-s", "1", "--sync", "esync", "--elastic", "--max-restarts", "2",
+    plan = launcher.plan(["-n", "2", "-s", "1", "--sync", "esync", "--elastic", "--max-restarts", "1",
                           "--", "python", "train.py"])
-    assert plan.worker_restarts == 2 and plan.worker_restart_delay == 5.0 + 2.0   # the State Server's 5 s + 2
+    assert plan.worker_restarts == 1 and plan.worker_restart_delay == 5.0 + 2.0   # the State Server's 5 s + 2
     by_role = {p.role: p.env for p in plan.processes}
     assert by_role["scheduler"]["PS_HEARTBEAT_TIMEOUT"] == "3"
     assert all(p.env.get("PS_HEARTBEAT_INTERVAL") == "1" for p in plan.processes if p.role != "state-server")
@@ -59,3 +59,25 @@ def test_max_restarts_needs_elastic():
     from mxhet.errors import ConfigError
     with pytest.raises(ConfigError, match="--max-restarts 1 needs --elastic"):
         launcher.plan(["-n", "2", "--sync", "esync", "--max-restarts", "1", "--", "python", "train.py"])
+
+
+def test_more_restarts_than_pslite_recovers_are_refused_with_the_reason():
+    from mxhet import launcher
+    from mxhet.errors import ConfigError
+    with pytest.raises(ConfigError, match="--max-restarts 2: MXNet 1.9.1's PS-LITE serves 1 worker recovery per job"):
+        launcher.plan(["-n", "4", "--sync", "esync", "--elastic", "--max-restarts", "2", "--", "python", "train.py"])
+
+
+def test_two_dead_workers_and_one_restart_left_restart_the_first_and_let_the_other_go():
+    # job(): the scheduler, the server and the State Server come first, so worker i is index 3 + i
+    w = watch(elastic=True, worker_restarts=1, worker_restart_delay=2.0)
+    d = w.decide(job(None, -9, -9), 0.0)
+    assert d.action == "continue" and "worker 1" in d.note and "worker 2" in d.note
+    assert w.decide(job(None, -9, -9), 1.0).action == "continue"
+    d = w.decide(job(None, -9, -9), 2.0)
+    assert (d.action, d.index) == ("restart", 4) and "worker 1" in d.note
+    for t in (3.0, 9.0, 30.0):   # worker 2 stays gone: no restart left
+        assert w.decide(job(None, None, -9), t).action == "continue"
+    d = w.decide(job(0, 0, -9), 31.0)
+    assert d.action == "continue" and w.phase == "draining"
+    assert w.departures == [(4, 0.0), (5, 0.0)]

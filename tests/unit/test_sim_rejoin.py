@@ -32,6 +32,13 @@ def test_a_device_that_joins_again_takes_part_in_later_rounds_and_ends_on_the_sa
     leave = membership["departures"][0]   # (each device's goodbye at the job's end follows)
     assert join["rank"] == leave["rank"] == 2
     assert workers[2]["rejoined_at_round"] == join["round"]
+    # the record of leaves and joins: its script left the loop, it came back; at the virtual times it did
+    events = membership["events"]
+    assert [(e["event"], e["rank"], e["cause"], e["round"]) for e in events] == [
+        ("leave", 2, "left its loop", events[0]["round"]), ("join", 2, "restarted", join["round"])]
+    assert 0 < events[0]["round"] <= join["round"]
+    assert events[0]["t"] == pytest.approx(elastic["left_at_s"]["2"], abs=0.01)
+    assert events[1]["t"] == pytest.approx(elastic["joined_at_s"]["2"], abs=0.01)
     assert workers[0]["rejoined_at_round"] is None
     took = _took_part(summary, 2)
     others = _took_part(summary, 0)
