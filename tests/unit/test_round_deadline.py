@@ -160,3 +160,10 @@ def test_a_late_device_is_told_to_stop_once_the_job_stopped_after_a_later_round(
     svc.handle(m.Reset(rank=0, seq=4, round=1, want_stop=True, since_finish=0.0), 0.02, sender=0)
     reply = _q(svc, 2, 3, 0, 1, 1.17, 1.17)
     assert reply.stop and not reply.ready and svc.rule("esync").book.due(2) is None
+
+
+def test_the_cluster_engine_refuses_the_deadline_naming_it():
+    from mxhet.config import WorkerConfig
+    from mxhet.modes import get_mode
+    with pytest.raises(ConfigError, match="round_deadline.*simulator only"):
+        get_mode("esync")(trainer=None, config=WorkerConfig(), round_deadline=4)
