@@ -117,10 +117,12 @@ class ESyncRule(RulePlugin):
         return m.query_reply(req.seq, ready, round_, slowest)
 
     # -- --round-deadline (mxhet.policy.deadline) ---------------------------------------------
-    def waited_ranks(self):
-        """The present ranks the rounds wait for under the deadline."""
-        table, present = self.host.table, self.host.present
-        return waited({r: table.records[r].capability for r in present}, self.deadline)
+    def waited_ranks(self, now):
+        """The present ranks the rounds wait for under the deadline at ``now``
+        (a test batch running longer than the bound already is late)."""
+        records, present = self.host.table.records, self.host.present
+        return waited({r: records[r].capability for r in present}, self.deadline,
+                      {r: now - records[r].last_finish for r in present})
 
     def _deadline_query(self, req, now):
         """QUERY-STATE under a deadline. A device the rounds wait for is answered
@@ -138,7 +140,7 @@ class ESyncRule(RulePlugin):
             # the job stops after a round this device has not passed: it never pushes again
             self.book.forget(rank)
             return m.Reply(seq=req.seq, round=round_, stop=True)
-        on_time = self.waited_ranks() | ({rank} if rank not in host.present else set())
+        on_time = self.waited_ranks(now) | ({rank} if rank not in host.present else set())
         slowest = max(on_time, key=lambda r: (table.records[r].capability, -r))
         if rank not in on_time:
             table.query(rank, req.k, req.c, now - req.since_finish, now, among=())   # the record's c, t_e

@@ -58,19 +58,23 @@ def staleness_weight(staleness):
     return 1.0 / (1.0 + staleness)
 
 
-def waited(capabilities, deadline):
+def waited(capabilities, deadline, running=None):
     """The ranks a round waits for: c <= D * min(c) over ``capabilities``
     (rank -> seconds per iteration, None or inf while unmeasured).
 
     A device not measured yet is waited for (Algorithm 2 counts it as the
-    slowest until its test batch reports), and so is everyone while nobody is
-    measured or the deadline is off (0).
+    slowest until its test batch reports) unless ``running`` (rank -> seconds
+    its test batch has run so far, a lower bound of its c) already exceeds the
+    bound: otherwise the first round would still last one slow iteration.
+    Everyone is waited for while nobody is measured or the deadline is off (0).
     """
     known = [c for c in capabilities.values() if c is not None and math.isfinite(c)]
     if not deadline or not known:
         return set(capabilities)
     bound = deadline * min(known)
-    return {r for r, c in capabilities.items() if c is None or not math.isfinite(c) or c <= bound}
+    running = running or {}
+    return {r for r, c in capabilities.items()
+            if (c <= bound if c is not None and math.isfinite(c) else running.get(r, 0.0) <= bound)}
 
 
 @dataclasses.dataclass(frozen=True)

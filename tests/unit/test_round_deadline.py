@@ -35,6 +35,12 @@ def test_a_device_not_measured_yet_is_waited_for():
     assert waited({0: math.inf, 1: math.inf}, 2.0) == {0, 1}
 
 
+def test_a_test_batch_running_past_the_bound_is_late_before_it_reports():
+    caps = {0: 0.01, 1: math.inf}
+    assert waited(caps, 4.0, {1: 0.03}) == {0, 1}
+    assert waited(caps, 4.0, {1: 0.05}) == {0}
+
+
 def test_the_staleness_weight_is_one_over_one_plus_the_rounds_missed():
     assert [staleness_weight(s) for s in (0, 1, 3)] == [1.0, 0.5, 0.25]
     with pytest.raises(ValueError, match="staleness"):
@@ -109,7 +115,7 @@ def test_fast_devices_close_rounds_without_the_late_one_which_enters_a_later_rou
     svc = _service(4.0)
     _test_batches(svc, {0: 0.01, 1: 0.01, 2: 1.17})   # 117x
     rule = svc.rule("esync")
-    assert rule.waited_ranks() == {0, 1}
+    assert rule.waited_ranks(0.0) == {0, 1}
     seq = 3
     # the fast devices aggregate round after round; the paper's rule would say NOT-READY (the slowest not ready)
     for t in range(5):
@@ -138,6 +144,15 @@ def test_fast_devices_close_rounds_without_the_late_one_which_enters_a_later_rou
     assert _q(svc, 2, 5, 6, 1, 1.17, 2.36) is None and rule.book.due(2) == 6
 
 
+def test_the_first_round_does_not_wait_for_a_test_batch_past_the_bound():
+    svc = _service(4.0)
+    for r in (0, 1):
+        assert not _q(svc, r, 2, 0, 0, 0.01, 0.01).ready
+    # rank 2's test batch has run 0.02 s (< 4 x 0.01): waited for; at 0.05 s it is late
+    assert not _q(svc, 0, 3, 0, 1, 0.01, 0.02).ready
+    assert _q(svc, 0, 4, 0, 2, 0.01, 0.05).ready and _q(svc, 1, 3, 0, 1, 0.01, 0.05).ready
+
+
 def test_without_a_deadline_the_rule_is_algorithm_2():
     svc = _service(0.0)
     _test_batches(svc, {0: 0.01, 1: 0.01, 2: 1.17})
@@ -149,7 +164,7 @@ def test_without_a_deadline_the_rule_is_algorithm_2():
 def test_a_deadline_above_the_slowdown_waits_for_everyone():
     svc = _service(200.0)
     _test_batches(svc, {0: 0.01, 1: 0.01, 2: 1.17})
-    assert svc.rule("esync").waited_ranks() == {0, 1, 2}
+    assert svc.rule("esync").waited_ranks(0.0) == {0, 1, 2}
     assert not _q(svc, 0, 3, 0, 1, 0.01, 0.01).ready
 
 
