@@ -25,6 +25,7 @@ from .membership import RESTARTED, Done, Entered, Finished, RoundRendezvous, Too
 from .nodelay import TransferRule
 from .preduce import PartialReduceController
 from .state_rule import LazyHeap
+from ..policy.deadline import RoundBook, check_deadline, waited
 
 
 class RulePlugin:
@@ -72,13 +73,19 @@ class ESyncRule(RulePlugin):
     KINDS = (m.Query.TYPE, m.Reset.TYPE)
     STATS_KEY = "rounds"
 
-    def __init__(self, host):
+    def __init__(self, host, round_deadline=0.0):
         super().__init__(host)
         self.stop_decisions = {}  # round -> stop after this round?
         self.rounds = {}          # round -> {"slowest": rank, "local_iters": {rank: k}}
+        # --round-deadline D (mxhet.policy.deadline); 0: Algorithm 2 as in the paper, untouched
+        self.deadline = check_deadline(round_deadline)
+        self.book = RoundBook() if self.deadline else None
+        self._late_seq = {}       # late rank -> seq of its deferred READY (released when its round closes)
 
     def handle(self, req, now):
         if req.TYPE == m.Query.TYPE:
+            if self.deadline:
+                return self._deadline_query(req, now)
             return self._query(req, now)
         host = self.host
         host.registered(req.rank)
@@ -110,13 +117,75 @@ class ESyncRule(RulePlugin):
             info["local_iters"].setdefault(rank, req.k)
         return m.query_reply(req.seq, ready, round_, slowest)
 
+    # -- --round-deadline (mxhet.policy.deadline) ---------------------------------------------
+    def waited_ranks(self, now):
+        """The present ranks the rounds wait for under the deadline at ``now``
+        (a test batch running longer than the bound already is late)."""
+        records, present = self.host.table.records, self.host.present
+        return waited({r: records[r].capability for r in present}, self.deadline,
+                      {r: now - records[r].last_finish for r in present})
+
+    def _deadline_query(self, req, now):
+        """QUERY-STATE under a deadline. A device the rounds wait for is answered
+        by Algorithm 2 among those devices; READY closes its round's membership
+        and carries the round's ``target`` (members) and the device's ``weight``
+        (its share). A late device's query after an iteration is deferred until
+        the round its delta enters closes, then answered READY with that round
+        (possibly ahead of its own), its share and the target."""
+        rank, round_ = req.rank, req.round
+        host, table = self.host, self.host.table
+        record = host.registered(rank)
+        if round_ != record.round:
+            raise ProtocolError("query for round %d, rank %d is in round %d" % (round_, rank, record.round))
+        if any(stop and t >= round_ for t, stop in self.stop_decisions.items()):
+            # the job stops after a round this device has not passed: it never pushes again
+            self.book.forget(rank)
+            return m.Reply(seq=req.seq, round=round_, stop=True)
+        on_time = self.waited_ranks(now) | ({rank} if rank not in host.present else set())
+        slowest = max(on_time, key=lambda r: (table.records[r].capability, -r))
+        if rank not in on_time:
+            table.query(rank, req.k, req.c, now - req.since_finish, now, among=())   # the record's c, t_e
+            if req.k == 0:
+                return m.query_reply(req.seq, False, round_, slowest)
+            open_round = max(table.records[r].round for r in on_time)
+            due = self.book.arrive(rank, round_, open_round)
+            self._late_seq[rank] = req.seq
+            self.rounds.setdefault(due, {"slowest": slowest, "local_iters": {}})["local_iters"].setdefault(rank, req.k)
+            return None
+        ready = table.query(rank, req.k, req.c, now - req.since_finish, now, among=sorted(on_time))
+        if not ready:
+            return m.query_reply(req.seq, False, round_, slowest)
+        info = self.rounds.setdefault(round_, {"slowest": slowest, "local_iters": {}})
+        info["local_iters"].setdefault(rank, req.k)
+        first = not self.book.is_closed(round_)
+        closed = self.book.close(round_, sorted(on_time))
+        if first:
+            info["late"] = {str(r): s for r, s in sorted(closed.late.items())}
+            for r in closed.late:
+                host.released.append((r, m.Reply(seq=self._late_seq.pop(r), ready=True, round=round_,
+                                                 slowest=slowest, target=closed.target,
+                                                 weight=closed.members[r])))
+        return m.Reply(seq=req.seq, ready=True, round=round_, slowest=slowest, target=closed.target,
+                       weight=closed.members.get(rank, 0.0))
+
+    def depart(self, rank, cause):
+        if self.book is not None:
+            self.book.forget(rank)
+            self._late_seq.pop(rank, None)
+
+    def bye(self, rank):
+        self.depart(rank, "bye")
+        return False
+
     @staticmethod
     def empty_stats():
         return []
 
     def stats(self):
-        return [{"round": t, "slowest": info["slowest"],
-                 "local_iters": {str(r): k for r, k in sorted(info["local_iters"].items())}}
+        # "late" (rank -> rounds missed) only under --round-deadline: the paper's record is unchanged
+        return [dict({"round": t, "slowest": info["slowest"],
+                      "local_iters": {str(r): k for r, k in sorted(info["local_iters"].items())}},
+                     **({"late": info["late"]} if "late" in info else {}))
                 for t, info in sorted(self.rounds.items())]
 
 

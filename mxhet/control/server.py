@@ -47,6 +47,8 @@ class StateService:
         min_workers: the fewest members a synchronous round may go on with.
         rules: the names of the rule plugins to load (:data:`.rules.ALL_RULES`
             by default; a mode's spec names its own in ``state_rules``).
+        round_deadline: ESync's ``--round-deadline`` D (0: off, Algorithm 2
+            as in the paper; see :mod:`mxhet.policy.deadline`).
 
     Raises:
         ValueError: for a bad argument or an unknown rule name.
@@ -54,7 +56,7 @@ class StateService:
 
     def __init__(self, num_workers, epsilon=DEFAULT_EPSILON, staleness=2, adsp_period=adsp.DEFAULT_PERIOD,
                  adsp_epoch=adsp.DEFAULT_EPOCH, adsp_window=adsp.DEFAULT_WINDOW_PERIODS, now=0.0, min_workers=1,
-                 rules=rules_mod.ALL_RULES):
+                 rules=rules_mod.ALL_RULES, round_deadline=0.0):
         if not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError("num_workers must be a positive integer, got %r" % (num_workers,))
         if not isinstance(staleness, int) or staleness < 0:
@@ -76,6 +78,7 @@ class StateService:
         self.left = set()        # ranks that said bye
         self.present = set()     # registered ranks that have not said bye
         options = {"ssp": dict(staleness=staleness), "membership": dict(min_workers=min_workers),
+                   "esync": dict(round_deadline=round_deadline),
                    "adsp": dict(period=adsp_period, epoch=adsp_epoch, window_periods=adsp_window)}
         # loaded in the registry's order whatever order ``rules`` names them in: a goodbye reaches them in that order
         self.plugins = [cls(self, **options.get(name, {})) for name, cls in rules_mod.PLUGINS.items()

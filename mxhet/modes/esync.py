@@ -53,6 +53,7 @@ carry on, as if the local optimizer ran continuously on the replica); with
 """
 import mxnet as mx
 
+from ..errors import ConfigError
 from ..dataplane.channel import DEFAULT_BUCKET_BYTES
 from ..dataplane.weighting import DeltaWeighting
 from ..gluon_private import trainer_params
@@ -82,6 +83,13 @@ class ESync(RoundMembers, ProgramMode):
     def __init__(self, trainer, config, **options):
         super().__init__(trainer, config, **options)
         programs.check_esync(self.opts)
+        if self.opts["round_deadline"]:
+            # The cluster's round rendezvous (mxhet.control.membership) waits for every worker still
+            # training; a round without its late devices, and a late delta pushed into a later round,
+            # need it to take each round's members from ESyncRule's RoundBook. Simulator only for now.
+            raise ConfigError("esync: round_deadline (--round-deadline) %r runs in the simulator only "
+                              "(python -m mxhet.sim); the cluster's round rendezvous does not name a "
+                              "round's members from the deadline yet" % (self.opts["round_deadline"],))
         self.delayed = self.opts["ack"] == "delayed"
         self.weighting = DeltaWeighting(self.opts["aggregation"])
         self.outer = None   # the servers' outer momentum, mirrored (outer_optimizer="nesterov")

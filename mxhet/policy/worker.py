@@ -96,6 +96,17 @@ class ESyncPolicy:
         elif ready and not self.ready:
             self.ready, self.slowest = True, slowest
 
+    def join_round(self, round_):
+        """``--round-deadline``: a late device's READY names the later round its
+        delta enters (:mod:`mxhet.policy.deadline`); it aggregates in that round.
+
+        Raises:
+            ValueError: for a round before the current one.
+        """
+        if round_ < self.round:
+            raise ValueError("cannot join round %d from round %d" % (round_, self.round))
+        self.round = round_
+
     def after_query(self):
         """AGGREGATE once a READY for this round is in or the cap is reached, else CONTINUE."""
         if self.ready or (self.max_local_steps and self.k >= self.max_local_steps):

@@ -359,11 +359,18 @@ class AggregateDeltas:
     is pushed, the servers apply ESync's updater once all are in
     (``dist_sync``), and the replica becomes the new global model.
 
+    Under ``--round-deadline`` (``members`` > 0) the round is of the
+    ``members`` devices the State Server named, and this device's delta
+    enters with its share ``weight`` of the combination
+    (:mod:`mxhet.policy.deadline`); 0: a round of every device, as in the paper.
+
     Returns: None.
     """
     round: int
     steps: int
     aggregation: str = "mean"
+    members: int = 0
+    weight: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)

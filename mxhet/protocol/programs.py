@@ -5,6 +5,7 @@ statistics record (``rounds``, ``local_iters``: the per-round accounting both
 engines report) and yields :mod:`.effects`. Ported: ``localsgd``, ``sync``,
 ``async`` and ``dcasgd`` (:func:`asynchronous`), ``ssp``, ``local``, ``esync``.
 """
+from ..errors import ConfigError
 from ..policy.stop import StopRule
 from ..policy.worker import Action, LocalSGDPolicy
 from .effects import Clock, Compute, Exchange, Payload, PushAsync, WantsStop
@@ -118,8 +119,15 @@ class ESyncAnswers:
         self.policy, self.stats = policy, stats
         self.stop_decided = False
         self.named_slowest = False   # the latest answer named this device the slowest
+        self.members, self.weight = 0, 0.0   # --round-deadline: the READY's round size and this device's share
 
     def answer(self, reply):
+        if reply.ready and reply.target > 0:
+            # --round-deadline: a READY names the round's members and this device's share; a late
+            # device's names the (later) round its delta enters
+            if reply.round > self.policy.round:
+                self.policy.join_round(reply.round)
+            self.members, self.weight = reply.target, reply.weight
         self.policy.answer(reply.round, reply.ready, reply.slowest)
         self.named_slowest = reply.slowest == self.stats.rank
         self.stats.late_replies = self.policy.late_replies
@@ -149,6 +157,16 @@ def check_esync(opts):
         ConfigError: naming the bad ``global_lr``, ``ack`` or aggregation option.
     """
     specs.ESYNC.check(opts)
+    if opts.get("round_deadline"):
+        # A late device's READY waits for its round to close (a deferred answer): only a blocking
+        # query waits for it. Its share replaces the mean's 1/m; the count weightings would need
+        # the late device's counts in a round it joins after the count exchange.
+        if opts.get("ack", "blocking") != "blocking":
+            raise ConfigError("esync: round_deadline (--round-deadline) needs ack 'blocking', got ack %r"
+                              % (opts["ack"],))
+        if opts.get("aggregation", "mean") != "mean":
+            raise ConfigError("esync: round_deadline (--round-deadline) needs aggregation 'mean', got %r"
+                              % (opts["aggregation"],))
 
 
 def _esync_query(answers, stats, duration, delayed, iteration=True):
@@ -222,7 +240,11 @@ def esync(opts, stats):
                 return
             if policy.after_query() is not Action.AGGREGATE:
                 continue
-        yield AggregateDeltas(policy.round, policy.k, opts["aggregation"])
+        if answers.members:
+            yield AggregateDeltas(policy.round, policy.k, opts["aggregation"], answers.members, answers.weight)
+            answers.members, answers.weight = 0, 0.0
+        else:
+            yield AggregateDeltas(policy.round, policy.k, opts["aggregation"])
         if opts["reset_optimizer_state"]:
             yield ResetOptimizer()
         _, k, slowest = policy.aggregated()

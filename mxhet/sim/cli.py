@@ -300,6 +300,8 @@ def run(args):
                       "stopped_at_target_s": sim.target_reached_at,
                       "max_iterations": job.max_iterations, "stopped_at_cap_s": sim.capped_at,
                       "command": ["python", "-m", "mxhet.sim"] + list(args.argv)}
+    if job.mode_options.get("round_deadline"):   # --round-deadline: every push's (slot, round, share)
+        summary["sim"]["deadline_pushes"] = [list(p) for p in sim.deadline_log]
     if job.mode == "adsp":   # the commit-rate search as it ran, times in virtual seconds of the run
         scheduler = sim.service.adsp
         summary["adsp_search"] = scheduler.search_record(origin=scheduler.start) if scheduler is not None else None

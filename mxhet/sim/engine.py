@@ -223,6 +223,8 @@ class Simulation:
         if job.staleness is not None:
             kwargs["staleness"] = job.staleness
         kwargs.update({"adsp_" + k: v for k, v in job.adsp.items() if v is not None})
+        if job.mode_options.get("round_deadline"):
+            kwargs["round_deadline"] = job.mode_options["round_deadline"]
         self.service = StateService(n, rules=self.spec.state_rules, **kwargs)
         members = self.service.rule("membership")
         if members is not None:   # the leave / join record in virtual seconds
@@ -243,6 +245,7 @@ class Simulation:
         self.scores = []           # target_check's accuracy per snapshot (stop at the target)
         self.traces = None         # {} to record each device's worker-program (effect, result) pairs, by slot
         self.members = None        # a mxhet.sim.members.MemberScores: members and global model at every round
+        self.deadline_log = []     # --round-deadline: (slot, round, share) of every delta pushed
 
     # -- the State Server over the emulated links --------------------------------
     def _answer(self, dev, request):

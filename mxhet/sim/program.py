@@ -553,7 +553,26 @@ def _member_aggregate(sim, dev, effect):
     return result
 
 
+def _deadline_aggregate(sim, dev, effect):
+    """``--round-deadline``: a round of the ``effect.members`` devices the State
+    Server named, late ones included; each push is the delta times its share
+    times m, so the servers' ESync rule (sum / N, each push scaled by N/m)
+    applies w += ε·Σ share·Δ."""
+    keys = list(range(len(dev.params)))
+    index = (sim.job.mode, effect.round)
+    if index not in sim._rounds:
+        sim._rounds[index] = _MemberRound(sim.env, sim.servers, keys, effect.members, len(sim.devices))
+    scale = effect.weight * effect.members
+    deltas = [d * scale for d in sim.deltas(dev)]
+    result, _ = yield from sim.exchange(dev, index, deltas, keys)
+    sim.take_global(dev, result)
+    sim.deadline_log.append((dev.slot, effect.round, effect.weight))
+
+
 def _aggregate_deltas(sim, dev, effect):
+    if effect.members:
+        yield from _deadline_aggregate(sim, dev, effect)
+        return
     if getattr(sim.job, "leaves", None) and getattr(get_mode(sim.job.mode), "member_rounds", False):
         # Devices leave this job: the rounds of the members named by the State Server. Without
         # --events the round is today's, of all N devices: the same members, and the same virtual

@@ -1,0 +1,154 @@
+"""ESync's round deadline (``--round-deadline D``) as pure code.
+
+Algorithm 2 makes every round as long as the slowest device's one iteration:
+at 117x the fast devices aggregate once per 117 of their iterations. With a
+deadline D, a round waits only for the devices whose capability c (seconds
+per iteration, round trip included) is at most D times the fastest device's;
+the others are *late*. A late device keeps iterating from the global model it
+last pulled; when its iteration ends, its delta is folded into the first round
+whose membership has not closed yet, with a staleness-aware weight.
+
+Why a multiple of the fastest device's time rather than seconds: the same D
+means the same thing for every model and machine (a round lasts at most about
+D fast iterations), which is what one recommended configuration needs; a bound
+in seconds would have to be re-chosen per model. D >= 1; with D at or above
+the profile's slowdown nobody is late and the rounds are Algorithm 2's.
+
+Rounds and staleness. A device in round b trains from the global model that
+round b-1 produced. Its delta entering round t (applied to the model round t-1
+produced) has missed t - b rounds: staleness s = t - b, 0 for a device on time.
+Weight a(s) = 1 / (1 + s), the polynomial decay of FedAsync (Xie et al., 2019,
+a = 1), which asynchronous Local-SGD work also discounts stale deltas by; the
+round's deltas are combined with shares a_i / sum(a) (on-time devices a = 1),
+so the shares sum to one and the update keeps the scale of a plain mean.
+
+A round's membership closes when the first device it waits for is told READY:
+from then on its members and shares are fixed, and a late delta arriving later
+enters the next round. Everything here is plain data and an injected round
+number; nothing reads a clock.
+"""
+import dataclasses
+import math
+
+from ..errors import ConfigError
+
+
+def check_deadline(value):
+    """``value`` as a float deadline (0 = off), or ConfigError naming it.
+
+    Raises:
+        ConfigError: for a value that is not 0 and not a finite number >= 1.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError("round_deadline must be 0 (off) or a number >= 1, got %r" % (value,))
+    if value != 0 and value < 1:
+        raise ConfigError("round_deadline must be 0 (off) or a number >= 1 (a multiple of the fastest "
+                          "device's iteration time), got %r" % (value,))
+    return float(value)
+
+
+def staleness_weight(staleness):
+    """a(s) = 1 / (1 + s) for a delta that missed ``staleness`` rounds (int >= 0).
+
+    Raises:
+        ValueError: for a negative or non-integer staleness.
+    """
+    if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < 0:
+        raise ValueError("staleness must be an integer >= 0, got %r" % (staleness,))
+    return 1.0 / (1.0 + staleness)
+
+
+def waited(capabilities, deadline, running=None):
+    """The ranks a round waits for: c <= D * min(c) over ``capabilities``
+    (rank -> seconds per iteration, None or inf while unmeasured).
+
+    A device not measured yet is waited for (Algorithm 2 counts it as the
+    slowest until its test batch reports) unless ``running`` (rank -> seconds
+    its test batch has run so far, a lower bound of its c) already exceeds the
+    bound: otherwise the first round would still last one slow iteration.
+    Everyone is waited for while nobody is measured or the deadline is off (0).
+    """
+    known = [c for c in capabilities.values() if c is not None and math.isfinite(c)]
+    if not deadline or not known:
+        return set(capabilities)
+    bound = deadline * min(known)
+    running = running or {}
+    return {r for r, c in capabilities.items()
+            if (c <= bound if c is not None and math.isfinite(c) else running.get(r, 0.0) <= bound)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Membership:
+    """A closed round: its ``members`` (rank -> share of the combined delta, summing
+    to one), the late ranks' staleness, and ``target`` = the number of members."""
+    round: int
+    members: dict
+    late: dict
+
+    @property
+    def target(self):
+        return len(self.members)
+
+
+class RoundBook:
+    """The rounds' memberships under a deadline: late arrivals, closing, shares.
+
+    Raises (methods):
+        ValueError: a late delta announced twice before it entered a round,
+            a base round after the round it would enter, or a round closed
+            twice with different devices.
+    """
+
+    def __init__(self):
+        self._pending = {}    # round -> {late rank: its base round}
+        self._closed = {}     # round -> Membership
+        self._entered = {}    # rank -> the round its pending late delta enters
+
+    def is_closed(self, round_):
+        return round_ in self._closed
+
+    def membership(self, round_):
+        """The closed round's :class:`Membership`, or None while it is open."""
+        return self._closed.get(round_)
+
+    def arrive(self, rank, base_round, open_round):
+        """A late device in round ``base_round`` finished an iteration while the
+        devices the rounds wait for are in ``open_round``: its delta enters
+        ``open_round``, or the round after if that one has closed. Returns the round."""
+        if rank in self._entered:
+            raise ValueError("rank %d's late delta is already due in round %d" % (rank, self._entered[rank]))
+        round_ = open_round
+        while round_ in self._closed:
+            round_ += 1
+        if base_round > round_:
+            raise ValueError("rank %d's base round %d is after round %d" % (rank, base_round, round_))
+        self._pending.setdefault(round_, {})[rank] = base_round
+        self._entered[rank] = round_
+        return round_
+
+    def close(self, round_, on_time):
+        """Close ``round_`` with the ranks ``on_time`` (the devices it waited
+        for) and the late deltas due in it; returns its :class:`Membership`
+        (again, unchanged, for a round already closed)."""
+        done = self._closed.get(round_)
+        if done is not None:
+            return done
+        late = {r: round_ - b for r, b in self._pending.pop(round_, {}).items()}
+        weights = {r: 1.0 for r in on_time if r not in late}
+        weights.update({r: staleness_weight(s) for r, s in late.items()})
+        total = sum(weights.values())
+        members = {r: w / total for r, w in sorted(weights.items())}
+        for r in late:
+            del self._entered[r]
+        done = self._closed[round_] = Membership(round_, members, late)
+        return done
+
+    def due(self, rank):
+        """The round ``rank``'s late delta waits for (None when it has none pending)."""
+        return self._entered.get(rank)
+
+    def forget(self, rank):
+        """Drop a departed rank's pending late delta (it will never be pushed)."""
+        round_ = self._entered.pop(rank, None)
+        if round_ is not None:
+            self._pending.get(round_, {}).pop(rank, None)

@@ -1,0 +1,184 @@
+"""ESync's round deadline (mxhet.policy.deadline) and its State Server rule (ESyncRule, round_deadline)."""
+import math
+
+import pytest
+
+from mxhet.control import messages as m
+from mxhet.control.server import StateService
+from mxhet.errors import ConfigError
+from mxhet.policy.deadline import RoundBook, check_deadline, staleness_weight, waited
+
+
+# -- the pure rule ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [0.5, -1, math.inf, math.nan, "2", True])
+def test_a_deadline_below_one_or_not_a_number_is_refused_naming_it(bad):
+    with pytest.raises(ConfigError, match="round_deadline"):
+        check_deadline(bad)
+
+
+def test_zero_is_off_and_one_or_more_is_a_multiple():
+    assert check_deadline(0) == 0.0 and check_deadline(4) == 4.0
+
+
+def test_a_round_waits_for_the_devices_within_the_multiple_of_the_fastest():
+    caps = {0: 0.01, 1: 0.012, 2: 1.17, 3: 0.039}   # 117x: rank 2 is late at D = 4
+    assert waited(caps, 4.0) == {0, 1, 3}
+    assert waited(caps, 3.0) == {0, 1}
+    assert waited(caps, 117.0) == {0, 1, 2, 3}        # a bound above the slowdown: Algorithm 2's rounds
+    assert waited(caps, 0.0) == {0, 1, 2, 3}          # off
+
+
+def test_a_device_not_measured_yet_is_waited_for():
+    assert waited({0: 0.01, 1: math.inf, 2: None}, 2.0) == {0, 1, 2}
+    assert waited({0: math.inf, 1: math.inf}, 2.0) == {0, 1}
+
+
+def test_a_test_batch_running_past_the_bound_is_late_before_it_reports():
+    caps = {0: 0.01, 1: math.inf}
+    assert waited(caps, 4.0, {1: 0.03}) == {0, 1}
+    assert waited(caps, 4.0, {1: 0.05}) == {0}
+
+
+def test_the_staleness_weight_is_one_over_one_plus_the_rounds_missed():
+    assert [staleness_weight(s) for s in (0, 1, 3)] == [1.0, 0.5, 0.25]
+    with pytest.raises(ValueError, match="staleness"):
+        staleness_weight(-1)
+
+
+def test_a_late_delta_enters_the_open_round_with_its_staleness_and_shares_sum_to_one():
+    book = RoundBook()
+    assert book.arrive(2, base_round=1, open_round=4) == 4
+    closed = book.close(4, on_time=[0, 1])
+    assert closed.late == {2: 3} and closed.target == 3
+    # a = 1, 1, 1/4: shares 4/9, 4/9, 1/9 of the combined delta
+    assert closed.members == pytest.approx({0: 4 / 9, 1: 4 / 9, 2: 1 / 9})
+    assert sum(closed.members.values()) == pytest.approx(1.0)
+    assert book.due(2) is None
+
+
+def test_a_late_delta_arriving_after_its_round_closed_enters_the_next():
+    book = RoundBook()
+    book.close(4, on_time=[0, 1])
+    assert book.arrive(2, base_round=3, open_round=4) == 5
+    assert book.membership(4).late == {}
+    assert book.close(5, on_time=[0, 1]).late == {2: 2}
+
+
+def test_a_late_delta_is_applied_exactly_once():
+    book = RoundBook()
+    book.arrive(2, base_round=0, open_round=3)
+    with pytest.raises(ValueError, match="already due"):
+        book.arrive(2, base_round=0, open_round=3)
+    first = book.close(3, on_time=[0])
+    assert book.close(3, on_time=[0, 1]) is first          # closing again changes nothing
+    assert 2 not in book.close(4, on_time=[0]).members       # not folded in a second time
+
+
+def test_a_departed_late_device_is_not_waited_for_in_its_round():
+    book = RoundBook()
+    book.arrive(2, base_round=0, open_round=1)
+    book.forget(2)
+    assert book.close(1, on_time=[0, 1]).members == {0: 0.5, 1: 0.5}
+
+
+# -- the State Server's rule ----------------------------------------------------------------------
+
+
+def _service(deadline, n=3):
+    svc = StateService(n, now=0.0, rules=("esync", "membership"), round_deadline=deadline, epsilon=0.0)
+    for r in range(n):
+        assert svc.handle(m.Register(rank=r, seq=1, slot=r), 0.0, sender=r).ok
+    return svc
+
+
+def _q(svc, rank, seq, round_, k, c, now):
+    return svc.handle(m.Query(rank=rank, seq=seq, round=round_, k=k, c=c, since_finish=0.0), now, sender=rank)
+
+
+def _reset(svc, rank, seq, round_, now):
+    return svc.handle(m.Reset(rank=rank, seq=seq, round=round_, want_stop=False, since_finish=0.0), now, sender=rank)
+
+
+def _test_batches(svc, caps):
+    for r, c in caps.items():
+        assert not _q(svc, r, 2, 0, 0, c, 0.0).ready
+
+
+def test_the_rule_refuses_a_bad_deadline():
+    with pytest.raises(ConfigError, match="round_deadline"):
+        StateService(2, rules=("esync", "membership"), round_deadline=0.5)
+
+
+def test_fast_devices_close_rounds_without_the_late_one_which_enters_a_later_round():
+    svc = _service(4.0)
+    _test_batches(svc, {0: 0.01, 1: 0.01, 2: 1.17})   # 117x
+    rule = svc.rule("esync")
+    assert rule.waited_ranks(0.0) == {0, 1}
+    seq = 3
+    # the fast devices aggregate round after round; the paper's rule would say NOT-READY (the slowest not ready)
+    for t in range(5):
+        now = 0.01 * (t + 1)
+        a = _q(svc, 0, seq, t, 1, 0.01, now)
+        b = _q(svc, 1, seq, t, 1, 0.01, now)
+        assert a.ready and b.ready and a.round == b.round == t
+        assert a.target == b.target == 2 and a.weight == b.weight == 0.5
+        _reset(svc, 0, seq + 1, t + 1, now)
+        _reset(svc, 1, seq + 1, t + 1, now)
+        seq += 2
+    # the late device ends its iteration (from round 0's model) while the others are in round 5: deferred
+    assert _q(svc, 2, 3, 0, 1, 1.17, 1.17) is None
+    assert rule.book.due(2) == 5
+    a = _q(svc, 0, seq, 5, 1, 0.01, 1.18)
+    assert a.ready and a.round == 5 and a.target == 3
+    # staleness 5: a = 1/6; shares 6/13, 6/13, 1/13
+    assert a.weight == pytest.approx(6 / 13)
+    (rank, late), = svc.released
+    assert rank == 2 and late.ready and late.round == 5 and late.target == 3
+    assert late.weight == pytest.approx(1 / 13)
+    assert rule.stats()[5]["late"] == {"2": 5}
+    # the late device pulls round 5's model and goes on from round 6, as the others do
+    svc.released.clear()
+    _reset(svc, 2, 4, 6, 1.19)
+    assert _q(svc, 2, 5, 6, 1, 1.17, 2.36) is None and rule.book.due(2) == 6
+
+
+def test_the_first_round_does_not_wait_for_a_test_batch_past_the_bound():
+    svc = _service(4.0)
+    for r in (0, 1):
+        assert not _q(svc, r, 2, 0, 0, 0.01, 0.01).ready
+    # rank 2's test batch has run 0.02 s (< 4 x 0.01): waited for; at 0.05 s it is late
+    assert not _q(svc, 0, 3, 0, 1, 0.01, 0.02).ready
+    assert _q(svc, 0, 4, 0, 2, 0.01, 0.05).ready and _q(svc, 1, 3, 0, 1, 0.01, 0.05).ready
+
+
+def test_without_a_deadline_the_rule_is_algorithm_2():
+    svc = _service(0.0)
+    _test_batches(svc, {0: 0.01, 1: 0.01, 2: 1.17})
+    a = _q(svc, 0, 3, 0, 1, 0.01, 0.01)
+    assert not a.ready and a.slowest == 2 and a.target == 0 and a.weight == 0.0
+    assert svc.rule("esync").book is None
+
+
+def test_a_deadline_above_the_slowdown_waits_for_everyone():
+    svc = _service(200.0)
+    _test_batches(svc, {0: 0.01, 1: 0.01, 2: 1.17})
+    assert svc.rule("esync").waited_ranks(0.0) == {0, 1, 2}
+    assert not _q(svc, 0, 3, 0, 1, 0.01, 0.01).ready
+
+
+def test_a_late_device_is_told_to_stop_once_the_job_stopped_after_a_later_round():
+    svc = _service(4.0)
+    _test_batches(svc, {0: 0.01, 1: 0.01, 2: 1.17})
+    assert _q(svc, 0, 3, 0, 1, 0.01, 0.01).ready and _q(svc, 1, 3, 0, 1, 0.01, 0.01).ready
+    svc.handle(m.Reset(rank=0, seq=4, round=1, want_stop=True, since_finish=0.0), 0.02, sender=0)
+    reply = _q(svc, 2, 3, 0, 1, 1.17, 1.17)
+    assert reply.stop and not reply.ready and svc.rule("esync").book.due(2) is None
+
+
+def test_the_cluster_engine_refuses_the_deadline_naming_it():
+    from mxhet.config import WorkerConfig
+    from mxhet.modes import get_mode
+    with pytest.raises(ConfigError, match="round_deadline.*simulator only"):
+        get_mode("esync")(trainer=None, config=WorkerConfig(), round_deadline=4)

@@ -1,0 +1,62 @@
+"""``--round-deadline`` in the simulator (virtual time): the fast devices aggregate many times per
+slow iteration, the late delta enters one round once with its share, every device ends on one model."""
+import collections
+
+import pytest
+
+from mxhet.errors import ConfigError
+from mxhet.sim import cli
+
+pytestmark = pytest.mark.timeout(300)
+
+# The paper's 117x profile on 3 devices (two fast, one 117x slower), pinned times, a short budget:
+# the slow device finishes its test batch and two or three iterations.
+ARGV = ("-n", "3", "--eval-samples", "100", "--final-eval-samples", "100", "--sync", "esync", "--no-progress")
+# ResNet-18 costs about 0.1 s of CPU a real iteration: a milder profile (20x) keeps it to a few
+# hundred iterations (10x); its pushes (45 MB) take longer than the small CNN's, so its base time is longer.
+PROFILES = {"smallcnn": ("--slowdown", "1,1,117", "--base-iter", "0.01", "--time-budget", "3.6"),
+            "resnet18_v1": ("--slowdown", "1,1,10", "--base-iter", "0.1", "--time-budget", "3.3")}
+
+
+def _sim(tmp_path, name, model, *argv):
+    args = cli.build_parser().parse_args([*ARGV, *PROFILES[model], "--model", model, *argv,
+                                          "--metrics-out", str(tmp_path / name)])
+    args.argv = list(argv)
+    return cli.run(args)
+
+
+@pytest.mark.parametrize("model", ["smallcnn", "resnet18_v1"])
+def test_fast_devices_aggregate_many_times_per_slow_iteration_and_the_late_delta_enters_once(tmp_path, model):
+    out = _sim(tmp_path, "deadline", model, "--round-deadline", "4")
+    workers = {w["slot"]: w for w in out["workers"]}
+    slow, fast = workers[2], workers[0]
+    assert len({w["final_model_sha256"] for w in workers.values()}) == 1   # one model at the end
+    pushes = out["sim"]["deadline_pushes"]
+    late = [(r, share) for slot, r, share in pushes if slot == 2]
+    # each of the slow device's aggregated iterations entered exactly one round, once (one in
+    # progress when the job stopped is dropped, as Algorithm 1 drops every device's at the end)
+    assert len(late) == len(slow["local_iters"]) >= 2 and slow["iterations"] - len(late) in (0, 1)
+    assert len({r for r, _ in late}) == len(late)
+    by_round = collections.defaultdict(list)
+    for slot, r, share in pushes:
+        by_round[r].append((slot, share))
+    for r, members in by_round.items():
+        assert len({s for s, _ in members}) == len(members)            # nobody pushed twice in a round
+        assert sum(share for _, share in members) == pytest.approx(1.0)
+    # a late delta that missed s rounds weighs 1/(1+s) of an on-time one: share < the fast ones'
+    for r, share in late:
+        fast_share = dict(by_round[r])[0]
+        assert share < fast_share
+    # between two of the slow device's iterations the fast devices aggregated many times
+    assert fast["rounds"] >= 5 * len(late)
+    # the paper's ESync on the same profile: one round per slow iteration
+    paper = _sim(tmp_path, "paper", model)
+    assert "deadline_pushes" not in paper["sim"]
+    assert paper["workers"][0]["rounds"] <= slow["iterations"] + 1 < fast["rounds"]
+
+
+def test_the_deadline_needs_blocking_queries_and_the_mean(tmp_path):
+    with pytest.raises(ConfigError, match="round_deadline.*ack"):
+        _sim(tmp_path, "a", "smallcnn", "--round-deadline", "4", "--ack", "delayed")
+    with pytest.raises(ConfigError, match="round_deadline.*aggregation"):
+        _sim(tmp_path, "b", "smallcnn", "--round-deadline", "4", "--aggregation", "weighted")
