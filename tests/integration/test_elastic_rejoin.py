@@ -17,8 +17,10 @@ pytestmark = pytest.mark.timeout(400)
 
 def _kill_and_restart(tmp_path, child_pids, mode_args, rounds):
     out = tmp_path / "out"
-    # --base-iter pins an iteration to at least 0.05 s: the rounds outlast the kill and the restart delay
+    # --base-iter pins an iteration to at least 0.05 s: the rounds outlast the kill and the restart delay.
+    # --heartbeat-timeout 3 (PS-LITE's own is 3 s): the launcher starts a dead worker again after 3 + 2 s, not 5 + 2
     proc, job_file, err = _start(tmp_path, ["-n", "3", "-s", "1", "--base-iter", "0.05", "--timeout", "300",
+                                            "--heartbeat-timeout", "3",
                                             "--elastic", "--max-restarts", "1", *mode_args[0]],
                                  train_command(out, "--max-rounds", str(rounds), *mode_args[1]))
     child_pids.add(proc.pid)
@@ -39,13 +41,14 @@ def _kill_and_restart(tmp_path, child_pids, mode_args, rounds):
     return code, out, (tmp_path / "launcher.err").read_text(), killed[0]
 
 
-@pytest.mark.parametrize("mode_args", [
-    (("--sync", "esync", "--slowdown", "1,1,2"), ("--ack", "blocking")),
-    (("--sync", "esync", "--slowdown", "1,1,2"), ("--ack", "delayed")),
-], ids=["esync-blocking", "esync-delayed"])
-def test_a_killed_worker_started_again_takes_part_in_later_rounds_and_ends_on_the_same_model(
-        tmp_path, child_pids, mode_args):
-    rounds = 300
+def test_a_killed_worker_started_again_takes_part_in_later_rounds_and_ends_on_the_same_model(tmp_path, child_pids):
+    # Delayed ACKs only: the rejoin is the same code whatever the ACK (RoundMembers.on_connect takes the
+    # State Server's registered round, the launcher's restart and PS-LITE's recovery know nothing of ACKs), and
+    # with delayed ACKs the dead worker has queries in flight when it dies, the case blocking ones never reach
+    # (a second launch with blocking ACKs proved nothing more; test_elastic_esync.py's kill_9 does the same).
+    # measured: the restarted worker's first round was 40 (kill and restart take about 8 s of 0.1 s rounds)
+    rounds = 200
+    mode_args = (("--sync", "esync", "--slowdown", "1,1,2"), ("--ack", "delayed"))
     code, out, stderr, victim = _kill_and_restart(tmp_path, child_pids, mode_args, rounds)
     assert code == 0, stderr[-4000:]
     assert "SIGKILL" in stderr and "starting it again in its slot" in stderr, stderr[-3000:]

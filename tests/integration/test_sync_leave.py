@@ -16,7 +16,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from .jobs import ROOT, launch
+from .jobs import ROOT, launch, run_leaving_job
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -126,52 +126,14 @@ def test_a_sync_resnet18_worker_that_ends_its_loop_first(tmp_path, child_pids):
         assert _distance(final, ref) < 0.25 * gap, (_distance(final, ref), gap)
 
 
-# nodelay: an ordinary loop that just ends, a different step count per worker (no reference model: its rounds
-# depend on timing).
-NODELAY_SCRIPT = textwrap.dedent('''
-    import atexit, json, os, sys
-    import mxnet as mx
-    from mxnet import autograd, gluon
-    import mxhet
-    from mxhet.models import get_model
-
-    out_dir = sys.argv[1]
-    slot = int(os.environ["MXHET_SLOT"])
-    mine = 10 * (slot + 1)
-    done = [0]
-
-    def report():
-        with open(os.path.join(out_dir, "slot%d.json" % slot), "w") as f:
-            json.dump({"steps": done[0], "digest": trainer.stats.final_model_sha256,
-                       "departed": trainer.mode.departed}, f)
-    atexit.register(report)
-
-    mx.random.seed(slot)
-    net = get_model("smallcnn")
-    net.initialize(mx.init.Xavier())
-    trainer = mxhet.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.05})
-    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    for _ in range(mine):
-        x = mx.nd.random.uniform(shape=(16, 1, 28, 28))
-        y = mx.nd.array([i % 10 for i in range(16)])
-        with autograd.record():
-            loss = loss_fn(net(x), y)
-        loss.backward()
-        trainer.step(16)
-        done[0] += 1
-''')
-
-
 def test_a_nodelay_worker_that_ends_its_loop_first_serves_the_transfers(tmp_path, child_pids):
-    script = tmp_path / "prog.py"
-    script.write_text(NODELAY_SCRIPT)
-    # slot 2: 30 x 4 x 0.1 s = 12 s of steps; slot 0 serves the rounds for over 8 s, longer than the 5 s heartbeat
-    # timeout (its messages keep it alive)
-    proc = launch(["-n", "3", "-s", "1", "--sync", "nodelay", "--slowdown", "1,1,4", "--base-iter", "0.1",
-                   "--heartbeat-timeout", "5", "--timeout", "120"],
-                  [sys.executable, str(script), str(tmp_path)], tmp_path, child_pids, timeout=150)
+    # nodelay: jobs.LEAVING_SCRIPT, slot s running 10 x (s + 1) steps (no reference model: its rounds depend on
+    # timing). Slot 2: 30 x 4 x 0.06 s = 7.2 s of steps; slot 0 serves the rounds for over 4.8 s, longer than
+    # the 3 s heartbeat timeout (its messages keep it alive)
+    proc, results = run_leaving_job(["-n", "3", "-s", "1", "--sync", "nodelay", "--slowdown", "1,1,4",
+                                     "--base-iter", "0.06", "--heartbeat-timeout", "3", "--timeout", "120"],
+                                    tmp_path, child_pids, steps=10, workers=3, staggered=True, timeout=150)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    results = [json.loads((tmp_path / ("slot%d.json" % s)).read_text()) for s in range(3)]
     assert [r["steps"] for r in results] == [10, 20, 30]
     assert [r["departed"] for r in results] == [True, True, True]
     digests = {r["digest"] for r in results}
