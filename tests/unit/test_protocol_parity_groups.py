@@ -23,22 +23,26 @@ GCADA_ARGV = ["--groups", "2", "--max-delay", "1", "--slowdown", "1,2,1.5,3",
               "--latency-ms", "0", "--per-key-ms", "0", "--bandwidth-gbps", "1e6"]
 
 
-class _GroupVirtualClient(parity._VirtualClient):
-    def ask(self, cls, **fields):
-        return self._ask(cls, **fields)
+# -- the cluster's workers listening during an iteration, in virtual time ------------------------------
 
-    def send_request(self, cls, **fields):
-        message = self._message(cls, **fields)
-        self.server.handle(message)
-        return message.seq
+class _Pacing:
+    """The profile's iteration time as the emulated slowdown: the executor's own
+    ``emulate_slowdown`` listens to the State Server during it (G-CADA's watch,
+    nodelay's requests for a transfer), its polls virtual waits (:class:`_ListeningClient`)."""
+    base_s = 0.0
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def padding(self, since_start, since_last):
+        return self.seconds
 
 
-class _DropServer(parity._VirtualServer):
-    """:class:`~tests.unit.test_protocol_parity._VirtualServer` whose answer that a teammate claimed
-    the upload ends the watched computation at the claimer's time: the cluster's
-    :meth:`~mxhet.modes.gcada.GCADA.emulate_slowdown` polls the watch and returns at once, as the
-    simulator's compute ends when the answer arrives (a worker computing waits for its turn, in
-    ``time.turns``; one waiting for an answer does not)."""
+class _ListeningServer(parity._VirtualServer):
+    """:class:`~tests.unit.test_protocol_parity._VirtualServer` whose answers also end the timed
+    poll of a worker listening during its iteration (it waits for its turn, in ``time.turns``) at the
+    sender's time: a teammate's claim ends a G-CADA member's computation, a request for a transfer
+    reaches a nodelay worker mid-iteration, at that moment, as in the simulator."""
 
     def handle(self, request):
         with self.cond:
@@ -49,15 +53,56 @@ class _DropServer(parity._VirtualServer):
                 self.inbox[rank].append(deferred)
                 if rank == request.rank:
                     continue
-                if rank in time.turns and not deferred.ready:   # computing: the drop ends it now
+                if rank in time.turns:
                     time.clocks[rank] = min(time.clocks[rank], time.clocks[request.rank])
-                else:   # it waits off the turn (_VirtualClient._ask): it goes on at the sender's time
+                else:
                     time.clocks[rank] = max(time.clocks[rank], time.clocks[request.rank])
                     time.turns.add(rank)
             if reply is not None:
                 self.inbox[request.rank].append(reply)
             self.cond.notify_all()
 
+
+class _ListeningClient(parity._VirtualClient):
+    """A StateClient in virtual time: G-CADA's requests, polls that wait (virtually). The answers a worker's own ``send`` released come back once it waits (a timed poll), not to a
+    poll at the same moment: the simulator's link delivers them at that moment too, but after the
+    sender's next effect began (the master's request for a transfer then reaches the last worker to
+    announce during its next iteration on both engines)."""
+
+    def __init__(self, server, rank):
+        self.held = []
+        super().__init__(server, rank)
+
+    def ask(self, cls, **fields):
+        return self._ask(cls, **fields)
+
+    def send_request(self, cls, **fields):
+        message = self._message(cls, **fields)
+        self.server.handle(message)
+        return message.seq
+
+    def send(self, cls, **fields):
+        with self.server.cond:
+            before = len(self.server.inbox[self.rank])
+            super().send(cls, **fields)
+            inbox = self.server.inbox[self.rank]
+            self.held += inbox[before:]
+            del inbox[before:]
+
+    def poll(self, timeout=0.0):
+        """Timed: a virtual wait of ``timeout`` s that an answer ends (:class:`_ListeningServer`)."""
+        time = self.server.time
+        if timeout > 0 and not self.server.inbox[self.rank] and not self.held:
+            time.turn(self.rank, timeout)
+        with self.server.cond:
+            replies, self.server.inbox[self.rank] = self.server.inbox[self.rank], []
+            if timeout > 0:
+                replies, self.held = self.held + replies, []
+        self.replies += len(replies)
+        return replies
+
+
+# -- G-CADA with groups of 2 -----------------------------------------------------------------------
 
 class _GroupChannel(parity._Channel):
     num_workers = GCADA_WORKERS
@@ -71,7 +116,7 @@ class _GroupChannel(parity._Channel):
 
 def _gcada_cluster_traces(options):
     import mxnet as mx
-    server = _DropServer(GCADA_WORKERS)
+    server = _ListeningServer(GCADA_WORKERS)
     time = server.time = parity._VirtualTime(server)
 
     class Trainer(parity._Trainer):
@@ -87,6 +132,7 @@ def _gcada_cluster_traces(options):
         mode.trace = []
         mode.channel = _GroupChannel()
         mode.keys, mode.wbufs = [0], [mx.nd.zeros((2,))]
+        mode.pacing = _Pacing(GCADA_ITER_S[slot])
         mode.stop_condition = lambda stats: stats.rounds >= parity.ROUNDS
         modes.append(mode)
 
@@ -94,13 +140,12 @@ def _gcada_cluster_traces(options):
         slot = mode.config.slot
         try:
             time.turn(slot)
-            mode.client = _GroupVirtualClient(server, slot)
+            mode.client = _ListeningClient(server, slot)
             mode.on_setup(64)   # its first request waits for the others'
             mode._ready = True
             mode._t_last = mode._t_start = 0.0
             while not mode.stopped:
-                time.turn(slot, GCADA_ITER_S[slot])   # the iteration's forward and backward
-                mode.step(64, ignore_stale_grad=True)   # no backward ran: the fake gradients are not fresh
+                mode.step(64, ignore_stale_grad=True)   # the iteration's time is the emulated slowdown (_Pacing)   # no backward ran: the fake gradients are not fresh
         finally:
             time.leave(slot)
     return parity._run_threads(modes, script)
@@ -151,73 +196,6 @@ def test_gcada_with_groups_of_two_makes_the_same_decisions_on_both_interpreters(
 
 # -- nodelay with tau >= 2: transfers asked for during an iteration, merged models through the courier ----
 
-class _Pacing:
-    """The profile's iteration time as the emulated slowdown (so the cluster's
-    :meth:`~mxhet.modes.nodelay.NoDelay.emulate_slowdown` listens for the
-    master's requests during it, in virtual time)."""
-    base_s = 0.0
-
-    def __init__(self, seconds):
-        self.seconds = seconds
-
-    def padding(self, since_start, since_last):
-        return self.seconds
-
-
-class _NoDelayServer(parity._VirtualServer):
-    """Any answer ends the virtual wait of a worker listening during its iteration (in ``time.turns``)
-    at the sender's time; one waiting off the turn goes on at the sender's time."""
-
-    def handle(self, request):
-        with self.cond:
-            reply = self.service.handle(request, 0.0, sender=request.rank)
-            released, self.service.released = self.service.released, []
-            time = self.time
-            for rank, deferred in released:
-                self.inbox[rank].append(deferred)
-                if rank == request.rank:
-                    continue
-                if rank in time.turns:
-                    time.clocks[rank] = min(time.clocks[rank], time.clocks[request.rank])
-                else:
-                    time.clocks[rank] = max(time.clocks[rank], time.clocks[request.rank])
-                    time.turns.add(rank)
-            if reply is not None:
-                self.inbox[request.rank].append(reply)
-            self.cond.notify_all()
-
-
-class _NoDelayClient(parity._VirtualClient):
-    """The answers a worker's own ``send`` released come back once it waits (a timed poll), not to a
-    poll at the same moment: the simulator's link delivers them at that moment too, but after the
-    sender's next effect began (the master's request for a transfer then reaches the last worker to
-    announce during its next iteration on both engines)."""
-
-    def __init__(self, server, rank):
-        self.held = []
-        super().__init__(server, rank)
-
-    def send(self, cls, **fields):
-        with self.server.cond:
-            before = len(self.server.inbox[self.rank])
-            super().send(cls, **fields)
-            inbox = self.server.inbox[self.rank]
-            self.held += inbox[before:]
-            del inbox[before:]
-
-    def poll(self, timeout=0.0):
-        """Timed: a virtual wait of ``timeout`` s that an answer ends (:class:`_NoDelayServer`)."""
-        time = self.server.time
-        if timeout > 0 and not self.server.inbox[self.rank] and not self.held:
-            time.turn(self.rank, timeout)
-        with self.server.cond:
-            replies, self.server.inbox[self.rank] = self.server.inbox[self.rank], []
-            if timeout > 0:
-                replies, self.held = self.held + replies, []
-        self.replies += len(replies)
-        return replies
-
-
 class _VirtualCourier:
     """``dist_sync`` over no arrays, in virtual time with links that take none: round r's merged
     model is there at the moment the last worker hands r over; a worker waiting for it waits off
@@ -267,7 +245,7 @@ class _VirtualCourier:
 
 
 def _nodelay_cluster_traces(options):
-    server = _NoDelayServer(parity.WORKERS)
+    server = _ListeningServer(parity.WORKERS)
     time = server.time = parity._VirtualTime(server)
     shared = {}
     modes = []
@@ -286,7 +264,7 @@ def _nodelay_cluster_traces(options):
         slot = mode.config.slot
         try:
             time.turn(slot)
-            mode.client = _NoDelayClient(server, slot)
+            mode.client = _ListeningClient(server, slot)
             mode.on_setup(64)
             mode.courier.close()
             mode.courier = _VirtualCourier(server, slot, shared)
