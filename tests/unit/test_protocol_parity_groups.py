@@ -64,10 +64,12 @@ class _ListeningServer(parity._VirtualServer):
 
 
 class _ListeningClient(parity._VirtualClient):
-    """A StateClient in virtual time: G-CADA's requests, polls that wait (virtually). The answers a worker's own ``send`` released come back once it waits (a timed poll), not to a
-    poll at the same moment: the simulator's link delivers them at that moment too, but after the
-    sender's next effect began (the master's request for a transfer then reaches the last worker to
-    announce during its next iteration on both engines)."""
+    """A StateClient in virtual time: G-CADA's requests, polls that wait (virtually).
+    The answers a worker's own ``send`` released come back once it waits (a timed
+    poll), not to a poll at the same moment: the simulator's link delivers them at
+    that moment too, but after the sender's next effect began (the master's request
+    for a transfer then reaches the last worker to announce during its next
+    iteration on both engines)."""
 
     def __init__(self, server, rank):
         self.held = []
@@ -145,7 +147,9 @@ def _gcada_cluster_traces(options):
             mode._ready = True
             mode._t_last = mode._t_start = 0.0
             while not mode.stopped:
-                mode.step(64, ignore_stale_grad=True)   # the iteration's time is the emulated slowdown (_Pacing)   # no backward ran: the fake gradients are not fresh
+                # the iteration's time is the emulated slowdown (_Pacing); no backward ran: the
+                # fake gradients are not fresh
+                mode.step(64, ignore_stale_grad=True)
         finally:
             time.leave(slot)
     return parity._run_threads(modes, script)
