@@ -32,6 +32,19 @@ class Bounds:
         return self.text
 
 
+@dataclasses.dataclass(frozen=True)
+class OffOrAtLeast:
+    """0 (the option is off) or a finite value >= ``minimum``."""
+    minimum: float
+
+    def __call__(self, label, value):
+        if not (value == 0 or (math.isfinite(value) and value >= self.minimum)):
+            raise ConfigError("%s must be %s, got %r" % (label, self, value))
+
+    def __str__(self):
+        return "0 (off) or >= %s" % (self.minimum,)
+
+
 def positive():
     """A finite number > 0."""
     return Bounds("finite and > 0", 0, low_inclusive=False, finite=True)

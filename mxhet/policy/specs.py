@@ -19,18 +19,10 @@ dylu      dist_async    no            async local SGD: H_i steps by speed, delta
 local     (none)        no            standalone training on one device
 ========  ============  ============  ================================================
 """
-from ..errors import ConfigError
 from .aggregation import AGGREGATIONS, OUTER_OPTIMIZERS
-from .checks import at_least, positive, unit_interval
+from .checks import OffOrAtLeast, at_least, positive, unit_interval
 from .spec import ModeSpec, Option, register_spec
-from .deadline import check_deadline
 
-
-def _deadline_check(label, value):
-    try:
-        check_deadline(value)
-    except ConfigError as e:
-        raise ConfigError("%s: %s" % (label, e)) from None
 
 ACK_MODES = ("blocking", "delayed")
 """ESync's ``ack``: wait for every State Server answer, or keep training (§4.2)."""
@@ -74,7 +66,7 @@ ESYNC = register_spec(ModeSpec(
              Option("round_deadline", 0.0, "D: a round waits only for devices whose iteration takes at most D x "
                                            "the fastest's; a slower one's delta enters a later round with weight "
                                            "1/(1+rounds missed) (0: off, Algorithm 2; see mxhet.policy.deadline)",
-                    check=_deadline_check))))
+                    check=OffOrAtLeast(1)))))
 
 SYNC = register_spec(ModeSpec(
     "sync", "dist_sync", "synchronous SGD: gradients averaged every step; everyone waits for the slowest"))
