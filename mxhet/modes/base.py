@@ -387,7 +387,7 @@ class SyncMode:
         """
         keys = self.global_keys()
         if self.kv is not None:
-            self.channel.barrier()
+            self.barrier()   # the modes whose workers may die wait on the State Server instead of PS-LITE
             outs = [self.wbufs[i] for i in keys]
             self.channel.pull(keys, outs)
             weights = self.weights()

@@ -22,7 +22,7 @@ from ..dataplane import copy_all
 from ..errors import ConfigError
 from ..policy import specs
 from ..protocol import programs
-from .base import SyncMode, model_digest
+from .base import SyncMode
 from .program import ProgramMode
 from .registry import register
 from .rounds import ROUND_WAIT_S, elastic_record, keep_kvstore_alive
@@ -252,23 +252,6 @@ class Async(ProgramMode, _GradientMode):
             self.client.round_finish(timeout=ROUND_WAIT_S)
         else:
             super().barrier()
-
-    def finish(self):
-        """After the last step: under ``--elastic`` wait on the State Server until no live worker trains
-        (every survivor's last push is applied), then pull the final model; else :meth:`SyncMode.finish`."""
-        if not (self._elastic() and self.kv is not None):
-            return super().finish()
-        self.client.round_finish(timeout=ROUND_WAIT_S)
-        keys = self.global_keys()
-        outs = [self.wbufs[i] for i in keys]
-        self.channel.pull(keys, outs)
-        weights = self.weights()
-        copy_all(outs, [weights[i] for i in keys])
-        self.broadcast_weights()
-        self.stats.final_model_sha256 = model_digest(outs)
-        self.stats.final_model_keys = len(keys)
-        self.aggregated = True
-        self._finished = True
 
     def summary_fields(self):
         fields = dict(super().summary_fields())

@@ -35,7 +35,6 @@ import mxnet as mx
 from ..control.membership import job_events
 from ..dataplane import copy_all
 from ..errors import ConfigError, ProtocolError, StateServerTimeout
-from .base import model_digest
 
 ROUND_WAIT_S = 3600.0
 """Seconds a worker waits at a round rendezvous (for the slowest peer's
@@ -150,22 +149,10 @@ class RoundMembers:
         trains any more (every push is then applied), pull the global model into
         the replica and record its digest. A worker whose script left the
         training loop drops its local work since its last round."""
-        if self.kv is None or self.client is None:
-            return super().finish()
-        if not self.stopped:
+        if self.kv is not None and self.client is not None and not self.stopped:
             self.departed = True
             self.stopped = True
-        self.client.round_finish(timeout=ROUND_WAIT_S)
-        keys = self.global_keys()
-        outs = [self.wbufs[i] for i in keys]
-        self.channel.pull(keys, outs)
-        weights = self.weights()
-        copy_all(outs, [weights[i] for i in keys])
-        self.broadcast_weights()
-        self.stats.final_model_sha256 = model_digest(outs)
-        self.stats.final_model_keys = len(keys)
-        self.aggregated = True
-        self._finished = True
+        super().finish()   # its barrier is the State Server's rendezvous (:meth:`barrier`)
 
     def leave_at_exit(self):
         """Finish (the departure, if the script left the loop) and close, unless done already."""
