@@ -16,18 +16,18 @@ the plugins, so a new rule needs no line here:
 The rules' records are also named here (``m.Query``, ``m.GroupBegin``, ...)
 for the callers that build requests.
 """
-from .wire import (MAX_COUNTS, MAX_MESSAGE_BYTES, RECORD_PAGE, SUPPORTED_VERSIONS, VERSION,  # noqa: F401
+from .wire import (MAX_COUNTS, MAX_MESSAGE_BYTES, SUPPORTED_VERSIONS, VERSION,
                    SERVICE_REPLIES, SERVICE_REQUESTS, Bye, ByeReply, Heartbeat, RecordPage, RecordRequest,
                    Register, Registered, Reply, Request, encode, record_page)
 from . import wire as _wire
-from .rules import PLUGINS, Clock  # noqa: F401
-from .state_rule import Query, QueryReply, Reset, ResetReply, query_reply  # noqa: F401
-from .adsp import AdspRecord, Commit, CommitReply  # noqa: F401
-from .nodelay import Merged, Notify, TransferReply  # noqa: F401
-from .preduce import GroupedReply, ReduceJoin, ReducePushed, ReduceReady  # noqa: F401
-from .gcada import (ClaimReply, GroupBegin, GroupDone, GroupSelection, GroupStepped,  # noqa: F401
+from .rules import PLUGINS, Clock
+from .state_rule import Query, QueryReply, Reset, ResetReply, query_reply
+from .adsp import AdspRecord, Commit, CommitReply
+from .nodelay import Merged, Notify, TransferReply
+from .preduce import GroupedReply, ReduceJoin, ReducePushed, ReduceReady
+from .gcada import (ClaimReply, GroupBegin, GroupDone, GroupSelection, GroupStepped,
                     GroupUploaded, GroupWatch, SteppedReply, UploadedReply, WatchReply)
-from .membership import DoneReply, EnteredReply, MembershipRecord, RoundDone, RoundEnter, RoundFinish  # noqa: F401
+from .membership import DoneReply, EnteredReply, MembershipRecord, RoundDone, RoundEnter, RoundFinish
 
 
 def _by_type(classes, what):
@@ -49,3 +49,13 @@ ALL_TYPES = _by_type(tuple(REQUEST_TYPES.values()) + tuple(REPLY_TYPES.values())
 def decode(data, allowed=None):
     """:func:`mxhet.control.wire.decode` with every record type allowed by default."""
     return _wire.decode(data, ALL_TYPES if allowed is None else allowed)
+
+
+__all__ = ["MAX_COUNTS", "MAX_MESSAGE_BYTES", "SUPPORTED_VERSIONS", "VERSION",
+           "Request", "Reply", "Register", "Registered", "Heartbeat", "Bye", "ByeReply", "RecordRequest", "RecordPage",
+           "encode", "decode", "record_page", "REQUEST_TYPES", "REPLY_TYPES", "REPLAYABLE", "ALL_TYPES",
+           "Clock", "Query", "QueryReply", "Reset", "ResetReply", "query_reply", "AdspRecord", "Commit", "CommitReply",
+           "Merged", "Notify", "TransferReply", "GroupedReply", "ReduceJoin", "ReducePushed", "ReduceReady",
+           "ClaimReply", "GroupBegin", "GroupDone", "GroupSelection", "GroupStepped", "GroupUploaded", "GroupWatch",
+           "SteppedReply", "UploadedReply", "WatchReply", "DoneReply", "EnteredReply", "MembershipRecord",
+           "RoundDone", "RoundEnter", "RoundFinish"]
