@@ -52,11 +52,11 @@ class RulePlugin:
     REQUESTS = ()   # the request record classes this rule answers
     REPLIES = ()    # its own reply record classes (the generic Reply is everyone's)
     KINDS = ()
+    STATS_KEY = None   # the State Server statistics' key of this rule's record (default: NAME)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         cls.KINDS = tuple(req.TYPE for req in cls.REQUESTS)
-    STATS_KEY = None   # the State Server statistics' key of this rule's record (default: NAME)
 
     def __init__(self, host):
         self.host = host
@@ -182,10 +182,9 @@ class ESyncRule(RulePlugin):
         if first:
             info["late"] = {str(r): s for r, s in sorted(closed.late.items())}
             for r in closed.late:
-                host.released.append((r, state_rule.QueryReply(seq=self._late_seq.pop(r), ready=True,
-                                                               round=round_,
-                                                               slowest=slowest, target=closed.target,
-                                                               weight=closed.members[r])))
+                late = state_rule.QueryReply(seq=self._late_seq.pop(r), ready=True, round=round_, slowest=slowest,
+                                             target=closed.target, weight=closed.members[r])
+                host.released.append((r, late))
         return state_rule.QueryReply(seq=req.seq, ready=True, round=round_, slowest=slowest, target=closed.target,
                                      weight=closed.members.get(rank, 0.0))
 
