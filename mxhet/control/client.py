@@ -107,8 +107,8 @@ class StateClient:
             sample = arrived - sent
             self._rtt.update(sample)
             self.replies += 1
-        # any rule's answer that carries the job's stop (its record has ``stop``) decides it
-        if reply.ok and getattr(reply, "stop", False):
+        # any rule's answer that carries the job's stop decides it (Reply.stop: False where a record has none)
+        if reply.ok and reply.stop:
             self.stop_decided = True
         return reply
 

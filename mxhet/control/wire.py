@@ -114,6 +114,10 @@ class Reply:
     one with ``ok`` True; a rule whose answer carries more has a record of its
     own, a subclass with only the fields that rule answers."""
     TYPE = "reply"
+    # Not a field: a record whose rule decides the job's stop has ``stop`` of its own; any other answer,
+    # a refusal included, reads as no stop (the simulator's RESET handler reads ``stop`` off a refused,
+    # stale RESET: mxhet/sim/program.py's _send_reset).
+    stop = False
     seq: int
     ok: bool = True
     error: str = ""
