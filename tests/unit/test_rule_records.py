@@ -151,7 +151,7 @@ def test_every_answer_is_its_requests_record_and_a_refusal_is_the_generic_reply(
     # a refused request of any rule's kind: the generic reply, nothing of the rule's record
     for cls, fields in REQUESTS:
         refused = svc.handle(cls(rank=5, seq=1, **fields), 2.0, sender=5)   # not registered (and out of range)
-        assert type(refused) is m.Reply and not refused.ok and refused.error
+        assert type(refused) is m.Reply and not refused.ok and refused.error and not refused.stop
         assert set(orjson.loads(m.encode(refused))) == {"seq", "ok", "error", "code", "v", "type"}
 
 
