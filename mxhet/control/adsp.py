@@ -37,6 +37,9 @@ import dataclasses
 import math
 import warnings
 
+from ..errors import ProtocolError
+from . import wire as w
+
 DEFAULT_PERIOD = 2.0
 """Check period Γ in seconds (the paper uses 60 s for hour-long runs; short runs need short periods)."""
 DEFAULT_EPOCH = 60.0
@@ -325,3 +328,45 @@ class ADSPScheduler:
                 "search": [{"rate": r, "reward": w} for r, w in self.search.history],
                 "loss_thresholds": list(self.levels),
                 "checkpoints": self.log, "comparisons": self.comparisons}
+
+
+# -- ADSP's wire records (the plugin: mxhet.control.rules.ADSPRule) ---------------------------
+
+@w.reply_record
+class CommitReply(w.Reply):
+    """The answer to :class:`Commit`: ``target`` total commits due by the next
+    checkpoint, ``period_left`` seconds until it."""
+    TYPE = "commit_reply"
+    target: int = 0
+    period_left: float = 0.0
+
+    def validate(self):
+        super().validate()
+        w.check_int("target", self.target)
+        w.check_seconds("period_left", self.period_left)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Commit(w.Request):
+    """ADSP: the worker has made ``commits`` commits; ``loss`` is its recent
+    training loss (-1 when it has none yet), ``commit_cost`` the seconds one
+    commit takes it. The answer carries its commit target."""
+    TYPE = "commit"
+    REPLY = CommitReply
+    commits: int
+    loss: float
+    commit_cost: float
+
+    def validate(self):
+        super().validate()
+        w.check_int("commits", self.commits)
+        if isinstance(self.loss, bool) or not isinstance(self.loss, (int, float)) or not math.isfinite(self.loss):
+            raise ProtocolError("field 'loss' must be a finite number, got %r" % (self.loss,))
+        w.check_seconds("commit_cost", self.commit_cost)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AdspRecord(w.RecordRequest):
+    """ADSP: rank 0 asks for the record of the commit-rate search (for its run's
+    summary) after the last commit, in pages (:class:`~.wire.RecordPage`)."""
+    TYPE = "adsp_record"

@@ -101,12 +101,13 @@ class StateClient:
 
     def _decode(self, received):
         arrived, raw = received
-        reply = m.decode(raw, {m.Reply.TYPE: m.Reply})
+        reply = m.decode(raw, m.REPLY_TYPES)
         sent = self._sent_at.pop(reply.seq, None)
         if sent is not None:
             sample = arrived - sent
             self._rtt.update(sample)
             self.replies += 1
+        # any rule's answer that carries the job's stop decides it (Reply.stop: False where a record has none)
         if reply.ok and reply.stop:
             self.stop_decided = True
         return reply
@@ -125,7 +126,8 @@ class StateClient:
         Raises:
             StateServerTimeout: no reply within the timeout.
             ProtocolError: the server refused the request (or a registration :meth:`poll`
-                sent) or sent garbage.
+                sent), sent garbage, or answered with another record than the request's
+                ``REPLY`` (another rule's, say).
             TransportError: the transport's I/O thread failed.
         """
         limit = self.timeout if timeout is None else timeout
@@ -143,6 +145,9 @@ class StateClient:
                 wait = min(2 * wait, MAX_RETRY_INTERVAL)
                 continue
             if reply.ok:
+                if type(reply) is not message.REPLY:
+                    raise ProtocolError("State Server answered %s #%d with a %r record, expected %r"
+                                        % (message.TYPE, message.seq, reply.TYPE, message.REPLY.TYPE))
                 return reply
             if reply.code == "not_registered" and message.TYPE != m.Register.TYPE and attempts < 100:
                 self._register_again()
@@ -306,44 +311,41 @@ class StateClient:
                                            commit_cost=float(commit_cost)))
         return reply.target, reply.period_left
 
+    def paged_record(self, cls, what):
+        """A rule's record (JSON, decoded), asked for with request class ``cls`` (a
+        :class:`~mxhet.control.wire.RecordRequest`) page by page; ``what`` names it in errors.
+
+        Raises:
+            ProtocolError: when the pages do not add up to the announced length or to JSON.
+        """
+        text, total = "", None
+        while total is None or len(text) < total:
+            reply = self.request(self._message(cls, start=len(text)))
+            if total is not None and reply.total != total or not reply.payload and len(text) < reply.total:
+                raise ProtocolError("%s pages do not add up (%d of %d characters)" % (what, len(text), reply.total))
+            total = reply.total
+            text += reply.payload
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise ProtocolError("the %s is not JSON: %s" % (what, exc)) from None
+
     def adsp_record(self):
         """ADSP: the commit-rate search's record, as the State Server keeps it (a dict; None before any
-        commit report), fetched page by page (:class:`~mxhet.control.messages.AdspRecord`).
+        commit report; :class:`~mxhet.control.adsp.AdspRecord`).
 
         Raises:
             ProtocolError: when the pages do not add up to the announced length or to JSON.
         """
-        text, total = "", None
-        while total is None or len(text) < total:
-            reply = self.request(self._message(m.AdspRecord, start=len(text)))
-            if total is not None and reply.k != total or not reply.payload and len(text) < reply.k:
-                raise ProtocolError("ADSP record pages do not add up (%d of %d characters)" % (len(text), reply.k))
-            total = reply.k
-            text += reply.payload
-        try:
-            return json.loads(text)
-        except ValueError as exc:
-            raise ProtocolError("the ADSP record is not JSON: %s" % exc) from None
+        return self.paged_record(m.AdspRecord, "ADSP record")
 
     def membership_record(self):
-        """The round rendezvous' record (a dict, :class:`~mxhet.control.messages.MembershipRecord`),
-        fetched page by page.
+        """The round rendezvous' record (a dict, :class:`~mxhet.control.membership.MembershipRecord`).
 
         Raises:
             ProtocolError: when the pages do not add up to the announced length or to JSON.
         """
-        text, total = "", None
-        while total is None or len(text) < total:
-            reply = self.request(self._message(m.MembershipRecord, start=len(text)))
-            if total is not None and reply.k != total or not reply.payload and len(text) < reply.k:
-                raise ProtocolError("membership record pages do not add up (%d of %d characters)"
-                                    % (len(text), reply.k))
-            total = reply.k
-            text += reply.payload
-        try:
-            return json.loads(text)
-        except ValueError as exc:
-            raise ProtocolError("the membership record is not JSON: %s" % exc) from None
+        return self.paged_record(m.MembershipRecord, "membership record")
 
     def reduce_join(self, group_size, dynamic, alpha, avoid_frozen, window):
         """Partial Reduce: tell the controller the job's settings (the same on every worker)."""
@@ -368,14 +370,14 @@ class StateClient:
             ProtocolError: also when the job fell below its minimum of live workers.
         """
         reply = self.request(self._message(m.RoundEnter, round=int(round_), want_stop=bool(want_stop)), timeout)
-        return reply.target, reply.k
+        return reply.target, reply.ballots
 
     def round_enter_counted(self, round_, counts, want_stop=False, timeout=None):
         """:meth:`round_enter` with this worker's count vector (ESync's delta weighting);
         returns ``(members, ballots, the members' summed counts)``."""
         reply = self.request(self._message(m.RoundEnter, round=int(round_), want_stop=bool(want_stop),
                                            counts=tuple(float(c) for c in counts)), timeout)
-        return reply.target, reply.k, tuple(reply.counts)
+        return reply.target, reply.ballots, tuple(reply.counts)
 
     def round_done(self, round_, timeout=None):
         """This worker's push of ``round_`` is applied; returns once every member's
@@ -398,8 +400,8 @@ class StateClient:
         return message.seq
 
     def bye(self):
-        """Leave the job; returns the State Server's reply (G-CADA: ``ready`` once
-        the sender's group has no member left)."""
+        """Leave the job; returns the State Server's :class:`~mxhet.control.wire.ByeReply`
+        (G-CADA: ``retired`` once the sender's group has no member left)."""
         return self.request(self._message(m.Bye))
 
     def close(self):

@@ -29,9 +29,11 @@ uploads |M_U^k| (one per selected group); communication C = Σ(|M_D| + |M_U|),
 computation P = Σ|M_D| · μ (μ samples per mini-batch).
 """
 import collections
+import dataclasses
 
+from ..errors import ProtocolError
 from ..policy.specs import DEFAULT_MAX_DELAY
-from . import messages as m
+from . import wire as w
 
 
 def check_groups(num_workers, groups):
@@ -360,16 +362,16 @@ class GroupCoordinator:
     def _assign(self, rank, seq, group):
         k = self.rule.iteration
         if self.stop_at is not None and k >= self.stop_at:
-            return m.Reply(seq=seq, round=k, stop=True)
+            return GroupSelection(seq=seq, iteration=k, stop=True)
         if self.rule.step_due and k not in self.triggers:  # nobody selected: this worker has the servers step
             self.triggers[k] = rank
-            return m.Reply(seq=seq, round=k, target=1)
-        return m.Reply(seq=seq, round=k, ready=self.rule.download(group))
+            return GroupSelection(seq=seq, iteration=k, step_servers=True)
+        return GroupSelection(seq=seq, iteration=k, download=self.rule.download(group))
 
     def watch(self, rank, seq, iteration, group):
         claimant = self.rule.claimant(group)
         if iteration != self.rule.iteration or claimant is not None or not self.rule.is_selected(group):
-            return m.Reply(seq=seq, round=iteration, ready=iteration == self.rule.iteration and claimant == rank)
+            return WatchReply(seq=seq, iteration=iteration, keep=iteration == self.rule.iteration and claimant == rank)
         self.watches.setdefault(group, {})[rank] = seq
         return None
 
@@ -377,15 +379,15 @@ class GroupCoordinator:
         won = self.rule.claim(group, rank, iteration)
         if won:
             for other, other_seq in self.watches.pop(group, {}).items():
-                self.released.append((other, m.Reply(seq=other_seq, round=iteration, ready=other == rank)))
-        return m.Reply(seq=seq, round=iteration, ready=won)
+                self.released.append((other, WatchReply(seq=other_seq, iteration=iteration, keep=other == rank)))
+        return ClaimReply(seq=seq, iteration=iteration, upload=won)
 
     def uploaded(self, rank, seq, iteration, group):
         due = self.rule.upload_done(group, rank, iteration)
         trigger = due and iteration not in self.triggers
         if trigger:
             self.triggers[iteration] = rank
-        return m.Reply(seq=seq, round=iteration, ready=trigger)
+        return UploadedReply(seq=seq, iteration=iteration, step_servers=trigger)
 
     def stepped(self, rank, seq, iteration, delta_sq, group_sq, now):
         if self.triggers.get(iteration) != rank:
@@ -393,13 +395,13 @@ class GroupCoordinator:
                              % (rank, iteration, self.triggers.get(iteration)))
         self.rule.stepped(iteration, delta_sq, group_sq, now=now)
         for group, watchers in self.watches.items():
-            self.released.extend((r, m.Reply(seq=s, round=iteration)) for r, s in watchers.items())
+            self.released.extend((r, WatchReply(seq=s, iteration=iteration)) for r, s in watchers.items())
         self.watches = {}
         for waiter, (wseq, wanted, group) in list(self.waiting.items()):
             if wanted <= self.rule.iteration:
                 del self.waiting[waiter]
                 self.released.append((waiter, self._assign(waiter, wseq, group)))
-        return m.Reply(seq=seq, round=iteration)
+        return SteppedReply(seq=seq, iteration=iteration)
 
     def stats(self, batch_size=1):
         rule = self.rule
@@ -418,3 +420,185 @@ def loads_of(workers, batch_size):
         return None
     return {"downloads": downloads, "uploads": uploads, "communication": downloads + uploads,
             "computation": downloads * batch_size, "computation_unit": "samples"}
+
+
+# -- G-CADA's wire records (the plugin: mxhet.control.rules.GCADARule) ------------------------
+
+@w.reply_record
+class _GroupAnswer(w.Reply):
+    """What every G-CADA answer names: the ``iteration`` it is about."""
+    iteration: int = 0
+
+    def validate(self):
+        super().validate()
+        w.check_int("iteration", self.iteration)
+
+    # The simulator's G-CADA handlers (mxhet/sim/program_gcada.py) still read the
+    # answers by the names of the one reply every mode once shared; these aliases
+    # go once they read the fields' own names.
+    @property
+    def round(self):
+        return self.iteration
+
+    @property
+    def ready(self):
+        return False
+
+
+@w.reply_record
+class GroupSelection(_GroupAnswer):
+    """The answer to :class:`GroupBegin` (deferred until ``iteration``'s groups
+    are selected): ``download`` θ and compute (the worker's group is selected);
+    ``step_servers``: no group is selected, this worker triggers the servers'
+    step; ``stop``: the job ends."""
+    TYPE = "group_selection"
+    download: bool = False
+    step_servers: bool = False
+    stop: bool = False
+
+    def validate(self):
+        super().validate()
+        w.check_bool("download", self.download)
+        w.check_bool("step_servers", self.step_servers)
+        w.check_bool("stop", self.stop)
+
+    @property
+    def ready(self):
+        return self.download
+
+    @property
+    def target(self):
+        return int(self.step_servers)
+
+
+@w.reply_record
+class WatchReply(_GroupAnswer):
+    """The answer to :class:`GroupWatch`, once a member of the group claimed its
+    upload of ``iteration`` (or the servers stepped past it): ``keep`` true when
+    the claim is this worker's own, false: drop the work at once."""
+    TYPE = "group_watch_reply"
+    keep: bool = False
+
+    def validate(self):
+        super().validate()
+        w.check_bool("keep", self.keep)
+
+    @property
+    def ready(self):
+        return self.keep
+
+
+@w.reply_record
+class ClaimReply(_GroupAnswer):
+    """The answer to :class:`GroupDone`: ``upload`` true when the worker is its
+    group's first finisher (it uploads), false: drop the gradient."""
+    TYPE = "group_claim"
+    upload: bool = False
+
+    def validate(self):
+        super().validate()
+        w.check_bool("upload", self.upload)
+
+    @property
+    def ready(self):
+        return self.upload
+
+
+@w.reply_record
+class UploadedReply(_GroupAnswer):
+    """The answer to :class:`GroupUploaded`: ``step_servers`` true when it was the
+    iteration's last upload and this worker triggers the servers' step."""
+    TYPE = "group_uploaded_reply"
+    step_servers: bool = False
+
+    def validate(self):
+        super().validate()
+        w.check_bool("step_servers", self.step_servers)
+
+    @property
+    def ready(self):
+        return self.step_servers
+
+
+@w.reply_record
+class SteppedReply(_GroupAnswer):
+    """The answer to :class:`GroupStepped`: the step of ``iteration`` is recorded."""
+    TYPE = "group_stepped_reply"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _GroupRequest(w.Request):
+    """A request about ``iteration`` from a member of ``group``."""
+    iteration: int
+    group: int
+
+    def validate(self):
+        super().validate()
+        w.check_int("iteration", self.iteration)
+        w.check_int("group", self.group)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GroupBegin(_GroupRequest):
+    """The worker is ready for iteration ``iteration`` or a later one; answered
+    with a :class:`GroupSelection`. ``groups``, ``max_delay`` and ``c`` are the
+    job's rule (the same from every worker); ``smoothness`` is L_g of the
+    worker's group in eq. (9) (1: folded into c; the same from every member);
+    ``want_stop`` asks to end training."""
+    TYPE = "group_begin"
+    REPLY = GroupSelection
+    groups: int
+    max_delay: int
+    c: float
+    want_stop: bool
+    smoothness: float = 1.0
+
+    def validate(self):
+        super().validate()
+        w.check_int("groups", self.groups, minimum=1)
+        w.check_int("max_delay", self.max_delay, minimum=1)
+        w.check_seconds("c", self.c)  # a finite number >= 0
+        w.check_bool("want_stop", self.want_stop)
+        w.check_seconds("smoothness", self.smoothness)
+        if not self.smoothness > 0:
+            raise ProtocolError("field 'smoothness' must be > 0, got %r" % (self.smoothness,))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GroupWatch(_GroupRequest):
+    """Answered (a :class:`WatchReply`) when a member of the group claims its upload of ``iteration``."""
+    TYPE = "group_watch"
+    REPLY = WatchReply
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GroupDone(_GroupRequest):
+    """The worker computed its gradient; answered with a :class:`ClaimReply`."""
+    TYPE = "group_done"
+    REPLY = ClaimReply
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GroupUploaded(_GroupRequest):
+    """The first finisher's gradient is on the servers; answered with an :class:`UploadedReply`."""
+    TYPE = "group_uploaded"
+    REPLY = UploadedReply
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GroupStepped(_GroupRequest):
+    """The servers applied the step of ``iteration`` and computed ``delta_sq`` =
+    ‖θ^{k+1} − θ^k‖² and, per group, ``group_sq`` = ‖θ^{k+1} − θ^{(g)}‖²
+    (θ^{(g)}: the model of the group's latest upload)."""
+    TYPE = "group_stepped"
+    REPLY = SteppedReply
+    delta_sq: float
+    group_sq: list
+
+    def validate(self):
+        super().validate()
+        w.check_seconds("delta_sq", self.delta_sq)  # a finite number >= 0
+        if not isinstance(self.group_sq, list) or len(self.group_sq) > 1024:
+            raise ProtocolError("field 'group_sq' must be a list of at most 1024 numbers")
+        for value in self.group_sq:
+            w.check_seconds("group_sq", value)

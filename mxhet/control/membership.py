@@ -44,6 +44,8 @@ request (the State Server's sequence number) and ``answer`` a
 """
 import dataclasses
 
+from . import wire as w
+
 ELASTIC_MODES = ("localsgd", "esync")
 """The modes whose rounds the State Server names (a worker may leave or die and
 the others go on): ``mxhet-launch --elastic`` and the simulator's ``--events``
@@ -419,3 +421,88 @@ def job_events(record, exits=(), origin=0.0):
             by_slot.setdefault(slot, []).append(round_)
     rounds = {str(s): rounds_as_ranges(rs) for s, rs in sorted(by_slot.items(), key=lambda kv: kv[0])}
     return {"events": events, "rounds_by_slot": rounds}
+
+
+# -- the round rendezvous' wire records (the plugin: mxhet.control.rules.MembershipRule) --------
+
+@w.reply_record
+class EnteredReply(w.Reply):
+    """The answer to :class:`RoundEnter` once every worker still training has
+    entered: the ``round``, ``target`` its number of members, ``ballots`` how
+    many of them want to stop after it (``stop``: any), ``counts`` the
+    element-wise sum of the members' ``counts`` (() if none sent any)."""
+    TYPE = "round_entered"
+    round: int = 0
+    target: int = 0
+    ballots: int = 0
+    stop: bool = False
+    counts: tuple = ()
+
+    def validate(self):
+        super().validate()
+        w.check_int("round", self.round)
+        w.check_int("target", self.target)
+        w.check_int("ballots", self.ballots)
+        w.check_bool("stop", self.stop)
+        w.check_counts(self)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RoundEnter(w.Request):
+    """A synchronous round on ``dist_async``: the worker enters round ``round``
+    with its stop ballot and, for ESync, its count vector (mxhet.policy.aggregation)."""
+    TYPE = "round_enter"
+    REPLY = EnteredReply
+    round: int
+    want_stop: bool
+    counts: tuple = ()
+
+    def validate(self):
+        super().validate()
+        w.check_int("round", self.round)
+        w.check_bool("want_stop", self.want_stop)
+        w.check_counts(self)
+
+
+@w.reply_record
+class DoneReply(w.Reply):
+    """The answer to :class:`RoundDone` once every member pushed or is gone:
+    ``ready`` when every member pushed (the round is complete)."""
+    TYPE = "round_done_reply"
+    round: int = 0
+    ready: bool = False
+
+    def validate(self):
+        super().validate()
+        w.check_int("round", self.round)
+        w.check_bool("ready", self.ready)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RoundDone(w.Request):
+    """The worker's push of round ``round`` is applied on the servers."""
+    TYPE = "round_done"
+    REPLY = DoneReply
+    round: int
+
+    def validate(self):
+        super().validate()
+        w.check_int("round", self.round)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RoundFinish(w.Request):
+    """The worker stopped training (the job's stop, or its script left the loop).
+    The answer (a plain :class:`~.wire.Reply`) waits until no worker trains any
+    more: the global model is final."""
+    TYPE = "round_finish"
+
+    def validate(self):
+        super().validate()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MembershipRecord(w.RecordRequest):
+    """Rank 0 asks for the round rendezvous' record (each leave and join, the rounds
+    each rank took part in, the slots; for its run's summary), in pages."""
+    TYPE = "membership_record"

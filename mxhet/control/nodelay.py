@@ -27,6 +27,7 @@ answers through opaque ``token``s (the State Server uses sequence numbers).
 import dataclasses
 
 from ..errors import ProtocolError
+from . import wire as w
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,3 +126,51 @@ class TransferRule:
     def stats(self):
         return {"rounds": self.round, "stopped": self.stopped,
                 "requests": [{"round": r, "stop": s, "ranks": ranks} for r, s, ranks in self.requested]}
+
+
+# -- nodelay's wire records (the plugin: mxhet.control.rules.NodelayRule) ---------------------
+
+@w.reply_record
+class TransferReply(w.Reply):
+    """The answer to :class:`Notify` (deferred until the rule requests the
+    transfer: ``ready`` true, ``stop`` true when it is the job's last round) and
+    to :class:`Merged` (``ready`` false), naming the ``round``."""
+    TYPE = "transfer_reply"
+    ready: bool = False
+    round: int = 0
+    stop: bool = False
+
+    def validate(self):
+        super().validate()
+        w.check_bool("ready", self.ready)
+        w.check_int("round", self.round)
+        w.check_bool("stop", self.stop)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Notify(w.Request):
+    """nodelay: the worker holds ``pending`` (>= 1) gradients for transfer round
+    ``round`` (Algorithm 1, line 16); ``want_stop`` asks for the job to stop after it."""
+    TYPE = "notify"
+    REPLY = TransferReply
+    round: int
+    pending: int
+    want_stop: bool
+
+    def validate(self):
+        super().validate()
+        w.check_int("round", self.round)
+        w.check_int("pending", self.pending, minimum=1)
+        w.check_bool("want_stop", self.want_stop)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Merged(w.Request):
+    """nodelay: the worker received the global model merged in round ``round``."""
+    TYPE = "merged"
+    REPLY = TransferReply
+    round: int
+
+    def validate(self):
+        super().validate()
+        w.check_int("round", self.round)

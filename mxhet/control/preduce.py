@@ -42,8 +42,9 @@ import heapq
 import itertools
 import math
 
+from mxhet.control import wire as w
 from mxhet.control.window_graph import WindowGraph
-from mxhet.errors import ConfigError
+from mxhet.errors import ConfigError, ProtocolError
 from mxhet.policy.specs import PREDUCE
 
 DEFAULT_ALPHA = 0.5
@@ -395,3 +396,80 @@ class PartialReduceController:
                 "avoid_frozen": self.avoid_frozen, "window": self.window, "slots": self.num_slots,
                 "groups": self.next_id, "interventions": self.interventions, "holds": self.holds,
                 "max_concurrent": self.max_concurrent}
+
+
+# -- Partial Reduce's wire records (the plugin: mxhet.control.rules.PartialReduceRule) --------
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReduceJoin(w.Request):
+    """Partial Reduce: the worker's settings of the controller (every worker sends
+    the same; the first creates the controller): group size P, dynamic weights
+    with EMA factor ``alpha``, the group filter and its window T (0: default).
+    Answered with a plain :class:`~.wire.Reply`."""
+    TYPE = "reduce_join"
+    group_size: int
+    dynamic: bool
+    alpha: float
+    avoid_frozen: bool
+    window: int
+
+    def validate(self):
+        super().validate()
+        w.check_int("group_size", self.group_size, minimum=2)
+        w.check_bool("dynamic", self.dynamic)
+        w.check_bool("avoid_frozen", self.avoid_frozen)
+        w.check_int("window", self.window)
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0 <= self.alpha < 1:
+            raise ProtocolError("field 'alpha' must be a number in [0, 1), got %r" % (self.alpha,))
+
+
+@w.reply_record
+class GroupedReply(w.Reply):
+    """The answer to :class:`ReduceReady`: the worker is in group ``round`` (its
+    id), whose slot of keys on the servers is ``group_slot``, with this member's
+    ``weight``, the iteration number ``k`` to go on with and ``target`` zero
+    pushes it adds to a group smaller than P; or ``stop`` (the job ends)."""
+    TYPE = "reduce_grouped"
+    stop: bool = False
+    round: int = 0
+    group_slot: int = -1
+    weight: float = 0.0
+    k: int = 0
+    target: int = 0
+
+    def validate(self):
+        super().validate()
+        w.check_bool("stop", self.stop)
+        w.check_int("round", self.round)
+        w.check_int("group_slot", self.group_slot, minimum=-1)
+        w.check_fraction("weight", self.weight)
+        w.check_int("k", self.k)
+        w.check_int("target", self.target)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReduceReady(w.Request):
+    """Partial Reduce: READY after a local step at iteration number ``k``. The
+    answer waits until the worker is in a group (or carries ``stop``)."""
+    TYPE = "reduce_ready"
+    REPLY = GroupedReply
+    k: int
+    want_stop: bool
+
+    def validate(self):
+        super().validate()
+        w.check_int("k", self.k)
+        w.check_bool("want_stop", self.want_stop)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReducePushed(w.Request):
+    """Partial Reduce: the worker's weighted model is in group ``group``'s slot.
+    The answer (a plain :class:`~.wire.Reply`) waits until every member's is
+    (then the slot holds the sum)."""
+    TYPE = "reduce_pushed"
+    group: int
+
+    def validate(self):
+        super().validate()
+        w.check_int("group", self.group)

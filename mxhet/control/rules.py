@@ -9,17 +9,29 @@ State Server loads the plugins its mode's spec names
 (:attr:`mxhet.policy.spec.ModeSpec.state_rules`); a request of a kind no
 loaded plugin handles is refused.
 
+Each rule owns its wire records: the request classes it answers
+(``REQUESTS``, each naming its answer's record in ``REPLY``) and its reply
+records (``REPLIES``), declared in the rule's module (SSP's here) with only
+the fields that rule answers; :mod:`.messages` gathers every plugin's. A
+refused request gets the generic :class:`~.wire.Reply` whatever its kind.
+
 A plugin reaches the service only through the few things it is given:
 ``host.registered(rank)`` (the record, or NotRegistered), ``host.table``,
 ``host.released`` (deferred replies now due), ``host.num_workers`` and
 ``host.left``.
 """
+import dataclasses
 import json
 import time
 
 from ..errors import ProtocolError
 from . import adsp
-from . import messages as m
+from . import gcada
+from . import membership
+from . import nodelay
+from . import preduce
+from . import state_rule
+from . import wire as w
 from .gcada import GroupCoordinator
 from .membership import RESTARTED, Done, Entered, Finished, RoundRendezvous, TooFewWorkers
 from .nodelay import TransferRule
@@ -29,15 +41,22 @@ from ..policy.deadline import RoundBook, check_deadline, waited
 
 
 class RulePlugin:
-    """One rule of the State Server; subclasses set ``NAME`` and ``KINDS``.
+    """One rule of the State Server; subclasses set ``NAME``, ``REQUESTS`` and ``REPLIES``.
 
-    ``handle`` returns the reply, or None when the answer is deferred (it is
-    then appended to ``host.released`` later).
+    ``handle`` returns the reply (a record of the request's ``REPLY``), or None
+    when the answer is deferred (it is then appended to ``host.released``
+    later). ``KINDS``, the request kinds handled, follow from ``REQUESTS``.
     """
 
     NAME = ""
+    REQUESTS = ()   # the request record classes this rule answers
+    REPLIES = ()    # its own reply record classes (the generic Reply is everyone's)
     KINDS = ()
     STATS_KEY = None   # the State Server statistics' key of this rule's record (default: NAME)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.KINDS = tuple(req.TYPE for req in cls.REQUESTS)
 
     def __init__(self, host):
         self.host = host
@@ -70,7 +89,8 @@ class ESyncRule(RulePlugin):
     """Algorithm 2's QUERY-STATE and RESET over the service's table (:mod:`.state_rule`)."""
 
     NAME = "esync"
-    KINDS = (m.Query.TYPE, m.Reset.TYPE)
+    REQUESTS = (state_rule.Query, state_rule.Reset)
+    REPLIES = (state_rule.QueryReply, state_rule.ResetReply)
     STATS_KEY = "rounds"
 
     def __init__(self, host, round_deadline=0.0):
@@ -83,7 +103,7 @@ class ESyncRule(RulePlugin):
         self._late_seq = {}       # late rank -> seq of its deferred READY (released when its round closes)
 
     def handle(self, req, now):
-        if req.TYPE == m.Query.TYPE:
+        if req.TYPE == state_rule.Query.TYPE:
             if self.deadline:
                 return self._deadline_query(req, now)
             return self._query(req, now)
@@ -91,7 +111,7 @@ class ESyncRule(RulePlugin):
         host.registered(req.rank)
         host.table.reset(req.rank, req.round, now - req.since_finish)
         stop = self.stop_decisions.setdefault(req.round, req.want_stop)
-        return m.Reply(seq=req.seq, round=req.round, stop=stop)
+        return state_rule.ResetReply(seq=req.seq, round=req.round, stop=stop)
 
     def _query(self, req, now):
         rank, round_ = req.rank, req.round
@@ -103,7 +123,7 @@ class ESyncRule(RulePlugin):
             # the job's decision to stop after the round just aggregated comes
             # back with the first query of the next one (never READY: no worker
             # pushes again, every worker stops after the same round).
-            return m.Reply(seq=req.seq, round=round_, stop=True)
+            return state_rule.QueryReply(seq=req.seq, round=round_, stop=True)
         table = self.host.table
         ready = table.query(rank, req.k, req.c, now - req.since_finish, now, present_only=True)
         # the device decided against: one that left (goodbye, death, its loop's end) is never named
@@ -115,7 +135,7 @@ class ESyncRule(RulePlugin):
             if info is None:
                 info = self.rounds[round_] = {"slowest": slowest, "local_iters": {}}
             info["local_iters"].setdefault(rank, req.k)
-        return m.query_reply(req.seq, ready, round_, slowest)
+        return state_rule.query_reply(req.seq, ready, round_, slowest)
 
     # -- --round-deadline (mxhet.policy.deadline) ---------------------------------------------
     def waited_ranks(self, now):
@@ -140,13 +160,13 @@ class ESyncRule(RulePlugin):
         if any(stop and t >= round_ for t, stop in self.stop_decisions.items()):
             # the job stops after a round this device has not passed: it never pushes again
             self.book.forget(rank)
-            return m.Reply(seq=req.seq, round=round_, stop=True)
+            return state_rule.QueryReply(seq=req.seq, round=round_, stop=True)
         on_time = self.waited_ranks(now) | ({rank} if rank not in host.present else set())
         slowest = max(on_time, key=lambda r: (table.records[r].capability, -r))
         if rank not in on_time:
             table.query(rank, req.k, req.c, now - req.since_finish, now, among=())   # the record's c, t_e
             if req.k == 0:
-                return m.query_reply(req.seq, False, round_, slowest)
+                return state_rule.query_reply(req.seq, False, round_, slowest)
             open_round = max(table.records[r].round for r in on_time)
             due = self.book.arrive(rank, round_, open_round)
             self._late_seq[rank] = req.seq
@@ -154,7 +174,7 @@ class ESyncRule(RulePlugin):
             return None
         ready = table.query(rank, req.k, req.c, now - req.since_finish, now, among=sorted(on_time))
         if not ready:
-            return m.query_reply(req.seq, False, round_, slowest)
+            return state_rule.query_reply(req.seq, False, round_, slowest)
         info = self.rounds.setdefault(round_, {"slowest": slowest, "local_iters": {}})
         info["local_iters"].setdefault(rank, req.k)
         first = not self.book.is_closed(round_)
@@ -162,11 +182,11 @@ class ESyncRule(RulePlugin):
         if first:
             info["late"] = {str(r): s for r, s in sorted(closed.late.items())}
             for r in closed.late:
-                host.released.append((r, m.Reply(seq=self._late_seq.pop(r), ready=True, round=round_,
-                                                 slowest=slowest, target=closed.target,
-                                                 weight=closed.members[r])))
-        return m.Reply(seq=req.seq, ready=True, round=round_, slowest=slowest, target=closed.target,
-                       weight=closed.members.get(rank, 0.0))
+                late = state_rule.QueryReply(seq=self._late_seq.pop(r), ready=True, round=round_, slowest=slowest,
+                                             target=closed.target, weight=closed.members[r])
+                host.released.append((r, late))
+        return state_rule.QueryReply(seq=req.seq, ready=True, round=round_, slowest=slowest, target=closed.target,
+                                     weight=closed.members.get(rank, 0.0))
 
     def depart(self, rank, cause):
         if self.book is not None:
@@ -189,6 +209,21 @@ class ESyncRule(RulePlugin):
                 for t, info in sorted(self.rounds.items())]
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Clock(w.Request):
+    """SSP: the worker finished ``clock`` iterations and asks to start the next.
+
+    The State Server answers (a plain :class:`~.wire.Reply`) when the worker is
+    at most ``staleness`` iterations ahead of the slowest worker still in the job.
+    """
+    TYPE = "clock"
+    clock: int
+
+    def validate(self):
+        super().validate()
+        w.check_int("clock", self.clock)
+
+
 class SSPRule(RulePlugin):
     """SSP's staleness gate: a CLOCK is answered once the sender is at most s iterations ahead.
 
@@ -197,7 +232,7 @@ class SSPRule(RulePlugin):
     """
 
     NAME = "ssp"
-    KINDS = (m.Clock.TYPE,)
+    REQUESTS = (Clock,)
     STATS_KEY = "ssp_clocks"
 
     def __init__(self, host, staleness=2):
@@ -227,7 +262,7 @@ class SSPRule(RulePlugin):
         self._deferred.discard(req.rank)
         self._release()
         if self._allows(self.clocks[req.rank]):
-            return m.Reply(seq=req.seq)
+            return w.Reply(seq=req.seq)
         self.waiting[req.rank] = req.seq
         self._arrivals += 1
         self._deferred.set(req.rank, (req.clock, self._arrivals))
@@ -247,7 +282,7 @@ class SSPRule(RulePlugin):
             self._deferred.pop()
             due.append((top[0][1], top[1]))
         for _, rank in sorted(due):
-            self.host.released.append((rank, m.Reply(seq=self.waiting.pop(rank))))
+            self.host.released.append((rank, w.Reply(seq=self.waiting.pop(rank))))
 
     def registered(self, rank):
         self._live_clocks.set(rank, self.clocks.setdefault(rank, 0))
@@ -272,7 +307,8 @@ class ADSPRule(RulePlugin):
     """ADSP's commit targets and commit-rate search (:mod:`.adsp`)."""
 
     NAME = "adsp"
-    KINDS = (m.Commit.TYPE, m.AdspRecord.TYPE)
+    REQUESTS = (adsp.Commit, adsp.AdspRecord)
+    REPLIES = (adsp.CommitReply,)
 
     def __init__(self, host, period=adsp.DEFAULT_PERIOD, epoch=adsp.DEFAULT_EPOCH,
                  window_periods=adsp.DEFAULT_WINDOW_PERIODS):
@@ -284,17 +320,16 @@ class ADSPRule(RulePlugin):
 
     def handle(self, req, now):
         self.host.registered(req.rank)
-        if req.TYPE == m.Commit.TYPE:
+        if req.TYPE == adsp.Commit.TYPE:
             if self.scheduler is None:
                 self.scheduler = adsp.ADSPScheduler(range(self.host.num_workers), now=now, **self._args)
             target, left = self.scheduler.report(req.rank, req.commits, req.loss, req.commit_cost, now)
-            return m.Reply(seq=req.seq, target=target, period_left=max(0.0, left))
+            return adsp.CommitReply(seq=req.seq, target=target, period_left=max(0.0, left))
         # A page of the record (``null`` before any commit report); the text is taken anew at page 0.
         if req.start == 0 or self._text is None:
             record = self.scheduler.search_record() if self.scheduler is not None else None
             self._text = json.dumps(record, separators=(",", ":"), ensure_ascii=True)
-        text = self._text
-        return m.Reply(seq=req.seq, payload=text[req.start:req.start + m.RECORD_PAGE], k=len(text))
+        return w.record_page(req.seq, self._text, req.start)
 
     def stats(self):
         return self.scheduler.stats() if self.scheduler is not None else None
@@ -304,7 +339,8 @@ class NodelayRule(RulePlugin):
     """nodelay's transfer requests (:mod:`.nodelay`), created with the ranks present at the first request."""
 
     NAME = "nodelay"
-    KINDS = (m.Notify.TYPE, m.Merged.TYPE)
+    REQUESTS = (nodelay.Notify, nodelay.Merged)
+    REPLIES = (nodelay.TransferReply,)
 
     def __init__(self, host):
         super().__init__(host)
@@ -315,16 +351,16 @@ class NodelayRule(RulePlugin):
         host.registered(req.rank)
         if self.rule is None:
             self.rule = TransferRule(set(range(host.num_workers)) - host.left)
-        if req.TYPE == m.Notify.TYPE:
+        if req.TYPE == nodelay.Notify.TYPE:
             return self._release(self.rule.notify(req.rank, req.round, req.want_stop, req.seq), req.rank)
         self._release(self.rule.merged(req.rank, req.round))
-        return m.Reply(seq=req.seq, round=req.round)
+        return nodelay.TransferReply(seq=req.seq, round=req.round)
 
     def _release(self, request, rank=None):
         """Answer every announcement of a due transfer request; returns ``rank``'s own answer (None if not due)."""
         own = None
         for r, seq in (request.tokens.items() if request is not None else ()):
-            answer = m.Reply(seq=seq, ready=True, round=request.round, stop=request.stop)
+            answer = nodelay.TransferReply(seq=seq, ready=True, round=request.round, stop=request.stop)
             if r == rank:
                 own = answer
             else:
@@ -344,7 +380,8 @@ class PartialReduceRule(RulePlugin):
     """Partial Reduce's groups (:mod:`.preduce`), set up by the first REDUCE_JOIN."""
 
     NAME = "preduce"
-    KINDS = (m.ReduceJoin.TYPE, m.ReduceReady.TYPE, m.ReducePushed.TYPE)
+    REQUESTS = (preduce.ReduceJoin, preduce.ReduceReady, preduce.ReducePushed)
+    REPLIES = (preduce.GroupedReply,)
 
     def __init__(self, host):
         super().__init__(host)
@@ -354,11 +391,11 @@ class PartialReduceRule(RulePlugin):
 
     def handle(self, req, now):
         self.host.registered(req.rank)
-        if req.TYPE == m.ReduceJoin.TYPE:
+        if req.TYPE == preduce.ReduceJoin.TYPE:
             return self._join(req)
         if self.controller is None:
             raise ProtocolError("%s from rank %d before any reduce_join" % (req.TYPE, req.rank))
-        if req.TYPE == m.ReduceReady.TYPE:
+        if req.TYPE == preduce.ReduceReady.TYPE:
             return self._ready(req)
         return self._pushed(req)
 
@@ -372,16 +409,16 @@ class PartialReduceRule(RulePlugin):
         elif settings != self._settings:
             raise ProtocolError("rank %d joins Partial Reduce with %s, the job has %s"
                                 % (req.rank, settings, self._settings))
-        return m.Reply(seq=req.seq)
+        return w.Reply(seq=req.seq)
 
     def _groups(self, groups, rank=None, seq=None):
         """Answer the members of newly formed groups; returns ``rank``'s own answer, if it is in one."""
         own = None
         for g in groups:
             for member, weight in zip(g.members, g.weights):
-                reply = m.Reply(seq=seq if member == rank else self._waiting.pop(member), round=g.id,
-                                group_slot=g.slot, weight=min(1.0, max(0.0, weight)), k=g.k,
-                                target=g.fill_of(member))
+                reply = preduce.GroupedReply(seq=seq if member == rank else self._waiting.pop(member), round=g.id,
+                                             group_slot=g.slot, weight=min(1.0, max(0.0, weight)), k=g.k,
+                                             target=g.fill_of(member))
                 if member == rank:
                     own = reply
                 else:
@@ -392,7 +429,7 @@ class PartialReduceRule(RulePlugin):
         """Answer the waiting ``ranks`` with stop; returns ``rank``'s own answer if it is one of them."""
         own = None
         for r in ranks:
-            reply = m.Reply(seq=seq if r == rank else self._waiting.pop(r), stop=True)
+            reply = preduce.GroupedReply(seq=seq if r == rank else self._waiting.pop(r), stop=True)
             if r == rank:
                 own = reply
             else:
@@ -406,12 +443,12 @@ class PartialReduceRule(RulePlugin):
         ctl = self.controller
         if ctl.stopping:
             ctl.pulled(req.rank)
-            return m.Reply(seq=req.seq, stop=True)
+            return preduce.GroupedReply(seq=req.seq, stop=True)
         if req.want_stop:
             self._stopped(ctl.want_stop())   # stops now if everyone has been in a group
             if ctl.stopping:
                 ctl.pulled(req.rank)
-                return m.Reply(seq=req.seq, stop=True)
+                return preduce.GroupedReply(seq=req.seq, stop=True)
         own = self._groups(ctl.ready(req.rank, req.k), req.rank, req.seq)
         if own is None:
             self._waiting[req.rank] = req.seq
@@ -428,8 +465,8 @@ class PartialReduceRule(RulePlugin):
             return None
         for member in members:
             if member != req.rank:
-                self.host.released.append((member, m.Reply(seq=self._waiting.pop(member), round=req.group)))
-        return m.Reply(seq=req.seq, round=req.group)
+                self.host.released.append((member, w.Reply(seq=self._waiting.pop(member))))
+        return w.Reply(seq=req.seq)
 
     def bye(self, rank):
         if self.controller is not None:
@@ -445,7 +482,8 @@ class GCADARule(RulePlugin):
     """G-CADA's groups (:mod:`.gcada`), set up by the first GROUP_BEGIN."""
 
     NAME = "gcada"
-    KINDS = (m.GroupBegin.TYPE, m.GroupWatch.TYPE, m.GroupDone.TYPE, m.GroupUploaded.TYPE, m.GroupStepped.TYPE)
+    REQUESTS = (gcada.GroupBegin, gcada.GroupWatch, gcada.GroupDone, gcada.GroupUploaded, gcada.GroupStepped)
+    REPLIES = (gcada.GroupSelection, gcada.WatchReply, gcada.ClaimReply, gcada.UploadedReply, gcada.SteppedReply)
 
     def __init__(self, host):
         super().__init__(host)
@@ -453,7 +491,7 @@ class GCADARule(RulePlugin):
 
     def handle(self, req, now):
         self.host.registered(req.rank)
-        begin = req.TYPE == m.GroupBegin.TYPE
+        begin = req.TYPE == gcada.GroupBegin.TYPE
         c = self.coordinator
         if c is None:
             if not begin:
@@ -466,11 +504,11 @@ class GCADARule(RulePlugin):
         if begin:
             c.smoothness(req.rank, req.group, req.smoothness)
             reply = c.begin(req.rank, req.seq, req.iteration, req.group, req.want_stop)
-        elif req.TYPE == m.GroupWatch.TYPE:
+        elif req.TYPE == gcada.GroupWatch.TYPE:
             reply = c.watch(req.rank, req.seq, req.iteration, req.group)
-        elif req.TYPE == m.GroupDone.TYPE:
+        elif req.TYPE == gcada.GroupDone.TYPE:
             reply = c.done(req.rank, req.seq, req.iteration, req.group)
-        elif req.TYPE == m.GroupUploaded.TYPE:
+        elif req.TYPE == gcada.GroupUploaded.TYPE:
             reply = c.uploaded(req.rank, req.seq, req.iteration, req.group)
         else:
             reply = c.stepped(req.rank, req.seq, req.iteration, req.delta_sq, req.group_sq, now)
@@ -496,7 +534,8 @@ class MembershipRule(RulePlugin):
     """The members of each synchronous round on dist_async (:mod:`.membership`)."""
 
     NAME = "membership"
-    KINDS = (m.RoundEnter.TYPE, m.RoundDone.TYPE, m.RoundFinish.TYPE, m.MembershipRecord.TYPE)
+    REQUESTS = (membership.RoundEnter, membership.RoundDone, membership.RoundFinish, membership.MembershipRecord)
+    REPLIES = (membership.EnteredReply, membership.DoneReply)
 
     def __init__(self, host, min_workers=1, wall_clock=time.time):
         super().__init__(host)
@@ -509,21 +548,21 @@ class MembershipRule(RulePlugin):
     def handle(self, req, now):
         host = self.host
         record = host.registered(req.rank)
-        if req.TYPE == m.RoundEnter.TYPE:
+        if req.TYPE == membership.RoundEnter.TYPE:
             if record.round == req.round:
                 # A worker enters a round's rendezvous only once Algorithm 2 told it READY. A State Server
                 # restarted while it waited there never did: unmarked, its fresh record (no capability: the
                 # slowest) would keep the device the round waits for NOT-READY for ever.
                 record.ready = True
             releases = self.rendezvous.enter(req.rank, req.round, req.seq, req.want_stop, req.counts)
-        elif req.TYPE == m.RoundDone.TYPE:
+        elif req.TYPE == membership.RoundDone.TYPE:
             releases = self.rendezvous.done(req.rank, req.round, req.seq)
-        elif req.TYPE == m.MembershipRecord.TYPE:
+        elif req.TYPE == membership.MembershipRecord.TYPE:
             # A page of the record with the slots (the chief's summary); the text is taken anew at page 0.
             if req.start == 0 or self._text is None:
                 self._text = json.dumps(dict(self.stats(), slots={str(r): s for r, s in sorted(host.slots.items())}),
                                         separators=(",", ":"), ensure_ascii=True)
-            return m.Reply(seq=req.seq, payload=self._text[req.start:req.start + m.RECORD_PAGE], k=len(self._text))
+            return w.record_page(req.seq, self._text, req.start)
         else:
             # No longer a device Algorithm 2 waits for: ESync's slowest is looked for among those still training.
             host.table.set_present(req.rank, False)
@@ -542,14 +581,15 @@ class MembershipRule(RulePlugin):
         own = None
         for r, seq, answer in releases:
             if isinstance(answer, Entered):
-                reply = m.Reply(seq=seq, round=answer.round, target=answer.members, stop=answer.ballots > 0,
-                                k=answer.ballots, counts=answer.counts)
+                reply = membership.EnteredReply(seq=seq, round=answer.round, target=answer.members,
+                                                ballots=answer.ballots, stop=answer.ballots > 0,
+                                                counts=answer.counts)
             elif isinstance(answer, Done):
-                reply = m.Reply(seq=seq, round=answer.round, ready=answer.complete)
+                reply = membership.DoneReply(seq=seq, round=answer.round, ready=answer.complete)
             elif isinstance(answer, Finished):
-                reply = m.Reply(seq=seq, ready=True)
+                reply = w.Reply(seq=seq)
             elif isinstance(answer, TooFewWorkers):
-                reply = m.Reply(seq=seq, ok=False, error=answer.message, code="too_few_workers")
+                reply = w.Reply(seq=seq, ok=False, error=answer.message, code="too_few_workers")
             else:
                 raise TypeError("unknown rendezvous answer %r" % (answer,))
             if r == rank:

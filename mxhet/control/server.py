@@ -209,7 +209,7 @@ class StateService:
             # next round boundary (mxhet.control.membership), and says so with the reply's round.
             self.table.reset(req.rank, back, now)
         LOG.info("rank %d (slot %d) registered", req.rank, req.slot)
-        return m.Reply(seq=req.seq, round=self.table.record(req.rank).round)
+        return m.Registered(seq=req.seq, round=self.table.record(req.rank).round)
 
     def _leave(self, rank):
         self.left.add(rank)
@@ -223,8 +223,8 @@ class StateService:
         retired = False
         for plugin in self.plugins:
             retired = plugin.bye(req.rank) or retired
-        # G-CADA: ready says the sender's group has no member left (its last gradient is to be zeroed)
-        return m.Reply(seq=req.seq, ready=retired)
+        # G-CADA: retired says the sender's group has no member left (its last gradient is to be zeroed)
+        return m.ByeReply(seq=req.seq, retired=retired)
 
     def _on_heartbeat(self, req, now):
         self.registered(req.rank)

@@ -50,6 +50,8 @@ import dataclasses
 import heapq
 import math
 
+from . import wire as w
+
 DEFAULT_EPSILON = 0.01
 """Algorithm 2's boundary constant ε, in seconds (see :class:`StateTable`).
 
@@ -315,3 +317,123 @@ class StateTable:
         """The slowest device among the ranks marked present (:meth:`set_present`), or
         None when none is: the one ``query(..., present_only=True)`` decides against."""
         return self._slowest_present.top()
+
+
+# -- ESync's wire records (the plugin: mxhet.control.rules.ESyncRule) -------------------------
+
+
+@w.reply_record
+class QueryReply(w.Reply):
+    """The answer to :class:`Query`: ``ready`` (aggregate now), the ``round``
+    asked about (under ``--round-deadline``, a late device's round its delta
+    enters), ``slowest`` the rank the State Server took for the slowest device
+    (-1 when it does not apply), ``stop`` once the job decided to stop after the
+    previous round (v2); under ``--round-deadline``, READY also carries the
+    round's members (``target``) and this device's share (``weight``)."""
+    TYPE = "query_reply"
+    ready: bool = False
+    round: int = 0
+    slowest: int = -1
+    stop: bool = False
+    target: int = 0
+    weight: float = 0.0
+
+    def validate(self):
+        super().validate()
+        w.check_bool("ready", self.ready)
+        w.check_int("round", self.round)
+        w.check_int("slowest", self.slowest, minimum=-1)
+        w.check_bool("stop", self.stop)
+        w.check_int("target", self.target)
+        w.check_fraction("weight", self.weight)
+
+
+_QUERY_REPLY_FIELDS = {f.name: (0 if f.name == "seq" else f.default) for f in dataclasses.fields(QueryReply)}
+
+
+def query_reply(seq, ready, round_, slowest):
+    """``QueryReply(seq=seq, ready=ready, round=round_, slowest=slowest)``, made without the frozen
+    dataclass's ``__init__`` (one ``object.__setattr__`` per field: a fifth of a query's handling)."""
+    reply = object.__new__(QueryReply)
+    fields = reply.__dict__
+    fields.update(_QUERY_REPLY_FIELDS)
+    fields["seq"] = seq
+    fields["ready"] = ready
+    fields["round"] = round_
+    fields["slowest"] = slowest
+    return reply
+
+
+_INCARNATION_LIMIT = 2 ** 53
+
+
+def _fast_query(d):
+    """True when a decoded Query's fields pass :meth:`Query.validate` (checked inline, for the hot
+    path); False when they may not, and validate() then decides and says why. Exact types only:
+    the values come from the JSON parser (an int ``c``, say, takes the slow path)."""
+    rank, seq, incarnation, round_, k, c, since = (d["rank"], d["seq"], d["incarnation"], d["round"], d["k"],
+                                                   d["c"], d["since_finish"])
+    return (type(rank) is int and rank >= 0 and type(seq) is int and seq >= 0 and type(incarnation) is int
+            and 0 <= incarnation < _INCARNATION_LIMIT and type(round_) is int and round_ >= 0
+            and type(k) is int and k >= 0 and type(c) is float and 0.0 <= c < math.inf
+            and type(since) is float and 0.0 <= since < math.inf)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Query(w.Request):
+    """QUERY-STATE(r, k, c, t_e); the State Server sets t_e = receipt -
+    ``since_finish``: the seconds since the iteration ended, plus the part of
+    the round trip the worker does not wait for the answer before its next
+    iteration (all of it with delayed ACKs; see the module's docstring)."""
+    TYPE = "query"
+    REPLY = QueryReply
+    fast_valid = staticmethod(_fast_query)
+    round: int
+    k: int
+    c: float
+    since_finish: float
+
+    def validate(self):
+        super().validate()
+        w.check_int("round", self.round)
+        w.check_int("k", self.k)
+        w.check_seconds("c", self.c)
+        w.check_seconds("since_finish", self.since_finish)
+
+
+@w.reply_record
+class ResetReply(w.Reply):
+    """The answer to :class:`Reset`: its ``round`` and the job's decision to ``stop`` after it."""
+    TYPE = "reset_reply"
+    round: int = 0
+    stop: bool = False
+
+    def validate(self):
+        super().validate()
+        w.check_int("round", self.round)
+        w.check_bool("stop", self.stop)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Reset(w.Request):
+    """RESET-STATE-SERVER(r, t): the worker pulled the model of round ``round``.
+
+    ``want_stop`` asks to end training; the State Server turns the wishes of all
+    workers into one decision per round, so every worker stops after the same
+    round (a worker that stops alone would hang the others' next push).
+    ``since_finish`` is the round trip the worker does not wait for the answer
+    (it starts its first iteration at once): t_e = receipt - ``since_finish``,
+    as for :class:`Query` (v3; 0 when a v1 or v2 worker leaves it out).
+    """
+    TYPE = "reset"
+    REPLY = ResetReply
+    BEFORE_V3 = {"since_finish": 0.0}
+    round: int
+    want_stop: bool
+    since_finish: float = 0.0
+
+    def validate(self):
+        super().validate()
+        w.check_int("round", self.round, minimum=1)
+        w.check_bool("want_stop", self.want_stop)
+        w.check_seconds("since_finish", self.since_finish)

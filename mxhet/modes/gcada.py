@@ -161,12 +161,12 @@ class GCADA(PreludeProgramMode):
             reply = self._ask(m.GroupBegin, iteration=effect.iteration, groups=self.groups,
                               max_delay=self.opts["max_delay"], c=float(self.opts["c"]), want_stop=effect.want_stop,
                               smoothness=self._smoothness)
-            return Selection(reply.round, stop=reply.stop, target=reply.target, ready=reply.ready)
+            return Selection(reply.iteration, stop=reply.stop, target=int(reply.step_servers), ready=reply.download)
         if isinstance(effect, Download):
             self._download(effect.iteration)
             return None
         if isinstance(effect, ClaimUpload):
-            return bool(self._ask(m.GroupDone, iteration=effect.iteration).ready)
+            return bool(self._ask(m.GroupDone, iteration=effect.iteration).upload)
         if isinstance(effect, Upload):
             return self._upload(effect.iteration)
         if isinstance(effect, StepServers):
@@ -196,7 +196,7 @@ class GCADA(PreludeProgramMode):
 
     def _look_at_watch(self, timeout=0.0):
         for reply in self.client.poll(timeout):
-            if reply.seq == self._watch and reply.round == self.iteration and not reply.ready:
+            if reply.seq == self._watch and reply.iteration == self.iteration and not reply.keep:
                 self._dropped = True
 
     # -- the iteration (the program's WatchedCompute) ------------------------------------
@@ -243,7 +243,7 @@ class GCADA(PreludeProgramMode):
         self.check_finite(self._gbufs, "gradient", k)
         self.channel.push_pull(self._group_keys, self._gbufs, self._gbufs)  # applied once the pull returns
         self.stats.uploads += 1
-        return bool(self._ask(m.GroupUploaded, iteration=k).ready)
+        return bool(self._ask(m.GroupUploaded, iteration=k).step_servers)
 
     def _trigger(self, k):
         """The servers' step of iteration ``k``, then its norms to the State Server."""
@@ -269,7 +269,7 @@ class GCADA(PreludeProgramMode):
     def leave_state_server(self):
         # The goodbye's answer says whether this worker's group has no member left.
         if self.client is not None:
-            self._group_retired = bool(self.client.bye().ready)
+            self._group_retired = bool(self.client.bye().retired)
             self.client.close()
             self.client = None
 

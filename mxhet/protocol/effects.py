@@ -330,7 +330,7 @@ class StateQuery:
     runs in between). ``blocking``: wait for the answer (Algorithm 1); else
     it comes later to the :class:`Listen`-ed answers.
 
-    Returns: the answer (a :class:`mxhet.control.messages.Reply`) if blocking, else None.
+    Returns: the answer (a :class:`mxhet.control.state_rule.QueryReply`) if blocking, else None.
     """
     round: int
     k: int

@@ -5,6 +5,7 @@ import math
 import pytest
 
 from mxhet.control import messages as m
+from mxhet.control import wire
 from mxhet.control.adsp import (ADSPScheduler, CommitRateSearch, fit_curve, fit_reward, loss_curve, reward_at,
                                 search_level)
 from mxhet.control.server import StateService
@@ -209,7 +210,7 @@ def test_the_record_travels_in_pages(monkeypatch):
     import itertools
 
     from mxhet.control.client import StateClient
-    monkeypatch.setattr(m, "RECORD_PAGE", 100)
+    monkeypatch.setattr(wire, "RECORD_PAGE", 100)
     svc = _registered(1, staleness=0)
     client = object.__new__(StateClient)
     seqs = itertools.count(10)

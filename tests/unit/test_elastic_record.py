@@ -3,6 +3,7 @@ job_events, the State Server's MembershipRecord, the launcher's exit record, the
 import json
 
 from mxhet.control import messages as m
+from mxhet.control import wire
 from mxhet.control.membership import RoundRendezvous, job_events, rounds_as_ranges
 from mxhet.control.server import StateService
 from mxhet.launcher.watch import exit_cause
@@ -83,14 +84,14 @@ def test_the_state_server_sends_the_membership_record_in_pages_with_the_slots(mo
         assert svc.handle(m.Register(rank=rank, seq=1, slot=slot), 0.0, sender=rank).ok
     svc.rule("membership").wall_clock = lambda: 123.0
     svc.depart(1, "died (silent for over 5 s)")
-    monkeypatch.setattr(m, "RECORD_PAGE", 40)
+    monkeypatch.setattr(wire, "RECORD_PAGE", 40)
     text, seq = "", 2
     while True:
         reply = svc.handle(m.MembershipRecord(rank=0, seq=seq, start=len(text)), 1.0, sender=0)
         assert reply.ok
         text += reply.payload
         seq += 1
-        if len(text) >= reply.k:
+        if len(text) >= reply.total:
             break
     record = json.loads(text)
     assert record["slots"] == {"0": 1, "1": 0}

@@ -7,6 +7,7 @@ from mxnet import autograd, gluon
 
 from mxhet.config import WorkerConfig
 from mxhet.control import messages as m
+from mxhet.control import wire
 from mxhet.control.client import StateClient
 from mxhet.errors import ConfigError, StateServerTimeout
 from mxhet.modes import get_mode
@@ -112,7 +113,7 @@ def _iteration(net, trainer, clock, seconds=0.1):
 
 
 def _reply(query, ready, **kw):
-    return m.Reply(seq=query.seq, ready=ready, round=query.round, **kw)
+    return m.QueryReply(seq=query.seq, ready=ready, round=query.round, **kw)
 
 
 @pytest.mark.parametrize("ack", ["blocking", "delayed"])
@@ -309,11 +310,13 @@ class Flaky(FakeTransport):
             return
         if isinstance(msg, m.Register):
             self.registered = True
-            self.deliver(m.Reply(seq=msg.seq, round=msg.round))
+            self.deliver(m.Registered(seq=msg.seq, round=msg.round))
         elif self.forget and not self.registered:
             self.deliver(m.Reply(seq=msg.seq, ok=False, error="rank 0 has not registered", code="not_registered"))
         else:
-            self.deliver(m.Reply(seq=msg.seq, stop=False, round=getattr(msg, "round", 0)))
+            # the record the request's rule answers with, naming its round where it has one
+            fields = {"round": getattr(msg, "round", 0)} if "round" in wire.fields_of(msg.REPLY) else {}
+            self.deliver(msg.REPLY(seq=msg.seq, **fields))
 
 
 def test_lost_requests_are_sent_again_with_the_same_sequence_number():

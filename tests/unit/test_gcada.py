@@ -210,11 +210,11 @@ def test_the_goodbye_of_a_groups_last_member_says_so_and_a_waiting_worker_steps_
     rule = dict(groups=2, max_delay=1, c=0.3)
     for r in range(4):
         assert send(r, m.Register, slot=r).ok
-        assert send(r, m.GroupBegin, iteration=0, group=r // 2, want_stop=False, **rule).ready
-    assert send(2, m.GroupDone, iteration=0, group=1).ready
-    assert not send(2, m.GroupUploaded, iteration=0, group=1).ready        # group 0's upload is missing
+        assert send(r, m.GroupBegin, iteration=0, group=r // 2, want_stop=False, **rule).download
+    assert send(2, m.GroupDone, iteration=0, group=1).upload
+    assert not send(2, m.GroupUploaded, iteration=0, group=1).step_servers        # group 0's upload is missing
     assert send(2, m.GroupBegin, iteration=1, group=1, want_stop=False, **rule) is None
-    assert not send(0, m.Bye).ready                                         # rank 1 still computes for group 0
-    assert send(1, m.Bye).ready                                             # group 0 has nobody left
+    assert not send(0, m.Bye).retired                                       # rank 1 still computes for group 0
+    assert send(1, m.Bye).retired                                           # group 0 has nobody left
     (rank, reply), = service.take_released()
-    assert rank == 2 and reply.round == 0 and reply.target == 1            # rank 2 has the servers step
+    assert rank == 2 and reply.iteration == 0 and reply.step_servers          # rank 2 has the servers step

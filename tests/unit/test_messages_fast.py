@@ -1,9 +1,9 @@
 """The State Server's hot-path shortcuts give exactly what the general code gives.
 
-``messages._FAST_VALID`` checks the most frequent requests inline: whenever it
+A request class's ``fast_valid`` checks the most frequent requests inline: whenever it
 accepts fields, the class's ``validate()`` must accept them too, and for the
 fields real workers send it must accept (or the shortcut is never taken).
-``messages.query_reply`` must build the same Reply, encoded to the same bytes.
+``messages.query_reply`` must build the same QueryReply, encoded to the same bytes.
 """
 import itertools
 import math
@@ -12,6 +12,7 @@ import random
 import pytest
 
 from mxhet.control import messages as m
+from mxhet.control import wire
 from mxhet.errors import ProtocolError
 
 CANDIDATES = [0, 1, 7, -1, 2 ** 53 - 1, 2 ** 53, 10 ** 400, 0.0, 0.05, 1.5, -0.0, -0.5, math.inf, math.nan,
@@ -28,10 +29,17 @@ def _valid(cls, fields):
     return True
 
 
-@pytest.mark.parametrize("cls", sorted(m._FAST_VALID, key=lambda c: c.TYPE))
+FAST = sorted((cls for cls in m.REQUEST_TYPES.values() if cls.fast_valid is not None), key=lambda c: c.TYPE)
+
+
+def test_the_query_has_the_fast_check():
+    assert m.Query in FAST
+
+
+@pytest.mark.parametrize("cls", FAST)
 def test_the_fast_check_accepts_only_what_validate_accepts(cls):
-    fast = m._FAST_VALID[cls]
-    names = sorted(m._FIELDS[cls])
+    fast = cls.fast_valid
+    names = sorted(wire.fields_of(cls))
     rng = random.Random(0)
     accepted = 0
     for _ in range(20000):
@@ -51,7 +59,7 @@ def test_the_fast_check_accepts_only_what_validate_accepts(cls):
 
 def test_decode_takes_the_fast_path_for_what_workers_send_and_refuses_the_rest():
     query = m.Query(rank=2, seq=5, round=1, k=3, c=0.031, since_finish=0.0004, incarnation=2 ** 40)
-    assert m._FAST_VALID[m.Query](m.decode(m.encode(query)).__dict__)
+    assert m.Query.fast_valid(m.decode(m.encode(query)).__dict__)
     assert m.decode(m.encode(query)) == query
     # an int capability is valid but leaves the fast path: validate() decides
     assert m.decode(m.encode(m.Query(rank=2, seq=5, round=1, k=3, c=1, since_finish=0.0))).c == 1
@@ -67,7 +75,7 @@ def test_decode_takes_the_fast_path_for_what_workers_send_and_refuses_the_rest()
 @pytest.mark.parametrize("ready,round_,slowest", [(True, 0, 0), (False, 7, -1), (True, 123, 9999)])
 def test_query_reply_is_the_reply_the_dataclass_builds(ready, round_, slowest):
     fast = m.query_reply(41, ready, round_, slowest)
-    slow = m.Reply(seq=41, ready=ready, round=round_, slowest=slowest)
+    slow = m.QueryReply(seq=41, ready=ready, round=round_, slowest=slowest)
     assert fast == slow and hash(fast) == hash(slow)
     assert m.encode(fast) == m.encode(slow)
     with pytest.raises(AttributeError):

@@ -45,7 +45,7 @@ def test_version_1_requests_are_still_served_and_others_refused():
     assert svc.handle(m.decode(raw, m.REQUEST_TYPES), 1.0, sender=0).stop
     with pytest.raises(ProtocolError, match="version"):
         m.decode(raw.replace(b'"v":1', b'"v":9'), m.REQUEST_TYPES)
-    assert orjson.loads(m.encode(m.Bye(rank=0, seq=1)))["v"] == m.VERSION == 3
+    assert orjson.loads(m.encode(m.Bye(rank=0, seq=1)))["v"] == m.VERSION == 4
 
 
 def test_send_reset_returns_at_once_and_its_answer_is_taken_by_poll():
@@ -54,7 +54,7 @@ def test_send_reset_returns_at_once_and_its_answer_is_taken_by_poll():
     client = StateClient("fake", rank=0, slot=0, clock=clock, transport=transport)
     client.send_reset(1, want_stop=False)
     assert clock() == 0.0 and isinstance(transport.sent[-1], m.Reset)
-    transport.deliver(m.Reply(seq=transport.sent[-1].seq, round=1, stop=False), at=0.002)
+    transport.deliver(m.ResetReply(seq=transport.sent[-1].seq, round=1, stop=False), at=0.002)
     client.send_query(1, 1, 0.1)
     assert client.max_in_flight == 1          # a RESET in flight is not a query in flight
     clock.advance(0.01)
@@ -67,7 +67,7 @@ def test_a_stop_in_resets_answer_is_noticed():
     transport = FakeTransport(clock)
     client = StateClient("fake", rank=0, slot=0, clock=clock, transport=transport)
     client.send_reset(4, want_stop=True)
-    transport.deliver(m.Reply(seq=transport.sent[-1].seq, round=4, stop=True))
+    transport.deliver(m.ResetReply(seq=transport.sent[-1].seq, round=4, stop=True))
     assert client.poll() == [] and client.stop_decided
 
 

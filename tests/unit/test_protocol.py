@@ -317,7 +317,7 @@ class _EsyncScript:
         self.answers, self.flight, self.now = None, [], 0.0
 
     def reply(self, effect):
-        return self.m.Reply(seq=1, round=effect.round, ready=effect.k >= self.ready_at, slowest=self.slowest)
+        return self.m.QueryReply(seq=1, round=effect.round, ready=effect.k >= self.ready_at, slowest=self.slowest)
 
     def __call__(self, effect):
         from mxhet.protocol import effects as e

@@ -29,7 +29,7 @@ def _replies(sock, count, timeout_ms=5000):
     got = []
     while len(got) < count:
         assert sock.poll(timeout_ms), "only %d of %d replies arrived" % (len(got), count)
-        got.append(m.decode(sock.recv(), {m.Reply.TYPE: m.Reply}))
+        got.append(m.decode(sock.recv(), m.REPLY_TYPES))
     return got
 
 

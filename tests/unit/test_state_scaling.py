@@ -45,7 +45,7 @@ class BruteService(StateService):
         if req.round != record.round:
             raise ProtocolError("query for round %d, rank %d is in round %d" % (req.round, req.rank, record.round))
         if self.stop_decisions.get(req.round):  # protocol v2: the stop comes with the next query's answer
-            return m.Reply(seq=req.seq, round=req.round, stop=True)
+            return m.QueryReply(seq=req.seq, round=req.round, stop=True)
         present = set(self.slots) - self.left
         ready = self.table.query(req.rank, req.k, req.c, now - req.since_finish, now, among=present)
         # the device decided against is the slowest still training (one that left is never named)
@@ -54,7 +54,7 @@ class BruteService(StateService):
         if ready:
             info = self.rounds.setdefault(req.round, {"slowest": slowest, "local_iters": {}})
             info["local_iters"].setdefault(req.rank, req.k)
-        return m.Reply(seq=req.seq, ready=ready, round=req.round, slowest=slowest)
+        return m.QueryReply(seq=req.seq, ready=ready, round=req.round, slowest=slowest)
 
     def silent(self, now, timeout):
         return sorted(r for r, t in self.last_seen.items() if r not in self.left and now - t > timeout)

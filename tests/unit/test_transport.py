@@ -198,10 +198,10 @@ def test_poll_registers_again_without_waiting():
     assert (register.round, register.slot) == (4, 2) and client.reregistrations == 1
     transport.deliver(_forgotten(second))         # sent before the Register: no second one
     assert client.poll() == [] and len(transport.of_type(m.Register)) == 1
-    transport.deliver(m.Reply(seq=register.seq, round=4))
+    transport.deliver(m.Registered(seq=register.seq, round=4))
     client.send_query(4, 3, 0.3)
     third = transport.of_type(m.Query)[-1]
-    transport.deliver(m.Reply(seq=third.seq, round=4, ready=True))
+    transport.deliver(m.QueryReply(seq=third.seq, round=4, ready=True))
     assert [r.seq for r in client.poll()] == [third.seq]  # the Register's answer is not a query's
     assert client.reregistrations == 1
     client.send_query(4, 4, 0.4)                  # restarted again: a query after the Register forgotten

@@ -31,9 +31,13 @@ def _random_message(rng):
                          **common),
         lambda: m.Heartbeat(**common),
         lambda: m.Bye(**common),
-        lambda: m.Reply(seq=common["seq"], ok=rng.random() < 0.5, ready=rng.random() < 0.5,
-                        round=rng.randrange(9), slowest=rng.randrange(-1, 9), period_left=seconds(),
+        lambda: m.Reply(seq=common["seq"], ok=rng.random() < 0.5,
                         error=rng.choice(["", "rank 3 has not registered", "ü"]), code=rng.choice(["", "x"])),
+        lambda: m.QueryReply(seq=common["seq"], ready=rng.random() < 0.5, round=rng.randrange(9),
+                             slowest=rng.randrange(-1, 9), stop=rng.random() < 0.5),
+        lambda: m.CommitReply(seq=common["seq"], target=rng.randrange(99), period_left=seconds()),
+        lambda: m.GroupSelection(seq=common["seq"], iteration=rng.randrange(99), download=rng.random() < 0.5),
+        lambda: m.RecordPage(seq=common["seq"], payload=rng.choice(["", "{\"a\":1}"]), total=rng.randrange(99)),
     ])()
 
 
@@ -67,7 +71,7 @@ def test_strict_decoding(raw):
         m.decode(raw, m.REQUEST_TYPES)
 
 
-@pytest.mark.parametrize("message", [m.Reply(seq=1, period_left=float("inf")),
+@pytest.mark.parametrize("message", [m.CommitReply(seq=1, period_left=float("inf")),
                                      m.Query(rank=0, seq=1, round=0, k=1, c=float("nan"), since_finish=0.0),
                                      m.Commit(rank=0, seq=1, commits=0, loss=float("-inf"), commit_cost=0.0)])
 def test_non_finite_values_are_not_encoded(message):
