@@ -333,12 +333,15 @@ ESYNC_SLOWEST = 2
 def _esync_answer(request):
     """The scripted State Server's answer to ``request`` (any type)."""
     from mxhet.control import messages as m
+    from mxhet.control import wire
     if isinstance(request, m.Query):
-        return m.Reply(seq=request.seq, round=request.round, ready=request.k >= ESYNC_READY_AT[request.rank],
-                       slowest=ESYNC_SLOWEST)
+        return m.QueryReply(seq=request.seq, round=request.round, ready=request.k >= ESYNC_READY_AT[request.rank],
+                            slowest=ESYNC_SLOWEST)
     if isinstance(request, m.Reset):   # the job stops after its last round
-        return m.Reply(seq=request.seq, round=request.round, stop=request.round >= ROUNDS)
-    return m.Reply(seq=request.seq, round=getattr(request, "round", 0))
+        return m.ResetReply(seq=request.seq, round=request.round, stop=request.round >= ROUNDS)
+    # the record the request's rule answers with, naming the round where it has one
+    fields = {"round": getattr(request, "round", 0)} if "round" in wire.fields_of(request.REPLY) else {}
+    return request.REPLY(seq=request.seq, **fields)
 
 
 class _ScriptedService:
