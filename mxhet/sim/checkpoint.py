@@ -28,7 +28,6 @@ import signal
 import subprocess
 import time
 
-import mxnet as mx
 import numpy as np
 
 from ..errors import ConfigError
@@ -44,6 +43,30 @@ RUN_FLAGS = {"--checkpoint-dir": 1, "--checkpoint-every-min": 1, "--checkpoint-e
 """Flags (and how many values each takes) that say where and how a run is kept, not what it computes."""
 
 
+CHECKPOINT_FLAGS = {"--checkpoint-dir": 1, "--checkpoint-every-min": 1, "--resume": 0, "--checkpoint-stop-at": 1}
+"""Flags that say how a run is kept across sessions: not part of its recorded command."""
+
+
+def without_checkpoint_flags(argv):
+    """``argv`` without :data:`CHECKPOINT_FLAGS`: a resumed run records the command of an uninterrupted one."""
+    return _drop(argv, CHECKPOINT_FLAGS)
+
+
+def _drop(argv, flags):
+    """``argv`` without ``flags`` (name -> how many values follow it; ``--flag=value`` too)."""
+    out, skip = [], 0
+    for arg in argv:
+        if skip:
+            skip -= 1
+            continue
+        name = arg.split("=", 1)[0]
+        if name in flags:
+            skip = 0 if "=" in arg else flags[name]
+            continue
+        out.append(arg)
+    return out
+
+
 class Stopped(Exception):
     """The run saved a checkpoint and stopped (a signal, or the test hook ``--checkpoint-stop-at``)."""
 
@@ -54,17 +77,7 @@ class Stopped(Exception):
 
 def run_argv(argv):
     """``argv`` without the flags of :data:`RUN_FLAGS`: what two runs that compute the same thing share."""
-    out, skip = [], 0
-    for arg in argv:
-        if skip:
-            skip -= 1
-            continue
-        name = arg.split("=", 1)[0]
-        if name in RUN_FLAGS:
-            skip = 0 if "=" in arg else RUN_FLAGS[name]
-            continue
-        out.append(arg)
-    return out
+    return _drop(argv, RUN_FLAGS)
 
 
 def code_commit():
@@ -146,6 +159,11 @@ def _difference(a, b, where=""):
     return None if a == b else "%s: %r in the checkpoint, %r in the replay" % (where or "state", a, b)
 
 
+def _nd():
+    import mxnet as mx   # (not at import: the bench reads this module's flags without MXNet)
+    return mx.nd
+
+
 def _numpy(arrays):
     return None if arrays is None else [a.asnumpy() for a in arrays]
 
@@ -157,7 +175,7 @@ def _load_into(arrays, values, what):
         if tuple(a.shape) != tuple(v.shape):
             raise ConfigError("checkpoint's %s has an array of shape %s where the run's is %s"
                               % (what, v.shape, a.shape))
-        mx.nd.array(v, ctx=a.context, dtype=a.dtype).copyto(a)   # (a[:] = v fails on MKL-DNN layouts)
+        _nd().array(v, ctx=a.context, dtype=a.dtype).copyto(a)   # (a[:] = v fails on MKL-DNN layouts)
 
 
 class Checkpointer:

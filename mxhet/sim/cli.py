@@ -331,7 +331,7 @@ def run(args):
                       "preduce": sim.service.stats().get("preduce"),   # Partial Reduce's groups and interventions
                       "stopped_at_target_s": sim.target_reached_at,
                       "max_iterations": job.max_iterations, "stopped_at_cap_s": sim.capped_at,
-                      "command": ["python", "-m", "mxhet.sim"] + without_checkpoint_flags(args.argv)}
+                      "command": ["python", "-m", "mxhet.sim"] + checkpoint.without_checkpoint_flags(args.argv)}
     if ckpt is not None:   # how the run was kept; the command above is the same with or without
         summary["sim"]["checkpoint"] = {"every_min": args.checkpoint_every_min, "resumed_at_s": ckpt.resumed_at_s,
                                         "commit": ckpt.header["commit"]}
@@ -358,23 +358,6 @@ def run(args):
         from ..observe.tensorboard import write_summary
         write_summary(args.tensorboard, summary)
     return summary
-
-
-CHECKPOINT_FLAGS = {"--checkpoint-dir": 1, "--checkpoint-every-min": 1, "--resume": 0, "--checkpoint-stop-at": 1}
-"""Flags that say how a run is kept across sessions: not part of its recorded command."""
-
-
-def without_checkpoint_flags(argv):
-    """``argv`` without :data:`CHECKPOINT_FLAGS`: a resumed run records the command of an uninterrupted one."""
-    out, skip = [], 0
-    for arg in argv:
-        if skip:
-            skip -= 1
-        elif arg.split("=", 1)[0] in CHECKPOINT_FLAGS:
-            skip = 0 if "=" in arg else CHECKPOINT_FLAGS[arg]
-        else:
-            out.append(arg)
-    return out
 
 
 def _checkpointer(args, job, started):
