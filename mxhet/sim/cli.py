@@ -272,7 +272,8 @@ def run(args):
     snap_dir = os.path.join(args.metrics_out, "snapshots")
     os.makedirs(snap_dir, exist_ok=True)
     for old in glob.glob(os.path.join(snap_dir, "*.params")):  # a previous run's (not those of the run resumed)
-        if not os.path.basename(old)[:-len(".params")].isdigit() or int(os.path.basename(old)[:-7]) >= kept:
+        index = os.path.basename(old)[:-len(".params")]
+        if not (index.isdigit() and int(index) < kept):
             os.remove(old)
     missing = [i for i in range(kept) if not os.path.exists(os.path.join(snap_dir, "%06d.params" % i))]
     if missing:

@@ -185,6 +185,7 @@ def test_a_run_without_resume_starts_afresh(saved, tmp_path):
     (_job("esync") + ["--checkpoint-every-min", "-1"], "--checkpoint-every-min must be >= 0"),
     (_job("esync") + ["--checkpoint-every-min", "5", "--score-members", "50"], "--score-members"),
     (_job("localsgd") + ["--checkpoint-every-min", "5", "--events", "2:leave@1"], "--events"),
+    (_job("esync") + ["--checkpoint-every-min", "5", "--round-deadline", "2"], "--round-deadline"),
 ])
 def test_what_a_checkpoint_cannot_keep_is_refused(tmp_path, argv, message):
     args = cli.build_parser().parse_args(argv + ["--metrics-out", str(tmp_path)])
@@ -202,9 +203,10 @@ def _sim_process(out, argv):
 def test_a_process_killed_after_a_periodic_save_resumes_to_the_same_model(tmp_path, signum):
     """A real kill: SIGKILL (the session's end) leaves the last periodic checkpoint; SIGTERM saves
     one more and exits 143."""
-    argv = _job("esync", budget="20") + ["--checkpoint-every-min", "0.003"]
+    argv = _job("esync", budget="10")
+    often = argv + ["--checkpoint-every-min", "0.003"]   # a save every 0.18 s of wall time
     path = tmp_path / "cut" / "checkpoint" / checkpoint.FILE
-    proc = _sim_process(tmp_path / "cut", argv)
+    proc = _sim_process(tmp_path / "cut", often)
     try:
         deadline = time.monotonic() + 300
         while not path.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -219,9 +221,9 @@ def test_a_process_killed_after_a_periodic_save_resumes_to_the_same_model(tmp_pa
     assert code == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signal.SIGTERM)
     assert path.exists() and not (tmp_path / "cut" / "summary.json").exists()
     at = pickle.loads(path.read_bytes())["virtual_s"]
-    assert 0 < at < 20
-    resumed = _run(tmp_path / "cut", argv + ["--resume"])
-    whole = _run(tmp_path / "whole", argv)
+    assert 0 < at < 10
+    resumed = _run(tmp_path / "cut", often + ["--resume"])
+    whole = _run(tmp_path / "whole", argv + ["--checkpoint-every-min", "10"])
     assert resumed["sim"]["checkpoint"]["resumed_at_s"] == [at]
     assert _digests(resumed) == _digests(whole)
     assert resumed["curve"] == whole["curve"]
