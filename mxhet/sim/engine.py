@@ -223,14 +223,13 @@ class SyncRound:
         self.on_done = on_done
 
     def arrive(self, values, vote=0.0):
-        replaying = getattr(self.servers, "replaying", False)
-        if replaying:
-            pass
-        elif self.sums is None:
-            self.sums = [v.copy() for v in values]
-        else:
-            for s, v in zip(self.sums, values):
-                s += v
+        replaying = getattr(self.servers, "replaying", False)   # (to a checkpoint: it restores the values)
+        if not replaying:
+            if self.sums is None:
+                self.sums = [v.copy() for v in values]
+            else:
+                for s, v in zip(self.sums, values):
+                    s += v
         self.votes += vote   # the stop ballots, summed as the PS-LITE servers sum every pushed key
         self.count += 1
         if self.count == self.workers:
