@@ -181,8 +181,13 @@ def build_parser():
                        help="simulator runs at once, each a process with one compute thread "
                             "(default 1; the cluster engine runs one job at a time)")
         e.add_argument("--resume", action="store_true",
-                       help="keep simulator runs already finished in --out with the same command "
-                            "(a long bench stopped part-way goes on where it was)")
+                       help="keep simulator runs already finished in --out with the same command, and continue "
+                            "a simulator run from its checkpoint (a long bench stopped part-way goes on where it "
+                            "was; see docs/bench.md)")
+        e.add_argument("--checkpoint-every-min", type=float, default=10.0, metavar="MINUTES",
+                       help="a simulator run saves a checkpoint every MINUTES of wall time, on SIGTERM and at the end "
+                            "of training, in its run directory; --resume continues it with the same final model "
+                            "(default %(default)s; 0: none)")
     return p
 
 
@@ -217,6 +222,9 @@ def run_paper_experiment(args):
             raise ConfigError("--time-budget must be > 0 seconds")
         if args.jobs < 1:
             raise ConfigError("--jobs must be >= 1, got %d" % args.jobs)
+        if not args.checkpoint_every_min >= 0:
+            raise ConfigError("--checkpoint-every-min must be >= 0 minutes (0: none), got %r"
+                              % args.checkpoint_every_min)
         if args.jobs > 1 and (args.engine or preset.engine) != "sim":
             raise ConfigError("--jobs %d: only simulator runs may share the machine (the cluster's timings "
                               "would not be the emulated ones); use --engine sim or --jobs 1" % args.jobs)
@@ -228,7 +236,8 @@ def run_paper_experiment(args):
         result = suite.run_suite(experiments, preset, profile, out, models=model_list, modes=mode_list,
                                  budget=args.time_budget, seed=args.seed, seeds=seed_list,
                                  command=["mxhet-bench"] + sys.argv[1:],
-                                 engine=args.engine, jobs=args.jobs, resume=args.resume)
+                                 engine=args.engine, jobs=args.jobs, resume=args.resume,
+                                 checkpoint_every_min=args.checkpoint_every_min)
     except ConfigError as exc:
         print("mxhet-bench: error: %s" % exc, file=sys.stderr)
         return 2

@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from mxhet import models as model_zoo
 from mxhet.errors import ConfigError
+from mxhet.sim.checkpoint import MODES as CHECKPOINT_MODES, without_checkpoint_flags
 
 from . import calibrate, presets, runner
 from .metrics import run_record
@@ -188,10 +189,12 @@ def calibrate_models(preset, profile, models, budget, measure=calibrate.measure,
     return calibration, skipped
 
 
-def job_spec(key, preset, profile, record, budget, seed=None, extra_launcher=(), engine="cluster"):
+def job_spec(key, preset, profile, record, budget, seed=None, extra_launcher=(), engine="cluster",
+             checkpoint_every_min=0, resume=False):
     """The job of one run, on the ``cluster`` (launcher) or the ``sim`` engine (``seed``, if given,
     replaces the key's). The standalone variant runs the fastest device alone; ``sync-fast`` runs Sync
-    over the devices of the smallest slowdown only."""
+    over the devices of the smallest slowdown only. A simulator run saves a checkpoint every
+    ``checkpoint_every_min`` wall minutes (0: none) and, with ``resume``, continues from the one it finds."""
     base = record["base_iteration_s"]
     mode = key.mode
     if key.mode == presets.STANDALONE:
@@ -210,7 +213,9 @@ def job_spec(key, preset, profile, record, budget, seed=None, extra_launcher=(),
         target_accuracy=preset.target_accuracy, input_size=record["input_size"],
         eval_interval=preset.eval_interval(budget, base * max(slowdowns)), startup_allowance=preset.startup_allowance,
         extra_train_args=("--eval-samples", str(preset.eval_samples)) + _mode_train_args(mode), engine=engine,
-        sim_args=_sim_args(preset, key.model, key.dist) if engine == "sim" else (),
+        sim_args=_sim_args(preset, key.model, key.dist)
+        + (_checkpoint_args(checkpoint_every_min, resume) if mode in CHECKPOINT_MODES else ())
+        if engine == "sim" else (),
         launcher_args=("--base-iter", "%.6f" % base, "--omp-threads", "1") + _mode_args(mode, slowdowns, base,
                                                                                         budget)
         + tuple(extra_launcher))
@@ -225,6 +230,13 @@ def _sim_args(preset, model, dist="iid"):
     if preset.eval_min_iterations:
         args += ("--eval-min-iterations", str(preset.eval_min_iterations))
     return args + (("--eval-growth", "%g" % preset.eval_growth) if preset.eval_growth else ())
+
+
+def _checkpoint_args(every_min, resume):
+    """``python -m mxhet.sim``'s checkpoint flags (not part of the command a run records)."""
+    if not every_min:
+        return ()
+    return ("--checkpoint-every-min", "%g" % every_min) + (("--resume",) if resume else ())
 
 
 def _mode_train_args(mode):
@@ -260,7 +272,7 @@ def _portable(argv, out):
 def record_of(summary, key, spec, record, run_dir, out_dir):
     """The bench's JSON record of one finished run (``run_dir`` relative to ``out_dir``)."""
     rec = run_record(summary)
-    rec["command"] = _portable(summary.get("command") or [], out_dir)
+    rec["command"] = _portable(without_checkpoint_flags(summary.get("command") or []), out_dir)
     rec["variant"] = key.mode
     confirmation = summary.get("confirmation")
     if confirmation is not None:   # a time to target counts only when confirmed on the whole test set
@@ -272,8 +284,14 @@ def record_of(summary, key, spec, record, run_dir, out_dir):
                base_iteration_s=record["base_iteration_s"], contexts=[w["context"] for w in workers],
                overruns=[w.get("overruns", 0) for w in workers],
                iterations=[w["iterations"] for w in workers], run_dir=os.path.relpath(run_dir, out_dir),
-               wall_s=summary.get("wall_s"), resumed=bool(summary.get("resumed")))
+               wall_s=_wall_s(summary), resumed=bool(summary.get("resumed")))
     return rec
+
+
+def _wall_s(summary):
+    """A run's wall seconds: every session's where a simulator run was resumed from a checkpoint."""
+    kept = (summary.get("sim") or {}).get("checkpoint") or {}
+    return summary["sim"]["wall_s"] if kept.get("resumed_at_s") else summary.get("wall_s")
 
 
 def _without(argv, flag):
@@ -314,8 +332,8 @@ def finished_run(spec, run_dir):
         return None
     with open(path) as f:
         summary = json.load(f)
-    argv = spec.launch_argv(run_dir)
-    done = (summary.get("sim") or {}).get("command") or []
+    argv = without_checkpoint_flags(spec.launch_argv(run_dir))
+    done = without_checkpoint_flags((summary.get("sim") or {}).get("command") or [])
     reached = (summary.get("sim") or {}).get("stopped_at_target_s") is not None
     if not same_run([str(a) for a in runner.canonical(done)], [str(a) for a in runner.canonical(argv)],
                     summary.get("train_time_s"), reached):
@@ -397,7 +415,7 @@ class SuiteResult:
 
 def run_suite(experiments, preset, profile, out, models=None, modes=None, budget=None, seed=None,
               command=None, measure=calibrate.measure, run=run_with_bar, log=print, engine=None, jobs=1,
-              wall_s=None, resume=False, only=None, seeds=None, confirm_fn=None):
+              wall_s=None, resume=False, only=None, seeds=None, confirm_fn=None, checkpoint_every_min=0):
     """Calibrate, run the union of the experiments' runs, write JSON, report and figures.
 
     ``seeds`` (or one ``seed``) replaces the preset's seeds for every model.
@@ -407,7 +425,9 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
     ``engine``: ``cluster`` (real processes) or ``sim`` (virtual time); default the preset's.
     ``jobs``: simulator runs at once, each with one compute thread (:func:`bench.runner.share_cores`).
     ``wall_s``: the bench's wall time to record (default: measured here; a rebuild passes the original's).
-    ``resume``: keep simulator runs already finished in ``out`` with the same command.
+    ``resume``: keep simulator runs already finished in ``out`` with the same command, and continue
+    those a checkpoint kept (``checkpoint_every_min``: wall minutes between a simulator run's
+    checkpoints, 0: none; see docs/bench.md).
     ``only``: run names to keep from the plan (a rebuild keeps the runs the original bench made).
     """
     from . import plots, report
@@ -471,7 +491,8 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
     def budget_of(key):
         return fixed_budget or preset.budget_of(key.model, key.mode)
     records, failures = execute(
-        keys, lambda k: job_spec(k, preset, profile, calibration[k.model], budget_of(k), engine=engine), out,
+        keys, lambda k: job_spec(k, preset, profile, calibration[k.model], budget_of(k), engine=engine,
+                                 checkpoint_every_min=checkpoint_every_min, resume=resume), out,
         run=run, jobs=jobs, resume=resume, confirm_fn=confirm_fn)
     used_seeds = sorted({k.seed for k in keys})
 

@@ -15,6 +15,7 @@ and writes the same ``summary.json`` (times in virtual seconds, marked
 ``"engine": "sim"``). ``--base-iter`` is required: it is the virtual time of a
 slowdown-1 iteration.
 """
+import argparse
 import glob
 import json
 import logging
@@ -33,6 +34,7 @@ from ..control.membership import ELASTIC_MODES
 from .engine import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_MS, DEFAULT_PER_KEY_MS, Network, SimJob
 from .events import parse_schedule
 from .members import MemberScores
+from . import checkpoint
 
 LOG = logging.getLogger("mxhet.sim")
 MEMBER_MODES = ("esync", "localsgd")
@@ -93,6 +95,21 @@ def build_parser():
                         "'members'; costs real CPU, no virtual time, and does not change the training "
                         "(default 0: off)")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar on stderr")
+    g = p.add_argument_group("checkpoints (simulator only; see docs/bench.md)")
+    g.add_argument("--checkpoint-every-min", type=float, default=0.0, metavar="MINUTES",
+                   help="save the run every MINUTES of wall time, on SIGTERM or SIGINT (then stop, status 143 or "
+                        "130) and at the end of training, into --checkpoint-dir (default METRICS_OUT/checkpoint; "
+                        "saves are atomic); the same command with --resume continues it and ends with the same "
+                        "final model as an uninterrupted run (modes %s; default 0: off)" % ", ".join(checkpoint.MODES))
+    g.add_argument("--checkpoint-stop-at", type=float, default=None, help=argparse.SUPPRESS)  # test hook
+    for action in p._actions:   # the training entry point's flags, as the simulator reads them
+        if action.dest == "resume":
+            action.help = ("continue from the checkpoint in --checkpoint-dir if there is one (refused if another "
+                           "run wrote it); without it a run starts afresh and replaces the checkpoint")
+        elif action.dest == "checkpoint_dir":
+            action.help = "where --checkpoint-every-min keeps the run's checkpoint (default METRICS_OUT/checkpoint)"
+        elif action.dest == "checkpoint_every":
+            action.help = "(cluster rounds between checkpoints; the simulator saves by --checkpoint-every-min)"
     return p
 
 
@@ -138,6 +155,10 @@ def make_job(args):
     Raises:
         ConfigError: naming the bad value.
     """
+    if hasattr(args, "checkpoint_every_min"):
+        checkpoint.check_args(args, args.sync or "esync")
+        if (args.checkpoint_every_min or args.checkpoint_stop_at is not None) and not args.checkpoint_dir:
+            args.checkpoint_dir = os.path.join(args.metrics_out, "checkpoint")
     _validate(args)
     n = args.num_workers
     if n < 1:
@@ -245,15 +266,26 @@ def run(args):
     servers = engine.Servers([mx.nd.array(p.data().asnumpy(), ctx=ctx) for p in first.params],
                              updater if updater is not None else mx.optimizer.create("sgd"))
     sim = engine.Simulation(job, devices, servers, grad_keys)
+    ckpt = _checkpointer(args, job, wall0)
+    sim.checkpointer = ckpt
+    kept = ckpt.state["record"]["snapshots"] if ckpt is not None and ckpt.state is not None else 0
     snap_dir = os.path.join(args.metrics_out, "snapshots")
     os.makedirs(snap_dir, exist_ok=True)
-    for old in glob.glob(os.path.join(snap_dir, "*.params")):  # a previous run's
-        os.remove(old)
+    for old in glob.glob(os.path.join(snap_dir, "*.params")):  # a previous run's (not those of the run resumed)
+        index = os.path.basename(old)[:-len(".params")]
+        if not (index.isdigit() and int(index) < kept):
+            os.remove(old)
+    missing = [i for i in range(kept) if not os.path.exists(os.path.join(snap_dir, "%06d.params" % i))]
+    if missing:
+        raise ConfigError("the checkpoint in %s counts %d snapshots, but %s lacks %d of them (the first: %06d.params); "
+                          "remove the checkpoint to run from the start" % (args.checkpoint_dir, kept, snap_dir,
+                                                                            len(missing), missing[0]))
     names = [p.name for p in first.params]
 
     def save(index, t, arrays):  # to disk at once: a long run's snapshots would not fit in memory
         path = os.path.join(snap_dir, "%06d.params" % index)
-        mx.nd.save(path, dict(zip(names, arrays)))
+        if not sim.replaying:   # (replaying to a checkpoint: written before it)
+            mx.nd.save(path, dict(zip(names, arrays)))
         return path
     sim.keep_snapshot = save
     # Otherwise the evaluation network is built where the run's random draws are not changed by it
@@ -270,7 +302,7 @@ def run(args):
         sim.progress = lambda t: bar.update(max(0.0, round(min(t, job.time_budget), 1) - bar.n))
         virtual = sim.run()
     mx.nd.waitall()   # the threaded engine may still be computing what the loop issued: count it as the run's
-    wall = time.monotonic() - wall0
+    wall = time.monotonic() - wall0 if ckpt is None else ckpt.wall_s()   # (every session's, when resumed)
 
     # The job's final global model, as every worker would pull it.
     global_keys = grad_keys if not spec.exchanges_deltas and spec.distributed else list(range(len(first.params)))
@@ -291,7 +323,8 @@ def run(args):
                                  train_set=(images, labels), scores=sim.scores, eval_net=eval_net)
     summary["engine"] = "sim"
     summary["time_unit"] = "virtual seconds"
-    summary["sim"] = {"wall_s": round(wall, 3), "cpu_s": round(time.process_time(), 3), "virtual_s": round(virtual, 3),
+    cpu = time.process_time() if ckpt is None else ckpt.cpu_s()
+    summary["sim"] = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "virtual_s": round(virtual, 3),
                       "virtual_s_per_wall_s": round(virtual / wall, 3) if wall > 0 else None,
                       "base_iter_s": job.base_iter_s, "latency_ms": args.latency_ms, "per_key_ms": args.per_key_ms,
                       "bandwidth_gbps": args.bandwidth_gbps, "jitter": job.jitter,
@@ -299,7 +332,10 @@ def run(args):
                       "preduce": sim.service.stats().get("preduce"),   # Partial Reduce's groups and interventions
                       "stopped_at_target_s": sim.target_reached_at,
                       "max_iterations": job.max_iterations, "stopped_at_cap_s": sim.capped_at,
-                      "command": ["python", "-m", "mxhet.sim"] + list(args.argv)}
+                      "command": ["python", "-m", "mxhet.sim"] + checkpoint.without_checkpoint_flags(args.argv)}
+    if ckpt is not None:   # how the run was kept; the command above is the same with or without
+        summary["sim"]["checkpoint"] = {"every_min": args.checkpoint_every_min, "resumed_at_s": ckpt.resumed_at_s,
+                                        "commit": ckpt.header["commit"]}
     if job.mode_options.get("round_deadline"):   # --round-deadline: every push's (slot, round, share)
         summary["sim"]["deadline_pushes"] = [list(p) for p in sim.deadline_log]
     if job.mode == "adsp":   # the commit-rate search as it ran, times in virtual seconds of the run
@@ -317,10 +353,30 @@ def run(args):
     gcada = rule.coordinator if rule is not None else None
     summary["gcada"] = gcada.stats(args.batch_size) if gcada is not None else None
     _atomic_json(os.path.join(args.metrics_out, "summary.json"), summary)
+    if ckpt is not None:   # the run is finished: its summary is what --resume keeps now
+        ckpt.remove()
     if args.tensorboard:  # the tags of a real job's event files, in virtual seconds
         from ..observe.tensorboard import write_summary
         write_summary(args.tensorboard, summary)
     return summary
+
+
+def _checkpointer(args, job, started):
+    """The run's :class:`checkpoint.Checkpointer` (None without --checkpoint-every-min), loaded with the
+    checkpoint to resume from under --resume, or with the old one removed otherwise."""
+    if not (getattr(args, "checkpoint_every_min", 0) or getattr(args, "checkpoint_stop_at", None) is not None):
+        return None
+    header = {"argv": checkpoint.run_argv(getattr(args, "argv", None) or []), "mode": job.mode, "seed": job.seed,
+              "commit": checkpoint.code_commit()}
+    ckpt = checkpoint.Checkpointer(args.checkpoint_dir, 60.0 * args.checkpoint_every_min, header,
+                                   stop_at=args.checkpoint_stop_at, started=started)
+    if args.resume:
+        at = ckpt.load()
+        LOG.info("%s", "no checkpoint in %s: the run starts from the beginning" % args.checkpoint_dir if at is None
+                 else "resuming from the checkpoint at %.3f virtual s in %s" % (at, args.checkpoint_dir))
+    else:
+        ckpt.remove()
+    return ckpt
 
 
 def main(argv=None):
@@ -335,6 +391,9 @@ def main(argv=None):
     except ConfigError as exc:
         print("mxhet.sim: error: %s" % exc, file=sys.stderr)
         return 2
+    except checkpoint.Stopped as exc:
+        print("mxhet.sim: %s; the same command with --resume continues it" % exc, file=sys.stderr)
+        return 128 + exc.signum if exc.signum else 3
     s = summary["sim"]
     print("simulated %.1f virtual seconds in %.1f s of wall time (%.2f virtual s per wall s), %d State Server "
           "decisions; final accuracy %.4f, time to %.2f: %s"

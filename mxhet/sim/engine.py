@@ -125,6 +125,9 @@ class Device:
         self.answers = None             # esync: the program's State Server answers (protocol.effects.Listen)
         self.wake = None                # ... event: they say abandon the iteration in progress, or stop
         self.answered = None            # ... event: the last non-blocking query was answered
+        self.loss_log = []              # every training loss a decision read (read_loss), in order
+        self.replay = None              # replaying to a checkpoint: iterator over loss_log's values, else None
+        self.reseed = None              # seed of this device's MXNet random stream (models with Dropout), or None
 
     def weights(self):
         return [p.data() for p in self.params]
@@ -138,15 +141,32 @@ class Device:
         return pacing.duration(since_start)
 
     def compute(self, local_step, read_loss=False):
-        """One real forward and backward pass (and the local optimizer step)."""
-        x, y = next(self.batches)
-        with autograd.record():
-            loss = self.loss_fn(self.net(x), y)
-        loss.backward()
-        if local_step:
-            self.trainer.step(self.batch_size)
+        """One real forward and backward pass (and the local optimizer step); while replaying
+        to a checkpoint (:mod:`mxhet.sim.checkpoint`) only the batch is taken and the loss is
+        the logged one."""
+        if self.replay is not None:
+            self.batches.next_indices()
+            if read_loss:
+                self.last_loss = next(self.replay, None)
+                if self.last_loss is None:
+                    raise ConfigError("slot %d read more training losses than its checkpoint logged: the "
+                                      "checkpoint's run does not replay here" % self.slot)
+        else:
+            if self.reseed is not None:
+                # Dropout's masks from a stream that depends on this iteration only, not on every
+                # draw before it, so a run resumed from a checkpoint draws the same masks.
+                mx.random.seed((self.reseed * 1000003 + self.stats.iterations) % (2 ** 31 - 1),
+                               ctx=self.params[0].list_ctx()[0])
+            x, y = next(self.batches)
+            with autograd.record():
+                loss = self.loss_fn(self.net(x), y)
+            loss.backward()
+            if local_step:
+                self.trainer.step(self.batch_size)
+            if read_loss:
+                self.last_loss = float(loss.mean().asscalar())
         if read_loss:
-            self.last_loss = float(loss.mean().asscalar())
+            self.loss_log.append(self.last_loss)
         self.stats.iterations += 1
         self.stats.samples += self.batch_size
         if self.tally is not None:
@@ -168,13 +188,25 @@ class Servers:
         self.weights = arrays
         self.updater = updater   # the rule itself (a second Servers over other keys can share it)
         self._apply = mx.optimizer.get_updater(updater)
+        self.replaying = False   # replaying to a checkpoint: no arithmetic, the checkpoint restores the values
 
     def apply(self, key, value):
-        self._apply(key, value, self.weights[key])
+        if not self.replaying:
+            self._apply(key, value, self.weights[key])
 
     def snapshot(self, keys=None):
         keys = range(len(self.weights)) if keys is None else keys
+        if self.replaying:
+            return [self.weights[k] for k in keys]
         return [self.weights[k].copy() for k in keys]
+
+    def get_states(self):
+        """The updater's state and rule (pickled bytes, as MXNet's ``Updater.get_states``)."""
+        return self._apply.get_states(dump_optimizer=True)
+
+    def set_states(self, states):
+        self._apply.set_states(states)
+        self.updater = self._apply.optimizer
 
 
 class SyncRound:
@@ -191,16 +223,19 @@ class SyncRound:
         self.on_done = on_done
 
     def arrive(self, values, vote=0.0):
-        if self.sums is None:
-            self.sums = [v.copy() for v in values]
-        else:
-            for s, v in zip(self.sums, values):
-                s += v
+        replaying = getattr(self.servers, "replaying", False)   # (to a checkpoint: it restores the values)
+        if not replaying:
+            if self.sums is None:
+                self.sums = [v.copy() for v in values]
+            else:
+                for s, v in zip(self.sums, values):
+                    s += v
         self.votes += vote   # the stop ballots, summed as the PS-LITE servers sum every pushed key
         self.count += 1
         if self.count == self.workers:
-            for key, value in zip(self.keys, self.sums):
-                self.servers.apply(key, value)
+            if not replaying:
+                for key, value in zip(self.keys, self.sums):
+                    self.servers.apply(key, value)
             self.result = self.servers.snapshot(self.keys)
             self.sums = None
             self.done.succeed()
@@ -246,6 +281,16 @@ class Simulation:
         self.traces = None         # {} to record each device's worker-program (effect, result) pairs, by slot
         self.members = None        # a mxhet.sim.members.MemberScores: members and global model at every round
         self.deadline_log = []     # --round-deadline: (slot, round, share) of every delta pushed
+        self.checks = []           # target_check's (accuracy, reached) per snapshot, in order
+        self.events = 0            # SimPy events processed so far (where a checkpoint's replay stops)
+        self.in_flight = 0         # pushes and pulls under way: model values held by a process between events
+        self.replay = None         # mxhet.sim.checkpoint.Replay while replaying to a checkpoint, else None
+        self.checkpointer = None   # mxhet.sim.checkpoint.Checkpointer: save the run every few minutes
+
+    @property
+    def replaying(self):
+        """True while the run replays to a checkpoint: no MXNet work, logged results."""
+        return self.replay is not None
 
     # -- the State Server over the emulated links --------------------------------
     def _answer(self, dev, request):
@@ -340,6 +385,7 @@ class Simulation:
 
     def exchange(self, dev, index, values, keys, vote=0.0):
         """``dist_sync``: push ``values`` for ``keys``, wait for the others, pull the result."""
+        self.in_flight += 1
         t0 = self.env.now
         size = nbytes(values)
         transfer = self.job.network.transfer(dev.slot, size + 4, self.wire_keys(values, keys) + 1)
@@ -354,10 +400,12 @@ class Simulation:
         dev.stats.bytes_pushed += size + 4
         dev.stats.bytes_pulled += size + 4
         self.blocked(dev, t0, sync=True)
+        self.in_flight -= 1
         return rnd.result, rnd.votes
 
     def push_async(self, dev, values, keys):
         """``dist_async``: push, applied on arrival; pull the model as it is then."""
+        self.in_flight += 1
         t0 = self.env.now
         size = nbytes(values)
         transfer = self.job.network.transfer(dev.slot, size, self.wire_keys(values, keys))
@@ -369,12 +417,17 @@ class Simulation:
         dev.stats.bytes_pushed += size
         dev.stats.bytes_pulled += size
         self.blocked(dev, t0, sync=True)
+        self.in_flight -= 1
         return result
 
     def deltas(self, dev):
+        if self.replaying:   # only their sizes count
+            return dev.weights()
         return [w - g for w, g in zip(dev.weights(), dev.global_copy)]
 
     def take_global(self, dev, arrays, keys=None):
+        if self.replaying:
+            return
         keys = range(len(dev.params)) if keys is None else keys
         weights = dev.weights()
         copy_all(arrays, [weights[k] for k in keys])
@@ -395,6 +448,8 @@ class Simulation:
         while True:
             if self.spec.distributed:
                 arrays = self.servers.snapshot()
+            elif self.replaying:   # written before the checkpoint: kept_snapshot names the file
+                arrays = self.devices[0].weights()
             else:
                 arrays = [w.copy() for w in self.devices[0].weights()]
             kept = arrays if self.keep_snapshot is None else self.keep_snapshot(len(self.snapshots), self.env.now,
@@ -403,7 +458,8 @@ class Simulation:
             if self.progress is not None:
                 self.progress(self.env.now)
             if self.target_check is not None:
-                accuracy, reached = self.target_check(arrays)
+                accuracy, reached = self.target_check(arrays) if self.replay is None else self.replay.check()
+                self.checks.append((accuracy, reached))
                 self.scores.append(accuracy)
                 if reached and self.target_reached_at is None:
                     self.target_reached_at = self.env.now
@@ -430,7 +486,10 @@ class Simulation:
         procs = [self.env.process(body(dev)) for dev in self.devices]
         self.env.process(self.snapshotter())
         done = simpy.AllOf(self.env, procs)
-        self.env.run(until=done)
+        if self.checkpointer is None:
+            self.env.run(until=done)
+        else:   # event by event (the same events, in the same order), saving between two of them
+            self.checkpointer.drive(self, done)
         return self.env.now
 
 
@@ -470,10 +529,20 @@ def build_devices(job, model, input_size, images, labels, dist, optimizer, optim
         trainer = gluon.Trainer(params, optimizer, dict(optimizer_params), kvstore=None, update_on_kvstore=False)
         dev = Device(slot, config, net, params, trainer, batches, job.batch_size,
                      np.random.RandomState([job.seed, slot, 7]))
+        if _has_dropout(net):
+            dev.reseed = job.seed * 7919 + slot + 1
         if mode_spec.exchanges_deltas:
             dev.global_copy = [mx.nd.array(v.asnumpy(), ctx=ctx) for v in reference]
         devices.append(dev)
     return devices
+
+
+def _has_dropout(block):
+    """True if ``block`` or one of its descendants is a Dropout layer (draws from MXNet's random stream)."""
+    from ..gluon_private import block_children
+    if isinstance(block, gluon.nn.Dropout):
+        return True
+    return any(_has_dropout(child) for child in block_children(block).values())
 
 
 def model_digest(arrays):

@@ -31,6 +31,8 @@ def _payload(sim, dev, payload):
     if payload is Payload.DELTAS:
         return list(range(len(dev.params))), sim.deltas(dev)
     keys = sim.grad_keys
+    if getattr(sim, "replaying", False):   # replaying to a checkpoint: only their sizes count
+        return keys, [dev.params[k].grad() for k in keys]
     return keys, [dev.params[k].grad().copy() for k in keys]
 
 
@@ -525,7 +527,8 @@ def _weigh(sim, dev, effect):
     own = weighting.counts(effect.steps, dev.batch_size, dev.trainer)
     result, _ = yield from sim.exchange(dev, index, [mx.nd.array(own, ctx=dev.weights()[0].context)],
                                         [ESYNC_COUNT_KEY])
-    weighting.scale(own, result[0].asnumpy(), len(sim.devices), dev.params, dev.weights(), dev.global_copy)
+    if not getattr(sim, "replaying", False):   # (replaying to a checkpoint: it restores the weights)
+        weighting.scale(own, result[0].asnumpy(), len(sim.devices), dev.params, dev.weights(), dev.global_copy)
 
 
 def _member_aggregate(sim, dev, effect):
