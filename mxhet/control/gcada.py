@@ -433,17 +433,6 @@ class _GroupAnswer(w.Reply):
         super().validate()
         w.check_int("iteration", self.iteration)
 
-    # The simulator's G-CADA handlers (mxhet/sim/program_gcada.py) still read the
-    # answers by the names of the one reply every mode once shared; these aliases
-    # go once they read the fields' own names.
-    @property
-    def round(self):
-        return self.iteration
-
-    @property
-    def ready(self):
-        return False
-
 
 @w.reply_record
 class GroupSelection(_GroupAnswer):
@@ -462,14 +451,6 @@ class GroupSelection(_GroupAnswer):
         w.check_bool("step_servers", self.step_servers)
         w.check_bool("stop", self.stop)
 
-    @property
-    def ready(self):
-        return self.download
-
-    @property
-    def target(self):
-        return int(self.step_servers)
-
 
 @w.reply_record
 class WatchReply(_GroupAnswer):
@@ -483,10 +464,6 @@ class WatchReply(_GroupAnswer):
         super().validate()
         w.check_bool("keep", self.keep)
 
-    @property
-    def ready(self):
-        return self.keep
-
 
 @w.reply_record
 class ClaimReply(_GroupAnswer):
@@ -499,10 +476,6 @@ class ClaimReply(_GroupAnswer):
         super().validate()
         w.check_bool("upload", self.upload)
 
-    @property
-    def ready(self):
-        return self.upload
-
 
 @w.reply_record
 class UploadedReply(_GroupAnswer):
@@ -514,10 +487,6 @@ class UploadedReply(_GroupAnswer):
     def validate(self):
         super().validate()
         w.check_bool("step_servers", self.step_servers)
-
-    @property
-    def ready(self):
-        return self.step_servers
 
 
 @w.reply_record

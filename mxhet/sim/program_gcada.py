@@ -83,7 +83,7 @@ def _watch(sim, dev, k, group, dropped):
     else:
         yield sim.env.timeout(net.message(dev.slot))
     dev.stats.state_replies += 1
-    if reply.round == k and not reply.ready and not dropped.triggered:
+    if reply.iteration == k and not reply.keep and not dropped.triggered:
         dropped.succeed()
 
 
@@ -117,7 +117,7 @@ def _begin(sim, dev, effect):
     gk = _keys(sim)
     reply = yield from _ask(sim, dev, m.GroupBegin, iteration=effect.iteration, group=_group(sim, dev, gk),
                             want_stop=effect.want_stop, smoothness=dev.smoothness, **gk.rule)
-    return Selection(reply.round, stop=reply.stop, target=reply.target, ready=reply.ready)
+    return Selection(reply.iteration, stop=reply.stop, target=int(reply.step_servers), ready=reply.download)
 
 
 def _download(sim, dev, effect):
@@ -154,7 +154,7 @@ def _watched_compute(sim, dev, effect):
 def _claim(sim, dev, effect):
     gk = _keys(sim)
     claim = yield from _ask(sim, dev, m.GroupDone, iteration=effect.iteration, group=_group(sim, dev, gk))
-    return bool(claim.ready)
+    return bool(claim.upload)
 
 
 def _upload(sim, dev, effect):
@@ -171,7 +171,7 @@ def _upload(sim, dev, effect):
     dev.stats.bytes_pushed += gk.model_bytes
     dev.stats.uploads += 1
     done = yield from _ask(sim, dev, m.GroupUploaded, iteration=effect.iteration, group=group)
-    return bool(done.ready)
+    return bool(done.step_servers)
 
 
 def _step_servers(sim, dev, effect):

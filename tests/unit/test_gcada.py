@@ -120,24 +120,24 @@ def test_first_finisher_arbitration_exactly_one_upload_per_group():
     members = {r: group_of(r, 6, 3) for r in range(6)}
     assert members == {0: 0, 1: 0, 2: 1, 3: 1, 4: 2, 5: 2}
     for r, g in members.items():
-        assert coord.begin(r, 1, 0, g, False).ready
+        assert coord.begin(r, 1, 0, g, False).download
     # rank 1 watches its group; rank 0 finishes first: rank 1 is told to drop at once
     assert coord.watch(1, 2, 0, 0) is None
-    assert coord.done(0, 2, 0, 0).ready
-    assert [(r, rep.ready) for r, rep in coord.released] == [(1, False)]
-    assert not coord.done(1, 3, 0, 0).ready   # the late member never uploads
-    assert coord.watch(1, 4, 0, 0).ready is False
-    assert not coord.uploaded(0, 3, 0, 0).ready
-    assert coord.done(3, 2, 0, 1).ready and coord.done(4, 2, 0, 2).ready
-    assert not coord.done(2, 2, 0, 1).ready and not coord.done(5, 2, 0, 2).ready
-    assert not coord.uploaded(3, 3, 0, 1).ready
-    assert coord.uploaded(4, 3, 0, 2).ready        # the last upload triggers the step
+    assert coord.done(0, 2, 0, 0).upload
+    assert [(r, type(rep).__name__, rep.keep) for r, rep in coord.released] == [(1, "WatchReply", False)]
+    assert not coord.done(1, 3, 0, 0).upload   # the late member never uploads
+    assert coord.watch(1, 4, 0, 0).keep is False
+    assert not coord.uploaded(0, 3, 0, 0).step_servers
+    assert coord.done(3, 2, 0, 1).upload and coord.done(4, 2, 0, 2).upload
+    assert not coord.done(2, 2, 0, 1).upload and not coord.done(5, 2, 0, 2).upload
+    assert not coord.uploaded(3, 3, 0, 1).step_servers
+    assert coord.uploaded(4, 3, 0, 2).step_servers        # the last upload triggers the step
     with pytest.raises(ValueError):
         coord.uploaded(5, 4, 0, 2)                 # a member that did not claim cannot upload
     coord.released = []
     assert coord.begin(0, 5, 1, 0, False) is None  # waits for iteration 1
     coord.stepped(4, 4, 0, 1.0, [1.0, 1.0, 1.0], now=0.5)
-    assert [(r, rep.round, rep.ready) for r, rep in coord.released] == [(0, 1, True)]
+    assert [(r, rep.iteration, rep.download) for r, rep in coord.released] == [(0, 1, True)]
     log = coord.rule.log[0]
     assert log["downloads"] == 6 and log["uploads"] == 3 and log["selected"] == [0, 1, 2]
 
@@ -152,22 +152,22 @@ def test_state_service_runs_the_protocol_and_stops_every_worker_at_the_same_iter
         return svc.handle(cls(rank=r, seq=seq, **fields), 0.0, sender=r)
 
     replies = [ask(m.GroupBegin, r, 2, iteration=0, group=r // 2, want_stop=False, **rule) for r in range(4)]
-    assert all(rep.ready and rep.round == 0 for rep in replies)
+    assert all(rep.download and rep.iteration == 0 for rep in replies)
     bad = ask(m.GroupBegin, 0, 3, iteration=0, group=0, want_stop=False, groups=2, max_delay=2, c=0.3)
     assert not bad.ok and "mismatch" in bad.error
-    assert ask(m.GroupDone, 1, 4, iteration=0, group=0).ready
-    assert ask(m.GroupDone, 2, 3, iteration=0, group=1).ready
-    assert not ask(m.GroupDone, 0, 5, iteration=0, group=0).ready
-    assert not ask(m.GroupUploaded, 1, 5, iteration=0, group=0).ready
-    assert ask(m.GroupUploaded, 2, 4, iteration=0, group=1).ready
+    assert ask(m.GroupDone, 1, 4, iteration=0, group=0).upload
+    assert ask(m.GroupDone, 2, 3, iteration=0, group=1).upload
+    assert not ask(m.GroupDone, 0, 5, iteration=0, group=0).upload
+    assert not ask(m.GroupUploaded, 1, 5, iteration=0, group=0).step_servers
+    assert ask(m.GroupUploaded, 2, 4, iteration=0, group=1).step_servers
     assert ask(m.GroupBegin, 3, 4, iteration=1, group=1, want_stop=True, **rule) is None
     ask(m.GroupStepped, 2, 5, iteration=0, group=1, delta_sq=1.0, group_sq=[1.0, 1.0])
     released = svc.take_released()
     # the stop wish came during iteration 0: it completed, every worker stops at iteration 1
-    assert [(r, rep.round, rep.ready, rep.stop) for r, rep in released] == [(3, 1, False, True)]
+    assert [(r, rep.iteration, rep.download, rep.stop) for r, rep in released] == [(3, 1, False, True)]
     for r in range(3):
         stop = ask(m.GroupBegin, r, 7, iteration=1 + r, group=r // 2, want_stop=False, **rule)
-        assert stop.stop and stop.round == 1
+        assert stop.stop and stop.iteration == 1
     assert svc.stats()["gcada"]["totals"]["uploads"] == 2
 
 
@@ -175,29 +175,29 @@ def test_a_group_whose_members_all_left_is_never_selected_and_its_step_is_trigge
     # CADA: groups of one, D = 1 (every live group selected every iteration)
     coord = GroupCoordinator(3, groups=3, max_delay=1, c=0.3)
     for r in range(3):
-        assert coord.begin(r, 1, 0, r, False).ready         # all download iteration 0
+        assert coord.begin(r, 1, 0, r, False).download         # all download iteration 0
     for r in (1, 2):
-        assert coord.done(r, 2, 0, r).ready
+        assert coord.done(r, 2, 0, r).upload
         coord.uploaded(r, 3, 0, r)
     assert coord.begin(1, 4, 1, 1, False) is None            # waits: rank 0's upload is missing
     assert coord.leave(0) is True                             # rank 0 left its loop mid-iteration
     assert coord.rule.selected == [1, 2] and coord.rule.step_due
     (rank, reply), = coord.released                          # a waiting worker steps the servers
-    assert rank == 1 and reply.round == 0 and reply.target == 1
+    assert rank == 1 and reply.iteration == 0 and reply.step_servers
     coord.released = []
     coord.stepped(1, 5, 0, 1.0, [1.0, 1.0, 1.0], now=0.0)
     assert coord.rule.selected == [1, 2]                      # never group 0 again
-    assert coord.begin(2, 4, 1, 2, False).ready
+    assert coord.begin(2, 4, 1, 2, False).download
 
 
 def test_a_member_that_leaves_a_group_with_teammates_changes_nothing_for_them():
     coord = GroupCoordinator(4, groups=2, max_delay=5, c=0.3)
     for r in range(4):
-        assert coord.begin(r, 1, 0, r // 2, False).ready
+        assert coord.begin(r, 1, 0, r // 2, False).download
     assert coord.watch(1, 2, 0, 0) is None
     assert coord.leave(1) is False                           # rank 0 still computes for group 0
     assert coord.rule.selected == [0, 1] and not coord.rule.retired
-    assert coord.done(0, 2, 0, 0).ready and coord.released == []   # no answer to the departed's watch
+    assert coord.done(0, 2, 0, 0).upload and coord.released == []   # no answer to the departed's watch
 
 
 def test_the_goodbye_of_a_groups_last_member_says_so_and_a_waiting_worker_steps_the_servers():

@@ -164,11 +164,8 @@ def test_gcada_answers_with_named_fields():
     claim = send(0, m.GroupDone, iteration=0, group=0)
     assert type(claim) is m.ClaimReply and claim.upload and claim.iteration == 0
     assert not send(0, m.GroupUploaded, iteration=0, group=0).step_servers    # group 1's upload is missing
-    # the names the simulator's handlers still read (mxhet/sim/program_gcada.py)
-    assert (selection.round, selection.ready, selection.target) == (0, True, 0)
-    assert m.GroupSelection(seq=1, iteration=3, step_servers=True).target == 1
-    assert (claim.round, claim.ready) == (0, True)
-    assert not m.WatchReply(seq=1, iteration=2).ready and m.WatchReply(seq=1, iteration=2, keep=True).ready
+    # no generic names: every G-CADA answer is read by its own fields, on both engines
+    assert not any(hasattr(record, name) for record in (selection, claim) for name in ("round", "ready", "target"))
 
 
 class _Transport:
