@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -37,6 +38,31 @@ def load_summary(metrics_out):
         return json.load(f)
 
 
+WORKER_KEYS = {"rank", "slot", "context", "slowdown", "rounds", "local_iters", "compute_s", "wait_s",
+               "bytes_pushed", "bytes_pulled", "samples"}
+
+
+def check_mode_contract(summary, mode, workers):
+    """The contract every mode keeps on a real job of the small CNN (``workers`` of them): a complete
+    summary, every worker trained and exchanged, the curve starts from the initial model at t = 0 (at
+    chance) and the run scored later ones, and every worker ends holding the same global model."""
+    from mxhet.modes import get_mode
+    standalone = get_mode(mode).kvstore_type is None
+    assert summary["mode"] == mode and len(summary["workers"]) == workers
+    for w in summary["workers"]:
+        assert WORKER_KEYS <= set(w), sorted(WORKER_KEYS - set(w))
+        assert w["rounds"] > 0
+        # gcada: a member slower than its whole group never finishes first; all its work is dropped
+        assert w["samples"] > 0 or (mode == "gcada" and w["aborted"] > 0 and w["downloads"] > 0), w
+        if not standalone:
+            assert (w["bytes_pushed"] > 0 or mode == "gcada") and w["bytes_pulled"] > 0, w
+    (start, initial), later = summary["curve"][0], summary["curve"][1:]
+    assert start < 0.1 and initial < 0.3 and later, summary["curve"]
+    assert summary["evaluation"]["batchnorm"] == "none in model"
+    digests = {w["final_model_sha256"] for w in summary["workers"]}
+    assert len(digests) == 1 and "" not in digests, "workers ended with different global models"
+
+
 def start(tmp_path, launcher_args, command, env=None):
     """Start ``tools/launch.py`` in a session of its own, its stderr to ``tmp_path/launcher.err``
     (``env``: variables added to its environment, which its processes inherit).
@@ -64,6 +90,40 @@ def worker_pid(job_file, slot):
     """The pid of the worker in ``slot``, from a launcher ``--job-file``."""
     record = json.loads(job_file.read_text())
     return next(p["pid"] for p in record["processes"] if p["role"] == "worker" and p["slot"] == slot)
+
+
+def kill_and_wait(tmp_path, child_pids, launcher_args, command, out, victims=1, signum=signal.SIGKILL,
+                  after=1.0, timeout=150, env=None):
+    """Start a job (:func:`start`), wait until it trains (the chief's first snapshot in ``out`` and the
+    job file), ``after`` seconds more, send ``signum`` to ``victims``, and wait for the launcher to end.
+
+    ``victims``: a number of workers that are not PS-LITE rank 0 (:func:`non_chief_slots`), a list of
+    slots, or a role (``"state-server"``). Every pid is recorded in ``child_pids``. Returns
+    ``(code, stderr, killed)``: the launcher's exit status, its stderr and the slots (or the role) hit.
+    """
+    proc, job_file, err = start(tmp_path, launcher_args, command, env=env)
+    child_pids.add(proc.pid)
+    try:
+        wait_for(out / "snapshots" / "000000.params", proc)   # training has started
+        wait_for(job_file, proc)
+        record = child_pids.add_job_file(job_file)
+        time.sleep(after)
+        if isinstance(victims, str):
+            killed = victims
+            pids = [p["pid"] for p in record["processes"] if p["role"] == victims]
+        else:
+            killed = non_chief_slots(tmp_path / "launcher.err", victims) if isinstance(victims, int) else victims
+            assert len(killed) == (victims if isinstance(victims, int) else len(victims)), killed
+            pids = [worker_pid(job_file, slot) for slot in killed]
+        assert pids, killed
+        for pid in pids:
+            os.kill(pid, signum)
+        code = proc.wait(timeout=timeout)
+    finally:
+        err.close()
+        if job_file.exists():
+            child_pids.add_job_file(job_file)   # a restarted process is in it too
+    return code, (tmp_path / "launcher.err").read_text(), killed
 
 
 def non_chief_slots(err_path, count):

@@ -5,14 +5,11 @@ train on, on real processes. The same mechanism as localsgd's
 servers add every push (dist_async); Algorithm 2 looks for the slowest among
 the devices still training."""
 import json
-import os
-import signal
-import time
 
 import numpy as np
 import pytest
 
-from .jobs import non_chief_slots, run_leaving_job, start, train_command, wait_for, worker_pid
+from .jobs import kill_and_wait, run_leaving_job, start, train_command, wait_for
 from .test_elastic_leave import assert_deaths_recorded
 
 pytestmark = pytest.mark.timeout(300)
@@ -41,22 +38,11 @@ def _kill_one(tmp_path, child_pids, launcher_args, ack):
     out = tmp_path / "out"
     # --base-iter pins an iteration to at least 0.05 s, the slowest's to 0.1 s: the 25 rounds (2.5 s or more)
     # outlast the kill 1 s into training
-    proc, job_file, err = start(tmp_path, ["-n", "3", "-s", "1", "--sync", "esync", "--base-iter", "0.05",
-                                           "--slowdown", "1,1,2", "--timeout", "200", *launcher_args],
-                                train_command(out, "--max-rounds", "25", "--ack", ack))
-    child_pids.add(proc.pid)
-    try:
-        wait_for(out / "snapshots" / "000000.params", proc)   # training has started
-        wait_for(job_file, proc)
-        child_pids.add_job_file(job_file)
-        time.sleep(1.0)   # mid-training: some rounds done
-        killed = non_chief_slots(tmp_path / "launcher.err", 1)
-        assert len(killed) == 1
-        os.kill(worker_pid(job_file, killed[0]), signal.SIGKILL)
-        code = proc.wait(timeout=150)
-    finally:
-        err.close()
-    return code, out, (tmp_path / "launcher.err").read_text(), killed
+    code, stderr, killed = kill_and_wait(tmp_path, child_pids, ["-n", "3", "-s", "1", "--sync", "esync", "--base-iter",
+                                                                "0.05", "--slowdown", "1,1,2", "--timeout", "200",
+                                                                *launcher_args],
+                                         train_command(out, "--max-rounds", "25", "--ack", ack), out)
+    return code, out, stderr, killed
 
 
 def test_kill_9_of_an_esync_worker_with_elastic_the_others_finish_with_equal_models(tmp_path, child_pids):

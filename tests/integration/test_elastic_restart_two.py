@@ -7,14 +7,11 @@ stays gone. The replacement is given the first dead worker id the scheduler find
 left back for another slot, and the process keeps its own slot (data shard, slowdown, metrics file).
 It takes part in later rounds and ends on the survivors' model."""
 import json
-import os
 import re
-import signal
-import time
 
 import pytest
 
-from .jobs import non_chief_slots, start, train_command, wait_for, worker_pid
+from .jobs import kill_and_wait, train_command
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -25,28 +22,16 @@ def test_two_workers_killed_at_once_one_restarts_the_other_stays_gone_one_model(
     out = tmp_path / "out"
     # 4 workers: after two deaths 2 still train (the default minimum is 1). --base-iter pins an iteration to
     # at least 0.05 s, the slowest's to 0.1 s: the 250 rounds outlast the kill and the restart (5 s + start-up)
-    proc, job_file, err = start(tmp_path, ["-n", "4", "-s", "1", "--sync", "esync", "--base-iter", "0.05",
-                                           "--slowdown", "1,1,1,2", "--timeout", "300", "--elastic",
-                                           "--max-restarts", "1", "--heartbeat-timeout", "3"],
-                                train_command(out, "--max-rounds", str(ROUNDS), "--ack", "blocking"))
-    child_pids.add(proc.pid)
-    try:
-        wait_for(out / "snapshots" / "000000.params", proc)   # training has started
-        wait_for(job_file, proc)
-        child_pids.add_job_file(job_file)
-        time.sleep(1.0)
-        killed = non_chief_slots(tmp_path / "launcher.err", 2)
-        assert len(killed) == 2
-        for slot in killed:
-            os.kill(worker_pid(job_file, slot), signal.SIGKILL)
-        code = proc.wait(timeout=280)
-    finally:
-        err.close()
-    stderr = (tmp_path / "launcher.err").read_text()
+    code, stderr, killed = kill_and_wait(tmp_path, child_pids, ["-n", "4", "-s", "1", "--sync", "esync", "--base-iter",
+                                                                "0.05", "--slowdown", "1,1,1,2", "--timeout", "300",
+                                                                "--elastic", "--max-restarts", "1",
+                                                                "--heartbeat-timeout", "3"],
+                                         train_command(out, "--max-rounds", str(ROUNDS), "--ack", "blocking"), out,
+                                         victims=2, timeout=280)
     assert code == 0, stderr[-4000:]
     back, gone = killed   # the launcher restarts the first slot that died (in slot order)
     assert stderr.count("starting it again in its slot") == 1, stderr[-3000:]
-    record = json.loads(job_file.read_text())
+    record = json.loads((tmp_path / "job.json").read_text())
     assert [r["slot"] for r in record["worker_restarts"]] == [back]
     assert sorted(x["slot"] for x in record["worker_exits"]) == killed
     # the replacement holds one of the two dead ranks (whichever PS-LITE found first)

@@ -7,7 +7,7 @@
   whole models, with no case for the statistics), and the modes with their own handling
   (``nodelay``, ``gcada``; ``cada`` is ``gcada`` with groups of one). ``esync``
   runs on every zoo model below. Every registered mode keeps the contract on
-  the small CNN on the smoke preset's jobs (``test_bench_smoke.py``); running
+  the small CNN (``test_modes_learn.py``, ``test_contexts_all_modes.py``); running
   them all again on ResNet-18 proved nothing more.
 * Every zoo model of the paper through ESync with delayed ACKs, with at least
   one iteration aborted on a READY.
@@ -23,7 +23,7 @@ excepted, below): the statistics each path keeps, exchanges or recomputes
 must give a model that learned. The two-round jobs of every zoo model are too short to learn (each
 scored within noise of chance); there the check on the model is that every
 worker ends holding the same one. Learning on the small CNN: every mode in
-``test_bench_smoke.py``, and gcada/cada at their own defaults in
+``test_modes_learn.py``, and gcada/cada at their own defaults in
 ``test_mode_contract.py``.
 """
 import pytest

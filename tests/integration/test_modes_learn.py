@@ -9,12 +9,14 @@ mode's protocol runs once per worker on the first copy, and its state (DC-ASGD's
 backup weights on the servers, SSP's clock, ADSP's accumulated update,
 nodelay's x_init and w.x, Partial Reduce's group averages and final average,
 DyLU's delta and speed) stays in step with that copy: every context of every
-worker ends holding the job's final model. One launch checks both, so the
-suite pays for each mode once. gcada and cada (AMSGrad on the servers) learn in
-test_mode_contract.py and run two contexts in test_contexts_all_modes.py."""
+worker ends holding the job's final model. The same launch checks the contract
+every mode keeps (:func:`jobs.check_mode_contract`), and localsgd's lockstep,
+so the suite pays for each mode once. gcada and cada (AMSGrad on the servers)
+learn in test_mode_contract.py and run two contexts and the contract in
+test_contexts_all_modes.py."""
 import pytest
 
-from .jobs import launch, load_summary, train_command
+from .jobs import check_mode_contract, launch, load_summary, train_command
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -44,10 +46,12 @@ def test_each_mode_learns_at_its_defaults_on_two_contexts_per_worker(tmp_path, c
     best = max(a for _, a in summary["curve"])
     # measured on a loaded 2-core machine (one context a worker): 0.68 (sync, esync, preduce) to 0.87 (adsp)
     assert best > 0.4, (best, summary["curve"], [w["rounds"] for w in summary["workers"]])
+    check_mode_contract(summary, mode, 3)   # every worker trained, exchanged and ends on one model
     workers = summary["workers"]
-    assert len(workers) == 3
-    final = {w["final_model_sha256"] for w in workers}
-    assert len(final) == 1 and "" not in final, final   # every mode ends on one model
+    if mode == "localsgd":
+        # lockstep: every round averaged all three workers, each after its τ = 8 steps (the fast ones waited)
+        assert summary["round_members"] == [3] * rounds, summary["round_members"]
+        assert all(w["local_iters"] == [8] * rounds for w in workers), [w["local_iters"] for w in workers]
     for w in workers:
         assert w["contexts"] == ["cpu(0)", "cpu(1)"], w["contexts"]
         assert w["iterations"] > 0, w

@@ -14,7 +14,10 @@ from .jobs import launch
 
 pytestmark = pytest.mark.timeout(240)
 
-MODES = ("esync", "sync", "async")
+# A model delta (esync) and a gradient (sync). async pushes its gradient through the same call
+# (mxhet.modes.gradient._GradientMode.exchange_gradients checks it before the push), without a peer blocked in
+# the push: a launch of its own per policy proved nothing more.
+MODES = ("esync", "sync")
 
 POISONED_WORKER = """
 import json, os, sys
@@ -62,7 +65,7 @@ def test_nonfinite_push_stops_the_job_naming_worker_and_round(tmp_path, child_pi
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "NonFiniteError" in proc.stderr and "non-finite values" in proc.stderr
     assert "worker slot 1" in proc.stderr and "the global model was not touched" in proc.stderr
-    if mode != "esync":  # a gradient is pushed every step: the poisoned step is round 2
+    if mode == "sync":  # a gradient is pushed every step: the poisoned step is round 2
         assert "gradient of worker slot 1" in proc.stderr and "in round 2" in proc.stderr
     assert not child_pids.alive()
 

@@ -4,8 +4,9 @@ A script's ``store = kv.create('dist')`` shards its data by ``store.rank`` and
 evaluates on rank 0, while the launcher's slot (``MXHET_SLOT``) picks the
 worker's emulated slowdown and context: the two must name the same worker. The
 launcher gives every worker a port increasing with its slot (``PORT``, which
-PS-LITE's scheduler sorts by); with 4 and 5 workers a chance match would be 1
-in 24 and 1 in 120.
+PS-LITE's scheduler sorts by); with 5 workers a chance match would be 1 in
+120. One launch, 5 workers and 2 servers: the harder of the two this file once
+ran (a second, 4 workers and 1 server, proved nothing more).
 """
 import json
 import sys
@@ -29,7 +30,7 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.parametrize("slowdowns, servers", [("1,4,1,2", 1), ("3,1,1,1,4", 2)])
+@pytest.mark.parametrize("slowdowns, servers", [("3,1,1,1,4", 2)])
 def test_every_workers_pslite_rank_is_its_slot(tmp_path, child_pids, slowdowns, servers):
     n = len(slowdowns.split(","))
     script = tmp_path / "prog.py"
