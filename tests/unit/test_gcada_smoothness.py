@@ -133,7 +133,7 @@ def test_the_state_server_takes_l_g_from_group_begin_and_checks_the_members_agre
         svc.handle(m.Register(rank=r, seq=1, slot=r), 0.0, sender=r)
     rule = dict(groups=2, max_delay=2, c=0.3, want_stop=False)
     wire = m.decode(m.encode(m.GroupBegin(rank=0, seq=2, iteration=0, group=0, smoothness=12.5, **rule)))
-    assert svc.handle(wire, 0.0, sender=0).ready
+    assert svc.handle(wire, 0.0, sender=0).download
     refused = svc.handle(m.GroupBegin(rank=1, seq=2, iteration=0, group=0, smoothness=2.0, **rule), 0.0, sender=1)
     assert not refused.ok and "same shard" in refused.error
     assert svc.stats()["gcada"]["smoothness"] == [12.5, 1.0]
