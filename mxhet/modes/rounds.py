@@ -62,7 +62,7 @@ def elastic_record(mode):
                 exits = json.load(f)
         except (OSError, ValueError):
             exits = []
-    started = mode._t_start if mode._t_start is not None else mode.clock()
+    started = mode.timer.t_start if mode.timer.t_start is not None else mode.clock()
     return job_events(record, exits, origin=time.time() - (mode.clock() - started))
 
 
