@@ -268,8 +268,8 @@ class SyncMode:
         """
         keys = self.global_keys()
         # the modes whose workers may die wait on the State Server's barrier instead of PS-LITE's
-        arrays = StopProtocol.final_model(self.channel if self.kv is not None else None, self.barrier, keys,
-                                          self.wbufs, self.weights)
+        arrays = self.stopping.final_model(self.channel if self.kv is not None else None, self.barrier, keys,
+                                           self.wbufs, self.weights)
         self.broadcast_weights()
         self.stats.final_model_sha256 = model_digest(arrays)
         self.stats.final_model_keys = len(keys)
