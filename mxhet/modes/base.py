@@ -394,6 +394,7 @@ class SyncMode:
         iteration, or ESync's test batch)."""
         drop_gradients(trainer_params(self.trainer))
 
+    # -- the hooks a mode overrides: when to sleep, abort, update, communicate --------
     def emulate_slowdown(self, seconds):
         """Heterogeneity emulation: the device takes ``seconds`` longer."""
         self.sleep(seconds)
@@ -411,6 +412,7 @@ class SyncMode:
     def communicate(self, batch_size, capability, compute_end):
         """Synchronize after the local work of one iteration."""
 
+    # -- the parts' entry points: timing, checkpoint (resume.py), stop protocol (stopping.py) --
     def pause(self, seconds):
         """Exclude ``seconds`` spent outside training (e.g. a snapshot) from compute time."""
         self.timer.pause(seconds)
@@ -449,13 +451,8 @@ class SyncMode:
         return [p.list_data()[0] for p in trainer_params(self.trainer)]
 
     def model_signature(self):
-        """A digest of the parameters' names, shapes and dtypes, in key order.
-
-        Names count, so two same-shaped parameters in swapped order are caught;
-        the top-level block's instance counter (``smallcnn0_`` vs
-        ``smallcnn1_``, which depends on how many models the process built
-        before) does not.
-        """
+        """A digest of the parameters' names, shapes and dtypes, in key order
+        (:func:`mxhet.modes.model.model_signature`)."""
         return signature_of(trainer_params(self.trainer), self.weights())
 
     def global_arrays(self):
