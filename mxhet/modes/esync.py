@@ -191,7 +191,7 @@ class ESync(RoundMembers, ProgramMode):
         return self.answers.abort and not self.answers.stop_decided
 
     def on_abort(self):
-        self._advance(Iterated(self.clock() - self._t_last, aborted=True))
+        self._advance(Iterated(self.clock() - self.timer.t_last, aborted=True))
 
     # -- the State Server ---------------------------------------------------------------------
     def _take(self, replies):
@@ -255,9 +255,9 @@ class ESync(RoundMembers, ProgramMode):
         """One round among its members: push this worker's share, pull w_t+1 into the replica."""
         before = self.outer.before(self.wbufs) if self.outer else None
         start, issued, end = self._member_round(effect)
-        self.stats.round_exchange_start_s.append(start - self._t_start)
-        self.stats.round_exchange_issued_s.append(issued - self._t_start)
-        self.stats.round_exchange_end_s.append(end - self._t_start)
+        self.stats.round_exchange_start_s.append(start - self.timer.t_start)
+        self.stats.round_exchange_issued_s.append(issued - self.timer.t_start)
+        self.stats.round_exchange_end_s.append(end - self.timer.t_start)
         if self.outer:
             self.outer.after(before, self.wbufs)
         self.aggregated = True

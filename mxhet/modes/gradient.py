@@ -175,8 +175,8 @@ class Sync(ProgramMode, _GradientMode):
                 z[:] = 0
             if sums is not None:
                 self.push_pull(self._sum_keys, sums, self._sum_pull)
-            self.push_pull(keys + [ps_keys.STOP_VOTE_KEY], zeros + [no_vote], wbufs + self._vote)
-            if float(self._vote[0].asscalar()) > 0:
+            self.push_pull(keys + [ps_keys.STOP_VOTE_KEY], zeros + [no_vote], wbufs + self.stopping.votes)
+            if self.stopping.tally() > 0:
                 break
         self.stopped = True
 

@@ -8,9 +8,6 @@ the program asked for one); then the program advances, every other effect
 carried out with blocking calls (the kvstore channel, the real clock), up to
 its next ``Compute``. When the program returns, training has stopped.
 """
-import mxnet as mx
-
-from kvstore_ext import keys as ps_keys
 from ..protocol import Clock, Compute, Exchange, Now, Payload, PushAsync, Session, WantsStop
 from ..protocol import ShareSpeed
 from .base import SyncMode
@@ -34,9 +31,7 @@ class ProgramMode(SyncMode):
     def on_setup(self, batch_size):
         super().on_setup(batch_size)
         if self.votes:
-            # The stop ballot of an Exchange travels as one more key of its push/pull.
-            self._vote = [mx.nd.zeros((1,))]
-            self.channel.init([ps_keys.STOP_VOTE_KEY], [mx.nd.zeros((1,))])
+            self.stopping.open_vote(self.channel)
         self.session = Session(type(self).program(self.opts, self.stats), self.trace)
         if self.session.advance() is None:
             self.stopped = True
@@ -62,14 +57,13 @@ class ProgramMode(SyncMode):
         if isinstance(effect, WantsStop):
             return self.wants_stop()
         if isinstance(effect, Exchange):
-            vote = mx.nd.full((1,), effect.vote)
-            control = ([ps_keys.STOP_VOTE_KEY], [vote], self._vote)
+            control = self.stopping.ballot(effect.vote)
             if effect.payload is Payload.DELTAS:
                 self.exchange_deltas(effect.round, *control)
                 self.aggregated = True
             else:
                 self.exchange_gradients(self._step_batch, effect.round, *control)
-            return float(self._vote[0].asscalar())
+            return self.stopping.tally()
         if isinstance(effect, PushAsync) and effect.payload is Payload.DELTAS:
             # Asynchronous local SGD (dylu): the servers apply the delta on arrival; the replica becomes
             # the global model pulled in the same exchange.
@@ -90,7 +84,7 @@ class ProgramMode(SyncMode):
             self.stats.waited_iterations += 1
             return None
         if isinstance(effect, Now):
-            return self.clock() - self._t_start
+            return self.timer.since_start()
         raise TypeError("the cluster runtime cannot carry out %r" % (effect,))
 
     def share_speed(self, iteration_s):

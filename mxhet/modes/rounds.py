@@ -36,6 +36,8 @@ from ..control.membership import job_events
 from ..dataplane import copy_all
 from ..errors import ConfigError, ProtocolError, StateServerTimeout
 
+LOG = logging.getLogger("mxhet.modes")
+
 ROUND_WAIT_S = 3600.0
 """Seconds a worker waits at a round rendezvous (for the slowest peer's
 local steps, or for the whole job at the end) before giving up. The launcher's
@@ -60,7 +62,7 @@ def elastic_record(mode):
                 exits = json.load(f)
         except (OSError, ValueError):
             exits = []
-    started = mode._t_start if mode._t_start is not None else mode.clock()
+    started = mode.timer.t_start if mode.timer.t_start is not None else mode.clock()
     return job_events(record, exits, origin=time.time() - (mode.clock() - started))
 
 
@@ -69,7 +71,6 @@ def keep_kvstore_alive(kv):
     ``--elastic``): the dist kvstore's destructor waits in PS-LITE's barrier for every worker, a dead
     one included."""
     _KEPT_ALIVE.append(kv)
-LOG = logging.getLogger("mxhet.modes")
 
 
 class RoundMembers:
@@ -156,7 +157,7 @@ class RoundMembers:
 
     def leave_at_exit(self):
         """Finish (the departure, if the script left the loop) and close, unless done already."""
-        if self._ready and self.kv is not None and not self.__dict__.get("_finished"):
+        if self._ready and self.kv is not None and not self._finished:
             self.finish()
         if self.client is not None:
             self.close()
