@@ -69,7 +69,7 @@ class Trainer(gluon.Trainer):
             environment).
         on_nonfinite: ``"stop"`` (default) raises :class:`mxhet.errors.NonFiniteError`
             when a delta or gradient about to be pushed holds NaN/Inf;
-            ``"skip"`` pushes zeros instead (see :mod:`mxhet.modes.base`).
+            ``"skip"`` pushes zeros instead (see :mod:`mxhet.modes.guard`).
         mode_options: options of the mode, e.g. ``global_lr=1.0`` for esync.
 
     The parameters may live on several contexts (``split_and_load``): each
