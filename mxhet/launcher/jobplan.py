@@ -6,7 +6,6 @@ and environment variable.
 import dataclasses
 import ipaddress
 import os
-import random
 import shlex
 import socket
 import sysconfig
@@ -122,48 +121,8 @@ class Plan:
         return [p for p in self.processes if p.role == role]
 
 
-# PS-LITE's nodes bind a port the kernel hands out (a bind to port 0, from the
-# ephemeral range) and retry at random in 10000-49999. A port the launcher found
-# free, released, and passed on is only bound seconds later (the process imports
-# MXNet first); drawn from those ranges, another job's node could bind it in
-# between, and one job's workers would then greet the other job's node as their
-# scheduler. So the launcher draws from above both ranges where the machine
-# leaves room.
-PSLITE_RANDOM_PORTS = (10000, 49999)
-EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
-
-
-def quiet_port_range(path=EPHEMERAL_RANGE_FILE):
-    """(low, high): ports no bind to port 0 and no PS-LITE retry draws; None where
-    the machine leaves fewer than 1,000 of them (or does not say)."""
-    try:
-        with open(path, encoding="ascii") as handle:
-            _, ephemeral_high = (int(v) for v in handle.read().split())
-    except (OSError, ValueError):
-        return None
-    low = max(ephemeral_high, PSLITE_RANDOM_PORTS[1]) + 1
-    return (low, 65535) if 65535 - low >= 1000 else None
-
-
-def _bindable(host, port):
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def find_free_port(host=LOCAL_HOST, quiet=quiet_port_range):
-    """A TCP port that is free on ``host`` now: at random from ``quiet()``'s range
-    when there is one, else one the kernel hands out (bind to port 0, then release)."""
-    span = quiet()
-    if span:
-        rng = random.SystemRandom()
-        for _ in range(64):
-            port = rng.randint(*span)
-            if _bindable(host, port):
-                return port
+def find_free_port(host=LOCAL_HOST):
+    """A TCP port that is free on ``host`` now (bind to port 0, then release)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]

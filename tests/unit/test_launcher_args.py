@@ -325,21 +325,6 @@ def test_find_free_port_is_bindable():
         sock.bind(("127.0.0.1", port))
 
 
-def test_free_ports_come_from_above_the_kernels_and_pslites_ranges(tmp_path):
-    from mxhet.launcher import jobplan
-    ranges = tmp_path / "ip_local_port_range"
-    ranges.write_text("32768\t60999\n")
-    assert jobplan.quiet_port_range(str(ranges)) == (61000, 65535)
-    ranges.write_text("10000 45000\n")    # PS-LITE's retries reach 49999
-    assert jobplan.quiet_port_range(str(ranges)) == (50000, 65535)
-    ranges.write_text("1024 65000\n")     # too few left: the kernel's choice
-    assert jobplan.quiet_port_range(str(ranges)) is None
-    assert jobplan.quiet_port_range(str(tmp_path / "absent")) is None
-    ports = {jobplan.find_free_port(quiet=lambda: (61000, 65535)) for _ in range(20)}
-    assert all(61000 <= p <= 65535 for p in ports) and len(ports) > 1
-    assert jobplan.find_free_port(quiet=lambda: None) > 0
-
-
 def test_net_delay_and_slowdown_schedule_reach_the_workers():
     plan = plan_of("-n", "3", "-s", "1", "--sync", "esync", "--net-delay-ms", "0,0,30",
                    "--slowdown-schedule", "2:0-60=1,60-=8")
