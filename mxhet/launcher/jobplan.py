@@ -7,13 +7,13 @@ import dataclasses
 import ipaddress
 import os
 import shlex
-import socket
 import sysconfig
 from typing import Optional
 
 from ..errors import ConfigError
 from .codes import (EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_STATE_SERVER_SILENT_WORKER,  # noqa: F401
                     EXIT_TIMEOUT, EXIT_USAGE, SCHEDULER, SERVER, STATE_SERVER, WORKER)
+from .ports import find_free_port
 from .watch import DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S, DEFAULT_START_GRACE_S
 
 DEFAULT_STATE_SERVER_RESTARTS = 3
@@ -119,13 +119,6 @@ class Plan:
     def by_role(self, role):
         """The process specs of one role, in start order."""
         return [p for p in self.processes if p.role == role]
-
-
-def find_free_port(host=LOCAL_HOST):
-    """A TCP port that is free on ``host`` now (bind to port 0, then release)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def read_hostfile(path):
