@@ -6,13 +6,14 @@ worker that connects, flagged ``is_recovery``; that worker's ``kv.init`` leaves 
 global model alone and its first pull is the model the survivor kept training."""
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
 import time
 
 import pytest
+
+from mxhet.launcher.ports import find_free_port
 
 from .jobs import ROOT
 
@@ -46,9 +47,9 @@ WORKER = textwrap.dedent('''
 
 
 def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    # a PS-LITE scheduler does not retry its bind: take a port no launcher of
+    # another test will hand out (mxhet/launcher/ports.py)
+    return find_free_port()
 
 
 def _lines(path, tag):

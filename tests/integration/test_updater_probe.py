@@ -6,12 +6,13 @@ its own server process exits (code 3), and every worker probes the servers at
 start-up.
 """
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from mxhet.launcher.ports import find_free_port
 
 from .jobs import ROOT, launch
 
@@ -55,9 +56,9 @@ ROGUE_WORKER = textwrap.dedent('''
 
 
 def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    # a PS-LITE scheduler does not retry its bind: take a port no launcher of
+    # another test will hand out (mxhet/launcher/ports.py)
+    return find_free_port()
 
 
 def test_probe_detects_a_stock_mxnet_server(tmp_path, child_pids):
