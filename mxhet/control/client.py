@@ -385,8 +385,9 @@ class StateClient:
         return self.request(self._message(m.RoundDone, round=int(round_)), timeout).ready
 
     def round_finish(self, timeout=None):
-        """This worker stopped training; returns once no worker trains any more."""
-        self.request(self._message(m.RoundFinish), timeout)
+        """This worker stopped training; returns once no worker trains any more: the rank
+        that does the chief's end-of-job duties (the lowest still in the job; -1: none)."""
+        return self.request(self._message(m.RoundFinish), timeout).chief
 
     def ask(self, cls, **fields):
         """A blocking request of message type ``cls`` (e.g. G-CADA's); returns the reply."""

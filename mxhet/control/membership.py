@@ -81,7 +81,17 @@ class Done:
 
 @dataclasses.dataclass(frozen=True)
 class Finished:
-    """Nobody trains any more: the global model is final."""
+    """Nobody trains any more: the global model is final. ``chief``: the lowest rank still in
+    the job when this finish barrier closed (:func:`summary_rank`), which does the chief's
+    end-of-job duties -- rank 0 unless it left or died."""
+    chief: int = 0
+
+
+def summary_rank(ranks, gone):
+    """The rank that writes the job's summary: the lowest of ``ranks`` not ``gone`` (rank 0, PS-LITE's
+    chief, while it lives; after its death the lowest survivor); None when every rank is gone."""
+    live = sorted(set(ranks) - set(gone))
+    return live[0] if live else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -310,10 +320,11 @@ class RoundRendezvous:
 
     def _close_job(self):
         live = self.ranks - self.gone
+        chief = summary_rank(self.ranks, self.gone)
         out = []
         for rank, (token, k) in sorted(self.finishing.items()):
             if all(self.finish_calls.get(r, 0) >= k for r in live):
-                out.append((rank, token, Finished()))
+                out.append((rank, token, Finished(chief)))
         for rank, _, _ in out:
             del self.finishing[rank]
         return out
@@ -490,12 +501,26 @@ class RoundDone(w.Request):
         w.check_int("round", self.round)
 
 
+@w.reply_record
+class FinishedReply(w.Reply):
+    """The answer to :class:`RoundFinish` once no worker trains any more (the k-th: once every
+    rank still in the job sent its k-th): ``chief``, the rank that does the chief's end-of-job
+    duties (the lowest rank still in the job; -1: none)."""
+    TYPE = "round_finished"
+    chief: int = -1
+
+    def validate(self):
+        super().validate()
+        w.check_int("chief", self.chief, minimum=-1)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RoundFinish(w.Request):
     """The worker stopped training (the job's stop, or its script left the loop).
-    The answer (a plain :class:`~.wire.Reply`) waits until no worker trains any
+    The answer (:class:`FinishedReply`) waits until no worker trains any
     more: the global model is final."""
     TYPE = "round_finish"
+    REPLY = FinishedReply
 
     def validate(self):
         super().validate()

@@ -535,7 +535,7 @@ class MembershipRule(RulePlugin):
 
     NAME = "membership"
     REQUESTS = (membership.RoundEnter, membership.RoundDone, membership.RoundFinish, membership.MembershipRecord)
-    REPLIES = (membership.EnteredReply, membership.DoneReply)
+    REPLIES = (membership.EnteredReply, membership.DoneReply, membership.FinishedReply)
 
     def __init__(self, host, min_workers=1, wall_clock=time.time):
         super().__init__(host)
@@ -587,7 +587,7 @@ class MembershipRule(RulePlugin):
             elif isinstance(answer, Done):
                 reply = membership.DoneReply(seq=seq, round=answer.round, ready=answer.complete)
             elif isinstance(answer, Finished):
-                reply = w.Reply(seq=seq)
+                reply = membership.FinishedReply(seq=seq, chief=-1 if answer.chief is None else answer.chief)
             elif isinstance(answer, TooFewWorkers):
                 reply = w.Reply(seq=seq, ok=False, error=answer.message, code="too_few_workers")
             else:

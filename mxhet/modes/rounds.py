@@ -80,6 +80,7 @@ class RoundMembers:
     epsilon = 1.0        # the global learning rate ε of the average
     member_rounds = True  # the simulator runs its Exchange the same way (mxhet.sim.program)
     departed = False     # this worker left its training loop before the job stopped
+    summary_rank = 0     # who writes the job's summary, as the last barrier named it (rank 0 unless it died)
 
     def on_connect(self):
         if not self.config.state_server:
@@ -165,9 +166,10 @@ class RoundMembers:
 
     def barrier(self):
         """Wait for every worker still in the job (the State Server's rendezvous:
-        PS-LITE's barrier would wait for a dead worker for ever)."""
+        PS-LITE's barrier would wait for a dead worker for ever); :attr:`summary_rank`
+        becomes the rank the State Server names for the chief's end-of-job duties."""
         if self.client is not None:
-            self.client.round_finish(timeout=ROUND_WAIT_S)
+            self.summary_rank = self.client.round_finish(timeout=ROUND_WAIT_S)
         else:
             super().barrier()
 
