@@ -73,6 +73,7 @@ class StateClient:
         self._round = 0          # latest round this worker spoke of (to resume after a restart)
         self._signature = ""
         self.reregistrations = 0
+        self.job_over = False    # registered after the job's end (a restarted worker too late; Registered.over)
         self._register_seq = 0        # seq of the latest Register sent
         self._register_replies = set()  # seqs of Registers sent by poll(), whose replies poll() takes
         self._resets = set()    # seqs of RESETs sent without waiting, not answered yet
@@ -226,6 +227,7 @@ class StateClient:
         self._round = max(self._round, round_)
         reply = self.request(self._register_message())
         self.registered_round = reply.round   # > round_ for a worker the job takes back (a rejoin)
+        self.job_over = reply.over
         if heartbeat and hasattr(self._transport, "set_heartbeat"):
             beat = m.Heartbeat(rank=self.rank, seq=0, incarnation=self.incarnation)
             self._transport.set_heartbeat(m.encode(beat), heartbeat)

@@ -28,6 +28,7 @@ from .jobplan import (DEFAULT_KILL_GRACE_S, DEFAULT_POLL_INTERVAL_S, DEFAULT_SER
                    DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_WORKER_GRACE_S, EXIT_FAILED, EXIT_OK, EXIT_SIGINT,
                    EXIT_SIGTERM, EXIT_TIMEOUT, JOB_FILE_FORMAT, OUTPUT_DRAIN_S, REMOTE_PID_MARK,
                    STDERR_TAIL_LINES, WORKER)
+from .codes import PROGRESS_LATE
 from .watch import (DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S, DEFAULT_START_GRACE_S, JobWatch, Observation,
                     describe_exit, exit_cause)
 
@@ -478,6 +479,25 @@ class Supervisor:
         if seen:
             self._feed_events()
 
+    def _note_restart_ends(self):
+        """Record how each restarted worker ended (``--max-restarts``): ``ended`` (its exit) and
+        ``too_late`` (it came after the job's end and left with exit 0, its progress note says so:
+        :func:`mxhet.modes.rounds.leave_too_late`). Returns True when a record changed."""
+        changed = False
+        for record in self.worker_restarts:
+            if "ended" in record:
+                continue
+            child = next((c for c in reversed(self.children)
+                          if c.spec.role == WORKER and c.spec.slot == record["slot"]), None)
+            if child is None or child.popen.returncode is None:
+                continue
+            record["ended"] = exit_cause(child.popen.returncode)
+            record["too_late"] = child.popen.returncode == 0 and self._progress_of(child) == PROGRESS_LATE
+            if record["too_late"]:
+                self.console.say("%s, started again, came after the job's end and left (exit 0)" % child.spec.name)
+            changed = True
+        return changed
+
     def _feed_events(self):
         """The live view's leaves and joins (``--dashboard``): the exits and the restarts, in time order."""
         live_dir = getattr(self.plan, "live_dir", "")
@@ -556,6 +576,8 @@ class Supervisor:
             decision = self.watch.decide(self.observe(now), now)
             if len(self.watch.departures) > len(self.worker_exits):
                 self._note_exits()
+                self.write_job_file("running", None)
+            if self._note_restart_ends():
                 self.write_job_file("running", None)
             self._hook("polled", self)
             if decision.action == "restart":

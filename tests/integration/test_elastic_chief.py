@@ -73,3 +73,61 @@ def test_kill_9_of_the_chief_a_survivor_writes_the_summary_with_the_chiefs_death
     assert by["chief_curve_until_s"] == curve[-2][0] and curve[-1][0] > curve[-2][0], (by, curve)
     assert summary["final_accuracy"] == curve[-1][1] and summary["final_accuracy"] > 0.3, summary["final_accuracy"]
     assert not child_pids.alive()
+
+
+# Each worker trains `steps` steps (localsgd, τ = 2), takes the final model (trainer.finish()) and, unless it is
+# the victim, stays `linger` s more: the launcher starts the victim again only while another worker process
+# runs. The victim (PS-LITE rank 2, never the chief) kills itself at step 2 -- so would its replacement, had it
+# been let into the job's rounds: the State Server must tell it at registration that the job is over.
+LATE_SCRIPT = '''
+import os, signal, sys, time
+import mxnet as mx
+from mxnet import autograd, gluon
+import mxhet
+from mxhet.models import get_model
+
+steps, linger = int(sys.argv[1]), float(sys.argv[2])
+mx.random.seed(0)
+net = get_model("smallcnn")
+net.initialize(mx.init.Xavier())
+trainer = mxhet.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.05}, local_steps=2)
+loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+for step in range(steps):
+    if step == 2 and trainer.rank == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    x = mx.nd.random.uniform(shape=(16, 1, 28, 28))
+    y = mx.nd.array([i % 10 for i in range(16)])
+    with autograd.record():
+        loss = loss_fn(net(x), y)
+    loss.backward()
+    trainer.step(16)
+trainer.finish()
+print("final model", trainer.stats.final_model_sha256, flush=True)
+time.sleep(linger)
+'''
+
+
+def test_a_worker_started_again_after_the_jobs_end_is_told_so_and_leaves_with_exit_0(tmp_path, child_pids):
+    import sys
+    from .jobs import launch
+    script = tmp_path / "late.py"
+    script.write_text(LATE_SCRIPT)
+    # the replacement starts 3 + 2 s after the death (--heartbeat-timeout 3), when the survivors have long
+    # finished their 6 steps; they stay 15 s, so the launcher starts it, and it registers after the job's end
+    proc = launch(["-n", "3", "-s", "1", "--sync", "localsgd", "--timeout", "200", "--elastic",
+                   "--heartbeat-timeout", "3", "--max-restarts", "1"],
+                  [sys.executable, str(script), "6", "15"], tmp_path, child_pids, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "starting it again in its slot" in proc.stderr, proc.stderr[-3000:]
+    assert "started again after the job's end" in proc.stderr, proc.stderr[-3000:]
+    record = json.loads((tmp_path / "job.json").read_text())
+    restarts = record["worker_restarts"]
+    assert len(restarts) == 1 and restarts[0]["too_late"] and restarts[0]["ended"] == "exit code 0", restarts
+    slot = restarts[0]["slot"]
+    replacement = [p for p in record["processes"] if p["role"] == "worker" and p["slot"] == slot]
+    assert [p["exit_code"] for p in replacement] == [0], replacement
+    assert [x["slot"] for x in record["worker_exits"]] == [slot]
+    # the survivors' final models agree (the replacement changed nothing)
+    digests = set(re.findall(r"final model (\w+)", proc.stderr + proc.stdout))
+    assert len(digests) == 1, digests
+    assert not child_pids.alive()
