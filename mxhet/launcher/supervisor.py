@@ -408,6 +408,7 @@ class Supervisor:
         self._t0 = time.monotonic()   # the job record's seconds count from here
         self.worker_restarts = []     # --max-restarts: one dict per worker started again (job_record)
         self.worker_exits = []        # --elastic: one dict per worker process that ended while the job went on
+        self._exit_rounds = []        # --dashboard: per worker exit, the rounds its last live report counted
         self._cpu = {}                # id(child) -> (cpu_s, read at)
 
     # -- helpers ---------------------------------------------------------------
@@ -471,6 +472,7 @@ class Supervisor:
             self.worker_exits.append({"slot": child.spec.slot, "cause": exit_cause(child.popen.returncode),
                                       "died_s": round(at - self._t0, 3),
                                       "unix": round(self.started + (at - self._t0), 3)})
+            self._exit_rounds.append(self._last_reported_round(child.spec.slot))
         if seen and self.progress_dir:
             try:
                 _write_json_atomic(self._exits_path(), self.worker_exits)
@@ -498,16 +500,26 @@ class Supervisor:
             changed = True
         return changed
 
+    def _last_reported_round(self, slot):
+        """The rounds the live feed of ``slot``'s worker last counted (``--dashboard``; None without one):
+        read when its process ended, before a restarted worker overwrites the feed."""
+        live_dir = getattr(self.plan, "live_dir", "")
+        if not live_dir:
+            return None
+        from ..observe.live import read_feed
+        feed = read_feed(live_dir, slot)
+        return feed.get("rounds") if feed else None
+
     def _feed_events(self):
         """The live view's leaves and joins (``--dashboard``): the exits and the restarts, in time order."""
         live_dir = getattr(self.plan, "live_dir", "")
         if not live_dir:
             return
         from ..observe.live import write_events
-        events = [{"t_s": e["died_s"], "event": "leave", "slot": e["slot"], "cause": e["cause"]}
-                  for e in self.worker_exits]
-        events += [{"t_s": r["restarted_s"], "event": "join", "slot": r["slot"], "cause": "restarted"}
-                   for r in self.worker_restarts]
+        events = [{"t_s": e["died_s"], "event": "leave", "slot": e["slot"], "cause": e["cause"], "round": r}
+                  for e, r in zip(self.worker_exits, self._exit_rounds)]
+        events += [{"t_s": r["restarted_s"], "event": "join", "slot": r["slot"], "cause": "restarted",
+                    "round": None} for r in self.worker_restarts]
         write_events(live_dir, sorted(events, key=lambda e: e["t_s"]))
 
     def _progress_of(self, child):

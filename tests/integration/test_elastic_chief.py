@@ -131,3 +131,56 @@ def test_a_worker_started_again_after_the_jobs_end_is_told_so_and_leaves_with_ex
     digests = set(re.findall(r"final model (\w+)", proc.stderr + proc.stdout))
     assert len(digests) == 1, digests
     assert not child_pids.alive()
+
+
+EVENT_FACTS = """(() => {
+  const rows = [...document.querySelectorAll('#devices tbody tr')];
+  const events = [...document.querySelectorAll('#event-list tbody tr')];
+  return {present: rows.map((r) => r.dataset.present === 'true'),
+          left: rows.map((r) => r.classList.contains('left')),
+          membership: rows.map((r) => r.querySelector('td.membership').textContent),
+          events: events.map((r) => [...r.children].map((td) => td.textContent)),
+          kinds: events.map((r) => r.dataset.event),
+          list_hidden: document.getElementById('event-list').hidden,
+          none_hidden: document.getElementById('no-events').hidden,
+          header: document.getElementById('present').textContent,
+          updates: +document.getElementById('updates').dataset.count};
+})()"""
+
+
+def test_the_page_lists_leaves_and_joins_and_shows_a_device_that_left(tmp_path, child_pids):
+    # The page over a live directory as an elastic job leaves it (the launcher's events, the workers' feeds):
+    # no training needed, the page and /api/state are the same code as under mxhet-launch --dashboard.
+    from mxhet.observe.dashboard import Dashboard, JobView
+    from mxhet.observe.live import FEED_FORMAT, feed_path, write_events
+    from .headless import HeadlessChromium
+    live = tmp_path / "live"
+    live.mkdir()
+    for slot, rank in ((0, 0), (1, 1), (2, 2)):
+        with open(feed_path(str(live), slot), "w") as f:
+            json.dump({"format": FEED_FORMAT, "slot": slot, "rank": rank, "phase": "training", "rounds": 20,
+                       "local_iters": [[20, 2]], "rejoined_at_round": 17 if slot == 1 else None}, f)
+    devices = [{"slot": s, "host": "127.0.0.1", "context": "cpu", "slowdown": 1.0} for s in range(3)]
+    dashboard = Dashboard(JobView(devices, str(live), mode="localsgd"), port=0).start()
+    try:
+        with HeadlessChromium(tmp_path / "chromium-profile", child_pids) as browser:
+            browser.navigate(dashboard.url)
+            browser.wait_until("+document.getElementById('updates').dataset.count >= 1", "the first update")
+            before = browser.evaluate(EVENT_FACTS)
+            assert before["events"] == [] and before["list_hidden"] and not before["none_hidden"]
+            assert before["present"] == [True, True, True] and before["membership"] == ["yes", "yes", "yes"]
+            # slot 1 is killed and started again, slot 2 dies for good
+            write_events(str(live), [
+                {"t_s": 3.2, "event": "leave", "slot": 1, "cause": "killed by signal 9 (SIGKILL)", "round": 9},
+                {"t_s": 5.0, "event": "leave", "slot": 2, "cause": "exit code 1", "round": 12},
+                {"t_s": 9.5, "event": "join", "slot": 1, "cause": "restarted", "round": None}])
+            browser.wait_until("document.querySelectorAll('#event-list tbody tr').length === 3", "the events")
+            after = browser.evaluate(EVENT_FACTS)
+    finally:
+        dashboard.stop()
+    assert after["kinds"] == ["leave", "leave", "join"] and not after["list_hidden"] and after["none_hidden"]
+    assert after["events"] == [["3.2 s", "left", "1", "9", "killed by signal 9 (SIGKILL)"],
+                               ["5.0 s", "left", "2", "12", "exit code 1"],
+                               ["9.5 s", "joined", "1", "17", "restarted"]]   # its first round, from its feed
+    assert after["present"] == [True, True, False] and after["left"] == [False, False, True]
+    assert after["membership"] == ["yes", "rejoined", "left"] and after["header"] == "2 of 3"
