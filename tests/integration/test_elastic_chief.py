@@ -24,21 +24,30 @@ def _chief_slot(err_path, proc, timeout=120):
         time.sleep(0.2)
 
 
-def test_kill_9_of_the_chief_a_survivor_writes_the_summary_with_the_chiefs_death(tmp_path, child_pids):
+# mode -> (launcher arguments, trainer arguments, rounds): the round modes share one end (RoundMembers' barrier,
+# localsgd here), async has its own (gradient.Async's barrier on the same rendezvous). --base-iter pins an
+# iteration to at least 0.05 s: 40 rounds of 2 steps, or 150 async steps, outlast the kill (>= 4 s).
+CHIEF_JOBS = {
+    "localsgd": (["--sync", "localsgd"], ["--local-steps", "2"], 40),
+    "async": (["--sync", "async"], [], 150),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(CHIEF_JOBS))
+def test_kill_9_of_the_chief_a_survivor_writes_the_summary_with_the_chiefs_death(tmp_path, child_pids, mode):
     out = tmp_path / "out"
-    rounds = 40
-    # --base-iter pins an iteration to at least 0.05 s: 40 rounds of 2 steps (4 s or more) outlast the kill
-    # once a snapshot after the first one is indexed (--eval-interval 0.5).
-    proc, job_file, err = start(tmp_path, ["-n", "3", "-s", "1", "--sync", "localsgd", "--base-iter", "0.05",
-                                           "--timeout", "300", "--elastic", "--heartbeat-timeout", "3"],
-                                train_command(out, "--max-rounds", str(rounds), "--local-steps", "2",
-                                              "--eval-interval", "0.5"))
+    launcher_args, trainer_args, rounds = CHIEF_JOBS[mode]
+    # the kill comes once the chief indexed a snapshot taken in training (--eval-interval 0.5)
+    proc, job_file, err = start(tmp_path, ["-n", "3", "-s", "1", "--base-iter", "0.05", "--timeout", "300",
+                                           "--elastic", "--heartbeat-timeout", "3", *launcher_args],
+                                train_command(out, "--max-rounds", str(rounds), "--eval-interval", "0.5",
+                                              *trainer_args))
     child_pids.add(proc.pid)
     try:
         wait_for(job_file, proc)
         child_pids.add_job_file(job_file)
         chief = _chief_slot(tmp_path / "launcher.err", proc)
-        wait_for(out / "snapshots" / "000001.params", proc)   # the chief indexed a snapshot taken in training
+        wait_for(out / "snapshots" / "000001.params", proc)
         index = out / "snapshots" / "index.json"
         wait_for(index, proc)
         indexed = len(json.loads(index.read_text())["snapshots"])
@@ -53,19 +62,23 @@ def test_kill_9_of_the_chief_a_survivor_writes_the_summary_with_the_chiefs_death
     assert not (out / ("worker-%d.json" % chief)).exists()
     digests = {w["final_model_sha256"] for w in workers}
     assert len(digests) == 1 and "" not in digests, digests
+    assert [w["rounds"] for w in workers] == [rounds, rounds]
     summary = json.loads((out / "summary.json").read_text())
     # written by the lowest rank left, one of the survivors, which says it took over
     by = summary["written_by"]
     writer = min(workers, key=lambda w: w["rank"])
     assert by["took_over"] and by["rank"] == writer["rank"] != 0 and by["slot"] == writer["slot"], by
     assert "writes the summary in place of the chief" in stderr
-    # the chief's death in the record, with the launcher's cause; the survivors took part in every round
+    # the chief's death in the record, with the launcher's cause
     leaves = [e for e in summary["elastic"]["events"] if e["event"] == "leave"]
     assert [(e["slot"], e["rank"], e["cause"]) for e in leaves] == [(chief, 0, "killed by signal 9 (SIGKILL)")]
-    assert 0 < leaves[0]["round"] < rounds
     assert summary["departed_slots"] == [chief]
-    assert all(summary["elastic"]["rounds_by_slot"][str(s)] == [[0, rounds - 1]] for s in survivors)
-    assert summary["round_members"][0] == 3 and summary["round_members"][-1] == 2
+    if mode == "async":
+        assert leaves[0]["round"] is None   # no rounds to name
+    else:   # the survivors took part in every round, the chief in those before its death
+        assert 0 < leaves[0]["round"] < rounds
+        assert all(summary["elastic"]["rounds_by_slot"][str(s)] == [[0, rounds - 1]] for s in survivors)
+        assert summary["round_members"][0] == 3 and summary["round_members"][-1] == 2
     # the curve: the chief's snapshots up to its death (at least those indexed before the kill), then the
     # final model, scored on the whole test set like any run's last point
     curve = summary["curve"]
