@@ -55,9 +55,9 @@ def test_a_leave_carries_the_rounds_of_the_workers_last_report_and_a_join_its_fi
 def test_once_the_chief_left_the_jobs_accuracy_comes_from_the_lowest_rank_present(tmp_path):
     live = tmp_path / "live"
     live.mkdir()
-    _feed(live, 0, rank=1, phase="evaluating", accuracy=[[0.0, 0.1], [9.0, 0.7]])
-    _feed(live, 1, rank=0, phase="training", accuracy=[[0.0, 0.1]])
-    _feed(live, 2, rank=2, phase="done")
+    _feed(live, 0, rank=1, phase="evaluating", accuracy=[[0.0, 0.1], [9.0, 0.7]], samples_per_s=10.0)
+    _feed(live, 1, rank=0, phase="training", accuracy=[[0.0, 0.1]], samples_per_s=100.0)
+    _feed(live, 2, rank=2, phase="done", samples_per_s=1.0)
     state = build_state(DEVICES, str(live))
     assert state["job"]["accuracy"] == 0.1 and state["job"]["phase"] == "training"   # rank 0 is there
     with open(str(live / "launcher-events.json"), "w") as f:
@@ -65,6 +65,7 @@ def test_once_the_chief_left_the_jobs_accuracy_comes_from_the_lowest_rank_presen
     state = build_state(DEVICES, str(live))
     assert state["job"]["accuracy"] == 0.7 and state["job"]["phase"] == "evaluating"
     assert [d["present"] for d in state["devices"]] == [True, False, True] and state["job"]["present"] == 2
+    assert state["job"]["samples_per_s"] == 11.0   # the last rate of the device that left is not the job's
 
 
 def test_the_job_file_says_how_a_restarted_worker_ended_and_whether_it_came_too_late(tmp_path):
