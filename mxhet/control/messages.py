@@ -57,5 +57,5 @@ __all__ = ["MAX_COUNTS", "MAX_MESSAGE_BYTES", "SUPPORTED_VERSIONS", "VERSION",
            "Clock", "Query", "QueryReply", "Reset", "ResetReply", "query_reply", "AdspRecord", "Commit", "CommitReply",
            "Merged", "Notify", "TransferReply", "GroupedReply", "ReduceJoin", "ReducePushed", "ReduceReady",
            "ClaimReply", "GroupBegin", "GroupDone", "GroupSelection", "GroupStepped", "GroupUploaded", "GroupWatch",
-           "SteppedReply", "UploadedReply", "WatchReply", "DoneReply", "EnteredReply", "FinishedReply", "MembershipRecord",
-           "RoundDone", "RoundEnter", "RoundFinish"]
+           "SteppedReply", "UploadedReply", "WatchReply", "DoneReply", "EnteredReply", "FinishedReply",
+           "MembershipRecord", "RoundDone", "RoundEnter", "RoundFinish"]
