@@ -44,6 +44,9 @@ def main(argv=None):
     parser.add_argument("--min-workers", type=int, default=1,
                         help="with --elastic: fewest workers still training that a death may leave; fewer fail "
                              "the job (default %(default)s)")
+    parser.add_argument("--until-stopped", action="store_true",
+                        help="serve on after every worker left, until ended (SIGTERM): mxhet-launch --max-restarts "
+                             "passes it, so that a worker started again after the job's end is told so")
     parser.add_argument("--keys", default="",
                         help="the job's CURVE key directory: accept only clients holding its client key")
     parser.add_argument("--rules", default="all",
@@ -74,7 +77,8 @@ def main(argv=None):
         service = serve(args.bind, args.num_workers, epsilon=args.epsilon, should_stop=lambda: bool(stopping),
                         staleness=args.staleness, adsp_period=args.adsp_period, adsp_epoch=args.adsp_epoch,
                         adsp_window=args.adsp_window, heartbeat_timeout=args.heartbeat_timeout,
-                        keys=args.keys, elastic=args.elastic, min_workers=args.min_workers, rules=rules)
+                        keys=args.keys, elastic=args.elastic, min_workers=args.min_workers, rules=rules,
+                        until_stopped=args.until_stopped)
     except ValueError as exc:
         parser.error(str(exc))
     except SilentWorker as exc:

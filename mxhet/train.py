@@ -8,7 +8,10 @@ Run by the launcher on every worker::
 Each worker writes ``DIR/worker-<slot>.json``; the worker of PS-LITE rank 0 also
 saves snapshots of the global model during training, evaluates them on the
 test set *after* training (so evaluation never slows training down), and writes
-``DIR/summary.json``.
+``DIR/summary.json``. Under ``mxhet-launch --elastic`` a chief that died is
+replaced at the end by the rank the State Server names (the lowest still in the
+job): it scores the chief's snapshots listed in ``DIR/snapshots/index.json``
+and the final model, and writes the summary.
 """
 import argparse
 import glob
@@ -158,6 +161,31 @@ def context_digests(trainer, contexts, keys):
     return [model_digest([params[i].data(c) for i in keys]) for c in contexts]
 
 
+SNAPSHOT_INDEX = "index.json"
+"""The chief's list of its snapshots (seconds, file name) and loss points, rewritten after each
+snapshot, in the snapshot directory: what a survivor that takes over the chief's end-of-job
+duties (``--elastic``) scores."""
+
+
+def write_snapshot_index(snap_dir, snapshots, losses):
+    """Record the chief's ``snapshots`` ([(seconds, path), ...]) and ``losses`` so far (atomically)."""
+    _atomic_json(os.path.join(snap_dir, SNAPSHOT_INDEX),
+                 {"snapshots": [[t, os.path.basename(path)] for t, path in snapshots], "train_loss": losses})
+
+
+def read_snapshot_index(snap_dir):
+    """The chief's snapshots ([(seconds, path), ...]) and loss points as its index last listed them;
+    ([], []) when it wrote none (it died before its first snapshot) or the index cannot be read."""
+    try:
+        with open(os.path.join(snap_dir, SNAPSHOT_INDEX)) as f:
+            index = json.load(f)
+        snapshots = [(float(t), os.path.join(snap_dir, name)) for t, name in index["snapshots"]]
+        losses = [list(point) for point in index["train_loss"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return [], []
+    return [(t, path) for t, path in snapshots if os.path.exists(path)], losses
+
+
 def _atomic_json(path, obj):
     tmp = "%s.tmp.%d" % (path, os.getpid())
     with open(tmp, "w") as f:
@@ -267,7 +295,7 @@ def run(args, config=None):
                               chief=is_chief)
     if is_chief:
         os.makedirs(snap_dir, exist_ok=True)
-        for old in glob.glob(os.path.join(snap_dir, "*.params")):
+        for old in glob.glob(os.path.join(snap_dir, "*.params")) + glob.glob(os.path.join(snap_dir, SNAPSHOT_INDEX)):
             os.remove(old)
 
     def snapshot(arrays=None):
@@ -281,6 +309,7 @@ def run(args, config=None):
 
     if is_chief:
         snapshot(initial)
+        write_snapshot_index(snap_dir, snapshots, [])
     del initial
     loss_fn = losses_mod.get_loss(args.loss)
     losses = []
@@ -319,6 +348,7 @@ def run(args, config=None):
             snapshot()
             losses.append([round(now - start, 3), float(loss.mean().asscalar())])
             observer.loss_point(now - start, losses[-1][1], trainer.stats.rounds)
+            write_snapshot_index(snap_dir, snapshots, losses)
             last_snap = now
         if is_chief and now - last_log >= 10.0:
             LOG.info("%.0f s: %d rounds, %d local iterations", now - start,
@@ -343,7 +373,25 @@ def run(args, config=None):
         stats["contexts_equal"] = len(set(context_digests(trainer, contexts, all_keys))) == 1
     _atomic_json(os.path.join(args.metrics_out, "worker-%d.json" % config.slot), stats)
     trainer.mode.barrier()  # every worker file is written
-    if is_chief:
+    # Rank 0, unless it left the job (--elastic: the State Server's barrier names the lowest rank still in it).
+    writes_summary = getattr(trainer.mode, "summary_rank", 0) == rank
+    if writes_summary and not is_chief:
+        # The chief died: its snapshots up to its last index and its loss points stand; the curve after
+        # them is lost. This worker holds the job's final model (finish() pulled it).
+        LOG.warning("rank %d (slot %d) writes the summary in place of the chief (rank 0), which left the job",
+                    rank, config.slot)
+        snapshots[:], losses[:] = read_snapshot_index(snap_dir)
+        chief_until = round(snapshots[-1][0], 3) if snapshots else None
+        os.makedirs(snap_dir, exist_ok=True)
+        final = os.path.join(snap_dir, "final-rank%d.params" % rank)
+        trainer.save_global(final)
+        snapshots.append((time.monotonic() - start, final))
+        extra = trainer.mode.summary_fields()
+        extra["written_by"] = {"rank": rank, "slot": config.slot, "took_over": True,
+                               "chief_curve_until_s": chief_until}
+    elif writes_summary:
+        extra["written_by"] = {"rank": rank, "slot": config.slot, "took_over": False, "chief_curve_until_s": None}
+    if writes_summary:
         # Before leaving the job: PS-LITE's scheduler and servers stop once every
         # worker has left, and the launcher takes a worker still running long
         # after them for a hung one (evaluating a big model takes minutes).

@@ -73,6 +73,7 @@ class StateClient:
         self._round = 0          # latest round this worker spoke of (to resume after a restart)
         self._signature = ""
         self.reregistrations = 0
+        self.job_over = False    # registered after the job's end (a restarted worker too late; Registered.over)
         self._register_seq = 0        # seq of the latest Register sent
         self._register_replies = set()  # seqs of Registers sent by poll(), whose replies poll() takes
         self._resets = set()    # seqs of RESETs sent without waiting, not answered yet
@@ -226,6 +227,7 @@ class StateClient:
         self._round = max(self._round, round_)
         reply = self.request(self._register_message())
         self.registered_round = reply.round   # > round_ for a worker the job takes back (a rejoin)
+        self.job_over = reply.over
         if heartbeat and hasattr(self._transport, "set_heartbeat"):
             beat = m.Heartbeat(rank=self.rank, seq=0, incarnation=self.incarnation)
             self._transport.set_heartbeat(m.encode(beat), heartbeat)
@@ -385,8 +387,9 @@ class StateClient:
         return self.request(self._message(m.RoundDone, round=int(round_)), timeout).ready
 
     def round_finish(self, timeout=None):
-        """This worker stopped training; returns once no worker trains any more."""
-        self.request(self._message(m.RoundFinish), timeout)
+        """This worker stopped training; returns once no worker trains any more: the rank
+        that does the chief's end-of-job duties (the lowest still in the job; -1: none)."""
+        return self.request(self._message(m.RoundFinish), timeout).chief
 
     def ask(self, cls, **fields):
         """A blocking request of message type ``cls`` (e.g. G-CADA's); returns the reply."""

@@ -56,6 +56,8 @@ release -- nobody waits for another's push -- and whose end (the final barrier b
 runs on this rendezvous' finish instead of PS-LITE's barrier, which counts the dead."""
 
 
+RESTARTED = "restarted"
+"""The record's cause of a join: a worker's process started again (or, in the simulator, a device back)."""
 LEFT_ITS_LOOP = "left its loop"
 """The record's cause for a worker that stopped training before the job agreed to stop."""
 
@@ -81,7 +83,17 @@ class Done:
 
 @dataclasses.dataclass(frozen=True)
 class Finished:
-    """Nobody trains any more: the global model is final."""
+    """Nobody trains any more: the global model is final. ``chief``: the lowest rank still in
+    the job when this finish barrier closed (:func:`summary_rank`), which does the chief's
+    end-of-job duties -- rank 0 unless it left or died."""
+    chief: int = 0
+
+
+def summary_rank(ranks, gone):
+    """The rank that writes the job's summary: the lowest of ``ranks`` not ``gone`` (rank 0, PS-LITE's
+    chief, while it lives; after its death the lowest survivor); None when every rank is gone."""
+    live = sorted(set(ranks) - set(gone))
+    return live[0] if live else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,6 +272,18 @@ class RoundRendezvous:
         self._record("join", rank, cause, first, now)
         return first
 
+    def over(self, stopping=False):
+        """True once a rank coming back has no round left to take part in: nobody trains any
+        more, or the job agreed to stop (a ballot here, or ``stopping``: as in :meth:`finish`)."""
+        return not self.training or self.stop_round is not None or stopping
+
+    def late(self, rank, cause=RESTARTED, now=None):
+        """``rank``, gone, came back after the job's end (:meth:`over`): it stays gone; the record
+        says it arrived too late."""
+        if rank not in self.gone:
+            raise ValueError("rank %d comes back but never left" % rank)
+        self._record("late", rank, cause, None, now)
+
     def _before_stop(self, stopping):
         """No stop agreed yet, in a job with rounds (with none -- async -- every worker ends on its own)."""
         return self.stop_round is None and not stopping and self._latest >= 0
@@ -310,10 +334,11 @@ class RoundRendezvous:
 
     def _close_job(self):
         live = self.ranks - self.gone
+        chief = summary_rank(self.ranks, self.gone)
         out = []
         for rank, (token, k) in sorted(self.finishing.items()):
             if all(self.finish_calls.get(r, 0) >= k for r in live):
-                out.append((rank, token, Finished()))
+                out.append((rank, token, Finished(chief)))
         for rank, _, _ in out:
             del self.finishing[rank]
         return out
@@ -348,8 +373,6 @@ class RoundRendezvous:
                 "min_workers": self.min_workers}
 
 
-RESTARTED = "restarted"
-"""The record's cause of a join: a worker's process started again (or, in the simulator, a device back)."""
 HEARTBEAT_TIMEOUT = "heartbeat timeout"
 """The record's cause of a death only the State Server saw (silent for its heartbeat timeout)."""
 SAID_GOODBYE = "said goodbye"
@@ -382,7 +405,8 @@ def job_events(record, exits=(), origin=0.0):
 
     Returns:
         ``{"events": [...], "rounds_by_slot": {slot: [[first, last], ...]}}``; each event has ``t_s``
-        (seconds since ``origin``), ``event`` ("leave" / "join"), ``slot``, ``rank``, ``round`` (the first
+        (seconds since ``origin``), ``event`` ("leave" / "join" / "late": a restarted worker back after the
+        job's end, which took part in nothing), ``slot``, ``rank``, ``round`` (the first
         round it no longer / again takes part in; None for a process end the State Server never counted)
         and ``cause``: "left its loop", "killed by signal N" / "exit code N" (the launcher saw the process
         end), "heartbeat timeout" (only the State Server's silence watch saw it), "said goodbye" or
@@ -490,12 +514,26 @@ class RoundDone(w.Request):
         w.check_int("round", self.round)
 
 
+@w.reply_record
+class FinishedReply(w.Reply):
+    """The answer to :class:`RoundFinish` once no worker trains any more (the k-th: once every
+    rank still in the job sent its k-th): ``chief``, the rank that does the chief's end-of-job
+    duties (the lowest rank still in the job; -1: none)."""
+    TYPE = "round_finished"
+    chief: int = -1
+
+    def validate(self):
+        super().validate()
+        w.check_int("chief", self.chief, minimum=-1)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RoundFinish(w.Request):
     """The worker stopped training (the job's stop, or its script left the loop).
-    The answer (a plain :class:`~.wire.Reply`) waits until no worker trains any
+    The answer (:class:`FinishedReply`) waits until no worker trains any
     more: the global model is final."""
     TYPE = "round_finish"
+    REPLY = FinishedReply
 
     def validate(self):
         super().validate()

@@ -27,7 +27,7 @@ from .nodelay import Merged, Notify, TransferReply
 from .preduce import GroupedReply, ReduceJoin, ReducePushed, ReduceReady
 from .gcada import (ClaimReply, GroupBegin, GroupDone, GroupSelection, GroupStepped,
                     GroupUploaded, GroupWatch, SteppedReply, UploadedReply, WatchReply)
-from .membership import DoneReply, EnteredReply, MembershipRecord, RoundDone, RoundEnter, RoundFinish
+from .membership import DoneReply, EnteredReply, FinishedReply, MembershipRecord, RoundDone, RoundEnter, RoundFinish
 
 
 def _by_type(classes, what):
@@ -57,5 +57,5 @@ __all__ = ["MAX_COUNTS", "MAX_MESSAGE_BYTES", "SUPPORTED_VERSIONS", "VERSION",
            "Clock", "Query", "QueryReply", "Reset", "ResetReply", "query_reply", "AdspRecord", "Commit", "CommitReply",
            "Merged", "Notify", "TransferReply", "GroupedReply", "ReduceJoin", "ReducePushed", "ReduceReady",
            "ClaimReply", "GroupBegin", "GroupDone", "GroupSelection", "GroupStepped", "GroupUploaded", "GroupWatch",
-           "SteppedReply", "UploadedReply", "WatchReply", "DoneReply", "EnteredReply", "MembershipRecord",
-           "RoundDone", "RoundEnter", "RoundFinish"]
+           "SteppedReply", "UploadedReply", "WatchReply", "DoneReply", "EnteredReply", "FinishedReply",
+           "MembershipRecord", "RoundDone", "RoundEnter", "RoundFinish"]

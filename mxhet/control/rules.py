@@ -530,12 +530,16 @@ class GCADARule(RulePlugin):
         return self.coordinator.stats() if self.coordinator is not None else None
 
 
+JOB_OVER = -1
+""":meth:`MembershipRule.rejoin`'s answer for a worker back after the job's end (no round left for it)."""
+
+
 class MembershipRule(RulePlugin):
     """The members of each synchronous round on dist_async (:mod:`.membership`)."""
 
     NAME = "membership"
     REQUESTS = (membership.RoundEnter, membership.RoundDone, membership.RoundFinish, membership.MembershipRecord)
-    REPLIES = (membership.EnteredReply, membership.DoneReply)
+    REPLIES = (membership.EnteredReply, membership.DoneReply, membership.FinishedReply)
 
     def __init__(self, host, min_workers=1, wall_clock=time.time):
         super().__init__(host)
@@ -587,7 +591,7 @@ class MembershipRule(RulePlugin):
             elif isinstance(answer, Done):
                 reply = membership.DoneReply(seq=seq, round=answer.round, ready=answer.complete)
             elif isinstance(answer, Finished):
-                reply = w.Reply(seq=seq)
+                reply = membership.FinishedReply(seq=seq, chief=-1 if answer.chief is None else answer.chief)
             elif isinstance(answer, TooFewWorkers):
                 reply = w.Reply(seq=seq, ok=False, error=answer.message, code="too_few_workers")
             else:
@@ -601,9 +605,13 @@ class MembershipRule(RulePlugin):
     def rejoin(self, rank, not_before=0):
         """The round from which a worker back after it left or died takes part
         (the next round boundary, never before ``not_before``); None for a rank
-        that never left."""
+        that never left; :data:`JOB_OVER` for one back after the job's end."""
         if rank not in self.rendezvous.gone:
             return None
+        if self.rendezvous.over(stopping=self._stop_agreed()):
+            self.rendezvous.late(rank, now=self.wall_clock())
+            self._slot_events()
+            return JOB_OVER
         first = self.rendezvous.join(rank, cause=RESTARTED, not_before=not_before, now=self.wall_clock())
         self._slot_events()
         return first

@@ -204,6 +204,11 @@ class StateService:
         members = self.rule("membership")
         back = (members.rejoin(req.rank, not_before=self.table.record(req.rank).round)
                 if members is not None else None)
+        if back == rules_mod.JOB_OVER:
+            # A restarted worker that came after the job's end: it takes part in nothing and leaves.
+            self.table.set_present(req.rank, False)
+            LOG.info("rank %d (slot %d) registered after the job's end", req.rank, req.slot)
+            return m.Registered(seq=req.seq, round=self.table.record(req.rank).round, over=True)
         if back is not None:
             # A worker back after it left or died (a restarted process): it takes part from the
             # next round boundary (mxhet.control.membership), and says so with the reply's round.
@@ -315,7 +320,8 @@ def handle_frames(service, frames, now, identities):
 
 def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
           clock=time.monotonic, poll_interval=0.2, context=None, on_bound=None,
-          heartbeat_timeout=DEFAULT_HEARTBEAT_TIMEOUT, keys="", max_batch=MAX_BATCH, elastic=False, **options):
+          heartbeat_timeout=DEFAULT_HEARTBEAT_TIMEOUT, keys="", max_batch=MAX_BATCH, elastic=False,
+          until_stopped=False, **options):
     """Run the State Server on ``bind`` until ``should_stop()`` or every worker left.
 
     Each turn of the loop takes every request already waiting (up to
@@ -340,6 +346,10 @@ def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
         elastic: a silent worker is dropped from the job (the rounds go on
             without it, :meth:`StateService.depart`) instead of ending the
             State Server with :class:`SilentWorker`.
+        until_stopped: serve on after every worker left, until ``should_stop()``
+            (``mxhet-launch --max-restarts``: a worker started again that comes
+            after the job's end is answered, and told so, instead of waiting
+            for a State Server that is gone).
         options: more :class:`StateService` arguments (SSP, ADSP).
 
     Returns:
@@ -375,7 +385,10 @@ def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
     recv, send, getsockopt = sock.recv, sock.send, sock.getsockopt
     again, nonblocking, more, rcvmore = zmq.Again, zmq.NOBLOCK, zmq.SNDMORE, zmq.RCVMORE
     try:
-        while not should_stop() and not service.finished:
+        def all_left():
+            return service.finished and not until_stopped
+
+        while not should_stop() and not all_left():
             if heartbeat_timeout:
                 silent = service.silent(clock(), heartbeat_timeout)
                 if silent and elastic:
@@ -403,7 +416,7 @@ def serve(bind, num_workers, epsilon=DEFAULT_EPSILON, should_stop=lambda: False,
                     out.append((identity, data))
                 if service.released:
                     out.extend((identities[rank], m.encode(late)) for rank, late in service.take_released())
-                if service.finished:
+                if all_left():
                     break
                 try:
                     identity = recv(nonblocking)

@@ -146,13 +146,17 @@ def reply_record(cls):
 @reply_record
 class Registered(Reply):
     """The answer to :class:`Register`: the round the worker takes part from
-    (> the one it sent for a worker the job takes back after it left or died)."""
+    (> the one it sent for a worker the job takes back after it left or died);
+    ``over``: a worker that left comes back after the job's end (nobody trains
+    any more, or the job agreed to stop): no round is left for it."""
     TYPE = "registered"
     round: int = 0
+    over: bool = False
 
     def validate(self):
         super().validate()
         check_int("round", self.round)
+        check_bool("over", self.over)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

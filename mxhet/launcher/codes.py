@@ -5,6 +5,10 @@ SERVER = "server"
 STATE_SERVER = "state-server"
 WORKER = "worker"
 
+PROGRESS_LATE = "late"
+"""A worker's progress note (``MXHET_PROGRESS_FILE``) when, started again (``--max-restarts``), it came
+after the job's end and left with exit 0 (:data:`mxhet.modes.liveness.PROGRESS_LATE`, the same word)."""
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2

@@ -353,6 +353,10 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
             argv += ["--elastic", "--min-workers", str(args.min_workers)]
             if args.heartbeat_timeout is None:   # a dead worker is noticed by its silence
                 argv += ["--heartbeat-timeout", str(ELASTIC_HEARTBEAT_TIMEOUT_S)]
+            if getattr(args, "max_restarts", 0):
+                # a worker started again may come after every other worker left: it must find the State
+                # Server, which tells it the job is over (the launcher ends the State Server at the job's end)
+                argv += ["--until-stopped"]
         for option in ("staleness", "adsp_period", "adsp_epoch", "adsp_window", "heartbeat_timeout",
                        "state_stats"):
             value = getattr(args, option)

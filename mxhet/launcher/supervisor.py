@@ -28,6 +28,7 @@ from .jobplan import (DEFAULT_KILL_GRACE_S, DEFAULT_POLL_INTERVAL_S, DEFAULT_SER
                    DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_WORKER_GRACE_S, EXIT_FAILED, EXIT_OK, EXIT_SIGINT,
                    EXIT_SIGTERM, EXIT_TIMEOUT, JOB_FILE_FORMAT, OUTPUT_DRAIN_S, REMOTE_PID_MARK,
                    STDERR_TAIL_LINES, WORKER)
+from .codes import PROGRESS_LATE
 from .watch import (DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S, DEFAULT_START_GRACE_S, JobWatch, Observation,
                     describe_exit, exit_cause)
 
@@ -407,6 +408,7 @@ class Supervisor:
         self._t0 = time.monotonic()   # the job record's seconds count from here
         self.worker_restarts = []     # --max-restarts: one dict per worker started again (job_record)
         self.worker_exits = []        # --elastic: one dict per worker process that ended while the job went on
+        self._exit_rounds = []        # --dashboard: per worker exit, the rounds its last live report counted
         self._cpu = {}                # id(child) -> (cpu_s, read at)
 
     # -- helpers ---------------------------------------------------------------
@@ -470,6 +472,7 @@ class Supervisor:
             self.worker_exits.append({"slot": child.spec.slot, "cause": exit_cause(child.popen.returncode),
                                       "died_s": round(at - self._t0, 3),
                                       "unix": round(self.started + (at - self._t0), 3)})
+            self._exit_rounds.append(self._last_reported_round(child.spec.slot))
         if seen and self.progress_dir:
             try:
                 _write_json_atomic(self._exits_path(), self.worker_exits)
@@ -478,16 +481,45 @@ class Supervisor:
         if seen:
             self._feed_events()
 
+    def _note_restart_ends(self):
+        """Record how each restarted worker ended (``--max-restarts``): ``ended`` (its exit) and
+        ``too_late`` (it came after the job's end and left with exit 0, its progress note says so:
+        :func:`mxhet.modes.rounds.leave_too_late`). Returns True when a record changed."""
+        changed = False
+        for record in self.worker_restarts:
+            if "ended" in record:
+                continue
+            child = next((c for c in reversed(self.children)
+                          if c.spec.role == WORKER and c.spec.slot == record["slot"]), None)
+            if child is None or child.popen.returncode is None:
+                continue
+            record["ended"] = exit_cause(child.popen.returncode)
+            record["too_late"] = child.popen.returncode == 0 and self._progress_of(child) == PROGRESS_LATE
+            if record["too_late"]:
+                self.console.say("%s, started again, came after the job's end and left (exit 0)" % child.spec.name)
+            changed = True
+        return changed
+
+    def _last_reported_round(self, slot):
+        """The rounds the live feed of ``slot``'s worker last counted (``--dashboard``; None without one):
+        read when its process ended, before a restarted worker overwrites the feed."""
+        live_dir = getattr(self.plan, "live_dir", "")
+        if not live_dir:
+            return None
+        from ..observe.live import read_feed
+        feed = read_feed(live_dir, slot)
+        return feed.get("rounds") if feed else None
+
     def _feed_events(self):
         """The live view's leaves and joins (``--dashboard``): the exits and the restarts, in time order."""
         live_dir = getattr(self.plan, "live_dir", "")
         if not live_dir:
             return
         from ..observe.live import write_events
-        events = [{"t_s": e["died_s"], "event": "leave", "slot": e["slot"], "cause": e["cause"]}
-                  for e in self.worker_exits]
-        events += [{"t_s": r["restarted_s"], "event": "join", "slot": r["slot"], "cause": "restarted"}
-                   for r in self.worker_restarts]
+        events = [{"t_s": e["died_s"], "event": "leave", "slot": e["slot"], "cause": e["cause"], "round": r}
+                  for e, r in zip(self.worker_exits, self._exit_rounds)]
+        events += [{"t_s": r["restarted_s"], "event": "join", "slot": r["slot"], "cause": "restarted",
+                    "round": None} for r in self.worker_restarts]
         write_events(live_dir, sorted(events, key=lambda e: e["t_s"]))
 
     def _progress_of(self, child):
@@ -556,6 +588,8 @@ class Supervisor:
             decision = self.watch.decide(self.observe(now), now)
             if len(self.watch.departures) > len(self.worker_exits):
                 self._note_exits()
+                self.write_job_file("running", None)
+            if self._note_restart_ends():
                 self.write_job_file("running", None)
             self._hook("polled", self)
             if decision.action == "restart":

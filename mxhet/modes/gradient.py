@@ -247,9 +247,11 @@ class Async(ProgramMode, _GradientMode):
         if self._elastic():
             keep_kvstore_alive(self.channel.kv)
 
+    summary_rank = 0   # who writes the job's summary (the rendezvous names a survivor under --elastic)
+
     def barrier(self):
         if self._elastic():
-            self.client.round_finish(timeout=ROUND_WAIT_S)
+            self.summary_rank = self.client.round_finish(timeout=ROUND_WAIT_S)
         else:
             super().barrier()
 

@@ -6,9 +6,12 @@ import sys
 
 PROGRESS_TRAINER = "trainer"
 PROGRESS_BATCH = "batch"
+PROGRESS_LATE = "late"   # mxhet.launcher.codes.PROGRESS_LATE: the launcher needs no MXNet to read it
 """What a worker's progress file (``MXHET_PROGRESS_FILE``) says: its Trainer
-exists; it finished a step. The launcher's hang watch fails a job whose worker
-made a Trainer and sits idle without ever finishing a step."""
+exists; it finished a step; it was started again (``--max-restarts``) but came
+after the job's end and left (the launcher's record of the restart says so).
+The launcher's hang watch fails a job whose worker made a Trainer and sits idle
+without ever finishing a step."""
 
 
 def note_progress(path, what):

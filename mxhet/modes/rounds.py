@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import time
 
 import mxnet as mx
@@ -35,6 +36,7 @@ import mxnet as mx
 from ..control.membership import job_events
 from ..dataplane import copy_all
 from ..errors import ConfigError, ProtocolError, StateServerTimeout
+from .liveness import PROGRESS_LATE, note_progress
 
 LOG = logging.getLogger("mxhet.modes")
 
@@ -66,6 +68,21 @@ def elastic_record(mode):
     return job_events(record, exits, origin=time.time() - (mode.clock() - started))
 
 
+def leave_too_late(mode):
+    """A worker started again (``mxhet-launch --max-restarts``) that registered after the job's end
+    (nobody trains any more, or the job agreed to stop: no round is left for it) leaves at once with
+    exit 0: it says goodbye, tells the launcher through its progress note (the job file's
+    ``worker_restarts`` then says ``too_late``) and ends the process without training -- waiting
+    for rounds nobody else enters would hang it until the launcher's orphan watch failed the job."""
+    LOG.warning("rank %d (slot %d) was started again after the job's end: nothing is left to take part in; "
+                "it leaves (exit 0)", mode.channel.rank, mode.config.slot)
+    note_progress(mode.config.progress_file, PROGRESS_LATE)
+    mode.leave_state_server()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)   # the dist kvstore's destructor would wait in PS-LITE's barrier (keep_kvstore_alive)
+
+
 def keep_kvstore_alive(kv):
     """Never free ``kv`` before the process ends (``mxhet.Trainer`` ends it with ``os._exit`` under
     ``--elastic``): the dist kvstore's destructor waits in PS-LITE's barrier for every worker, a dead
@@ -80,6 +97,7 @@ class RoundMembers:
     epsilon = 1.0        # the global learning rate ε of the average
     member_rounds = True  # the simulator runs its Exchange the same way (mxhet.sim.program)
     departed = False     # this worker left its training loop before the job stopped
+    summary_rank = 0     # who writes the job's summary, as the last barrier named it (rank 0 unless it died)
 
     def on_connect(self):
         if not self.config.state_server:
@@ -87,6 +105,8 @@ class RoundMembers:
         if self.config.elastic:
             keep_kvstore_alive(self.channel.kv)
         self.client = self.join_state_server()
+        if getattr(self.client, "job_over", False):
+            leave_too_late(self)
         first = getattr(self.client, "registered_round", 0)
         if first > self.stats.rounds:
             # Started again after a death (mxhet-launch --max-restarts): the State Server names
@@ -165,9 +185,10 @@ class RoundMembers:
 
     def barrier(self):
         """Wait for every worker still in the job (the State Server's rendezvous:
-        PS-LITE's barrier would wait for a dead worker for ever)."""
+        PS-LITE's barrier would wait for a dead worker for ever); :attr:`summary_rank`
+        becomes the rank the State Server names for the chief's end-of-job duties."""
         if self.client is not None:
-            self.client.round_finish(timeout=ROUND_WAIT_S)
+            self.summary_rank = self.client.round_finish(timeout=ROUND_WAIT_S)
         else:
             super().barrier()
 

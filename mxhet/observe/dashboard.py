@@ -6,8 +6,9 @@ job runs:
 - ``/``: a page that polls ``/api/state`` every second and shows per device
   its slot, host, rank, context, slowdown, phase, current round, n_i of the
   last rounds, compute ratio, RTT, samples/s and which device the State Server
-  takes for the slowest; for the job the rounds, elapsed time, the latest
-  evaluated accuracy, and charts (plotly.js, served from the installed
+  takes for the slowest, and whether it is still in the job; for the job the
+  rounds, elapsed time, the latest evaluated accuracy, the leaves and joins
+  of an elastic job (time, slot, round, cause), and charts (plotly.js, served from the installed
   ``plotly`` package: nothing is fetched from the internet);
 - ``/api/state``: the same state as JSON (:func:`mxhet.observe.live.build_state`).
 

@@ -144,12 +144,15 @@ def worker_record(stats, *, mode, phase, elapsed_s, samples_per_s=None, loss=Non
         "loss": _finite(loss),
         "losses": [[_finite(t), _finite(v)] for t, v in list(losses)[-KEEP_POINTS:]],
         "accuracy": [[_finite(t), _finite(v)] for t, v in list(accuracy)[-KEEP_POINTS:]],
+        "rejoined_at_round": getattr(stats, "rejoined_at_round", None),
     }
 
 
 EVENTS_FILE = "launcher-events.json"
 """The launcher's record of the workers that left (their process ended, ``--elastic``) and were started
-again (``--max-restarts``), in the live directory: ``{"events": [{t_s, event, slot, cause}, ...]}``."""
+again (``--max-restarts``), in the live directory: ``{"events": [{t_s, event, slot, cause, round}, ...]}``
+(``round``: for a leave, the rounds the worker's last live report counted -- the first round it no longer
+took part in, as of that report --, None when it never reported)."""
 
 
 def write_events(directory, events):
@@ -226,8 +229,14 @@ def build_state(devices, live_dir, *, mode="", elapsed_s=0.0, status="running", 
             entry["slowdown"] = feed.get("slowdown", entry["slowdown"])
         out.append(entry)
 
-    # Leaves and joins as the launcher saw them: a device whose latest event is a leave is away.
-    events = read_events(live_dir)
+    # Leaves and joins as the launcher saw them: a device whose latest event is a leave is away. A join's
+    # round is the first round the restarted worker takes part in, once its feed says it.
+    events = [dict(e) for e in read_events(live_dir) if isinstance(e, dict)]
+    for e in events:
+        e.setdefault("round", None)
+        feed = feeds.get(e.get("slot"))
+        if e.get("event") == "join" and e["round"] is None and feed:
+            e["round"] = feed.get("rejoined_at_round")
     for entry in out:
         mine = [e for e in events if e.get("slot") == entry["slot"]]
         entry["present"] = not mine or mine[-1].get("event") != "leave"
@@ -252,7 +261,14 @@ def build_state(devices, live_dir, *, mode="", elapsed_s=0.0, status="running", 
             entry["slowest"] = True
             slowest_slot = entry["slot"]
 
-    chief = next((feeds[e["slot"]] for e in out if e["rank"] == 0 and feeds[e["slot"]]), None)
+    # The chief's feed: rank 0's; once its device left, the lowest rank present, which takes over its
+    # end-of-job duties (mxhet.control.membership.summary_rank) and feeds the evaluated accuracy.
+    first = next((e for e in out if e["rank"] == 0 and feeds[e["slot"]]), None)
+    if first is not None and not first["present"]:
+        ranked = sorted((e for e in out if e["rank"] is not None and e["present"] and feeds[e["slot"]]),
+                        key=lambda e: e["rank"])
+        first = ranked[0] if ranked else None
+    chief = feeds[first["slot"]] if first is not None else None
     accuracy = chief.get("accuracy", []) if chief else []
     fed = [e for e in out if e["fed"]]
     job = {
@@ -264,7 +280,8 @@ def build_state(devices, live_dir, *, mode="", elapsed_s=0.0, status="running", 
         "rounds": max((e["round"] for e in fed), default=0),
         "num_workers": len(out),
         "reporting": len(fed),
-        "samples_per_s": round(sum(e["samples_per_s"] or 0.0 for e in fed), 3) if fed else None,
+        # a device that left reports no more: its last rate is not the job's
+        "samples_per_s": round(sum(e["samples_per_s"] or 0.0 for e in fed if e["present"]), 3) if fed else None,
         "accuracy": accuracy[-1][1] if accuracy else None,
         "accuracy_at_s": accuracy[-1][0] if accuracy else None,
         "accuracy_curve": accuracy,

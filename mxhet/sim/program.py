@@ -180,7 +180,8 @@ def _rejoin(sim, dev):
     cluster worker does: the State Server names the first round it takes part in (the next
     round boundary, :meth:`mxhet.control.membership.RoundRendezvous.join`), it takes the
     global model and a fresh local optimizer. Returns False (nothing done) when it has no
-    join, or every other device stopped before its time."""
+    join, or every other device stopped before its time, or the job agreed to stop (the
+    State Server's ``Registered.over``)."""
     at = getattr(sim.job, "joins", {}).get(dev.slot)
     if at is None:
         return False
@@ -190,6 +191,11 @@ def _rejoin(sim, dev):
         return False
     dev.stopped = False
     reply = yield from sim.register(dev)
+    if reply.over:
+        # the others agreed to stop while it came back: no round is left for it (a cluster worker started
+        # again that late leaves with exit 0, mxhet.modes.rounds.leave_too_late)
+        yield from sim.leave(dev)
+        return False
     dev.stats.rounds = reply.round     # the program counts the job's rounds from there
     dev.stats.rejoined_at_round = reply.round
     dev.joined_at = sim.env.now

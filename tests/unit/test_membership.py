@@ -229,3 +229,41 @@ def test_a_rejoining_worker_is_never_sent_back_to_a_round_its_record_has_passed(
     r.depart(1, "died")
     r.enter(0, 4, 0)
     assert r.join(1, not_before=3) == 5   # the boundary after the round under way wins when later
+
+
+def test_every_finish_barrier_names_the_lowest_rank_still_in_the_job_for_the_chiefs_duties():
+    from mxhet.control.membership import summary_rank
+    r = RoundRendezvous(range(3))
+    for rank in range(3):
+        r.enter(rank, 0, rank)
+    # the chief (rank 0) dies in round 0's exchange; the survivors finish the round and the job
+    r.done(1, 0, "b")
+    r.done(2, 0, "c")
+    assert answers(r.depart(0, "died")) == {1: Done(0, False), 2: Done(0, False)}
+    r.finish(1, "f1")
+    assert answers(r.finish(2, "f2")) == {1: Finished(1), 2: Finished(1)}
+    # the second barrier (after the worker files) names rank 1 again, on every survivor
+    r.finish(2, "g2")
+    assert answers(r.finish(1, "g1")) == {1: Finished(1), 2: Finished(1)}
+    assert summary_rank(range(3), set()) == 0 and summary_rank(range(3), {0, 1}) == 2
+    assert summary_rank(range(2), {0, 1}) is None
+
+
+def test_a_chief_that_dies_at_the_last_barrier_is_replaced_before_anyone_is_released():
+    r = RoundRendezvous(range(3))
+    for rank in range(3):
+        assert r.finish(rank, rank) == [] or rank == 2
+    # the second barrier: ranks 1 and 2 wait for the chief, which dies before it gets there
+    assert r.finish(2, "g2") == [] and r.finish(1, "g1") == []
+    assert answers(r.depart(0, "died")) == {1: Finished(1), 2: Finished(1)}
+
+
+def test_the_state_server_names_the_chief_in_the_finish_reply():
+    from mxhet.control import messages as m
+    from mxhet.control.server import StateService
+    service = StateService(2, rules=("membership",))
+    for rank in range(2):
+        service.handle(m.Register(rank=rank, seq=1, slot=rank, signature="", round=0), now=0.0, sender=rank)
+    service.handle(m.Bye(rank=0, seq=2), now=0.1, sender=0)   # rank 0 is gone (a goodbye, as good as a death)
+    reply = service.handle(m.RoundFinish(rank=1, seq=2), now=0.2, sender=1)
+    assert isinstance(reply, m.FinishedReply) and reply.chief == 1

@@ -50,9 +50,34 @@
       cell(tr, d.rtt_s === null ? "\u2013" : (1000 * d.rtt_s).toFixed(2) + " ms");
       cell(tr, fmt(d.samples_per_s, 0));
       cell(tr, d.slowest ? "slowest" : "");
+      // a device that left stays listed, marked as gone (its last report's numbers, greyed)
+      const present = d.present !== false;
+      tr.dataset.present = present;
+      if (!present) tr.classList.add("left");
+      cell(tr, !present ? "left" + (d.left > 1 ? " (" + d.left + "x)" : "")
+        : d.joined ? "rejoined" + (d.joined > 1 ? " (" + d.joined + "x)" : "") : "yes", "membership");
       return tr;
     });
     body.replaceChildren(...rows);
+  }
+
+  function renderEvents(events) {
+    const list = document.getElementById("event-list");
+    document.getElementById("no-events").hidden = events.length > 0;
+    list.hidden = events.length === 0;
+    const rows = events.map((e) => {
+      const tr = document.createElement("tr");
+      tr.dataset.event = e.event;
+      tr.dataset.slot = e.slot;
+      tr.className = "event-" + e.event;
+      cell(tr, seconds(e.t_s));
+      cell(tr, e.event === "leave" ? "left" : e.event === "join" ? "joined" : String(e.event));
+      cell(tr, e.slot === null || e.slot === undefined ? "\u2013" : e.slot);
+      cell(tr, e.round === null || e.round === undefined ? "\u2013" : e.round, "round");
+      cell(tr, e.cause || "\u2013", "cause");
+      return tr;
+    });
+    list.querySelector("tbody").replaceChildren(...rows);
   }
 
   const layout = (title, xtitle, ytitle) => ({
@@ -98,12 +123,14 @@
     setText("accuracy", job.accuracy === null ? "not yet evaluated"
       : fmt(job.accuracy, 4) + " (at " + seconds(job.accuracy_at_s) + ")");
     setText("reporting", job.reporting + " of " + job.num_workers);
+    setText("present", (job.present === undefined ? job.num_workers : job.present) + " of " + job.num_workers);
     document.body.dataset.rounds = job.rounds;
     for (const d of state.devices) {
       push(rateHistory, d.slot, job.elapsed_s, d.samples_per_s);
       push(ratioHistory, d.slot, job.elapsed_s, d.compute_ratio);
     }
     renderTable(state.devices);
+    renderEvents(job.events || []);
     renderCharts(state);
     updates += 1;
     const u = document.getElementById("updates");
