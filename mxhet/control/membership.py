@@ -437,14 +437,8 @@ class EnteredReply(w.Reply):
     ballots: int = 0
     stop: bool = False
     counts: tuple = ()
-
-    def validate(self):
-        super().validate()
-        w.check_int("round", self.round)
-        w.check_int("target", self.target)
-        w.check_int("ballots", self.ballots)
-        w.check_bool("stop", self.stop)
-        w.check_counts(self)
+    CHECKS = {"round": w.integer(), "target": w.integer(), "ballots": w.integer(), "stop": w.check_bool,
+              "counts": w.check_counts}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -456,12 +450,7 @@ class RoundEnter(w.Request):
     round: int
     want_stop: bool
     counts: tuple = ()
-
-    def validate(self):
-        super().validate()
-        w.check_int("round", self.round)
-        w.check_bool("want_stop", self.want_stop)
-        w.check_counts(self)
+    CHECKS = {"round": w.integer(), "want_stop": w.check_bool, "counts": w.check_counts}
 
 
 @w.reply_record
@@ -471,11 +460,7 @@ class DoneReply(w.Reply):
     TYPE = "round_done_reply"
     round: int = 0
     ready: bool = False
-
-    def validate(self):
-        super().validate()
-        w.check_int("round", self.round)
-        w.check_bool("ready", self.ready)
+    CHECKS = {"round": w.integer(), "ready": w.check_bool}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -484,10 +469,7 @@ class RoundDone(w.Request):
     TYPE = "round_done"
     REPLY = DoneReply
     round: int
-
-    def validate(self):
-        super().validate()
-        w.check_int("round", self.round)
+    CHECKS = {"round": w.integer()}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -496,9 +478,6 @@ class RoundFinish(w.Request):
     The answer (a plain :class:`~.wire.Reply`) waits until no worker trains any
     more: the global model is final."""
     TYPE = "round_finish"
-
-    def validate(self):
-        super().validate()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
