@@ -25,6 +25,7 @@ import time
 from tqdm import tqdm
 
 from mxhet.errors import ConfigError
+from mxhet.sim.checkpoint import add_flags as add_checkpoint_flags
 
 from . import aggregation, presets, profiles
 from . import nodelay as nodelay_bench
@@ -180,14 +181,12 @@ def build_parser():
         e.add_argument("--jobs", type=int, default=1,
                        help="simulator runs at once, each a process with one compute thread "
                             "(default 1; the cluster engine runs one job at a time)")
-        e.add_argument("--resume", action="store_true",
-                       help="keep simulator runs already finished in --out with the same command, and continue "
-                            "a simulator run from its checkpoint (a long bench stopped part-way goes on where it "
-                            "was; see docs/bench.md)")
-        e.add_argument("--checkpoint-every-min", type=float, default=10.0, metavar="MINUTES",
-                       help="a simulator run saves a checkpoint every MINUTES of wall time, on SIGTERM and at the end "
-                            "of training, in its run directory; --resume continues it with the same final model "
-                            "(default %(default)s; 0: none)")
+        add_checkpoint_flags(
+            e, 10.0,
+            "a simulator run saves a checkpoint every MINUTES of wall time, on SIGTERM and at the end of training, "
+            "in its run directory; --resume continues it with the same final model (default %(default)s; 0: none)",
+            "keep simulator runs already finished in --out with the same command, and continue a simulator run "
+            "from its checkpoint (a long bench stopped part-way goes on where it was; see docs/bench.md)")
     return p
 
 

@@ -175,7 +175,7 @@ class Trainer(gluon.Trainer):
         avoids one extra round compared with :meth:`request_stop`."""
         if condition is not None and not callable(condition):
             raise ConfigError("the stop condition must be callable, got %r" % (condition,))
-        self.mode.stop_condition = condition
+        self.mode.stopping.condition = condition
 
     def observe_loss(self, value):
         """Tell the mode the latest training loss (ADSP's commit-rate search uses it)."""

@@ -37,7 +37,6 @@ import dataclasses
 import math
 import warnings
 
-from ..errors import ProtocolError
 from . import wire as w
 
 DEFAULT_PERIOD = 2.0
@@ -339,11 +338,7 @@ class CommitReply(w.Reply):
     TYPE = "commit_reply"
     target: int = 0
     period_left: float = 0.0
-
-    def validate(self):
-        super().validate()
-        w.check_int("target", self.target)
-        w.check_seconds("period_left", self.period_left)
+    CHECKS = {"target": w.integer(), "period_left": w.check_seconds}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -356,13 +351,7 @@ class Commit(w.Request):
     commits: int
     loss: float
     commit_cost: float
-
-    def validate(self):
-        super().validate()
-        w.check_int("commits", self.commits)
-        if isinstance(self.loss, bool) or not isinstance(self.loss, (int, float)) or not math.isfinite(self.loss):
-            raise ProtocolError("field 'loss' must be a finite number, got %r" % (self.loss,))
-        w.check_seconds("commit_cost", self.commit_cost)
+    CHECKS = {"commits": w.integer(), "loss": w.check_finite, "commit_cost": w.check_seconds}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

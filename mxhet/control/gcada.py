@@ -31,7 +31,6 @@ computation P = Σ|M_D| · μ (μ samples per mini-batch).
 import collections
 import dataclasses
 
-from ..errors import ProtocolError
 from ..policy.specs import DEFAULT_MAX_DELAY
 from . import wire as w
 
@@ -428,10 +427,7 @@ def loads_of(workers, batch_size):
 class _GroupAnswer(w.Reply):
     """What every G-CADA answer names: the ``iteration`` it is about."""
     iteration: int = 0
-
-    def validate(self):
-        super().validate()
-        w.check_int("iteration", self.iteration)
+    CHECKS = {"iteration": w.integer()}
 
 
 @w.reply_record
@@ -444,12 +440,7 @@ class GroupSelection(_GroupAnswer):
     download: bool = False
     step_servers: bool = False
     stop: bool = False
-
-    def validate(self):
-        super().validate()
-        w.check_bool("download", self.download)
-        w.check_bool("step_servers", self.step_servers)
-        w.check_bool("stop", self.stop)
+    CHECKS = {"download": w.check_bool, "step_servers": w.check_bool, "stop": w.check_bool}
 
 
 @w.reply_record
@@ -459,10 +450,7 @@ class WatchReply(_GroupAnswer):
     the claim is this worker's own, false: drop the work at once."""
     TYPE = "group_watch_reply"
     keep: bool = False
-
-    def validate(self):
-        super().validate()
-        w.check_bool("keep", self.keep)
+    CHECKS = {"keep": w.check_bool}
 
 
 @w.reply_record
@@ -471,10 +459,7 @@ class ClaimReply(_GroupAnswer):
     group's first finisher (it uploads), false: drop the gradient."""
     TYPE = "group_claim"
     upload: bool = False
-
-    def validate(self):
-        super().validate()
-        w.check_bool("upload", self.upload)
+    CHECKS = {"upload": w.check_bool}
 
 
 @w.reply_record
@@ -483,10 +468,7 @@ class UploadedReply(_GroupAnswer):
     iteration's last upload and this worker triggers the servers' step."""
     TYPE = "group_uploaded_reply"
     step_servers: bool = False
-
-    def validate(self):
-        super().validate()
-        w.check_bool("step_servers", self.step_servers)
+    CHECKS = {"step_servers": w.check_bool}
 
 
 @w.reply_record
@@ -500,11 +482,7 @@ class _GroupRequest(w.Request):
     """A request about ``iteration`` from a member of ``group``."""
     iteration: int
     group: int
-
-    def validate(self):
-        super().validate()
-        w.check_int("iteration", self.iteration)
-        w.check_int("group", self.group)
+    CHECKS = {"iteration": w.integer(), "group": w.integer()}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -521,16 +499,8 @@ class GroupBegin(_GroupRequest):
     c: float
     want_stop: bool
     smoothness: float = 1.0
-
-    def validate(self):
-        super().validate()
-        w.check_int("groups", self.groups, minimum=1)
-        w.check_int("max_delay", self.max_delay, minimum=1)
-        w.check_seconds("c", self.c)  # a finite number >= 0
-        w.check_bool("want_stop", self.want_stop)
-        w.check_seconds("smoothness", self.smoothness)
-        if not self.smoothness > 0:
-            raise ProtocolError("field 'smoothness' must be > 0, got %r" % (self.smoothness,))
+    CHECKS = {"groups": w.integer(1), "max_delay": w.integer(1), "c": w.check_seconds,  # c: a finite number >= 0
+              "want_stop": w.check_bool, "smoothness": w.check_positive}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -563,11 +533,4 @@ class GroupStepped(_GroupRequest):
     REPLY = SteppedReply
     delta_sq: float
     group_sq: list
-
-    def validate(self):
-        super().validate()
-        w.check_seconds("delta_sq", self.delta_sq)  # a finite number >= 0
-        if not isinstance(self.group_sq, list) or len(self.group_sq) > 1024:
-            raise ProtocolError("field 'group_sq' must be a list of at most 1024 numbers")
-        for value in self.group_sq:
-            w.check_seconds("group_sq", value)
+    CHECKS = {"delta_sq": w.check_seconds, "group_sq": w.numbers(w.check_seconds, 1024)}   # finite numbers >= 0

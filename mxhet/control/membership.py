@@ -461,14 +461,8 @@ class EnteredReply(w.Reply):
     ballots: int = 0
     stop: bool = False
     counts: tuple = ()
-
-    def validate(self):
-        super().validate()
-        w.check_int("round", self.round)
-        w.check_int("target", self.target)
-        w.check_int("ballots", self.ballots)
-        w.check_bool("stop", self.stop)
-        w.check_counts(self)
+    CHECKS = {"round": w.integer(), "target": w.integer(), "ballots": w.integer(), "stop": w.check_bool,
+              "counts": w.check_counts}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -480,12 +474,7 @@ class RoundEnter(w.Request):
     round: int
     want_stop: bool
     counts: tuple = ()
-
-    def validate(self):
-        super().validate()
-        w.check_int("round", self.round)
-        w.check_bool("want_stop", self.want_stop)
-        w.check_counts(self)
+    CHECKS = {"round": w.integer(), "want_stop": w.check_bool, "counts": w.check_counts}
 
 
 @w.reply_record
@@ -495,11 +484,7 @@ class DoneReply(w.Reply):
     TYPE = "round_done_reply"
     round: int = 0
     ready: bool = False
-
-    def validate(self):
-        super().validate()
-        w.check_int("round", self.round)
-        w.check_bool("ready", self.ready)
+    CHECKS = {"round": w.integer(), "ready": w.check_bool}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -508,10 +493,7 @@ class RoundDone(w.Request):
     TYPE = "round_done"
     REPLY = DoneReply
     round: int
-
-    def validate(self):
-        super().validate()
-        w.check_int("round", self.round)
+    CHECKS = {"round": w.integer()}
 
 
 @w.reply_record
@@ -521,10 +503,7 @@ class FinishedReply(w.Reply):
     duties (the lowest rank still in the job; -1: none)."""
     TYPE = "round_finished"
     chief: int = -1
-
-    def validate(self):
-        super().validate()
-        w.check_int("chief", self.chief, minimum=-1)
+    CHECKS = {"chief": w.integer(-1)}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -534,9 +513,6 @@ class RoundFinish(w.Request):
     more: the global model is final."""
     TYPE = "round_finish"
     REPLY = FinishedReply
-
-    def validate(self):
-        super().validate()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

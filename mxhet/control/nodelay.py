@@ -139,12 +139,7 @@ class TransferReply(w.Reply):
     ready: bool = False
     round: int = 0
     stop: bool = False
-
-    def validate(self):
-        super().validate()
-        w.check_bool("ready", self.ready)
-        w.check_int("round", self.round)
-        w.check_bool("stop", self.stop)
+    CHECKS = {"ready": w.check_bool, "round": w.integer(), "stop": w.check_bool}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -156,12 +151,7 @@ class Notify(w.Request):
     round: int
     pending: int
     want_stop: bool
-
-    def validate(self):
-        super().validate()
-        w.check_int("round", self.round)
-        w.check_int("pending", self.pending, minimum=1)
-        w.check_bool("want_stop", self.want_stop)
+    CHECKS = {"round": w.integer(), "pending": w.integer(1), "want_stop": w.check_bool}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -170,7 +160,4 @@ class Merged(w.Request):
     TYPE = "merged"
     REPLY = TransferReply
     round: int
-
-    def validate(self):
-        super().validate()
-        w.check_int("round", self.round)
+    CHECKS = {"round": w.integer()}

@@ -44,7 +44,7 @@ import math
 
 from mxhet.control import wire as w
 from mxhet.control.window_graph import WindowGraph
-from mxhet.errors import ConfigError, ProtocolError
+from mxhet.errors import ConfigError
 from mxhet.policy.specs import PREDUCE
 
 DEFAULT_ALPHA = 0.5
@@ -412,15 +412,8 @@ class ReduceJoin(w.Request):
     alpha: float
     avoid_frozen: bool
     window: int
-
-    def validate(self):
-        super().validate()
-        w.check_int("group_size", self.group_size, minimum=2)
-        w.check_bool("dynamic", self.dynamic)
-        w.check_bool("avoid_frozen", self.avoid_frozen)
-        w.check_int("window", self.window)
-        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0 <= self.alpha < 1:
-            raise ProtocolError("field 'alpha' must be a number in [0, 1), got %r" % (self.alpha,))
+    CHECKS = {"group_size": w.integer(2), "dynamic": w.check_bool, "avoid_frozen": w.check_bool,
+              "window": w.integer(), "alpha": w.check_below_one}
 
 
 @w.reply_record
@@ -436,15 +429,8 @@ class GroupedReply(w.Reply):
     weight: float = 0.0
     k: int = 0
     target: int = 0
-
-    def validate(self):
-        super().validate()
-        w.check_bool("stop", self.stop)
-        w.check_int("round", self.round)
-        w.check_int("group_slot", self.group_slot, minimum=-1)
-        w.check_fraction("weight", self.weight)
-        w.check_int("k", self.k)
-        w.check_int("target", self.target)
+    CHECKS = {"stop": w.check_bool, "round": w.integer(), "group_slot": w.integer(-1), "weight": w.check_fraction,
+              "k": w.integer(), "target": w.integer()}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -455,11 +441,7 @@ class ReduceReady(w.Request):
     REPLY = GroupedReply
     k: int
     want_stop: bool
-
-    def validate(self):
-        super().validate()
-        w.check_int("k", self.k)
-        w.check_bool("want_stop", self.want_stop)
+    CHECKS = {"k": w.integer(), "want_stop": w.check_bool}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -469,7 +451,4 @@ class ReducePushed(w.Request):
     (then the slot holds the sum)."""
     TYPE = "reduce_pushed"
     group: int
-
-    def validate(self):
-        super().validate()
-        w.check_int("group", self.group)
+    CHECKS = {"group": w.integer()}

@@ -218,10 +218,7 @@ class Clock(w.Request):
     """
     TYPE = "clock"
     clock: int
-
-    def validate(self):
-        super().validate()
-        w.check_int("clock", self.clock)
+    CHECKS = {"clock": w.integer()}
 
 
 class SSPRule(RulePlugin):

@@ -337,15 +337,8 @@ class QueryReply(w.Reply):
     stop: bool = False
     target: int = 0
     weight: float = 0.0
-
-    def validate(self):
-        super().validate()
-        w.check_bool("ready", self.ready)
-        w.check_int("round", self.round)
-        w.check_int("slowest", self.slowest, minimum=-1)
-        w.check_bool("stop", self.stop)
-        w.check_int("target", self.target)
-        w.check_fraction("weight", self.weight)
+    CHECKS = {"ready": w.check_bool, "round": w.integer(), "slowest": w.integer(-1), "stop": w.check_bool,
+              "target": w.integer(), "weight": w.check_fraction}
 
 
 _QUERY_REPLY_FIELDS = {f.name: (0 if f.name == "seq" else f.default) for f in dataclasses.fields(QueryReply)}
@@ -392,13 +385,7 @@ class Query(w.Request):
     k: int
     c: float
     since_finish: float
-
-    def validate(self):
-        super().validate()
-        w.check_int("round", self.round)
-        w.check_int("k", self.k)
-        w.check_seconds("c", self.c)
-        w.check_seconds("since_finish", self.since_finish)
+    CHECKS = {"round": w.integer(), "k": w.integer(), "c": w.check_seconds, "since_finish": w.check_seconds}
 
 
 @w.reply_record
@@ -407,11 +394,7 @@ class ResetReply(w.Reply):
     TYPE = "reset_reply"
     round: int = 0
     stop: bool = False
-
-    def validate(self):
-        super().validate()
-        w.check_int("round", self.round)
-        w.check_bool("stop", self.stop)
+    CHECKS = {"round": w.integer(), "stop": w.check_bool}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -431,9 +414,4 @@ class Reset(w.Request):
     round: int
     want_stop: bool
     since_finish: float = 0.0
-
-    def validate(self):
-        super().validate()
-        w.check_int("round", self.round, minimum=1)
-        w.check_bool("want_stop", self.want_stop)
-        w.check_seconds("since_finish", self.since_finish)
+    CHECKS = {"round": w.integer(1), "want_stop": w.check_bool, "since_finish": w.check_seconds}

@@ -9,7 +9,8 @@ its own clock at receipt.
 This module holds what every record shares: the codec, the bases
 :class:`Request` and :class:`Reply` (the generic answer: ``seq``, ``ok``,
 ``error``, ``code``; a refused request of any kind gets one), the paged
-records (:class:`RecordRequest`, :class:`RecordPage`) and the State Server's
+records (:class:`RecordRequest`, :class:`RecordPage`), the field checks a
+record declares in its ``CHECKS`` (:func:`check_fields`) and the State Server's
 own requests (register, heartbeat, goodbye). Each rule's requests and reply
 records live in the rule's module and are listed by its plugin
 (:mod:`mxhet.control.rules`); :mod:`mxhet.control.messages` gathers them all.
@@ -41,6 +42,10 @@ MAX_MESSAGE_BYTES = 16 * 1024
 """Cap enforced on the socket (ZMQ_MAXMSGSIZE) and again when decoding."""
 
 
+# -- field checks: each record names its fields' checks once, in its class's CHECKS (check_fields) ----
+# A check is ``check(name, value)``: it raises ProtocolError naming the field, or returns None (or, for
+# check_counts, the value to keep).
+
 def check_int(name, value, minimum=0):
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise ProtocolError("field %r must be an integer >= %d, got %r" % (name, minimum, value))
@@ -50,13 +55,12 @@ MAX_COUNTS = 8
 """Numbers a count vector (a round rendezvous' ``counts``) may carry at most."""
 
 
-def check_counts(message):
-    """Check ``message.counts`` and make it a tuple (JSON decodes a list), so a decoded message equals the sent one."""
-    value = message.counts
+def check_counts(name, value):
+    """A count vector: returns it as a tuple (JSON decodes a list), so a decoded message equals the sent one."""
     if (not isinstance(value, (list, tuple)) or len(value) > MAX_COUNTS
             or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in value)):
         raise ProtocolError("field 'counts' must be a list of at most %d finite numbers" % MAX_COUNTS)
-    object.__setattr__(message, "counts", tuple(value))
+    return tuple(value)
 
 
 def check_seconds(name, value):
@@ -74,6 +78,85 @@ def check_fraction(name, value):
         raise ProtocolError("field %r must be a number in [0, 1], got %r" % (name, value))
 
 
+def check_below_one(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ProtocolError("field %r must be a number in [0, 1), got %r" % (name, value))
+
+
+def check_finite(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ProtocolError("field %r must be a finite number, got %r" % (name, value))
+
+
+def check_positive(name, value):
+    """A finite number > 0 (checked as :func:`check_seconds` first, so a negative one reads as such)."""
+    check_seconds(name, value)
+    if not value > 0:
+        raise ProtocolError("field %r must be > 0, got %r" % (name, value))
+
+
+def integer(minimum=0):
+    """The check of an integer field >= ``minimum`` (a bool is no integer)."""
+    return lambda name, value: check_int(name, value, minimum)
+
+
+def text(maximum=None, says=None):
+    """The check of a string field of at most ``maximum`` characters (None: any length);
+    ``says`` what the error calls it (default: "a string of at most N characters")."""
+    if says is None:
+        says = "a string" if maximum is None else "a string of at most %d characters" % maximum
+
+    def check(name, value):
+        if not isinstance(value, str) or (maximum is not None and len(value) > maximum):
+            raise ProtocolError("field %r must be %s" % (name, says))
+    return check
+
+
+def numbers(check, maximum):
+    """The check of a list field of at most ``maximum`` values, each passing ``check``."""
+    def check_list(name, value):
+        if not isinstance(value, list) or len(value) > maximum:
+            raise ProtocolError("field %r must be a list of at most %d numbers" % (name, maximum))
+        for item in value:
+            check(name, item)
+    return check_list
+
+
+def _check_incarnation(name, value):
+    check_int(name, value)
+    if value >= 2 ** 53:
+        raise ProtocolError("field %r must be below 2**53" % name)
+
+
+_CHECKS = {}   # record class -> ((field name, check), ...) of the class and its bases
+
+
+def checks_of(cls):
+    """The field checks of record class ``cls`` (cached): every ``CHECKS`` in its
+    bases and itself, merged base first, so a base's fields are checked first."""
+    checks = _CHECKS.get(cls)
+    if checks is None:
+        merged = {}
+        for klass in reversed(cls.__mro__):
+            merged.update(klass.__dict__.get("CHECKS", {}))
+        checks = _CHECKS[cls] = tuple(merged.items())
+    return checks
+
+
+def check_fields(message):
+    """Run ``message``'s field checks (:func:`checks_of`). A check raises ProtocolError
+    naming the bad field, or returns None, or the value to keep instead (a list made a tuple).
+
+    Raises:
+        ProtocolError: for the first field that fails its check.
+    """
+    fields = message.__dict__
+    for name, check in _CHECKS.get(type(message)) or checks_of(type(message)):
+        value = check(name, fields[name])
+        if value is not None:
+            object.__setattr__(message, name, value)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Request:
     """Fields of every request: the sender's rank, the incarnation of its
@@ -84,23 +167,26 @@ class Request:
     successful answer; a refusal is a generic :class:`Reply`), ``REPLAYABLE``
     (a repeat with the same incarnation and sequence number gets the first
     answer again), ``BEFORE_V3`` (fields a v1 or v2 sender leaves out, with
-    the value that keeps its meaning) and ``fast_valid`` (an inline check of
-    the decoded fields for the hottest requests, see :func:`decode`)."""
+    the value that keeps its meaning), ``CHECKS`` (field name -> check, for
+    the fields the class adds: :func:`check_fields`) and ``fast_valid`` (an
+    inline check of the decoded fields for the hottest requests, see :func:`decode`)."""
     TYPE = ""
     REPLY = None          # set below to Reply, the answer that says only ok
     REPLAYABLE = True
     BEFORE_V3 = {}
+    CHECKS = {"rank": integer(), "seq": integer(), "incarnation": _check_incarnation}
     fast_valid = None
     rank: int
     seq: int
     incarnation: int = 0
 
     def validate(self):
-        check_int("rank", self.rank)
-        check_int("seq", self.seq)
-        check_int("incarnation", self.incarnation)
-        if self.incarnation >= 2 ** 53:
-            raise ProtocolError("field 'incarnation' must be below 2**53")
+        """Check every field (the ``CHECKS`` of the class and its bases).
+
+        Raises:
+            ProtocolError: naming the first bad field.
+        """
+        check_fields(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +198,8 @@ class Reply:
     sender (``too_few_workers`` when a round rendezvous fell below its minimum).
     An accepted request whose answer says nothing more (SSP's CLOCK, say) gets
     one with ``ok`` True; a rule whose answer carries more has a record of its
-    own, a subclass with only the fields that rule answers."""
+    own, a subclass with only the fields that rule answers (and their ``CHECKS``,
+    as a :class:`Request`'s)."""
     TYPE = "reply"
     # Not a field: a record whose rule decides the job's stop has ``stop`` of its own; any other answer,
     # a refusal included, reads as no stop (the simulator's RESET handler reads ``stop`` off a refused,
@@ -122,14 +209,11 @@ class Reply:
     ok: bool = True
     error: str = ""
     code: str = ""    # machine-readable kind of error: "not_registered", "too_few_workers", or ""
+    CHECKS = {"seq": integer(), "ok": check_bool, "code": text(32, "a short string"), "error": text()}
 
     def validate(self):
-        check_int("seq", self.seq)
-        check_bool("ok", self.ok)
-        if not isinstance(self.code, str) or len(self.code) > 32:
-            raise ProtocolError("field 'code' must be a short string")
-        if not isinstance(self.error, str):
-            raise ProtocolError("field 'error' must be a string")
+        """Check every field, as :meth:`Request.validate`."""
+        check_fields(self)
 
 
 Request.REPLY = Reply
@@ -152,11 +236,7 @@ class Registered(Reply):
     TYPE = "registered"
     round: int = 0
     over: bool = False
-
-    def validate(self):
-        super().validate()
-        check_int("round", self.round)
-        check_bool("over", self.over)
+    CHECKS = {"round": integer(), "over": check_bool}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -168,13 +248,7 @@ class Register(Request):
     slot: int
     signature: str = ""
     round: int = 0   # > 0 when a worker registers again with a restarted State Server
-
-    def validate(self):
-        super().validate()
-        check_int("slot", self.slot)
-        check_int("round", self.round)
-        if not isinstance(self.signature, str) or len(self.signature) > 128:
-            raise ProtocolError("field 'signature' must be a string of at most 128 characters")
+    CHECKS = {"slot": integer(), "round": integer(), "signature": text(128)}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -182,9 +256,6 @@ class Heartbeat(Request):
     """The worker's process is alive (sent by its I/O thread; no reply)."""
     TYPE = "heartbeat"
     REPLAYABLE = False
-
-    def validate(self):
-        super().validate()
 
 
 @reply_record
@@ -194,10 +265,7 @@ class ByeReply(Reply):
     gradient is to be zeroed)."""
     TYPE = "bye_reply"
     retired: bool = False
-
-    def validate(self):
-        super().validate()
-        check_bool("retired", self.retired)
+    CHECKS = {"retired": check_bool}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -205,9 +273,6 @@ class Bye(Request):
     """The worker leaves the job."""
     TYPE = "bye"
     REPLY = ByeReply
-
-    def validate(self):
-        super().validate()
 
 
 # -- paged records (a rule's record for the chief's run summary) -------------------------------
@@ -225,12 +290,7 @@ class RecordPage(Reply):
     TYPE = "record_page"
     payload: str = ""
     total: int = 0
-
-    def validate(self):
-        super().validate()
-        check_int("total", self.total)
-        if not isinstance(self.payload, str) or len(self.payload) > RECORD_PAGE:
-            raise ProtocolError("field 'payload' must be a string of at most %d characters" % RECORD_PAGE)
+    CHECKS = {"total": integer(), "payload": text(RECORD_PAGE)}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -241,10 +301,7 @@ class RecordRequest(Request):
     REPLY = RecordPage
     REPLAYABLE = False
     start: int = 0
-
-    def validate(self):
-        super().validate()
-        check_int("start", self.start)
+    CHECKS = {"start": integer()}
 
 
 def record_page(seq, text, start):

@@ -93,6 +93,7 @@ class SyncMode:
         self.opts = self.spec.resolve(options)
         self.trainer = trainer
         self.config = config
+        self.clock = clock   # () -> seconds: the mode's clock, shared with its timer, channel and State Server client
         self.timer = StepTimer(self.stats, self.pacing_for(config), clock)
         self.sleep = sleep
         self.stopping = StopProtocol()
@@ -109,41 +110,6 @@ class SyncMode:
         self._ready = False
         self._progressed = False   # a step has returned (told the launcher's hang watch once)
         self._finished = False     # finish() has pulled the final model
-
-    # The timer's state, read and set by the modes and by tests that drive a mode without setup().
-    @property
-    def clock(self):
-        """``() -> seconds``: every reading of the mode's (and its timer's) clock."""
-        return self.timer.clock
-
-    @clock.setter
-    def clock(self, clock):
-        self.timer.clock = clock
-
-    @property
-    def pacing(self):
-        """The profile's iteration time (:class:`mxhet.policy.pacing.Pacing`)."""
-        return self.timer.pacing
-
-    @pacing.setter
-    def pacing(self, pacing):
-        self.timer.pacing = pacing
-
-    @property
-    def _t_start(self):
-        return self.timer.t_start
-
-    @_t_start.setter
-    def _t_start(self, t):
-        self.timer.t_start = t
-
-    @property
-    def _t_last(self):
-        return self.timer.t_last
-
-    @_t_last.setter
-    def _t_last(self, t):
-        self.timer.t_last = t
 
     @property
     def kv(self):
@@ -426,25 +392,9 @@ class SyncMode:
         restore_counters(self.stats, state)
 
     def request_stop(self):
-        """Ask to stop; the mode stops when every worker can stop consistently."""
+        """Ask to stop; the mode stops when every worker can stop consistently (the stop
+        condition and the wish are :attr:`stopping`'s, :class:`StopProtocol`)."""
         self.stopping.request()
-
-    @property
-    def stop_requested(self):
-        return self.stopping.requested
-
-    @property
-    def stop_condition(self):
-        """``callable(stats) -> bool``, checked where the mode can stop (or None)."""
-        return self.stopping.condition
-
-    @stop_condition.setter
-    def stop_condition(self, condition):
-        self.stopping.condition = condition
-
-    def wants_stop(self):
-        """True if this worker asked to stop, or its stop condition holds now (:class:`StopProtocol`)."""
-        return self.stopping.wants(self.stats)
 
     # -- helpers -----------------------------------------------------------
     def weights(self):

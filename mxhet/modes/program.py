@@ -55,7 +55,7 @@ class ProgramMode(SyncMode):
     def carry_out(self, effect):
         """Carry out one effect (not a Compute) with blocking calls; returns its result."""
         if isinstance(effect, WantsStop):
-            return self.wants_stop()
+            return self.stopping.wants(self.stats)
         if isinstance(effect, Exchange):
             control = self.stopping.ballot(effect.vote)
             if effect.payload is Payload.DELTAS:

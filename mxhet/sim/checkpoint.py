@@ -47,6 +47,19 @@ CHECKPOINT_FLAGS = {"--checkpoint-dir": 1, "--checkpoint-every-min": 1, "--resum
 """Flags that say how a run is kept across sessions: not part of its recorded command."""
 
 
+def add_flags(group, every_min_default, every_min_help, resume_help, dir_help=None):
+    """Add a simulator run's checkpoint flags to argparse ``group``: ``--checkpoint-every-min``
+    (wall minutes between saves, float, default ``every_min_default``), ``--checkpoint-dir``
+    (only with ``dir_help``; default "") and ``--resume``, as ``python -m mxhet.sim`` and the
+    bench's paper experiments (which pass them on to each run) declare them. Here, not in
+    :mod:`.cli`, so that the bench's parser does not import MXNet."""
+    group.add_argument("--checkpoint-every-min", type=float, default=every_min_default, metavar="MINUTES",
+                       help=every_min_help)
+    if dir_help is not None:
+        group.add_argument("--checkpoint-dir", default="", help=dir_help)
+    group.add_argument("--resume", action="store_true", help=resume_help)
+
+
 def without_checkpoint_flags(argv):
     """``argv`` without :data:`CHECKPOINT_FLAGS`: a resumed run records the command of an uninterrupted one."""
     return _drop(argv, CHECKPOINT_FLAGS)

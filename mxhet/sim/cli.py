@@ -95,22 +95,23 @@ def build_parser():
                         "'members'; costs real CPU, no virtual time, and does not change the training "
                         "(default 0: off)")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar on stderr")
-    g = p.add_argument_group("checkpoints (simulator only; see docs/bench.md)")
-    g.add_argument("--checkpoint-every-min", type=float, default=0.0, metavar="MINUTES",
-                   help="save the run every MINUTES of wall time, on SIGTERM or SIGINT (then stop, status 143 or "
-                        "130) and at the end of training, into --checkpoint-dir (default METRICS_OUT/checkpoint; "
-                        "saves are atomic); the same command with --resume continues it and ends with the same "
-                        "final model as an uninterrupted run (modes %s; default 0: off)" % ", ".join(checkpoint.MODES))
+    # "resolve": the simulator's --checkpoint-dir and --resume replace the training entry point's
+    g = p.add_argument_group("checkpoints (simulator only; see docs/bench.md)", conflict_handler="resolve")
+    checkpoint.add_flags(
+        g, 0.0,
+        "save the run every MINUTES of wall time, on SIGTERM or SIGINT (then stop, status 143 or 130) and at the "
+        "end of training, into --checkpoint-dir (default METRICS_OUT/checkpoint; saves are atomic); the same "
+        "command with --resume continues it and ends with the same final model as an uninterrupted run (modes %s; "
+        "default 0: off)" % ", ".join(checkpoint.MODES),
+        "continue from the checkpoint in --checkpoint-dir if there is one (refused if another run wrote it); "
+        "without it a run starts afresh and replaces the checkpoint",
+        dir_help="where --checkpoint-every-min keeps the run's checkpoint (default METRICS_OUT/checkpoint)")
     g.add_argument("--checkpoint-stop-at", type=float, default=None, help=argparse.SUPPRESS)  # test hook
-    for action in p._actions:   # the training entry point's flags, as the simulator reads them
-        if action.dest == "resume":
-            action.help = ("continue from the checkpoint in --checkpoint-dir if there is one (refused if another "
-                           "run wrote it); without it a run starts afresh and replaces the checkpoint")
-        elif action.dest == "checkpoint_dir":
-            action.help = "where --checkpoint-every-min keeps the run's checkpoint (default METRICS_OUT/checkpoint)"
-        elif action.dest == "checkpoint_every":
+    for action in p._actions:   # the training entry point's flag, as the simulator reads it
+        if action.dest == "checkpoint_every":
             action.help = "(cluster rounds between checkpoints; the simulator saves by --checkpoint-every-min)"
     return p
+
 
 
 def scorer(args, net, ctx, input_size, images, labels, samples):

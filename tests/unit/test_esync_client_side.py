@@ -68,11 +68,12 @@ def _without_parameter_server(trainer, clock, transport, tested=True):
     ``tested``: the worker is past its test batch (Algorithm 1 line 3), so its
     next step is a local iteration; else its next step is the test batch."""
     mode = trainer.mode
-    mode.clock, mode.sleep = clock, clock.advance
+    mode.clock = mode.timer.clock = clock   # the mode's own readings and its timer's
+    mode.sleep = clock.advance
     mode.client = StateClient("fake", rank=0, slot=0, clock=clock, transport=transport)
     mode.wbufs = [w.copy() for w in mode.weights()]   # the global model as pulled at setup
     mode._ready = True
-    mode._t_last = mode._t_start = clock()
+    mode.timer.t_last = mode.timer.t_start = clock()
     mode.on_setup(1)   # the worker program starts; it waits on the test batch
     if tested:   # the test batch, answered NOT-READY at once, then forgotten
         auto, transport.auto = transport.auto, lambda msg: _reply(msg, False) if isinstance(msg, m.Query) else None

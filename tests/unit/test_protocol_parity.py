@@ -4,7 +4,7 @@
 (``LocalSGD``, ``Sync``, ``Async``, ``DCASGD``, ``SSP``, ``DyLU``; ``NoDelay`` and
 ``PartialReduce`` with the real State Server rules) and their ``step()``
 (with in-process fakes for the trainer, the parameter servers and the State
-Server, one thread per worker) must make the same decisions: every effect
+Server, one thread per worker: :mod:`tests.unit.parity_standins`) must make the same decisions: every effect
 with its result, in order -- iterations, stop wishes, exchanges and
 asynchronous pushes with their round and ballot, the summed ballots, SSP's
 clocks, the stop -- and the same per-round accounting (rounds, local steps
@@ -14,90 +14,21 @@ import threading
 
 import pytest
 
-from mxhet.config import WorkerConfig
-from mxhet.modes import get_mode
 from mxhet.control import messages as m
+from mxhet.modes import get_mode
 from mxhet.protocol import Clock, Now, Payload, PushAsync, WantsStop
-from mxhet.protocol.effects import Handover, Merged, Notify, Poll, Ready
-from mxhet.sim import cli, engine
+from mxhet.protocol.effects import Handover, Merged, Notify, Ready
+from mxhet.sim import engine
+from tests.unit.parity_standins import (ITER_S, ROUNDS, SLOWDOWN, WORKERS, Client, GroupChannel, KV, OneParamTrainer,
+                                        RuleClient, Servers, StateServer, VirtualClient, VirtualServer, VirtualTime,
+                                        decisions, new_mode, run_in_virtual_time, run_threads, sim_traces, started,
+                                        traces, until_stopped)
 
 pytestmark = pytest.mark.timeout(300)
 
-ROUNDS = 3
-WORKERS = 3
-
-
-class _Servers:
-    """``dist_sync`` for the stop ballot: sum every worker's, hand the sum to all."""
-
-    def __init__(self, n):
-        self.barrier = threading.Barrier(n, timeout=60)
-        self.lock = threading.Lock()
-        self.sums = {}
-
-    def exchange(self, round_index, vote):
-        with self.lock:
-            self.sums[round_index] = self.sums.get(round_index, 0.0) + vote
-        self.barrier.wait()
-        return self.sums[round_index]
-
-
-class _Trainer:
-    _params = []   # no parameters: the decisions do not depend on the model
-
-    def local_step(self, batch_size, ignore_stale_grad=False):
-        pass
-
-
-class _Channel:
-    def init(self, keys, values):
-        pass
-
-
-class _Client:
-    def clock(self, iterations):
-        pass
-
-    def bye(self):
-        pass
-
-    def close(self):
-        pass
-
-
-def _traces(modes):
-    """Each worker's trace, rounds and local steps per round, by slot."""
-    return {m.config.slot: (m.trace, m.stats.rounds, m.stats.local_iters) for m in modes}
-
-
-def _until_stopped(mode, **kwargs):
-    """The training loop: step() until the mode stops."""
-    while not mode.stopped:
-        mode.step(64, **kwargs)
-
-
-def _run_threads(modes, body=_until_stopped, on_error=lambda: None):
-    """``body(mode)`` for every worker, one thread each; an error fails the test (after ``on_error``,
-    which releases the others), so does a worker still running after 120 s. Returns :func:`_traces`."""
-    errors = []
-
-    def script(mode):
-        try:
-            body(mode)
-        except Exception as e:  # reported below, not lost in the thread
-            errors.append(e)
-            on_error()
-    threads = [threading.Thread(target=script, args=(mode,), daemon=True) for mode in modes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors and not any(t.is_alive() for t in threads), errors
-    return _traces(modes)
-
 
 def _cluster_traces(mode_name, options):
-    servers = _Servers(WORKERS)
+    servers = Servers(WORKERS)
 
     class Executor(get_mode(mode_name)):
         def exchange_deltas(self, round_index, extra_keys=(), extra_values=(), extra_outs=()):
@@ -107,41 +38,14 @@ def _cluster_traces(mode_name, options):
             if extra_values:   # dist_sync with the stop ballot; a dist_async push waits for nobody
                 self.exchange_deltas(round_index, extra_keys, extra_values, extra_outs)
 
-    now = [0.0]
     modes = []
     for slot in range(WORKERS):
-        mode = Executor(_Trainer(), WorkerConfig(slot=slot, num_slots=WORKERS), clock=lambda: now[0],
-                        sleep=lambda s: None, **options)
-        mode.trace = []
-        mode.channel = _Channel()
+        mode = new_mode(Executor, slot, clock=lambda: 0.0, **options)
         mode.on_setup(64)   # what setup() does after connecting and sharing the model
-        mode._ready = True
-        mode._t_last = mode._t_start = 0.0
-        mode.stop_condition = lambda stats: stats.rounds >= ROUNDS   # mxhet.train's --max-rounds
-        mode.client = _Client()   # the State Server (ssp's gate: the test's rounds need no waiting)
+        started(mode)
+        mode.client = Client()   # the State Server (ssp's gate: the test's rounds need no waiting)
         modes.append(mode)
-    return _run_threads(modes, on_error=servers.barrier.abort)
-
-
-def _sim_traces(tmp_path, mode_name, argv, monkeypatch):
-    made = []
-    init = engine.Simulation.__init__
-
-    def recording_init(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        self.traces = {}
-        made.append(self)
-    monkeypatch.setattr(engine.Simulation, "__init__", recording_init)
-    out = tmp_path / mode_name
-    args = cli.build_parser().parse_args([
-        "-n", str(WORKERS), "--sync", mode_name, "--slowdown", "1,1,3", "--base-iter", "0.02", "--seed", "0",
-        "--max-rounds", str(ROUNDS), "--time-budget", "100", "--model", "smallcnn", "--eval-samples", "50",
-        "--final-eval-samples", "50", "--eval-interval", "10", "--no-progress", "--metrics-out", str(out), *argv])
-    args.argv = []
-    summary = cli.run(args)
-    sim = made[0]
-    workers = {w["slot"]: w for w in summary["workers"]}
-    return {slot: (sim.traces[slot], workers[slot]["rounds"], workers[slot]["local_iters"]) for slot in workers}
+    return run_threads(modes, on_error=servers.barrier.abort)
 
 
 @pytest.mark.parametrize("mode_name, argv, options", [
@@ -153,7 +57,7 @@ def _sim_traces(tmp_path, mode_name, argv, monkeypatch):
 ])
 def test_both_interpreters_make_the_same_decisions(tmp_path, monkeypatch, mode_name, argv, options):
     cluster = _cluster_traces(mode_name, options)
-    sim = _sim_traces(tmp_path, mode_name, argv, monkeypatch)
+    sim = sim_traces(tmp_path, mode_name, argv, monkeypatch)
     assert sorted(sim) == sorted(cluster) == list(range(WORKERS))
     for slot in range(WORKERS):
         assert sim[slot] == cluster[slot], slot
@@ -168,72 +72,6 @@ def test_both_interpreters_make_the_same_decisions(tmp_path, monkeypatch, mode_n
 
 
 # -- nodelay and Partial Reduce: a rule in the State Server beyond the stop protocol -------------
-
-class _StateServer:
-    """The real :class:`~mxhet.control.server.StateService` behind a lock, its
-    deferred answers handed to the waiting worker's queue."""
-
-    def __init__(self, n):
-        from mxhet.control.server import StateService
-        self.service = StateService(n)
-        self.cond = threading.Condition()
-        self.inbox = {rank: [] for rank in range(n)}
-
-    def handle(self, request):
-        with self.cond:
-            reply = self.service.handle(request, 0.0, sender=request.rank)
-            released, self.service.released = self.service.released, []
-            for rank, deferred in released:
-                self.inbox[rank].append(deferred)
-            if reply is not None:
-                self.inbox[request.rank].append(reply)
-            self.cond.notify_all()
-
-
-class _RuleClient(_Client):
-    """A StateClient over :class:`_StateServer`: ``send`` and ``poll``
-    (nodelay), blocking requests (Partial Reduce)."""
-    timeout = 60.0
-    rtt = 0.0
-
-    def __init__(self, server, rank):
-        self.server, self.rank, self.seq = server, rank, 0
-        self.queries = self.replies = 0
-        self._ask(m.Register, slot=rank, signature="", round=0)
-
-    def _message(self, cls, **fields):
-        self.seq += 1
-        return cls(rank=self.rank, seq=self.seq, **fields)
-
-    def send(self, cls, **fields):
-        self.server.handle(self._message(cls, **fields))
-
-    def poll(self, timeout=0.0):
-        with self.server.cond:
-            self.server.cond.wait_for(lambda: self.server.inbox[self.rank], timeout=timeout)
-            replies, self.server.inbox[self.rank] = self.server.inbox[self.rank], []
-        self.replies += len(replies)
-        return replies
-
-    def _ask(self, cls, **fields):
-        message = self._message(cls, **fields)
-        self.server.handle(message)
-        with self.server.cond:
-            inbox = self.server.inbox[self.rank]
-            self.server.cond.wait_for(lambda: any(r.seq == message.seq for r in inbox), timeout=60)
-            reply = next(r for r in inbox if r.seq == message.seq)
-            inbox.remove(reply)
-        return reply
-
-    def reduce_join(self, **fields):
-        self._ask(m.ReduceJoin, **fields)
-
-    def reduce_ready(self, k, want_stop=False):
-        return self._ask(m.ReduceReady, k=k, want_stop=want_stop)
-
-    def reduce_pushed(self, group):
-        self._ask(m.ReducePushed, group=group)
-
 
 class _Courier:
     """nodelay's data-plane thread as ``dist_sync`` over no arrays: round r's
@@ -259,42 +97,21 @@ class _Courier:
         pass
 
 
-class _KV:
-    def push(self, keys, values):
-        pass
-
-    def pull(self, keys, out):
-        pass
-
-
 def _rule_cluster_traces(mode_name, options):
-    server, shared = _StateServer(WORKERS), {"cond": threading.Condition()}
-    now = [0.0]
+    server, shared = StateServer(WORKERS), {"cond": threading.Condition()}
     modes = []
     for slot in range(WORKERS):
-        mode = get_mode(mode_name)(_Trainer(), WorkerConfig(slot=slot, num_slots=WORKERS), clock=lambda: now[0],
-                                   sleep=lambda s: None, **options)
-        mode.trace = []
-        mode.channel = _Channel()
-        mode.channel.num_workers, mode.channel.kv = WORKERS, _KV()
+        mode = new_mode(get_mode(mode_name), slot, clock=lambda: 0.0, **options)
+        mode.channel.num_workers, mode.channel.kv = WORKERS, KV()
         mode.keys, mode.wbufs = [], []
-        mode.client = _RuleClient(server, slot)
-        mode.stop_condition = lambda stats: stats.rounds >= ROUNDS   # mxhet.train's --max-rounds
+        mode.client = RuleClient(server, slot)
         mode.on_setup(64)
         if mode_name == "nodelay":
             mode.courier.close()
             mode.courier = _Courier(shared)
-        mode._ready = True
-        mode._t_last = mode._t_start = 0.0
+        started(mode)
         modes.append(mode)
-    return _run_threads(modes)
-
-
-def _decisions(trace):
-    """The decisions in a trace: without the polls (how the events of one moment
-    are batched depends on each engine's timing, not on the protocol) and the
-    clock readings."""
-    return [(e, r) for e, r in trace if not isinstance(e, (Poll, Now))]
+    return run_threads(modes)
 
 
 @pytest.mark.parametrize("mode_name, argv, options", [
@@ -306,19 +123,19 @@ def _decisions(trace):
 ])
 def test_both_interpreters_make_the_same_decisions_with_a_rule(tmp_path, monkeypatch, mode_name, argv, options):
     cluster = _rule_cluster_traces(mode_name, options)
-    sim = _sim_traces(tmp_path, mode_name, argv, monkeypatch)
+    sim = sim_traces(tmp_path, mode_name, argv, monkeypatch)
     assert sorted(sim) == sorted(cluster) == list(range(WORKERS))
     for slot in range(WORKERS):
-        assert _decisions(sim[slot][0]) == _decisions(cluster[slot][0]), slot
+        assert decisions(sim[slot][0]) == decisions(cluster[slot][0]), slot
         assert sim[slot][1:] == cluster[slot][1:] == (ROUNDS, [1] * ROUNDS), slot
-    decisions = _decisions(sim[0][0])
+    made = decisions(sim[0][0])
     if mode_name == "nodelay":
-        assert [e for e, _ in decisions if isinstance(e, Handover)] == [Handover(r) for r in range(ROUNDS)]
-        notes = [e for e, _ in decisions if isinstance(e, Notify)]
+        assert [e for e, _ in made if isinstance(e, Handover)] == [Handover(r) for r in range(ROUNDS)]
+        notes = [e for e, _ in made if isinstance(e, Notify)]
         assert [n.want_stop for n in notes] == [False] * (ROUNDS - 1) + [True]
-        assert decisions[-1] == (Merged(ROUNDS - 1), None)   # stopped with the last round's model
+        assert made[-1] == (Merged(ROUNDS - 1), None)   # stopped with the last round's model
     else:
-        groups = [r for e, r in decisions if isinstance(e, Ready)]
+        groups = [r for e, r in made if isinstance(e, Ready)]
         assert [g.stop for g in groups] == [False] * ROUNDS + [True]
         assert all(g.weight == pytest.approx(1.0 / WORKERS) for g in groups[:-1])
         assert [g.k for g in groups[:-1]] == list(range(1, ROUNDS + 1))
@@ -403,7 +220,7 @@ class _ScriptedClient:
 
 
 def _esync_cluster_traces(options):
-    servers = _Servers(WORKERS)
+    servers = Servers(WORKERS)
 
     class Executor(get_mode("esync")):
         def _aggregate(self, effect):   # the data plane is tested with real processes: dist_sync's wait only
@@ -414,18 +231,13 @@ def _esync_cluster_traces(options):
 
     modes = []
     for slot in range(WORKERS):
-        mode = Executor(_Trainer(), WorkerConfig(slot=slot, num_slots=WORKERS), clock=lambda: 0.0,
-                        sleep=lambda s: None, **options)
+        mode = new_mode(Executor, slot, clock=lambda: 0.0, **options)
         mode.stats.rank = slot
-        mode.trace = []
-        mode.channel = _Channel()
         mode.client = _ScriptedClient(slot)
-        mode._ready = True
-        mode._t_last = mode._t_start = 0.0
-        mode.stop_condition = lambda stats: stats.rounds >= ROUNDS
+        started(mode)
         mode.on_setup(64)
         modes.append(mode)
-    return _run_threads(modes, on_error=servers.barrier.abort)
+    return run_threads(modes, on_error=servers.barrier.abort)
 
 
 def _esync_decisions(trace):
@@ -459,7 +271,7 @@ def test_both_interpreters_make_the_same_esync_decisions(tmp_path, monkeypatch, 
     from mxhet.protocol.effects import AggregateDeltas, AwaitAnswer, Iterate, ResetOptimizer
     monkeypatch.setattr(engine, "StateService", _ScriptedService)
     cluster = _esync_cluster_traces(options)
-    sim = _sim_traces(tmp_path, "esync", argv, monkeypatch)
+    sim = sim_traces(tmp_path, "esync", argv, monkeypatch)
     assert sorted(sim) == sorted(cluster) == list(range(WORKERS))
     for slot in range(WORKERS):
         assert _esync_decisions(sim[slot][0]) == _esync_decisions(cluster[slot][0]), slot
@@ -479,8 +291,9 @@ def test_both_interpreters_make_the_same_esync_decisions(tmp_path, monkeypatch, 
 
 # -- ADSP: commit reports to the State Server's scheduler ------------------------------------------
 
-class _TimedStateServer(_StateServer):
-    """:class:`_StateServer` whose service reads the workers' shared fake clock, with ADSP's check period."""
+class _TimedStateServer(StateServer):
+    """:class:`~tests.unit.parity_standins.StateServer` whose service reads the workers' shared fake
+    clock, with ADSP's check period."""
 
     def __init__(self, n, now, **kwargs):
         from mxhet.control.server import StateService
@@ -495,7 +308,7 @@ class _TimedStateServer(_StateServer):
             self.cond.notify_all()
 
 
-class _ADSPClient(_RuleClient):
+class _ADSPClient(RuleClient):
     def commit_report(self, commits, loss, commit_cost):
         reply = self._ask(m.Commit, commits=commits, loss=float(loss), commit_cost=float(commit_cost))
         return reply.target, reply.period_left
@@ -516,19 +329,14 @@ def _adsp_cluster_traces(period):
 
     modes = []
     for slot in range(WORKERS):
-        mode = Executor(_Trainer(), WorkerConfig(slot=slot, num_slots=WORKERS), clock=clock, sleep=lambda s: None)
-        mode.trace = []
-        mode.channel = _Channel()
+        mode = new_mode(Executor, slot, clock=clock)
         mode.client = _ADSPClient(server, slot)
-        mode.stop_condition = lambda stats: stats.rounds >= ROUNDS
         mode.on_setup(64)
-        mode._ready = True
-        mode._t_last = mode._t_start = clock()
+        started(mode, clock())
         modes.append(mode)
     for mode in modes:   # one at a time: nobody waits for anybody
-        while not mode.stopped:
-            mode.step(64)
-    return _traces(modes)
+        until_stopped(mode)
+    return traces(modes)
 
 
 def _adsp_decisions(trace):
@@ -553,68 +361,36 @@ def test_adsp_makes_the_same_decisions_on_both_interpreters(tmp_path, monkeypatc
     # reported at the last checkpoint), asks for the next at its next iteration and commits at the one
     # after; the others are always behind it and commit at every iteration.
     cluster = _adsp_cluster_traces(period=0.001)
-    sim = _sim_traces(tmp_path, "adsp", ["--slowdown", "1,2,3", "--base-iter", "0.1", "--adsp-period", "0.001",
-                                         "--adsp-window", "1"], monkeypatch)
+    sim = sim_traces(tmp_path, "adsp", ["--slowdown", "1,2,3", "--base-iter", "0.1", "--adsp-period", "0.001",
+                                        "--adsp-window", "1"], monkeypatch)
     assert sorted(sim) == sorted(cluster) == list(range(WORKERS))
     for slot in range(WORKERS):
         assert _adsp_decisions(sim[slot][0]) == _adsp_decisions(cluster[slot][0]), slot
         assert sim[slot][1:] == cluster[slot][1:], slot
     assert [sim[slot][2] for slot in range(WORKERS)] == [[1, 2, 2], [1, 1, 1], [1, 1, 1]]
-    decisions = _adsp_decisions(sim[1][0])
-    assert [d for d in decisions if isinstance(d, tuple) and d[0] == "report"] == [("report", c)
-                                                                                   for c in range(ROUNDS)]
-    assert decisions[-2:] == [(PushAsync(Payload.DELTAS, ROUNDS - 1), None), (WantsStop(), True)]
+    made = _adsp_decisions(sim[1][0])
+    assert [d for d in made if isinstance(d, tuple) and d[0] == "report"] == [("report", c) for c in range(ROUNDS)]
+    assert made[-2:] == [(PushAsync(Payload.DELTAS, ROUNDS - 1), None), (WantsStop(), True)]
 
 
 # -- CADA: the State Server selects, a member's work may be dropped, the last upload steps ----------
 
-class _GroupClient(_RuleClient):
-    def ask(self, cls, **fields):
-        return self._ask(cls, **fields)
-
-    def send_request(self, cls, **fields):
-        message = self._message(cls, **fields)
-        self.server.handle(message)
-        return message.seq
-
-
-class _GroupChannel(_Channel):
-    num_workers = WORKERS
-
-    def pull(self, keys, outs):
-        pass
-
-    def push_pull(self, keys, values, outs):
-        pass
-
-
 def _cada_cluster_traces(options):
     import mxnet as mx
-    server = _StateServer(WORKERS)
-
-    class Trainer(_Trainer):
-        def __init__(self):   # one parameter: the group keys need a shape
-            param = mx.gluon.Parameter("w", shape=(2,))
-            param.initialize(ctx=mx.cpu())
-            self._params = [param]
-
+    server = StateServer(WORKERS)
     modes = []
     for slot in range(WORKERS):
-        mode = get_mode("cada")(Trainer(), WorkerConfig(slot=slot, num_slots=WORKERS, num_servers=1), clock=lambda: 0.0,
-                                sleep=lambda s: None, **options)
-        mode.trace = []
-        mode.channel = _GroupChannel()
+        mode = new_mode(get_mode("cada"), slot, clock=lambda: 0.0, trainer=OneParamTrainer(),
+                        channel=GroupChannel(WORKERS), config={"num_servers": 1}, **options)
         mode.keys, mode.wbufs = [0], [mx.nd.zeros((2,))]
-        mode.client = _GroupClient(server, slot)
-        mode.stop_condition = lambda stats: stats.rounds >= ROUNDS
+        mode.client = RuleClient(server, slot)
         modes.append(mode)
 
     def script(mode):
         mode.on_setup(64)   # its first request waits for the others'
-        mode._ready = True
-        mode._t_last = mode._t_start = 0.0
-        _until_stopped(mode, ignore_stale_grad=True)   # no backward ran: the fake gradients are not fresh
-    return _run_threads(modes, script)
+        started(mode)
+        until_stopped(mode, ignore_stale_grad=True)   # no backward ran: the fake gradients are not fresh
+    return run_threads(modes, script)
 
 
 def _cada_decisions(trace):
@@ -629,7 +405,7 @@ def test_cada_makes_the_same_decisions_on_both_interpreters(tmp_path, monkeypatc
     from mxhet.protocol.effects import BeginIteration, Selection, StepServers, Upload
     options = {"max_delay": 1}
     cluster = _cada_cluster_traces(options)
-    sim = _sim_traces(tmp_path, "cada", ["--max-delay", "1"], monkeypatch)
+    sim = sim_traces(tmp_path, "cada", ["--max-delay", "1"], monkeypatch)
     assert sorted(sim) == sorted(cluster) == list(range(WORKERS))
     # The wish to stop goes with the request for the next iteration, answered after the selection of the
     # current one: the job runs ROUNDS + 1 iterations under --max-rounds ROUNDS (as it did before the port).
@@ -640,9 +416,9 @@ def test_cada_makes_the_same_decisions_on_both_interpreters(tmp_path, monkeypatc
     begins = [(e, r) for e, r in _cada_decisions(sim[0][0]) if isinstance(e, BeginIteration)]
     assert [r for _, r in begins] == ([Selection(k, ready=True) for k in range(iterations)]
                                       + [Selection(iterations, stop=True)])
-    for traces in (sim, cluster):   # one step of the servers per iteration, by its last uploader
-        steps = sorted(e.iteration for slot in traces for e, _ in traces[slot][0] if isinstance(e, StepServers))
-        lasts = [e for slot in traces for e, r in traces[slot][0] if isinstance(e, Upload) and r]
+    for by_slot in (sim, cluster):   # one step of the servers per iteration, by its last uploader
+        steps = sorted(e.iteration for slot in by_slot for e, _ in by_slot[slot][0] if isinstance(e, StepServers))
+        lasts = [e for slot in by_slot for e, r in by_slot[slot][0] if isinstance(e, Upload) and r]
         assert steps == list(range(iterations)) and len(lasts) == iterations
 
 
@@ -667,23 +443,18 @@ def _dylu_cluster_traces(options):
 
     modes = []
     for slot in range(WORKERS):
-        mode = Executor(_Trainer(), WorkerConfig(slot=slot, num_slots=WORKERS),
-                        clock=lambda slot=slot: clocks[slot], sleep=lambda s: None, **options)
-        mode.trace = []
-        mode.channel = _Channel()
+        mode = new_mode(Executor, slot, clock=lambda slot=slot: clocks[slot], **options)
         mode.channel.num_workers, mode.channel.rank = WORKERS, slot
-        mode.client = _Client()
-        mode.stop_condition = lambda stats: stats.rounds >= ROUNDS
+        mode.client = Client()
         mode.on_setup(64)
-        mode._ready = True
-        mode._t_last = mode._t_start = 0.0
+        started(mode)
         modes.append(mode)
     while not all(mode.stopped for mode in modes):
         mode = min((mode for mode in modes if not mode.stopped), key=lambda mode: (clocks[mode.config.slot],
                                                                                    mode.config.slot))
         clocks[mode.config.slot] += DYLU_ITER_S[mode.config.slot]   # the iteration's forward and backward
         mode.step(64)
-    return _traces(modes)
+    return traces(modes)
 
 
 def _dylu_decisions(trace):
@@ -709,7 +480,7 @@ def _dylu_decisions(trace):
 def test_dylu_makes_the_same_decisions_on_both_interpreters(tmp_path, monkeypatch, argv, options, local_iters):
     from mxhet.protocol.effects import ShareSpeed
     cluster = _dylu_cluster_traces(options)
-    sim = _sim_traces(tmp_path, "dylu", argv, monkeypatch)
+    sim = sim_traces(tmp_path, "dylu", argv, monkeypatch)
     assert sorted(sim) == sorted(cluster) == list(range(WORKERS))
     for slot in range(WORKERS):
         assert _dylu_decisions(sim[slot][0]) == _dylu_decisions(cluster[slot][0]), slot
@@ -721,120 +492,27 @@ def test_dylu_makes_the_same_decisions_on_both_interpreters(tmp_path, monkeypatc
 
 # -- rules whose decisions depend on arrival order: the cluster's workers in virtual time ---------------
 
-# The simulator's --base-iter 0.02 --slowdown 1,1,2.5, in seconds: no two arrivals within the
-# simulator's round trips and transfers (which the cluster side does not model) of each other.
-ITER_S = (0.02, 0.02, 0.05)
-SLOWDOWN = ["--slowdown", "1,1,2.5"]
-
-
-class _VirtualTime:
-    """One worker thread runs at a time: the one with the earliest virtual clock
-    (ties: the lowest slot) among those not waiting for the State Server. A
-    worker an answer releases goes on at the releasing worker's time."""
-
-    def __init__(self, server):
-        self.cond = server.cond
-        self.clocks = [0.0] * WORKERS
-        self.turns = set(range(WORKERS))   # the workers waiting for their turn (at first all: none runs early)
-        self.running = None
-
-    def _runnable(self, slot):
-        return self.running is None and slot == min(self.turns, key=lambda s: (self.clocks[s], s))
-
-    def turn(self, slot, advance=0.0):
-        """Hand the turn on, take it back once ``slot`` is the earliest, ``advance`` s later."""
-        with self.cond:
-            self.clocks[slot] += advance
-            self.turns.add(slot)
-            if self.running == slot:
-                self.running = None
-            self.cond.notify_all()
-            self.cond.wait_for(lambda: self._runnable(slot), timeout=60)
-            self.turns.discard(slot)
-            self.running = slot
-
-    def leave(self, slot):
-        with self.cond:
-            self.running = None
-            self.clocks[slot] = float("inf")
-            self.cond.notify_all()
-
-
-class _VirtualServer(_StateServer):
-    """:class:`_StateServer` whose deferred answers bring the released workers up to the sender's time."""
-
-    def __init__(self, n):
-        super().__init__(n)
-        self.time = None
-
-    def handle(self, request):
-        with self.cond:
-            reply = self.service.handle(request, 0.0, sender=request.rank)
-            released, self.service.released = self.service.released, []
-            for rank, deferred in released:
-                self.inbox[rank].append(deferred)
-                if rank != request.rank:   # it waits off the turn (_VirtualClient._ask): it may have it again
-                    self.time.clocks[rank] = max(self.time.clocks[rank], self.time.clocks[request.rank])
-                    self.time.turns.add(rank)
-            if reply is not None:
-                self.inbox[request.rank].append(reply)
-            self.cond.notify_all()
-
-
-class _VirtualClient(_RuleClient):
-    def _ask(self, cls, **fields):
-        message = self._message(cls, **fields)
-        self.server.handle(message)
-        time = self.server.time
-        with self.server.cond:
-            inbox = self.server.inbox[self.rank]
-            if not any(r.seq == message.seq for r in inbox):   # wait off the turn until the answer releases it
-                time.running = None
-                self.server.cond.notify_all()
-                self.server.cond.wait_for(lambda: any(r.seq == message.seq for r in inbox)
-                                          and time._runnable(self.rank), timeout=60)
-                time.turns.discard(self.rank)
-                time.running = self.rank
-            reply = next(r for r in inbox if r.seq == message.seq)
-            inbox.remove(reply)
-        return reply
-
-
 def _virtual_cluster_traces(mode_name, options):
-    server = _VirtualServer(WORKERS)
-    time = server.time = _VirtualTime(server)
+    server = VirtualServer(WORKERS)
+    time = server.time = VirtualTime(server)
     modes = []
     for slot in range(WORKERS):
-        mode = get_mode(mode_name)(_Trainer(), WorkerConfig(slot=slot, num_slots=WORKERS),
-                                   clock=lambda slot=slot: time.clocks[slot], sleep=lambda s: None, **options)
-        mode.trace = []
-        mode.channel = _Channel()
-        mode.channel.num_workers, mode.channel.kv = WORKERS, _KV()
+        mode = new_mode(get_mode(mode_name), slot, clock=lambda slot=slot: time.clocks[slot], **options)
+        mode.channel.num_workers, mode.channel.kv = WORKERS, KV()
         mode.keys, mode.wbufs = [], []
-        mode.stop_condition = lambda stats: stats.rounds >= ROUNDS
         modes.append(mode)
 
-    def script(mode):
-        slot = mode.config.slot
-        try:
-            time.turn(slot)
-            mode.client = _VirtualClient(server, slot)
-            mode.on_setup(64)
-            mode._ready = True
-            mode._t_last = mode._t_start = 0.0
-            while not mode.stopped:
-                time.turn(slot, ITER_S[slot])   # the iteration's forward and backward
-                mode.step(64)
-        finally:
-            time.leave(slot)
-    return _run_threads(modes, script)
+    def start(mode):
+        mode.client = VirtualClient(server, mode.config.slot)
+        mode.on_setup(64)
+    return run_in_virtual_time(modes, time, start, ITER_S)
 
 
-def _groups(traces):
+def _groups(by_slot):
     """Each group's members, in order: {group: [slots]} from the answers to READY."""
     out = {}
-    for slot in sorted(traces):
-        for effect, answer in _decisions(traces[slot][0]):
+    for slot in sorted(by_slot):
+        for effect, answer in decisions(by_slot[slot][0]):
             if isinstance(effect, Ready) and not answer.stop:
                 out.setdefault(answer.group, []).append(slot)
     return out
@@ -842,12 +520,12 @@ def _groups(traces):
 
 def test_preduce_with_groups_smaller_than_all_makes_the_same_decisions_on_both_interpreters(tmp_path, monkeypatch):
     # P = 2 of N = 3: the groups are made by arrival order at the controller, so the cluster's workers
-    # run in virtual time with the simulator's iteration times (_VirtualTime).
+    # run in virtual time with the simulator's iteration times (VirtualTime).
     cluster = _virtual_cluster_traces("preduce", {"group_size": 2})
-    sim = _sim_traces(tmp_path, "preduce", ["--group-size", "2", *SLOWDOWN], monkeypatch)
+    sim = sim_traces(tmp_path, "preduce", ["--group-size", "2", *SLOWDOWN], monkeypatch)
     assert sorted(sim) == sorted(cluster) == list(range(WORKERS))
     for slot in range(WORKERS):
-        assert _decisions(sim[slot][0]) == _decisions(cluster[slot][0]), slot
+        assert decisions(sim[slot][0]) == decisions(cluster[slot][0]), slot
         assert sim[slot][1:] == cluster[slot][1:], slot
     # the two fast workers reduce together twice, then the slow one joins the first to be READY again
     assert _groups(sim) == _groups(cluster) == {0: [0, 1], 1: [0, 1], 2: [0, 2]}

@@ -4,14 +4,16 @@ member's work is dropped) and nodelay with tau = 2 (the master's requests for
 a transfer arrive during iterations, merged models through the data-plane
 thread). The cluster's executors run in virtual time
 with the simulator's iteration times (the stand-ins of
-:mod:`tests.unit.test_protocol_parity`), the simulator with messages and
+:mod:`tests.unit.parity_standins`), the simulator with messages and
 transfers that take no virtual time (the paper's model, eqs. 10, 14).
 """
 import pytest
 
-from mxhet.config import WorkerConfig
 from mxhet.modes import get_mode
-from tests.unit import test_protocol_parity as parity
+from mxhet.protocol import Now
+from tests.unit.parity_standins import (ITER_S, KV, ROUNDS, SLOWDOWN, WORKERS, GroupChannel, OneParamTrainer,
+                                        VirtualClient, VirtualServer, VirtualTime, decisions, new_mode,
+                                        run_in_virtual_time, sim_traces)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -28,7 +30,8 @@ GCADA_ARGV = ["--groups", "2", "--max-delay", "1", "--slowdown", "1,2,1.5,3",
 class _Pacing:
     """The profile's iteration time as the emulated slowdown: the executor's own
     ``emulate_slowdown`` listens to the State Server during it (G-CADA's watch,
-    nodelay's requests for a transfer), its polls virtual waits (:class:`_ListeningClient`)."""
+    nodelay's requests for a transfer), its polls virtual waits (:class:`_ListeningClient`).
+    Set as the mode's ``timer.pacing``."""
     base_s = 0.0
 
     def __init__(self, seconds):
@@ -38,32 +41,24 @@ class _Pacing:
         return self.seconds
 
 
-class _ListeningServer(parity._VirtualServer):
-    """:class:`~tests.unit.test_protocol_parity._VirtualServer` whose answers also end the timed
+class _ListeningServer(VirtualServer):
+    """:class:`~tests.unit.parity_standins.VirtualServer` whose answers also end the timed
     poll of a worker listening during its iteration (it waits for its turn, in ``time.turns``) at the
     sender's time: a teammate's claim ends a G-CADA member's computation, a request for a transfer
     reaches a nodelay worker mid-iteration, at that moment, as in the simulator."""
 
-    def handle(self, request):
-        with self.cond:
-            reply = self.service.handle(request, 0.0, sender=request.rank)
-            released, self.service.released = self.service.released, []
-            time = self.time
-            for rank, deferred in released:
-                self.inbox[rank].append(deferred)
-                if rank == request.rank:
-                    continue
-                if rank in time.turns:
-                    time.clocks[rank] = min(time.clocks[rank], time.clocks[request.rank])
-                else:
-                    time.clocks[rank] = max(time.clocks[rank], time.clocks[request.rank])
-                    time.turns.add(rank)
-            if reply is not None:
-                self.inbox[request.rank].append(reply)
-            self.cond.notify_all()
+    def on_release(self, rank, sender):
+        time = self.time
+        if rank == sender:
+            return
+        if rank in time.turns:
+            time.clocks[rank] = min(time.clocks[rank], time.clocks[sender])
+        else:
+            time.clocks[rank] = max(time.clocks[rank], time.clocks[sender])
+            time.turns.add(rank)
 
 
-class _ListeningClient(parity._VirtualClient):
+class _ListeningClient(VirtualClient):
     """A StateClient in virtual time: G-CADA's requests, polls that wait (virtually).
     The answers a worker's own ``send`` released come back once it waits (a timed
     poll), not to a poll at the same moment: the simulator's link delivers them at
@@ -74,14 +69,6 @@ class _ListeningClient(parity._VirtualClient):
     def __init__(self, server, rank):
         self.held = []
         super().__init__(server, rank)
-
-    def ask(self, cls, **fields):
-        return self._ask(cls, **fields)
-
-    def send_request(self, cls, **fields):
-        message = self._message(cls, **fields)
-        self.server.handle(message)
-        return message.seq
 
     def send(self, cls, **fields):
         with self.server.cond:
@@ -106,60 +93,31 @@ class _ListeningClient(parity._VirtualClient):
 
 # -- G-CADA with groups of 2 -----------------------------------------------------------------------
 
-class _GroupChannel(parity._Channel):
-    num_workers = GCADA_WORKERS
-
-    def pull(self, keys, outs):
-        pass
-
-    def push_pull(self, keys, values, outs):
-        pass
-
-
 def _gcada_cluster_traces(options):
     import mxnet as mx
     server = _ListeningServer(GCADA_WORKERS)
-    time = server.time = parity._VirtualTime(server)
-
-    class Trainer(parity._Trainer):
-        def __init__(self):   # one parameter: the group keys need a shape
-            param = mx.gluon.Parameter("w", shape=(2,))
-            param.initialize(ctx=mx.cpu())
-            self._params = [param]
-
+    time = server.time = VirtualTime(server, GCADA_WORKERS)
     modes = []
     for slot in range(GCADA_WORKERS):
-        mode = get_mode("gcada")(Trainer(), WorkerConfig(slot=slot, num_slots=GCADA_WORKERS, num_servers=1),
-                                 clock=lambda slot=slot: time.clocks[slot], sleep=lambda s: None, **options)
-        mode.trace = []
-        mode.channel = _GroupChannel()
+        mode = new_mode(get_mode("gcada"), slot, clock=lambda slot=slot: time.clocks[slot], trainer=OneParamTrainer(),
+                        channel=GroupChannel(GCADA_WORKERS), workers=GCADA_WORKERS, config={"num_servers": 1},
+                        **options)
         mode.keys, mode.wbufs = [0], [mx.nd.zeros((2,))]
-        mode.pacing = _Pacing(GCADA_ITER_S[slot])
-        mode.stop_condition = lambda stats: stats.rounds >= parity.ROUNDS
+        mode.timer.pacing = _Pacing(GCADA_ITER_S[slot])
         modes.append(mode)
 
-    def script(mode):
-        slot = mode.config.slot
-        try:
-            time.turn(slot)
-            mode.client = _ListeningClient(server, slot)
-            mode.on_setup(64)   # its first request waits for the others'
-            mode._ready = True
-            mode._t_last = mode._t_start = 0.0
-            while not mode.stopped:
-                # the iteration's time is the emulated slowdown (_Pacing); no backward ran: the
-                # fake gradients are not fresh
-                mode.step(64, ignore_stale_grad=True)
-        finally:
-            time.leave(slot)
-    return parity._run_threads(modes, script)
+    def start(mode):
+        mode.client = _ListeningClient(server, mode.config.slot)
+        mode.on_setup(64)   # its first request waits for the others'
+    # the iteration's time is the emulated slowdown (_Pacing); no backward ran: the fake gradients are not fresh
+    return run_in_virtual_time(modes, time, start, ignore_stale_grad=True)
 
 
 def _gcada_decisions(trace):
     """The decisions but who has the servers step (the iteration's last upload) and the clock readings."""
     from mxhet.protocol.effects import StepServers, Upload
     return [(e, None if isinstance(e, Upload) else r) for e, r in trace
-            if not isinstance(e, (StepServers, parity.Now))]
+            if not isinstance(e, (StepServers, Now))]
 
 
 def _first_finishers(traces):
@@ -182,14 +140,13 @@ def test_gcada_with_groups_of_two_makes_the_same_decisions_on_both_interpreters(
     # D = 1: both groups are selected in every iteration (the selection does not depend on the gradients'
     # norms, which differ between the fake and the real model); who uploads depends on arrival order.
     from mxhet.protocol.effects import BeginIteration, Selection
-    monkeypatch.setattr(parity, "WORKERS", GCADA_WORKERS)   # the stand-ins' and the simulator's worker count
     cluster = _gcada_cluster_traces({"groups": 2, "max_delay": 1})
-    sim = parity._sim_traces(tmp_path, "gcada", GCADA_ARGV, monkeypatch)
+    sim = sim_traces(tmp_path, "gcada", GCADA_ARGV, monkeypatch, workers=GCADA_WORKERS)
     assert sorted(sim) == sorted(cluster) == list(range(GCADA_WORKERS))
     for slot in range(GCADA_WORKERS):
         assert _gcada_decisions(sim[slot][0]) == _gcada_decisions(cluster[slot][0]), slot
         assert sim[slot][1:] == cluster[slot][1:], slot
-    iterations = parity.ROUNDS + 1   # the wish to stop goes with the next request (as for CADA)
+    iterations = ROUNDS + 1   # the wish to stop goes with the next request (as for CADA)
     begins = [r for e, r in _gcada_decisions(sim[0][0]) if isinstance(e, BeginIteration)]
     assert begins == [Selection(k, ready=True) for k in range(iterations)] + [Selection(iterations, stop=True)]
     # By hand: in every iteration both groups start together; slot 0 (0.02 s) beats slot 1 (0.04 s),
@@ -210,7 +167,7 @@ class _VirtualCourier:
         self.rounds, self.busy, self.live = [], False, None
 
     def _there(self, round_):
-        return self.shared.get(round_, 0) == parity.WORKERS
+        return self.shared.get(round_, 0) == WORKERS
 
     def submit(self, round_, sends, recvs, training=True):
         time = self.server.time
@@ -249,36 +206,23 @@ class _VirtualCourier:
 
 
 def _nodelay_cluster_traces(options):
-    server = _ListeningServer(parity.WORKERS)
-    time = server.time = parity._VirtualTime(server)
+    server = _ListeningServer(WORKERS)
+    time = server.time = VirtualTime(server)
     shared = {}
     modes = []
-    for slot in range(parity.WORKERS):
-        mode = get_mode("nodelay")(parity._Trainer(), WorkerConfig(slot=slot, num_slots=parity.WORKERS),
-                                   clock=lambda slot=slot: time.clocks[slot], sleep=lambda s: None, **options)
-        mode.trace = []
-        mode.channel = parity._Channel()
-        mode.channel.num_workers, mode.channel.kv = parity.WORKERS, parity._KV()
+    for slot in range(WORKERS):
+        mode = new_mode(get_mode("nodelay"), slot, clock=lambda slot=slot: time.clocks[slot], **options)
+        mode.channel.num_workers, mode.channel.kv = WORKERS, KV()
         mode.keys, mode.wbufs = [], []
-        mode.pacing = _Pacing(parity.ITER_S[slot])
-        mode.stop_condition = lambda stats: stats.rounds >= parity.ROUNDS
+        mode.timer.pacing = _Pacing(ITER_S[slot])
         modes.append(mode)
 
-    def script(mode):
-        slot = mode.config.slot
-        try:
-            time.turn(slot)
-            mode.client = _ListeningClient(server, slot)
-            mode.on_setup(64)
-            mode.courier.close()
-            mode.courier = _VirtualCourier(server, slot, shared)
-            mode._ready = True
-            mode._t_last = mode._t_start = 0.0
-            while not mode.stopped:
-                mode.step(64)   # the iteration's time is the emulated slowdown (_Pacing)
-        finally:
-            time.leave(slot)
-    return parity._run_threads(modes, script)
+    def start(mode):
+        mode.client = _ListeningClient(server, mode.config.slot)
+        mode.on_setup(64)
+        mode.courier.close()
+        mode.courier = _VirtualCourier(server, mode.config.slot, shared)
+    return run_in_virtual_time(modes, time, start)   # the iteration's time is the emulated slowdown (_Pacing)
 
 
 def test_nodelay_with_staleness_two_makes_the_same_decisions_on_both_interpreters(tmp_path, monkeypatch):
@@ -286,18 +230,17 @@ def test_nodelay_with_staleness_two_makes_the_same_decisions_on_both_interpreter
     # arrive during iterations, so the decisions depend on timing: the cluster's workers run in virtual
     # time with the simulator's iteration times, links that take no time on both.
     cluster = _nodelay_cluster_traces({"staleness": 2})
-    sim = parity._sim_traces(tmp_path, "nodelay", ["--max-staleness", "2", *parity.SLOWDOWN, "--latency-ms", "0",
-                                                   "--per-key-ms", "0", "--bandwidth-gbps", "1e6"], monkeypatch)
-    assert sorted(sim) == sorted(cluster) == list(range(parity.WORKERS))
-    for slot in range(parity.WORKERS):
-        assert parity._decisions(sim[slot][0]) == parity._decisions(cluster[slot][0]), slot
+    sim = sim_traces(tmp_path, "nodelay", ["--max-staleness", "2", *SLOWDOWN, "--latency-ms", "0",
+                                           "--per-key-ms", "0", "--bandwidth-gbps", "1e6"], monkeypatch)
+    assert sorted(sim) == sorted(cluster) == list(range(WORKERS))
+    for slot in range(WORKERS):
+        assert decisions(sim[slot][0]) == decisions(cluster[slot][0]), slot
         assert sim[slot][1:] == cluster[slot][1:], slot
     # By hand: the fast workers (0.02 s) compute 2 iterations per transfer; the slow one (0.05 s) is the
     # last to announce each round, so each request reaches it during its next iteration, 1 iteration
     # after the previous transfer (2 for the last, kept for the end of the iteration).
     from mxhet.protocol.effects import ListeningCompute, TransferAsked
     for traces in (sim, cluster):
-        assert [traces[slot][1:] for slot in range(parity.WORKERS)] == [(3, [2, 2, 2]), (3, [2, 2, 2]),
-                                                                         (3, [1, 1, 2])]
+        assert [traces[slot][1:] for slot in range(WORKERS)] == [(3, [2, 2, 2]), (3, [2, 2, 2]), (3, [1, 1, 2])]
         asked = [r for e, r in traces[2][0] if isinstance(e, ListeningCompute) and r]
-        assert asked == [(TransferAsked(r, r == parity.ROUNDS - 1),) for r in range(parity.ROUNDS)]
+        assert asked == [(TransferAsked(r, r == ROUNDS - 1),) for r in range(ROUNDS)]
