@@ -1,7 +1,8 @@
 """ESync's aggregation options end to end on the real cluster (scheduler, server,
 State Server, three workers on 127.0.0.1): the count exchange through the
 control key, the weighted pushes, the servers' outer Nesterov momentum and the
-local-step cap."""
+local-step cap; and ESync's checkpoint and resume with a new State Server."""
+import hashlib
 import json
 import os
 
@@ -35,8 +36,16 @@ def _run(tmp_path, child_pids, *options, slowdown="1,1,4"):
     return out, workers
 
 
+def _dump(out, slot, t):
+    return np.load(os.path.join(str(out), "dump", "slot%d_round%d.npz" % (slot, t)))
+
+
+def _digests(arrays):
+    return sorted(hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest() for a in arrays)
+
+
 def _round(out, t):
-    dumps = [np.load(os.path.join(str(out), "dump", "slot%d_round%d.npz" % (s, t))) for s in range(3)]
+    dumps = [_dump(out, s, t) for s in range(3)]
     n_keys = len([k for k in dumps[0].files if k.startswith("after_")])
     assert n_keys > 0
     rows = []
@@ -79,8 +88,9 @@ MXNET_KVSTORE_BIGARRAY_BOUND, 1e6 by default): the small CNN then has both kinds
 def test_normalized_with_outer_nesterov_keeps_momentum_on_the_servers_through_a_checkpoint_and_resume(
         tmp_path, child_pids, monkeypatch):
     """The first job's rounds check normalized pushes and the servers' outer Nesterov step against numpy
-    (split and whole arrays, on two servers); its checkpoint must hold that momentum, and the resumed
-    job's first round must apply it on the new servers."""
+    (split and whole arrays, on two servers); its checkpoint must hold that momentum and the global model,
+    and the resumed job (new servers and State Server) must start from that model and apply that momentum
+    in its first round. (ESync's resume, also without an outer optimizer: the same restore of the model.)"""
     import mxnet as mx
     monkeypatch.setenv("MXNET_KVSTORE_BIGARRAY_BOUND", str(BIGARRAY_BOUND))
     lr, mu = 0.7, 0.9
@@ -125,8 +135,21 @@ def test_normalized_with_outer_nesterov_keeps_momentum_on_the_servers_through_a_
     assert max(sizes) >= BIGARRAY_BOUND > min(sizes)   # split over the two servers, and whole on one
     for i in range(n_keys):   # the worker's mirror is the servers' momentum
         np.testing.assert_allclose(saved["outer_momentum_%d" % i].asnumpy(), momentum[i], rtol=1e-3, atol=1e-5)
-    # the resumed job's first round applies that momentum on the (new) servers
-    for i, (before, pushed, after) in enumerate(_round(tmp_path / "second" / "out", ROUNDS)):
+    # the resumed job (new servers, a new State Server) trains only the rounds after the checkpoint's, from
+    # its global model: the first job's last, parameter for parameter
+    second = tmp_path / "second" / "out"
+    assert all(w["rounds"] == ROUNDS + 1 and len(w["local_iters"]) == 1 for w in load_summary(second)["workers"])
+    saved_global = mx.nd.load(str(ckpt / ("round-%08d" % ROUNDS) / "global.params"))
+    assert len(saved_global) == n_keys
+    for slot in range(3):
+        ended, resumed = _dump(first, slot, ROUNDS - 1), _dump(second, slot, ROUNDS)
+        for i in range(n_keys):
+            np.testing.assert_array_equal(resumed["before_%d" % i], ended["after_%d" % i])
+        assert _digests(resumed["before_%d" % i] for i in range(n_keys)) == \
+            _digests(a.asnumpy() for a in saved_global.values())
+        assert not os.path.exists(os.path.join(str(second), "dump", "slot%d_round%d.npz" % (slot, ROUNDS - 1)))
+    # and its first round applies the checkpoint's momentum on the new servers
+    for i, (before, pushed, after) in enumerate(_round(second, ROUNDS)):
         combined = GLOBAL_LR * np.mean(np.asarray(pushed, dtype="f8"), axis=0)
         expected, _ = agg.nesterov_step(before.astype("f8"), momentum[i], combined, lr, mu)
         np.testing.assert_allclose(after, expected, rtol=1e-4, atol=1e-5)
