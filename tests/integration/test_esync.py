@@ -17,31 +17,46 @@ def _dumps(metrics_out, slots, round_):
     return [np.load(os.path.join(str(metrics_out), "dump", "slot%d_round%d.npz" % (s, round_))) for s in slots]
 
 
-def test_esync_heterogeneous_rounds(tmp_path, child_pids):
+SLOW = 20
+BASE_ITER_S = 0.075
+LR = 0.05
+ROUNDS = 4
+
+
+@pytest.fixture(scope="module")
+def esync_job(tmp_path_factory, module_child_pids):
+    """One ESync job for the tests below: 4 workers, slots 0 and 1 equally slow (20 x 0.075 s = 1.5 s an
+    iteration), 2 and 3 fast, iteration times pinned (--base-iter): the slow iterations leave the fast
+    devices room for several of theirs whatever the machine's load, as long as one small-CNN step takes
+    under 0.5 s. Every round dumped. Returns ``(out, summary)``."""
+    tmp_path = tmp_path_factory.mktemp("esync")
     out = tmp_path / "esync"
-    # Iteration times pinned (--base-iter): the slow device's 1.5 s iterations leave the fast ones room for
-    # several of theirs whatever the machine's load, as long as one small-CNN step takes under 0.5 s.
-    proc = launch(["-n", "3", "-s", "1", "--sync", "esync", "--slowdown", "1,1,10", "--base-iter", "0.15"],
-                  train_command(out, "--max-rounds", "4", "--time-budget", "120", "--dump-rounds", "4",
-                                "--global-lr", str(GLOBAL_LR)),
-                  tmp_path, child_pids)
+    proc = launch(["-n", "4", "-s", "1", "--sync", "esync", "--slowdown", "%d,%d,1,1" % (SLOW, SLOW),
+                   "--base-iter", str(BASE_ITER_S)],
+                  train_command(out, "--max-rounds", str(ROUNDS), "--time-budget", "120", "--dump-rounds",
+                                str(ROUNDS), "--global-lr", str(GLOBAL_LR), "--lr", str(LR)),
+                  tmp_path, module_child_pids)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not child_pids.alive()
-    summary = load_summary(out)
+    assert not module_child_pids.alive()
+    return out, load_summary(out)
+
+
+def test_esync_heterogeneous_rounds(esync_job):
+    out, summary = esync_job
     workers = {w["slot"]: w for w in summary["workers"]}
-    assert sorted(workers) == [0, 1, 2]
-    assert sorted(w["rank"] for w in workers.values()) == [0, 1, 2]
+    assert sorted(workers) == [0, 1, 2, 3]
+    assert sorted(w["rank"] for w in workers.values()) == [0, 1, 2, 3]
     for w in workers.values():
-        assert w["rounds"] == 4 and len(w["local_iters"]) == 4
+        assert w["rounds"] == ROUNDS and len(w["local_iters"]) == ROUNDS
         assert w["bytes_pushed"] > 0 and w["samples"] == 64 * sum(w["local_iters"])
-    slow = np.mean(workers[2]["local_iters"])
-    fast = np.mean(workers[0]["local_iters"] + workers[1]["local_iters"])
-    assert slow <= 1.5, workers[2]["local_iters"]
-    assert fast >= 3 * slow, (workers[0]["local_iters"], workers[1]["local_iters"])
+    slow = np.mean(workers[0]["local_iters"] + workers[1]["local_iters"])
+    fast = np.mean(workers[2]["local_iters"] + workers[3]["local_iters"])
+    assert slow <= 1.5, (workers[0]["local_iters"], workers[1]["local_iters"])
+    assert fast >= 3 * slow, (workers[2]["local_iters"], workers[3]["local_iters"])
 
     # After every round all workers hold the same global model w_t+1 = w_t + ε·mean(Δ_i).
-    for t in range(4):
-        dumps = _dumps(out, [0, 1, 2], t)
+    for t in range(ROUNDS):
+        dumps = _dumps(out, range(4), t)
         n_keys = len([k for k in dumps[0].files if k.startswith("after_")])
         assert n_keys > 0
         for i in range(n_keys):
@@ -58,7 +73,7 @@ def test_esync_heterogeneous_rounds(tmp_path, child_pids):
             np.testing.assert_array_equal(dumps[0]["before_0"], prev["after_0"])
     # Four rounds are too few to learn; what they must give is one model: every worker ends with the
     # global model of the last round, w_4.
-    last = _dumps(out, [0], 3)[0]
+    last = _dumps(out, [0], ROUNDS - 1)[0]
     digest = hashlib.sha256()
     for i in range(len([k for k in last.files if k.startswith("after_")])):
         digest.update(np.ascontiguousarray(last["after_%d" % i]).tobytes())
@@ -74,28 +89,22 @@ def _gradient(net, x, y):
     return [p.grad().asnumpy() / len(y) for _, p in sorted(net.collect_params().items())]
 
 
-def test_esync_first_step_is_a_test_batch_whose_gradient_is_not_applied(tmp_path, child_pids):
+def test_esync_first_step_is_a_test_batch_whose_gradient_is_not_applied(esync_job):
     """Algorithm 1 line 3 on the real cluster: two equally slow devices (pinned
     with --base-iter) both report their test batch with k = 0, so both do one
     local iteration in round 0 (before, the first to report ran two while the
     other waited), and the delta a slow device pushes in round 0 is one SGD
     step from w_0 on its third batch (the first went to shape inference, the
-    second to the test batch, whose gradient was dropped)."""
+    second to the test batch, whose gradient was dropped). The pushed delta is
+    the worker's own (--global-lr scales only the servers' step)."""
     import mxnet as mx
 
     from mxhet import data, models
 
-    lr, slow = 0.05, 20
-    out = tmp_path / "test_batch"
-    proc = launch(["-n", "4", "-s", "1", "--sync", "esync", "--slowdown", "%d,%d,1,1" % (slow, slow),
-                   "--base-iter", "0.05"],
-                  train_command(out, "--max-rounds", "2", "--time-budget", "120", "--dump-rounds", "1",
-                                "--lr", str(lr)),
-                  tmp_path, child_pids)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    workers = {w["slot"]: w for w in load_summary(out)["workers"]}
+    out, summary = esync_job
+    workers = {w["slot"]: w for w in summary["workers"]}
     assert [workers[slot]["local_iters"][0] for slot in (0, 1)] == [1, 1], [w["local_iters"] for w in workers.values()]
-    assert min(workers[slot]["test_batch_s"] for slot in (0, 1)) >= slow * 0.05
+    assert min(workers[slot]["test_batch_s"] for slot in (0, 1)) >= SLOW * BASE_ITER_S
     for w in workers.values():
         assert w["iterations"] == sum(w["local_iters"]) and w["samples"] == 64 * w["iterations"]
         assert w["compute_s"] >= w["test_batch_s"] > 0
@@ -115,11 +124,11 @@ def test_esync_first_step_is_a_test_batch_whose_gradient_is_not_applied(tmp_path
             p.set_data(mx.nd.array(dump["before_%d" % i]))   # w_0
         g_first = _gradient(net, *first)
         for i in range(keys):
-            np.testing.assert_allclose(dump["delta_%d" % i], -lr * g_first[i], rtol=1e-4, atol=1e-7)
+            np.testing.assert_allclose(dump["delta_%d" % i], -LR * g_first[i], rtol=1e-4, atol=1e-7)
         # with the test batch's gradient applied the delta would differ by about lr x its gradient
         g_test = _gradient(net, *test)
-        assert sum(np.abs(dump["delta_%d" % i] + lr * (g_first[i] + g_test[i])).sum() for i in range(keys)) > \
-            100 * sum(np.abs(dump["delta_%d" % i] + lr * g_first[i]).sum() for i in range(keys))
+        assert sum(np.abs(dump["delta_%d" % i] + LR * (g_first[i] + g_test[i])).sum() for i in range(keys)) > \
+            100 * sum(np.abs(dump["delta_%d" % i] + LR * g_first[i]).sum() for i in range(keys))
 
 
 def test_sync_keeps_workers_identical(tmp_path, child_pids):

@@ -29,9 +29,13 @@ SCRIPT = textwrap.dedent('''
     from mxhet.data import load_fashion_mnist
     from mxhet.models import get_model
 
-    store = kv.create(sys.argv[1])
-    out_dir, steps, given = sys.argv[2], int(sys.argv[3]), sys.argv[4] == "given"
-    ctx = [mx.cpu(i) for i in range(int(sys.argv[5]))]
+    def mine(arg):   # an argument for every worker, or "a,b,c": one per slot
+        parts = arg.split(",")
+        return parts[int(os.environ["MXHET_SLOT"])] if len(parts) > 1 else arg
+
+    store = kv.create(mine(sys.argv[1]))
+    out_dir, steps, given = sys.argv[2], int(sys.argv[3]), mine(sys.argv[4]) == "given"
+    ctx = [mx.cpu(i) for i in range(int(mine(sys.argv[5])))]
 
     class SplitSampler(gluon.data.sampler.Sampler):
         """The part of the data set of worker part_index of num_parts (MXNet's example)."""
@@ -85,13 +89,19 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
+def _per_slot(value, convert=str):
+    """A value for every worker, or a tuple of one per slot: the script's argument."""
+    return ",".join(map(convert, value)) if isinstance(value, tuple) else convert(value)
+
+
 def _run(tmp_path, child_pids, mode, store_type, given=True, steps=60, slowdown="1,1,2", contexts=1):
+    """``store_type``, ``given`` and ``contexts``: one for every worker, or a tuple of one per slot."""
     script = tmp_path / "prog.py"
     script.write_text(SCRIPT)
     return launch(["-n", "3", "-s", "1", "--sync", mode, "--slowdown", slowdown, "--base-iter", "0.03",
                    "--timeout", "200"],
-                  [sys.executable, str(script), store_type, str(tmp_path), str(steps), "given" if given else "alive",
-                   str(contexts)], tmp_path, child_pids,
+                  [sys.executable, str(script), _per_slot(store_type), str(tmp_path), str(steps),
+                   _per_slot(given, lambda g: "given" if g else "alive"), _per_slot(contexts)], tmp_path, child_pids,
                   timeout=240)
 
 
@@ -101,10 +111,13 @@ def _results(tmp_path):
 
 @pytest.mark.parametrize("mode, store_type, given, contexts, rounds", [
     ("sync", "dist", True, 2, 60),
-    ("esync", "dist", True, 1, 60),   # 'dist' under the launcher: the dist_async its servers need (kvstore_alias)
+    # each worker its own way, in one job: slot 0 'dist', which under the launcher is the dist_async its
+    # servers need (kvstore_alias), one context; slot 1 created for store.rank only, not given to the Trainer:
+    # found, used; slot 2 a dist_async given to the Trainer
+    pytest.param("esync", ("dist", "dist_async", "dist_async"), (True, False, True), (1, 2, 2), 60,
+                 id="esync-dist,dist_async,dist_async-given,alive,given-1,2,2-60"),
     ("localsgd", "dist_async", True, 2, 8),   # 8 local steps a round: 64 iterations; its servers add every push
     ("async", "dist_async", True, 2, 60),
-    ("esync", "dist_async", False, 2, 60),   # created for store.rank only, not given to the Trainer: found, used
 ])
 def test_the_scripts_kvstore_is_used_when_it_fits_the_mode(tmp_path, child_pids, mode, store_type, given, contexts,
                                                            rounds):
@@ -117,7 +130,8 @@ def test_the_scripts_kvstore_is_used_when_it_fits_the_mode(tmp_path, child_pids,
     for r in results:
         assert r["trainer_rank"] == r["store_rank"] and r["num_workers"] == r["trainer_num_workers"] == 3
         assert r["store_rank"] == r["slot"], r   # store.rank names the device --slowdown named (one host)
-        assert r["contexts"] == contexts and r["copies_equal"], r
+        expected = contexts[r["slot"]] if isinstance(contexts, tuple) else contexts
+        assert r["contexts"] == expected and r["copies_equal"], r
     assert sorted(r["store_rank"] for r in results) == [0, 1, 2]
     assert [r["slowdown"] for r in results] == [1.0, 1.0, 2.0]   # rank 2 is the slow worker
     # every worker's shard (SplitSampler over store.rank) trained the one global model
