@@ -80,7 +80,7 @@ def test_kill_9_of_the_chief_a_survivor_writes_the_summary_with_the_chiefs_death
         assert all(summary["elastic"]["rounds_by_slot"][str(s)] == [[0, rounds - 1]] for s in survivors)
         assert summary["round_members"][0] == 3 and summary["round_members"][-1] == 2
     # the curve: the chief's snapshots up to its death (at least those indexed before the kill), then the
-    # final model, scored on the whole test set like any run's last point
+    # final model, scored as any run's last point
     curve = summary["curve"]
     assert len(curve) >= indexed + 1 and curve[0][0] == 0.0, curve
     assert by["chief_curve_until_s"] == curve[-2][0] and curve[-1][0] > curve[-2][0], (by, curve)
