@@ -10,6 +10,9 @@ import pytest
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
+# The decompressed Fashion-MNIST copies every test's workers share (mxhet/data.py), in the
+# checkout (runs/ is ignored), not the user's ~/.cache; the launched processes inherit it.
+os.environ.setdefault("MXHET_DATA_CACHE", os.path.join(_ROOT, "runs", "idx-cache"))
 
 
 # --- child processes ---------------------------------------------------------

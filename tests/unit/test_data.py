@@ -5,6 +5,7 @@ MXHET_DATA_DIR); without it they fail with the DataError, they do not skip.
 """
 import gzip
 import json
+import os
 import struct
 
 import numpy as np
@@ -240,3 +241,54 @@ def test_evaluate_counts_correct_predictions(test_set):
 
     expected = float(np.mean(labels[:700] == 3))
     assert data.evaluate(always_class_3, images, labels, batch_size=128, limit=700) == expected
+
+
+# ------------------------------------------------------- decompressed copies
+
+def _tiny_test_split(directory, first_label=0):
+    _write_idx(directory / "t10k-images-idx3-ubyte.gz", 0x0803, (10000, 28, 28),
+               bytes(range(256)) * (10000 * 784 // 256) + bytes(10000 * 784 % 256))
+    _write_idx(directory / "t10k-labels-idx1-ubyte.gz", 0x0801, (10000,),
+               bytes((first_label + i) % 10 for i in range(10000)))
+
+
+def test_a_second_reader_maps_the_decompressed_copy_and_a_changed_file_is_read_again(tmp_path, monkeypatch):
+    source, cache = tmp_path / "data", tmp_path / "cache"
+    source.mkdir()
+    monkeypatch.setenv(data.CACHE_ENV, str(cache))
+    _tiny_test_split(source)
+    monkeypatch.setattr(data, "_cache", {})
+    images, labels = data.load_fashion_mnist("test", data_dir=str(source))
+    assert sorted(p.name.split("-")[0] for p in cache.iterdir()) == ["t10k", "t10k"]
+    # a fresh process (no in-memory cache) never opens the gzip files again
+    monkeypatch.setattr(data, "_cache", {})
+
+    def no_gunzip(*args, **kwargs):
+        raise AssertionError("gunzipped although a decompressed copy exists")
+    monkeypatch.setattr(data.gzip, "open", no_gunzip)
+    again, again_labels = data.load_fashion_mnist("test", data_dir=str(source))
+    assert np.array_equal(again, images) and np.array_equal(again_labels, labels)
+    assert not again.flags.writeable
+    # the labels file changes (size equal, contents and time not): decompressed again, new values
+    monkeypatch.undo()
+    monkeypatch.setenv(data.CACHE_ENV, str(cache))
+    monkeypatch.setattr(data, "_cache", {})
+    _tiny_test_split(source, first_label=1)
+    os.utime(source / "t10k-labels-idx1-ubyte.gz", ns=(1, 10 ** 18))
+    _, changed = data.load_fashion_mnist("test", data_dir=str(source))
+    assert np.array_equal(changed, (labels + 1) % 10)
+
+
+def test_the_copy_is_skipped_when_off_or_unwritable(tmp_path, monkeypatch):
+    source = tmp_path / "data"
+    source.mkdir()
+    _tiny_test_split(source)
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the cache directory would go")
+    for setting in ("off", str(blocked / "idx")):
+        monkeypatch.setenv(data.CACHE_ENV, setting)
+        monkeypatch.setattr(data, "_cache", {})
+        images, _ = data.load_fashion_mnist("test", data_dir=str(source))
+        assert images.shape == (10000, 28, 28)
+    assert data._cache_dir({data.CACHE_ENV: "off"}) is None
+    assert data._cache_dir({"XDG_CACHE_HOME": "/x"}) == os.path.join("/x", "mxhet", "idx")
