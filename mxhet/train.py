@@ -64,7 +64,10 @@ def build_parser():
                    help="NaN/Inf in a delta or gradient about to be pushed: stop the job with an error "
                         "naming the worker and round, or push zeros instead (default %(default)s)")
     g = p.add_argument_group("stopping and metrics")
-    g.add_argument("--time-budget", type=float, default=60.0, help="seconds of training (default %(default)s)")
+    g.add_argument("--time-budget", type=float, default=60.0,
+                   help="seconds of training (default %(default)s); a mode with rounds stops at a round "
+                        "boundary after it, so a short budget is overrun by up to a round: at the paper-sim "
+                        "profile an ESync round lasts at least a slow device's iteration (13.5 s)")
     g.add_argument("--max-rounds", type=int, default=0,
                    help="stop after this many aggregations (rounds; a step in sync/async/local); 0 = no limit")
     g.add_argument("--target-accuracy", type=float, default=0.8, help="test accuracy for time_to_target_s")
