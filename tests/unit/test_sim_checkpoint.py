@@ -1,9 +1,9 @@
 """A simulator run killed part-way and resumed from its checkpoint ends as an uninterrupted run.
 
-Every run here is the small CNN for a few virtual seconds unless it says otherwise; a
-run is stopped by the test hook --checkpoint-stop-at (save at the first point after
-that virtual time, then stop, as a SIGTERM does) or killed for real (SIGKILL after a
-periodic save), then run again with --resume.
+Every run here is the small CNN for a few virtual seconds unless it says otherwise, on batches
+of 16 (what a checkpoint keeps does not depend on what a batch holds); a run is stopped by the
+test hook --checkpoint-stop-at (save at the first point after that virtual time, then stop, as
+a SIGTERM does) or killed for real (SIGKILL after a periodic save), then run again with --resume.
 """
 import json
 import os
@@ -22,8 +22,8 @@ from mxhet.sim import checkpoint, cli
 pytestmark = pytest.mark.timeout(600)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SMALL = ("--model", "smallcnn", "--eval-samples", "100", "--final-eval-samples", "200", "--eval-interval", "1",
-         "--base-iter", "0.05", "--no-progress")
+SMALL = ("--model", "smallcnn", "--batch-size", "16", "--eval-samples", "100", "--final-eval-samples", "200",
+         "--eval-interval", "1", "--base-iter", "0.05", "--no-progress")
 TIMING = ("wall_s", "cpu_s", "virtual_s_per_wall_s", "checkpoint")
 
 
@@ -201,7 +201,10 @@ def _sim_process(out, argv):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
 
 
-KILLED = _job("esync", budget="10")   # long enough in wall time that the kill comes before the end
+# Long enough in wall time (about 2 s unloaded; the first save comes after 0.18 s) that the kill
+# comes well before the end.
+KILLED_BUDGET = 16
+KILLED = _job("esync", budget=str(KILLED_BUDGET))
 
 
 @pytest.fixture(scope="module")
@@ -232,7 +235,7 @@ def test_a_process_killed_after_a_periodic_save_resumes_to_the_same_model(tmp_pa
     assert code == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signal.SIGTERM)
     assert path.exists() and not (tmp_path / "cut" / "summary.json").exists()
     at = pickle.loads(path.read_bytes())["virtual_s"]
-    assert 0 < at < 10
+    assert 0 < at < KILLED_BUDGET
     resumed = _run(tmp_path / "cut", often + ["--resume"])
     assert resumed["sim"]["checkpoint"]["resumed_at_s"] == [at]
     assert _digests(resumed) == _digests(uninterrupted)
