@@ -89,7 +89,8 @@ def test_a_device_slowed_mid_run_becomes_the_slowest(tmp_path):
 
 
 def test_a_slower_device_costs_fewer_real_iterations(tmp_path):
-    common = ("-n", "3", "--sync", "esync", "--base-iter", "0.05", "--time-budget", "4")
+    # iterations and local steps follow the virtual times: batches of 16 count as 64 would, for less CPU
+    common = ("-n", "3", "--sync", "esync", "--base-iter", "0.05", "--time-budget", "4", "--batch-size", "16")
     _, ten = _sim(tmp_path, "ten", *common, "--slowdown", "1,1,10")
     _, slow = _sim(tmp_path, "slow", *common, "--slowdown", "1,1,117")
     assert slow[2]["iterations"] <= ten[2]["iterations"]

@@ -35,12 +35,12 @@ def _fresh_score(path, model, input_size, batch_size, limit):
 
 @pytest.mark.parametrize("model", ["resnet18_v1", "smallcnn"])
 def test_the_simulator_scores_its_snapshots_as_a_fresh_network_does(tmp_path, model):
-    """A standalone run (its replica trains 80 steps), every
-    snapshot scored after the run: the curve and the final accuracy are what a fresh network scores.
+    """A standalone run (its replica trains 80 steps), every snapshot (at 0 and 2 virtual s and the
+    final model) scored after the run: the curve and the final accuracy are what a fresh network scores.
     Before the fix ResNet-18's were scored on the replica, whose BatchNorm statistics precise BN
     could not recompute (final 0.24 against 0.66 here); the small CNN has no BatchNorm."""
     out = tmp_path / model
-    argv = ["-n", "1", "--sync", "local", "--base-iter", "0.05", "--time-budget", "4", "--eval-interval", "1",
+    argv = ["-n", "1", "--sync", "local", "--base-iter", "0.05", "--time-budget", "4", "--eval-interval", "2",
             "--model", model, "--input-size", "16", "--batch-size", "16", "--lr", "0.02", "--seed", "3",
             "--eval-samples", "100", "--final-eval-samples", "300"]
     args = cli.build_parser().parse_args(argv + ["--metrics-out", str(out)])
