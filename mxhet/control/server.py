@@ -77,6 +77,7 @@ class StateService:
         self.signature = None    # (model signature, rank that set it)
         self.left = set()        # ranks that said bye
         self.present = set()     # registered ranks that have not said bye
+        self._live_by_slot = {}  # slot -> present ranks registered for it (one at most, see _on_register)
         options = {"ssp": dict(staleness=staleness), "membership": dict(min_workers=min_workers),
                    "esync": dict(round_deadline=round_deadline),
                    "adsp": dict(period=adsp_period, epoch=adsp_epoch, window_periods=adsp_window)}
@@ -187,12 +188,14 @@ class StateService:
         # Two workers dead at once and started again: PS-LITE's recovery gives each replacement the
         # first dead id it finds (van.cc UpdateLocalID), so the two may swap ranks. A rank that left may
         # come back for another slot; a slot is never held by two live ranks.
-        holder = next((r for r, s in self.slots.items() if s == req.slot and r != req.rank and r not in self.left),
-                      None)
+        holder = self._slot_holder(req.slot, req.rank)
         if holder is not None:
             raise ProtocolError("slot %d is already held by live rank %d (rank %d registers for it)"
                                 % (req.slot, holder, req.rank))
+        if known is not None:
+            self._unhold(known, req.rank)
         self.slots[req.rank] = req.slot
+        self._live_by_slot.setdefault(req.slot, set()).add(req.rank)
         self.left.discard(req.rank)
         self.present.add(req.rank)
         self.table.set_present(req.rank, True)
@@ -216,7 +219,19 @@ class StateService:
         LOG.info("rank %d (slot %d) registered", req.rank, req.slot)
         return m.Registered(seq=req.seq, round=self.table.record(req.rank).round)
 
+    def _slot_holder(self, slot, rank):
+        """A rank other than ``rank`` registered for ``slot`` and still in the job, or None (O(1))."""
+        return next((r for r in self._live_by_slot.get(slot, ()) if r != rank), None)
+
+    def _unhold(self, slot, rank):
+        holders = self._live_by_slot.get(slot)
+        if holders is not None:
+            holders.discard(rank)
+            if not holders:
+                del self._live_by_slot[slot]
+
     def _leave(self, rank):
+        self._unhold(self.slots[rank], rank)
         self.left.add(rank)
         self.present.discard(rank)
         self.table.set_present(rank, False)

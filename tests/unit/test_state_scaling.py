@@ -40,6 +40,9 @@ class BruteService(StateService):
     def finished(self):
         return bool(self.slots) and self.left >= set(self.slots)
 
+    def _slot_holder(self, slot, rank):
+        return next((r for r, s in self.slots.items() if s == slot and r != rank and r not in self.left), None)
+
     def _on_query(self, req, now):
         record = self._registered(req.rank)
         if req.round != record.round:
@@ -168,8 +171,8 @@ def _random_request(rng, n, seqs, svc):
     record = svc.table.record(rank)
     kind = rng.choices(["register", "query", "reset", "clock", "bye", "heartbeat"],
                        weights=[2, 10, 3, 6, 1, 3])[0]
-    if kind == "register":
-        return m.Register(rank=rank, seq=seq, slot=rank)
+    if kind == "register":   # now and then for another rank's slot: a swap after a restart, or refused
+        return m.Register(rank=rank, seq=seq, slot=rank if rng.random() < 0.7 else rng.randrange(n))
     if kind == "query":
         return m.Query(rank=rank, seq=seq, round=record.round, k=rng.randrange(4),
                        c=rng.choice([0.01, 0.1, 0.5, 0.5, rng.uniform(0, 1)]),
@@ -227,3 +230,49 @@ def test_a_query_does_not_scan_every_worker():
         rule.find_slowest = original
     assert calls == []
     assert len(svc.table._slowest._heap) <= 2 * n + 17
+
+
+class _ScanCountingDict(dict):
+    """A dict that counts the entries its iterations visit (a scan of it shows as N visits)."""
+
+    visited = 0
+
+    def _count(self, it):
+        for x in it:
+            _ScanCountingDict.visited += 1
+            yield x
+
+    def __iter__(self):
+        return self._count(super().__iter__())
+
+    def keys(self):
+        return self._count(super().keys())
+
+    def values(self):
+        return self._count(super().values())
+
+    def items(self):
+        return self._count(super().items())
+
+
+def test_registration_does_not_scan_the_registered_ranks():
+    """Registering N workers visits no rank's slot entry (the slot's holder is indexed); a scan
+    per registration would visit N^2 / 2 entries."""
+    n = 500
+    svc = StateService(n)
+    svc.slots = _ScanCountingDict()
+    _ScanCountingDict.visited = 0
+    for r in range(n):
+        assert svc.handle(m.Register(rank=r, seq=1, slot=r), 0.0, sender=b"a").ok
+    assert _ScanCountingDict.visited == 0
+    # the index still refuses a slot held by a live rank, and frees a slot when its holder leaves
+    assert svc.handle(m.Bye(rank=0, seq=2), 0.0, sender=b"a").ok
+    refused = svc.handle(m.Register(rank=0, seq=3, slot=7), 0.0, sender=b"a")
+    assert not refused.ok and "slot 7 is already held by live rank 7" in refused.error
+    assert svc.handle(m.Bye(rank=7, seq=2), 0.0, sender=b"a").ok
+    assert svc.handle(m.Register(rank=0, seq=4, slot=7), 0.0, sender=b"a").ok
+    refused = svc.handle(m.Register(rank=7, seq=3, slot=7), 0.0, sender=b"a")
+    assert not refused.ok and "slot 7 is already held by live rank 0" in refused.error
+    assert svc.handle(m.Register(rank=7, seq=4, slot=0), 0.0, sender=b"a").ok
+    assert svc.slots[0] == 7 and svc.slots[7] == 0
+    assert _ScanCountingDict.visited == 0
