@@ -212,7 +212,7 @@ def test_service_answers_as_the_brute_force_service(seed):
 
 def test_a_query_does_not_scan_every_worker():
     """With 2,000 workers a query touches a handful of heap entries, not the table (a scan would call
-    find_slowest at any size; 2,000 registrations cost a tenth of 20,000's)."""
+    find_slowest at any size, so the size does not matter to what is checked)."""
     n = 2000
     svc = StateService(n)
     for r in range(n):
