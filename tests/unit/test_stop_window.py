@@ -145,3 +145,39 @@ def test_the_state_server_answers_over_to_a_restarted_esync_worker_after_resets_
     rendezvous = service.rule("membership").rendezvous
     assert [e["event"] for e in rendezvous.events] == ["leave", "join", "late"]
     assert rendezvous.events[-1]["slot"] == 2
+
+
+# -- the worker programs (both engines run them): a refused round is never taken part in ------------------
+
+def test_localsgd_stops_on_a_refused_round_without_counting_it():
+    import types
+    from mxhet.protocol import Exchange, Session, WantsStop, programs
+    from mxhet.protocol.effects import JOB_OVER
+    stats = types.SimpleNamespace(rounds=2, local_iters=[], rejoined_at_round=2)   # rejoined at round 2
+    session = Session(programs.localsgd({"local_steps": 2}, stats))
+    effect, exchanges = session.advance(), []
+    while effect is not None:
+        if isinstance(effect, Exchange):
+            exchanges.append(effect)
+            effect = session.advance(JOB_OVER)
+        else:
+            effect = session.advance(False if isinstance(effect, WantsStop) else None)
+    assert [x.round for x in exchanges] == [2]
+    assert stats.rounds == 2 and stats.local_iters == []
+
+
+def test_esync_stops_on_a_refused_round_and_sends_no_reset():
+    from mxhet.protocol import Session, programs
+    from mxhet.protocol import effects as e
+    from tests.unit.test_protocol import _esync_opts, _esync_stats, _EsyncScript
+    stats = _esync_stats()
+    script = _EsyncScript(stats, ready_at=2)
+    trace = []
+    session = Session(programs.esync(_esync_opts(ack="blocking"), stats), trace)
+    effect = session.advance()
+    while effect is not None:
+        effect = session.advance(e.JOB_OVER if isinstance(effect, e.AggregateDeltas) else script(effect))
+    effects = [effect for effect, _ in trace]
+    assert [a.round for a in effects if isinstance(a, e.AggregateDeltas)] == [0]
+    assert not any(isinstance(a, (e.SendReset, e.ResetOptimizer)) for a in effects)
+    assert isinstance(effects[-1], e.AggregateDeltas) and stats.rounds == 0 and stats.local_iters == []
