@@ -449,7 +449,8 @@ def job_events(record, exits=(), origin=0.0):
     Returns:
         ``{"events": [...], "rounds_by_slot": {slot: [[first, last], ...]}}``; each event has ``t_s``
         (seconds since ``origin``), ``event`` ("leave" / "join" / "late": a restarted worker back after the
-        job's end, which took part in nothing), ``slot``, ``rank``, ``round`` (the first
+        job's end, which took part in nothing, or back while the last round was open, whose entry
+        of the round after it was refused), ``slot``, ``rank``, ``round`` (the first
         round it no longer / again takes part in; None for a process end the State Server never counted)
         and ``cause``: "left its loop", "killed by signal N" / "exit code N" (the launcher saw the process
         end), "heartbeat timeout" (only the State Server's silence watch saw it), "said goodbye" or
