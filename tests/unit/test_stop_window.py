@@ -76,6 +76,7 @@ def test_esyncs_stop_from_reset_refuses_an_open_later_entry_and_every_later_one(
     r = RoundRendezvous(range(3))
     for rank in range(3):
         r.enter(rank, 0, rank)
+    for rank in range(3):
         r.done(rank, 0, rank)
     r.depart(2, "died")
     r.enter(0, 1, "e0")
