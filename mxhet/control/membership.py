@@ -301,6 +301,20 @@ class RoundRendezvous:
             raise ValueError("rank %d comes back but never left" % rank)
         self._record("late", rank, cause, None, now)
 
+    def stopped_before_its_rounds(self, rank, now=None):
+        """``rank`` is told the job agreed to stop (ESync's query answer) before it took part in any
+        round since it rejoined: it trains no more and the record counts it late, as a refused entry
+        (:meth:`enter`). Returns the releases; [] for any other rank (its stop is the job's)."""
+        first = self.joined_from.get(rank)
+        if first is None or rank not in self.training:
+            return []
+        if any(rank in members for r, members in self.members.items() if r >= first):
+            return []
+        self.training.discard(rank)
+        causes = [cause for r, cause, _ in self.joins if r == rank]
+        self._record("late", rank, causes[-1] if causes else RESTARTED, None, now)
+        return self._close_entries(now) + self._close_rounds() + self._close_job()
+
     def _before_stop(self, stopping):
         """No stop agreed yet, in a job with rounds (with none -- async -- every worker ends on its own)."""
         return self.stop_round is None and not stopping and not self.stop_elsewhere and self._latest >= 0

@@ -124,6 +124,9 @@ class ESyncRule(RulePlugin):
             # back with the first query of the next one (never READY: no worker
             # pushes again, every worker stops after the same round). A later round
             # is a worker that rejoined while the last one was open: it stops too.
+            membership_rule = self.host.rule("membership")
+            if membership_rule is not None:
+                membership_rule.stopped_before_its_rounds(rank)
             return state_rule.QueryReply(seq=req.seq, round=round_, stop=True)
         table = self.host.table
         ready = table.query(rank, req.k, req.c, now - req.since_finish, now, present_only=True)
@@ -615,6 +618,12 @@ class MembershipRule(RulePlugin):
         first = self.rendezvous.join(rank, cause=RESTARTED, not_before=not_before, now=self.wall_clock())
         self._slot_events()
         return first
+
+    def stopped_before_its_rounds(self, rank):
+        """ESync's rule told ``rank`` the job agreed to stop: a worker that rejoined and took part in
+        no round since is recorded late (:meth:`RoundRendezvous.stopped_before_its_rounds`)."""
+        self._release(self.rendezvous.stopped_before_its_rounds(rank, now=self.wall_clock()))
+        self._slot_events()
 
     def _slot_events(self):
         """Name each new record event's slot now: after two workers restarted at once a rank may

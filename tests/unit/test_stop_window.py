@@ -182,3 +182,26 @@ def test_esync_stops_on_a_refused_round_and_sends_no_reset():
     assert [a.round for a in effects if isinstance(a, e.AggregateDeltas)] == [0]
     assert not any(isinstance(a, (e.SendReset, e.ResetOptimizer)) for a in effects)
     assert isinstance(effects[-1], e.AggregateDeltas) and stats.rounds == 0 and stats.local_iters == []
+
+
+def test_an_esync_worker_back_whose_first_query_says_stop_is_recorded_late():
+    service = StateService(2, rules=("esync", "membership"))
+    for rank in range(2):
+        _register(service, rank)
+    for rank in range(2):
+        service.handle(m.RoundEnter(rank=rank, seq=2, incarnation=1, round=0, want_stop=False), now=0.5,
+                       sender=(rank, 1))
+    service.depart(1, "died (silent for over 3 s)")
+    reply = _register(service, 1, seq=7)
+    assert reply.ok and not reply.over and reply.round == 1
+    assert service.handle(m.Reset(rank=0, seq=3, incarnation=1, round=1, want_stop=True, since_finish=0.0),
+                          now=1.0, sender=(0, 1)).stop
+    query = service.handle(m.Query(rank=1, seq=8, incarnation=7, round=1, k=0, c=0.1, since_finish=0.0), now=1.1,
+                           sender=(1, 7))
+    assert query.stop and not query.ready
+    rendezvous = service.rule("membership").rendezvous
+    assert [e["event"] for e in rendezvous.events] == ["leave", "join", "late"] and 1 not in rendezvous.training
+    # rank 0, which took part in the rounds, is told the same without being counted late
+    query = service.handle(m.Query(rank=0, seq=4, incarnation=1, round=1, k=1, c=0.1, since_finish=0.0), now=1.2,
+                           sender=(0, 1))
+    assert query.stop and [e["event"] for e in rendezvous.events][-1] == "late" and len(rendezvous.events) == 3
