@@ -205,3 +205,35 @@ def test_an_esync_worker_back_whose_first_query_says_stop_is_recorded_late():
     query = service.handle(m.Query(rank=0, seq=4, incarnation=1, round=1, k=1, c=0.1, since_finish=0.0), now=1.2,
                            sender=(0, 1))
     assert query.stop and [e["event"] for e in rendezvous.events][-1] == "late" and len(rendezvous.events) == 3
+
+
+# -- the cluster worker's side (mxhet.modes.rounds, mxhet.modes.program): nothing pushed on ``over`` ------------
+
+class _RefusingClient:
+    """A State Server client whose round entries are answered ``over`` (as StateClient sets job_over)."""
+    job_over = False
+
+    def round_enter(self, round_, want_stop=False, timeout=None):
+        self.job_over = True
+        return 0, 0
+
+
+def test_the_cluster_worker_pushes_nothing_on_a_refused_round_and_notes_late(tmp_path):
+    import types
+    from mxhet.modes.liveness import PROGRESS_LATE
+    from mxhet.modes.program import ProgramMode
+    from mxhet.modes.rounds import RoundMembers
+    from mxhet.protocol import Exchange, Payload
+    from mxhet.protocol.effects import JOB_OVER
+
+    class _NoDataPlane:
+        def __getattr__(self, name):
+            raise AssertionError("a refused round touched the data plane (%s)" % name)
+    progress = tmp_path / "progress"
+    mode = types.SimpleNamespace(client=_RefusingClient(), clock=lambda: 1.0, stats=types.SimpleNamespace(query_s=0.0),
+                                 channel=types.SimpleNamespace(rank=2, push=_NoDataPlane()),
+                                 config=types.SimpleNamespace(slot=2, progress_file=str(progress)),
+                                 aggregated=False, stopping=types.SimpleNamespace(ballot=lambda vote: ()))
+    mode.exchange_deltas = lambda *a: RoundMembers.exchange_deltas(mode, *a)
+    assert ProgramMode.carry_out(mode, Exchange(Payload.DELTAS, 5, 1.0)) is JOB_OVER
+    assert mode.late_restart and not mode.aggregated and progress.read_text() == PROGRESS_LATE
