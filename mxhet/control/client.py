@@ -367,18 +367,23 @@ class StateClient:
     def round_enter(self, round_, want_stop=False, timeout=None):
         """Enter synchronous round ``round_``; returns once every worker still
         training has: ``(members, ballots)`` (ballots: members that want to stop).
+        ``(0, 0)``, with :attr:`job_over` set, when the round comes after the job's
+        agreed stop (a worker that rejoined while the last round was open).
 
         Raises:
             ProtocolError: also when the job fell below its minimum of live workers.
         """
         reply = self.request(self._message(m.RoundEnter, round=int(round_), want_stop=bool(want_stop)), timeout)
+        self.job_over = self.job_over or reply.over
         return reply.target, reply.ballots
 
     def round_enter_counted(self, round_, counts, want_stop=False, timeout=None):
         """:meth:`round_enter` with this worker's count vector (ESync's delta weighting);
-        returns ``(members, ballots, the members' summed counts)``."""
+        returns ``(members, ballots, the members' summed counts)``; ``(0, 0, ())`` with
+        :attr:`job_over` set after the job's agreed stop."""
         reply = self.request(self._message(m.RoundEnter, round=int(round_), want_stop=bool(want_stop),
                                            counts=tuple(float(c) for c in counts)), timeout)
+        self.job_over = self.job_over or reply.over
         return reply.target, reply.ballots, tuple(reply.counts)
 
     def round_done(self, round_, timeout=None):

@@ -37,6 +37,12 @@ entered yet -- so a round already under way never waits for it, and a round
 it belongs to waits for it as for any member. It takes the global model before
 its first round (the delta it pushes is against that model).
 
+No round after the job's agreed stop is ever held: an entry of a later round (a worker
+that rejoined while the last round was still open) is answered at once with an
+``over`` :class:`Entered` -- it takes part in nothing more, pushes nothing, and takes
+the final model at the finish barrier like a worker that left its loop; the record
+counts it ``late``, as a worker back after the job's end (:meth:`RoundRendezvous.late`).
+
 Each method returns *releases*: ``(rank, token, answer)`` for waiting
 requests now answered, where ``token`` is what the caller passed with the
 request (the State Server's sequence number) and ``answer`` a
@@ -72,6 +78,8 @@ class Entered:
     members: int
     ballots: int
     counts: tuple = ()
+    over: bool = False
+    """The round comes after the job's agreed stop: the rank takes part in nothing more."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,12 +159,16 @@ class RoundRendezvous:
         self.joins = []              # (rank, cause, first round) per rejoin, for the record
         self._latest = -1            # the highest round any worker entered (or a restart found)
         self.stop_round = None       # the round after which the job agreed to stop (a ballot), once known
+        self.stop_elsewhere = False  # a caller said the job agreed to stop outside the rounds (ESync's RESET)
         self.events = []             # leave / join records with the caller's time (stats()["events"])
 
     # -- requests ---------------------------------------------------------------
-    def enter(self, rank, round_, token, ballot=False, counts=()):
+    def enter(self, rank, round_, token, ballot=False, counts=(), now=None, stopping=False):
         """``rank`` enters round ``round_`` (its stop ``ballot``, its ``counts``: a
         vector of numbers the members' :class:`Entered` answer sums); returns the releases.
+        An entry of a round after the job's agreed stop (a ballot here, or ``stopping``: as in
+        :meth:`finish`) is answered at once with an ``over`` :class:`Entered` (recorded late, at
+        ``now``, the caller's clock in seconds).
 
         Raises:
             ValueError: the rank does not train, or entered this round already.
@@ -170,14 +182,17 @@ class RoundRendezvous:
         if round_ < self.joined_from.get(rank, 0):
             raise ValueError("rank %d rejoined from round %d, it cannot enter round %d"
                              % (rank, self.joined_from[rank], round_))
+        self._note_stop(stopping)
+        if rank in self.entries.get(round_, ()):
+            raise ValueError("rank %d entered round %d twice" % (rank, round_))
+        if self._after_stop(round_):
+            return self._refuse(rank, round_, token, now)
         self._latest = max(self._latest, round_)
         entry = self.entries.setdefault(round_, {})
-        if rank in entry:
-            raise ValueError("rank %d entered round %d twice" % (rank, round_))
         entry[rank] = (token, bool(ballot))
         if counts:
             self.entry_counts.setdefault(round_, {})[rank] = tuple(float(c) for c in counts)
-        return self._close_entries()
+        return self._close_entries(now)
 
     def done(self, rank, round_, token):
         """``rank``'s push of round ``round_`` is applied; returns the releases.
@@ -210,13 +225,14 @@ class RoundRendezvous:
             return [(rank, token, self.failed)]
         if rank in self.gone:
             raise ValueError("rank %d finishes after it left" % rank)
+        self._note_stop(stopping)
         if rank in self.training and self._before_stop(stopping):
             self._record("leave", rank, LEFT_ITS_LOOP, self._next_round(rank), now)
         self.training.discard(rank)
         k = self.finish_calls.get(rank, 0) + 1
         self.finish_calls[rank] = k
         self.finishing[rank] = (token, k)
-        return self._close_entries() + self._close_rounds() + self._close_job()
+        return self._close_entries(now) + self._close_rounds() + self._close_job()
 
     def depart(self, rank, cause="bye", now=None, stopping=False):
         """``rank`` is gone (``cause``: "bye", "died", ...); returns the releases.
@@ -227,6 +243,7 @@ class RoundRendezvous:
         """
         if rank in self.gone:
             return []
+        self._note_stop(stopping)
         was_training = rank in self.training
         if was_training and cause != "bye":
             self._record("leave", rank, cause, self._next_round(rank), now)
@@ -245,7 +262,7 @@ class RoundRendezvous:
                 and len(self.training) < self.min_workers and self.failed is None):
             return self._fail("worker rank %d %s; %d worker(s) still train, fewer than the job's minimum of %d"
                               % (rank, cause, len(self.training), self.min_workers))
-        return self._close_entries() + self._close_rounds() + self._close_job()
+        return self._close_entries(now) + self._close_rounds() + self._close_job()
 
     def join(self, rank, cause="restarted", not_before=0, now=None):
         """``rank``, gone, comes back (``cause`` for the record); returns the first round it
@@ -275,7 +292,7 @@ class RoundRendezvous:
     def over(self, stopping=False):
         """True once a rank coming back has no round left to take part in: nobody trains any
         more, or the job agreed to stop (a ballot here, or ``stopping``: as in :meth:`finish`)."""
-        return not self.training or self.stop_round is not None or stopping
+        return not self.training or self.stop_round is not None or self.stop_elsewhere or stopping
 
     def late(self, rank, cause=RESTARTED, now=None):
         """``rank``, gone, came back after the job's end (:meth:`over`): it stays gone; the record
@@ -284,9 +301,42 @@ class RoundRendezvous:
             raise ValueError("rank %d comes back but never left" % rank)
         self._record("late", rank, cause, None, now)
 
+    def stopped_before_its_rounds(self, rank, now=None):
+        """``rank`` is told the job agreed to stop (ESync's query answer) before it took part in any
+        round since it rejoined: it trains no more and the record counts it late, as a refused entry
+        (:meth:`enter`). Returns the releases; [] for any other rank (its stop is the job's)."""
+        first = self.joined_from.get(rank)
+        if first is None or rank not in self.training:
+            return []
+        if any(rank in members for r, members in self.members.items() if r >= first):
+            return []
+        self.training.discard(rank)
+        causes = [cause for r, cause, _ in self.joins if r == rank]
+        self._record("late", rank, causes[-1] if causes else RESTARTED, None, now)
+        return self._close_entries(now) + self._close_rounds() + self._close_job()
+
     def _before_stop(self, stopping):
         """No stop agreed yet, in a job with rounds (with none -- async -- every worker ends on its own)."""
-        return self.stop_round is None and not stopping and self._latest >= 0
+        return self.stop_round is None and not stopping and not self.stop_elsewhere and self._latest >= 0
+
+    def _note_stop(self, stopping):
+        """Keep a stop agreed outside the rounds (``stopping``): once agreed it holds for every later call."""
+        if stopping:
+            self.stop_elsewhere = True
+
+    def _after_stop(self, round_):
+        """True for a round no worker may hold: one after the round whose ballot stopped the job, or
+        any round still to close once the job agreed to stop elsewhere (ESync's RESET comes after its
+        last round's entry closed, so every entry still open is for a later round)."""
+        return self.stop_elsewhere or (self.stop_round is not None and round_ > self.stop_round)
+
+    def _refuse(self, rank, round_, token, now):
+        """Answer ``rank``'s entry of ``round_`` (after the stop) with ``over``: it trains no more, the
+        record counts it late (the cause of its join: it came back while the last round was open)."""
+        self.training.discard(rank)
+        causes = [cause for r, cause, _ in self.joins if r == rank]
+        self._record("late", rank, causes[-1] if causes else RESTARTED, None, now)
+        return [(rank, token, Entered(round_, 0, 0, over=True))]
 
     def _next_round(self, rank):
         """The first round ``rank`` no longer takes part in: the one after the last it was a member of."""
@@ -305,10 +355,17 @@ class RoundRendezvous:
         return {r for r in self.training if self.joined_from.get(r, 0) <= round_}
 
     # -- closing -------------------------------------------------------------------
-    def _close_entries(self):
+    def _close_entries(self, now=None):
         out = []
         for round_ in sorted(self.entries):
             entry = self.entries[round_]
+            if self._after_stop(round_):
+                # entered before the stop was agreed (a rank that rejoined while the last round was open)
+                del self.entries[round_]
+                self.entry_counts.pop(round_, None)
+                for rank, (token, _) in sorted(entry.items()):
+                    out.extend(self._refuse(rank, round_, token, now))
+                continue
             if not entry or not self._required(round_) <= set(entry):
                 continue
             del self.entries[round_]
@@ -406,7 +463,8 @@ def job_events(record, exits=(), origin=0.0):
     Returns:
         ``{"events": [...], "rounds_by_slot": {slot: [[first, last], ...]}}``; each event has ``t_s``
         (seconds since ``origin``), ``event`` ("leave" / "join" / "late": a restarted worker back after the
-        job's end, which took part in nothing), ``slot``, ``rank``, ``round`` (the first
+        job's end, which took part in nothing, or back while the last round was open, whose entry
+        of the round after it was refused), ``slot``, ``rank``, ``round`` (the first
         round it no longer / again takes part in; None for a process end the State Server never counted)
         and ``cause``: "left its loop", "killed by signal N" / "exit code N" (the launcher saw the process
         end), "heartbeat timeout" (only the State Server's silence watch saw it), "said goodbye" or
@@ -454,15 +512,18 @@ class EnteredReply(w.Reply):
     """The answer to :class:`RoundEnter` once every worker still training has
     entered: the ``round``, ``target`` its number of members, ``ballots`` how
     many of them want to stop after it (``stop``: any), ``counts`` the
-    element-wise sum of the members' ``counts`` (() if none sent any)."""
+    element-wise sum of the members' ``counts`` (() if none sent any);
+    ``over``: the round comes after the job's agreed stop -- the worker takes
+    part in nothing more (``target`` 0), takes the final model and ends."""
     TYPE = "round_entered"
     round: int = 0
     target: int = 0
     ballots: int = 0
     stop: bool = False
     counts: tuple = ()
+    over: bool = False
     CHECKS = {"round": w.integer(), "target": w.integer(), "ballots": w.integer(), "stop": w.check_bool,
-              "counts": w.check_counts}
+              "counts": w.check_counts, "over": w.check_bool}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -118,11 +118,15 @@ class ESyncRule(RulePlugin):
         record = self.host.registered(rank)
         if round_ != record.round:
             raise ProtocolError("query for round %d, rank %d is in round %d" % (round_, rank, record.round))
-        if self.stop_decisions.get(round_):
+        if any(stop and t <= round_ for t, stop in self.stop_decisions.items()):
             # Protocol v2: workers send RESET without waiting for its answer, so
             # the job's decision to stop after the round just aggregated comes
             # back with the first query of the next one (never READY: no worker
-            # pushes again, every worker stops after the same round).
+            # pushes again, every worker stops after the same round). A later round
+            # is a worker that rejoined while the last one was open: it stops too.
+            membership_rule = self.host.rule("membership")
+            if membership_rule is not None:
+                membership_rule.stopped_before_its_rounds(rank)
             return state_rule.QueryReply(seq=req.seq, round=round_, stop=True)
         table = self.host.table
         ready = table.query(rank, req.k, req.c, now - req.since_finish, now, present_only=True)
@@ -555,7 +559,9 @@ class MembershipRule(RulePlugin):
                 # restarted while it waited there never did: unmarked, its fresh record (no capability: the
                 # slowest) would keep the device the round waits for NOT-READY for ever.
                 record.ready = True
-            releases = self.rendezvous.enter(req.rank, req.round, req.seq, req.want_stop, req.counts)
+            releases = self.rendezvous.enter(req.rank, req.round, req.seq, req.want_stop, req.counts,
+                                             now=self.wall_clock(), stopping=self._stop_agreed())
+            self._slot_events()
         elif req.TYPE == membership.RoundDone.TYPE:
             releases = self.rendezvous.done(req.rank, req.round, req.seq)
         elif req.TYPE == membership.MembershipRecord.TYPE:
@@ -584,7 +590,7 @@ class MembershipRule(RulePlugin):
             if isinstance(answer, Entered):
                 reply = membership.EnteredReply(seq=seq, round=answer.round, target=answer.members,
                                                 ballots=answer.ballots, stop=answer.ballots > 0,
-                                                counts=answer.counts)
+                                                counts=answer.counts, over=answer.over)
             elif isinstance(answer, Done):
                 reply = membership.DoneReply(seq=seq, round=answer.round, ready=answer.complete)
             elif isinstance(answer, Finished):
@@ -613,6 +619,12 @@ class MembershipRule(RulePlugin):
         self._slot_events()
         return first
 
+    def stopped_before_its_rounds(self, rank):
+        """ESync's rule told ``rank`` the job agreed to stop: a worker that rejoined and took part in
+        no round since is recorded late (:meth:`RoundRendezvous.stopped_before_its_rounds`)."""
+        self._release(self.rendezvous.stopped_before_its_rounds(rank, now=self.wall_clock()))
+        self._slot_events()
+
     def _slot_events(self):
         """Name each new record event's slot now: after two workers restarted at once a rank may
         come back for another slot (:meth:`StateService._on_register`)."""
@@ -627,7 +639,7 @@ class MembershipRule(RulePlugin):
     def depart(self, rank, cause):
         # The State Server finds a rank dead only by its silence; the launcher, which saw the process
         # end, names the signal or exit code in the chief's summary (mxhet.control.membership.job_events).
-        self._release(self.rendezvous.depart(rank, cause, now=self.wall_clock()))
+        self._release(self.rendezvous.depart(rank, cause, now=self.wall_clock(), stopping=self._stop_agreed()))
         self._slot_events()
 
     def stats(self):

@@ -61,11 +61,11 @@ from ..policy import aggregation as agg
 from ..policy import specs
 from ..protocol import Session, programs
 from ..protocol.effects import (AggregateDeltas, AwaitAnswer, Iterate, Iterated, Listen, ResetOptimizer,
-                                RoundTrip, SendReset, StateQuery)
+                                JOB_OVER, RoundTrip, SendReset, StateQuery)
 from .esync_outer import OuterMomentumMirror
 from .program import ProgramMode
 from .registry import register
-from .rounds import ROUND_WAIT_S, RoundMembers
+from .rounds import ROUND_WAIT_S, RoundMembers, refused_round
 
 ACK_MODES = programs.ACK_MODES
 
@@ -237,8 +237,7 @@ class ESync(RoundMembers, ProgramMode):
             self.stats.query_s += self.clock() - t0
             return None
         if isinstance(effect, AggregateDeltas):
-            self._aggregate(effect)
-            return None
+            return self._aggregate(effect)
         if isinstance(effect, ResetOptimizer):
             self.reset_optimizer_state()
             return None
@@ -252,9 +251,13 @@ class ESync(RoundMembers, ProgramMode):
 
     # -- aggregation ------------------------------------------------------------------------------
     def _aggregate(self, effect):
-        """One round among its members: push this worker's share, pull w_t+1 into the replica."""
+        """One round among its members: push this worker's share, pull w_t+1 into the replica.
+        Returns None; JOB_OVER when the round comes after the job's agreed stop (nothing pushed)."""
         before = self.outer.before(self.wbufs) if self.outer else None
-        start, issued, end = self._member_round(effect)
+        times = self._member_round(effect)
+        if times is JOB_OVER:
+            return JOB_OVER
+        start, issued, end = times
         self.stats.round_exchange_start_s.append(start - self.timer.t_start)
         self.stats.round_exchange_issued_s.append(issued - self.timer.t_start)
         self.stats.round_exchange_end_s.append(end - self.timer.t_start)
@@ -280,6 +283,9 @@ class ESync(RoundMembers, ProgramMode):
         own = self.weighting.counts(effect.steps, self._batch_size, self.trainer) if self.weighting.active else ()
         members, _, totals = self.client.round_enter_counted(effect.round, own, timeout=ROUND_WAIT_S)
         t1 = self.clock()
+        if self.client.job_over:
+            self.stats.query_s += t1 - t0
+            return refused_round(self, effect.round)
         factor = 1.0
         if self.weighting.active:
             factor = agg.push_scale(self.weighting.aggregation, own, list(totals), members)

@@ -10,6 +10,7 @@ its next ``Compute``. When the program returns, training has stopped.
 """
 from ..protocol import Clock, Compute, Exchange, Now, Payload, PushAsync, Session, WantsStop
 from ..protocol import ShareSpeed
+from ..protocol.effects import JOB_OVER
 from .base import SyncMode
 
 
@@ -59,7 +60,8 @@ class ProgramMode(SyncMode):
         if isinstance(effect, Exchange):
             control = self.stopping.ballot(effect.vote)
             if effect.payload is Payload.DELTAS:
-                self.exchange_deltas(effect.round, *control)
+                if self.exchange_deltas(effect.round, *control) is JOB_OVER:
+                    return JOB_OVER   # (RoundMembers: a round after the job's agreed stop, nothing pushed)
                 self.aggregated = True
             else:
                 self.exchange_gradients(self._step_batch, effect.round, *control)

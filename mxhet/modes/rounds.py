@@ -36,6 +36,7 @@ import mxnet as mx
 from ..control.membership import job_events
 from ..dataplane import copy_all
 from ..errors import ConfigError, ProtocolError, StateServerTimeout
+from ..protocol.effects import JOB_OVER
 from .liveness import PROGRESS_LATE, note_progress
 
 LOG = logging.getLogger("mxhet.modes")
@@ -83,6 +84,19 @@ def leave_too_late(mode):
     os._exit(0)   # the dist kvstore's destructor would wait in PS-LITE's barrier (keep_kvstore_alive)
 
 
+def refused_round(mode, round_index):
+    """``mode``'s entry of ``round_index`` was answered ``over``: the round comes after the job's agreed
+    stop (this worker was started again while the others' last round was open). It pushes nothing; its
+    program stops, and the finish barrier gives it the final model (then exit 0, as any worker under
+    ``--elastic``). The launcher's job file says ``too_late``, as for a worker back after the end."""
+    LOG.warning("rank %d (slot %d) was started again while the job's last round was open: round %d comes "
+                "after the agreed stop, it takes part in nothing more and takes the final model",
+                mode.channel.rank, mode.config.slot, round_index)
+    mode.late_restart = True
+    note_progress(mode.config.progress_file, PROGRESS_LATE)
+    return JOB_OVER
+
+
 def keep_kvstore_alive(kv):
     """Never free ``kv`` before the process ends (``mxhet.Trainer`` ends it with ``os._exit`` under
     ``--elastic``): the dist kvstore's destructor waits in PS-LITE's barrier for every worker, a dead
@@ -97,6 +111,7 @@ class RoundMembers:
     epsilon = 1.0        # the global learning rate ε of the average
     member_rounds = True  # the simulator runs its Exchange the same way (mxhet.sim.program)
     departed = False     # this worker left its training loop before the job stopped
+    late_restart = False  # started again while the last round was open: answered over (refused_round)
     summary_rank = 0     # who writes the job's summary, as the last barrier named it (rank 0 unless it died)
 
     def on_connect(self):
@@ -132,7 +147,8 @@ class RoundMembers:
     def exchange_deltas(self, round_index, extra_keys=(), extra_values=(), extra_outs=()):
         """One round (see the module docstring). ``extra_values[0]`` is the stop
         ballot; ``extra_outs[0]`` receives the members' combined ballot. Other
-        control keys are not supported."""
+        control keys are not supported. Returns :data:`~mxhet.protocol.effects.JOB_OVER`,
+        having pushed nothing, when the round comes after the job's agreed stop."""
         if len(extra_keys) > 1:
             raise ValueError("a membership round carries only the stop ballot, got %d control keys"
                              % len(extra_keys))
@@ -140,6 +156,9 @@ class RoundMembers:
         t0 = self.clock()
         members, ballots = self.client.round_enter(round_index, ballot, timeout=ROUND_WAIT_S)
         t1 = self.clock()
+        if self.client.job_over:
+            self.stats.query_s += t1 - t0
+            return refused_round(self, round_index)
         weights = self.weights()
         if getattr(self, "_sends", None) is None:
             self._sends = [mx.nd.zeros(w.shape, ctx=w.context, dtype=w.dtype) for w in self.wbufs]

@@ -8,6 +8,19 @@ import dataclasses
 import enum
 
 
+class _JobOver:
+    """The type of :data:`JOB_OVER` (one instance, compared with ``is``)."""
+
+    def __repr__(self):
+        return "JOB_OVER"
+
+
+JOB_OVER = _JobOver()
+"""What an :class:`Exchange` or :class:`AggregateDeltas` of a round the State Server names returns
+when that round comes after the job's agreed stop (a worker that rejoined while the others' last
+round was open, :mod:`mxhet.control.membership`): nothing was pushed, the program stops."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Compute:
     """One local iteration.
@@ -42,7 +55,8 @@ class Exchange:
     key). Simulator: the round's :class:`mxhet.sim.engine.SyncRound` over the
     link model.
 
-    Returns: the workers' ballots combined (> 0: someone wants to stop).
+    Returns: the workers' ballots combined (> 0: someone wants to stop); :data:`JOB_OVER` in a
+    round whose members the State Server names, when it comes after the job's agreed stop.
     """
     payload: Payload
     round: int
@@ -364,7 +378,8 @@ class AggregateDeltas:
     enters with its share ``weight`` of the combination
     (:mod:`mxhet.policy.deadline`); 0: a round of every device, as in the paper.
 
-    Returns: None.
+    Returns: None; :data:`JOB_OVER` when the round (its members named by the State
+    Server) comes after the job's agreed stop: nothing was pushed.
     """
     round: int
     steps: int

@@ -8,7 +8,7 @@ engines report) and yields :mod:`.effects`. Ported: ``localsgd``, ``sync``,
 from ..errors import ConfigError
 from ..policy.stop import StopRule
 from ..policy.worker import Action, LocalSGDPolicy
-from .effects import Clock, Compute, Exchange, Payload, PushAsync, WantsStop
+from .effects import JOB_OVER, Clock, Compute, Exchange, Payload, PushAsync, WantsStop
 from ..policy import specs
 from ..policy.worker import ESyncPolicy
 from .effects import AggregateDeltas, AwaitAnswer, Iterate, Listen, Now, ResetOptimizer, RoundTrip, SendReset, StateQuery
@@ -26,6 +26,12 @@ def _aggregate(stats, payload, local_steps):
     stats.local_iters.append(local_steps)
     wants = yield WantsStop()
     votes = yield Exchange(payload, index, StopRule.ballot(wants))
+    if votes is JOB_OVER:
+        # the round came after the job's agreed stop (this worker rejoined while the last one was
+        # open): it was never taken part in
+        stats.rounds -= 1
+        stats.local_iters.pop()
+        return True
     return StopRule.agreed(votes)
 
 
@@ -243,8 +249,10 @@ def esync(opts, stats):
         if answers.members:
             yield AggregateDeltas(policy.round, policy.k, opts["aggregation"], answers.members, answers.weight)
             answers.members, answers.weight = 0, 0.0
-        else:
-            yield AggregateDeltas(policy.round, policy.k, opts["aggregation"])
+        elif (yield AggregateDeltas(policy.round, policy.k, opts["aggregation"])) is JOB_OVER:
+            # a round after the job's agreed stop (this worker rejoined while the last one was open)
+            answers.stop()
+            return
         if opts["reset_optimizer_state"]:
             yield ResetOptimizer()
         _, k, slowest = policy.aggregated()

@@ -14,6 +14,7 @@ from ..control import messages as m
 from ..dataplane import copy_all, nbytes
 from ..protocol import Clock, Compute, Exchange, Now, Payload, PushAsync, Session, WantsStop
 from ..protocol import ShareSpeed
+from ..protocol.effects import JOB_OVER
 from ..protocol.effects import (Grouped, Handover, JoinReduce, ListeningCompute, Merged, ModelArrived, Notify,
                                 Poll, Ready, Reduce, TakeIn, TransferAsked)
 from .slots import rendezvous
@@ -117,6 +118,8 @@ def _member_exchange(sim, dev, effect):
     t0 = sim.env.now
     reply = yield from sim.request(dev, dev.message(m.RoundEnter, round=effect.round, want_stop=effect.vote > 0))
     sim.blocked(dev, t0, query=True)
+    if reply.over:   # after the job's agreed stop (it rejoined while the last round was open): push nothing
+        return JOB_OVER
     index = (sim.job.mode, effect.round)
     if index not in sim._rounds:
         keys = list(range(len(dev.params))) if effect.payload is Payload.DELTAS else sim.grad_keys
@@ -548,6 +551,8 @@ def _member_aggregate(sim, dev, effect):
     reply = yield from sim.request(dev, dev.message(m.RoundEnter, round=effect.round, want_stop=False,
                                                     counts=tuple(own)))
     sim.blocked(dev, t0, query=True)
+    if reply.over:   # after the job's agreed stop (it rejoined while the last round was open): push nothing
+        return JOB_OVER
     if weighting.active:
         weighting.scale(own, list(reply.counts), reply.target, dev.params, dev.weights(), dev.global_copy)
     keys = list(range(len(dev.params)))
@@ -586,8 +591,8 @@ def _aggregate_deltas(sim, dev, effect):
         # Devices leave this job: the rounds of the members named by the State Server. Without
         # --events the round is today's, of all N devices: the same members, and the same virtual
         # time and arithmetic as before the rendezvous existed (no two control messages a round).
-        yield from _member_aggregate(sim, dev, effect)
-        return
+        result = yield from _member_aggregate(sim, dev, effect)
+        return JOB_OVER if result is JOB_OVER else None
     members = getattr(sim, "members", None)
     if members is not None:
         members.member(dev, effect.round, sim.env.now)

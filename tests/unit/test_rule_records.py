@@ -27,7 +27,9 @@ REPLY_SAMPLES = {
               m.UploadedReply(seq=11, iteration=5, step_servers=True),
               m.SteppedReply(seq=12, iteration=5)],
     "membership": [m.EnteredReply(seq=13, round=2, target=3, ballots=1, stop=True, counts=(1.0, 2.5)),
-                   m.DoneReply(seq=14, round=2, ready=True), m.FinishedReply(seq=15, chief=1)],
+                   m.DoneReply(seq=14, round=2, ready=True), m.FinishedReply(seq=15, chief=1),
+                   # a round after the job's agreed stop (a worker started again while the last was open)
+                   m.EnteredReply(seq=16, round=3, over=True)],
 }
 
 
@@ -85,6 +87,7 @@ def test_a_rules_reply_record_round_trips_and_is_validated(reply):
     (m.GroupSelection(seq=1), {"step_servers": None}),
     (m.WatchReply(seq=1), {"keep": 0}),
     (m.EnteredReply(seq=1), {"counts": [1.0] * (wire.MAX_COUNTS + 1)}),
+    (m.EnteredReply(seq=1), {"over": 1}),
     (m.FinishedReply(seq=1), {"chief": -2}),
     (m.RecordPage(seq=1), {"payload": "x" * (wire.RECORD_PAGE + 1)}),
     (m.Registered(seq=1), {"round": -1}),
