@@ -24,7 +24,7 @@ from .rules import PLUGINS, Clock
 from .state_rule import Query, QueryReply, Reset, ResetReply, query_reply
 from .adsp import AdspRecord, Commit, CommitReply
 from .nodelay import Merged, Notify, TransferReply
-from .preduce import GroupedReply, ReduceJoin, ReducePushed, ReduceReady
+from .preduce import GroupedReply, JoinedReply, LeftReply, PushedReply, ReduceJoin, ReduceLeave, ReducePushed, ReduceReady
 from .gcada import (ClaimReply, GroupBegin, GroupDone, GroupSelection, GroupStepped,
                     GroupUploaded, GroupWatch, SteppedReply, UploadedReply, WatchReply)
 from .membership import DoneReply, EnteredReply, FinishedReply, MembershipRecord, RoundDone, RoundEnter, RoundFinish
@@ -56,6 +56,7 @@ __all__ = ["MAX_COUNTS", "MAX_MESSAGE_BYTES", "SUPPORTED_VERSIONS", "VERSION",
            "encode", "decode", "record_page", "REQUEST_TYPES", "REPLY_TYPES", "REPLAYABLE", "ALL_TYPES",
            "Clock", "Query", "QueryReply", "Reset", "ResetReply", "query_reply", "AdspRecord", "Commit", "CommitReply",
            "Merged", "Notify", "TransferReply", "GroupedReply", "ReduceJoin", "ReducePushed", "ReduceReady",
+           "JoinedReply", "LeftReply", "PushedReply", "ReduceLeave",
            "ClaimReply", "GroupBegin", "GroupDone", "GroupSelection", "GroupStepped", "GroupUploaded", "GroupWatch",
            "SteppedReply", "UploadedReply", "WatchReply", "DoneReply", "EnteredReply", "FinishedReply",
            "MembershipRecord", "RoundDone", "RoundEnter", "RoundFinish"]

@@ -28,6 +28,31 @@ the program and the slot accounting stay those of every group). A slot's
 updater still counts P pushes a round, so a group of m < P members gets
 P - m *filler* pushes of zeros, made by its first member (:attr:`Group.fill`).
 
+Deaths (``mxhet-launch --elastic``, :meth:`PartialReduceController.depart`:
+the State Server's heartbeat watch found the rank silent). The dead rank
+leaves like one that said goodbye, and its group, if its pushes are not all
+in, is settled at once:
+
+* the dead member said its push was in (``push_done``, sent after the servers
+  applied it): the group goes on; once the others' pushes are in, every
+  survivor pulls Σ β_j·x_j, the dead member's share included, once;
+* it had not: the group is *released* (:attr:`PartialReduceController.released`).
+  Its slot may hold any part of the dead member's push -- the servers'
+  :class:`kvstore_ext.updaters.PartialReduceSum` overwrites a slot key on a
+  round's first push and adds the next P-1, per key, so after a partial push
+  the key's count is unknown -- and is *retired*: never given to a group
+  again. The survivors are told (their ``push_done`` answers ``released``),
+  pull nothing and keep their own models and iteration numbers (what they
+  pushed sits in the retired slot, read by nobody): nothing is applied twice
+  and no one pulled a partial sum. Their next READY queues them again.
+
+A job that may lose workers reserves ``spare_slots`` more slots, one per
+death it may see, so retired slots never leave a group waiting. A rank that
+died may come back (:meth:`PartialReduceController.join`, a restarted
+process): it is live again, and takes the model of the latest group whose
+pushes were all in from that group's slot, which is held for it (no group
+reuses it) until its first READY.
+
 The sync-graph is kept incrementally (:class:`~mxhet.control.window_graph.WindowGraph`):
 adding a group costs O(P log N) amortized and a worker's component is a lookup, instead of a
 rebuild over the window for every group.
@@ -162,9 +187,9 @@ class PartialReduceController:
     """
 
     def __init__(self, num_workers, group_size, dynamic=False, alpha=DEFAULT_ALPHA, avoid_frozen=True, window=0,
-                 num_slots=0):
+                 num_slots=0, spare_slots=0):
         for name, value in (("num_workers", num_workers), ("group_size", group_size), ("window", window),
-                            ("num_slots", num_slots)):
+                            ("num_slots", num_slots), ("spare_slots", spare_slots)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError("%s must be an integer >= 0, got %r" % (name, value))
         if not 2 <= group_size <= num_workers:
@@ -177,7 +202,7 @@ class PartialReduceController:
         self.num_workers, self.group_size = num_workers, group_size
         self.dynamic, self.alpha, self.avoid_frozen = bool(dynamic), float(alpha), bool(avoid_frozen)
         self.window = window or default_window(num_workers, group_size)
-        self.num_slots = num_slots or default_slots(num_workers, group_size)
+        self.num_slots = (num_slots or default_slots(num_workers, group_size)) + spare_slots
         self.live = set(range(num_workers))
         self.queue = {}              # ranks in READY order (a dict keeps insertion order)
         self.k = {}                  # rank -> iteration number it reported
@@ -199,6 +224,11 @@ class PartialReduceController:
         self.max_concurrent = 0      # most slots held at once (groups reducing or not yet fully pulled)
         self.stop_wanted = False
         self.stopping = False
+        self.released = {}           # id -> Group released by a member's death before its push was in
+        self.retired = set()         # slots of released groups: their keys' push counts are unknown
+        self.complete = {}           # slot -> Group whose full sum it holds (not reused since)
+        self.deaths = []             # (rank, id of the group it was in or None, released?) per death
+        self.joins = []              # (rank, slot it took the model from or None) per return
 
     # -- events ------------------------------------------------------------------
     def ready(self, rank, k):
@@ -248,8 +278,18 @@ class PartialReduceController:
             return []
         del self.groups[group_id], self.pushed[group_id]
         for r in group.members:
-            del self.pushing[r]
+            self.pushing.pop(r, None)   # (a member that died after its push is no longer pushing)
+        self.complete[group.slot] = group
         return list(group.members)
+
+    def model_k(self, slot):
+        """The iteration number of the group whose sum ``slot`` holds (0 if none)."""
+        group = self.complete.get(slot)
+        return group.k if group is not None else 0
+
+    def was_released(self, group_id):
+        """True if group ``group_id`` was released by a death (its members pull nothing)."""
+        return group_id in self.released
 
     def leave(self, rank):
         """``rank`` left the job; returns the groups formed now (the filter may stop holding)."""
@@ -264,6 +304,66 @@ class PartialReduceController:
         self._graph_changed()
         self._holding_head = None   # the head may have waited for the departed rank's component
         return self._form()
+
+    def depart(self, rank):
+        """``rank`` died (it said no goodbye): it leaves as in :meth:`leave`, and the group
+        whose pushes are not all in is released unless the dead member's push was in
+        (the module docstring). Returns ``(formed, released)``: the groups formed now and
+        the group released (None if none).
+
+        Raises:
+            ValueError: for a rank that is not one of the job's.
+        """
+        self._check_rank(rank, live=False)
+        released = None
+        group_id = self.pushing.get(rank)
+        if group_id is not None and rank not in self.pushed[group_id]:
+            released = self._release(group_id)
+        if rank in self.live:
+            self.deaths.append((rank, group_id, released is not None))
+        return self.leave(rank), released
+
+    def _release(self, group_id):
+        group = self.groups.pop(group_id)
+        del self.pushed[group_id]
+        self.released[group_id] = group
+        for r in group.members:
+            del self.pushing[r]
+            if self.holding.get(r) == group.slot:
+                del self.holding[r]
+        self.slot_holders.pop(group.slot, None)
+        self.retired.add(group.slot)
+        return group
+
+    def join(self, rank):
+        """``rank``, which died, is back (a restarted process) and is grouped again from
+        its first READY. Returns the slot holding the model of the latest group whose
+        pushes were all in -- held for ``rank`` until that READY, so no group reuses it --
+        or None when no group completed (or its slot was reused since): the rank then
+        starts from the model it has. A rank that is live is left as it is (None).
+
+        Raises:
+            ValueError: for a rank that is not one of the job's.
+        """
+        self._check_rank(rank, live=False)
+        if rank in self.live:
+            return None
+        self.live.add(rank)
+        self.queue.pop(rank, None)
+        self.graph = None       # rebuilt over the live ranks when next needed
+        self._graph_changed()
+        self._holding_head = None
+        slot = None
+        if self.complete:
+            slot = max(self.complete, key=lambda s: self.complete[s].id)
+            holders = self.slot_holders.setdefault(slot, set())
+            if not holders:
+                self.free_slots.remove(slot)   # a free slot: taken off the heap
+                heapq.heapify(self.free_slots)
+            holders.add(rank)
+            self.holding[rank] = slot
+        self.joins.append((rank, slot))
+        return slot
 
     def want_stop(self):
         """A worker wishes to end training. The job stops (:meth:`stop`) once
@@ -369,6 +469,7 @@ class PartialReduceController:
         ks = [self.k[r] for r in members]
         weights = dynamic_weights(ks, self.alpha) if self.dynamic else constant_weights(ks)
         slot = heapq.heappop(self.free_slots)
+        self.complete.pop(slot, None)   # its last group's sum is overwritten from now on
         group = Group(id=self.next_id, slot=slot, members=tuple(members), weights=tuple(weights), k=max(ks),
                       intervened=intervened, fill=self.group_size - len(members))
         self.next_id += 1
@@ -395,25 +496,41 @@ class PartialReduceController:
         return {"group_size": self.group_size, "dynamic": self.dynamic, "alpha": self.alpha,
                 "avoid_frozen": self.avoid_frozen, "window": self.window, "slots": self.num_slots,
                 "groups": self.next_id, "interventions": self.interventions, "holds": self.holds,
-                "max_concurrent": self.max_concurrent}
+                "max_concurrent": self.max_concurrent,
+                "released": sorted(self.released), "retired_slots": sorted(self.retired),
+                "deaths": [{"rank": r, "group": g, "released": rel} for r, g, rel in self.deaths],
+                "joins": [{"rank": r, "model_slot": s} for r, s in self.joins]}
 
 
 # -- Partial Reduce's wire records (the plugin: mxhet.control.rules.PartialReduceRule) --------
+
+@w.reply_record
+class JoinedReply(w.Reply):
+    """The answer to :class:`ReduceJoin`: ``model_slot``, for a rank that died and is
+    back, the slot holding the latest complete group's model (its starting model),
+    and ``k``, that group's iteration number; -1 and 0 otherwise."""
+    TYPE = "reduce_joined"
+    model_slot: int = -1
+    k: int = 0
+    CHECKS = {"model_slot": w.integer(-1), "k": w.integer()}
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ReduceJoin(w.Request):
     """Partial Reduce: the worker's settings of the controller (every worker sends
     the same; the first creates the controller): group size P, dynamic weights
-    with EMA factor ``alpha``, the group filter and its window T (0: default).
-    Answered with a plain :class:`~.wire.Reply`."""
+    with EMA factor ``alpha``, the group filter and its window T (0: default),
+    and ``spare_slots`` beyond N-P+1 (``--elastic``: one per death the job may see)."""
     TYPE = "reduce_join"
+    REPLY = JoinedReply
     group_size: int
     dynamic: bool
     alpha: float
     avoid_frozen: bool
     window: int
+    spare_slots: int = 0
     CHECKS = {"group_size": w.integer(2), "dynamic": w.check_bool, "avoid_frozen": w.check_bool,
-              "window": w.integer(), "alpha": w.check_below_one}
+              "window": w.integer(), "alpha": w.check_below_one, "spare_slots": w.integer()}
 
 
 @w.reply_record
@@ -444,11 +561,42 @@ class ReduceReady(w.Request):
     CHECKS = {"k": w.integer(), "want_stop": w.check_bool}
 
 
+@w.reply_record
+class PushedReply(w.Reply):
+    """The answer to :class:`ReducePushed`: every member's push is in (the slot
+    holds the sum), or ``released``: a member died before its push was in, the
+    group is void and the worker keeps its own model (pulls nothing)."""
+    TYPE = "reduce_all_pushed"
+    released: bool = False
+    CHECKS = {"released": w.check_bool}
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ReducePushed(w.Request):
     """Partial Reduce: the worker's weighted model is in group ``group``'s slot.
-    The answer (a plain :class:`~.wire.Reply`) waits until every member's is
-    (then the slot holds the sum)."""
+    The answer (:class:`PushedReply`) waits until every member's is (then the
+    slot holds the sum), or until the group is released."""
     TYPE = "reduce_pushed"
+    REPLY = PushedReply
     group: int
     CHECKS = {"group": w.integer()}
+
+
+@w.reply_record
+class LeftReply(w.Reply):
+    """The answer to :class:`ReduceLeave`: ``finals``, the ranks whose final model
+    is on the parameter keys so far (after the finish barrier: all of them)."""
+    TYPE = "reduce_left"
+    finals: int = 0
+    CHECKS = {"finals": w.integer()}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReduceLeave(w.Request):
+    """Partial Reduce under ``--elastic``: the worker trains no more (it is never
+    grouped again; it still meets the others at the finish barrier); ``final``:
+    its model x_i/N is on the parameter keys (counted in :class:`LeftReply`)."""
+    TYPE = "reduce_leave"
+    REPLY = LeftReply
+    final: bool
+    CHECKS = {"final": w.check_bool}

@@ -378,39 +378,58 @@ class NodelayRule(RulePlugin):
 
 
 class PartialReduceRule(RulePlugin):
-    """Partial Reduce's groups (:mod:`.preduce`), set up by the first REDUCE_JOIN."""
+    """Partial Reduce's groups (:mod:`.preduce`), set up by the first REDUCE_JOIN.
+
+    Under ``--elastic`` a rank found dead (:meth:`depart`) leaves the controller
+    at once: the group waiting for its push is released and its members are
+    told so; below ``min_workers`` live ranks every waiting worker, and every
+    later request, is refused with ``too_few_workers``. A dead rank that
+    registers again is grouped again (:meth:`registered`)."""
 
     NAME = "preduce"
-    REQUESTS = (preduce.ReduceJoin, preduce.ReduceReady, preduce.ReducePushed)
-    REPLIES = (preduce.GroupedReply,)
+    REQUESTS = (preduce.ReduceJoin, preduce.ReduceReady, preduce.ReducePushed, preduce.ReduceLeave)
+    REPLIES = (preduce.GroupedReply, preduce.JoinedReply, preduce.PushedReply, preduce.LeftReply)
 
-    def __init__(self, host):
+    def __init__(self, host, min_workers=1):
         super().__init__(host)
         self.controller = None
         self._settings = None
         self._waiting = {}   # rank -> seq of its unanswered READY or PUSHED
+        self.min_workers = min_workers
+        self.failed = None   # the refusal's message once a death left fewer than min_workers live ranks
+        self.dead = set()    # ranks found dead and not back
+        self.finals = set()  # ranks whose final model is on the parameter keys (ReduceLeave final)
+        self._model_slot = {}   # rank back after its death -> slot of its starting model
 
     def handle(self, req, now):
         self.host.registered(req.rank)
+        if self.failed is not None and req.TYPE != preduce.ReduceLeave.TYPE:
+            return w.Reply(seq=req.seq, ok=False, error=self.failed, code="too_few_workers")
         if req.TYPE == preduce.ReduceJoin.TYPE:
             return self._join(req)
         if self.controller is None:
             raise ProtocolError("%s from rank %d before any reduce_join" % (req.TYPE, req.rank))
         if req.TYPE == preduce.ReduceReady.TYPE:
             return self._ready(req)
+        if req.TYPE == preduce.ReduceLeave.TYPE:
+            return self._leave(req)
         return self._pushed(req)
 
     def _join(self, req):
-        settings = (req.group_size, req.dynamic, float(req.alpha), req.avoid_frozen, req.window)
+        settings = (req.group_size, req.dynamic, float(req.alpha), req.avoid_frozen, req.window, req.spare_slots)
         if self.controller is None:
             self.controller = PartialReduceController(self.host.num_workers, req.group_size, dynamic=req.dynamic,
                                                       alpha=req.alpha, avoid_frozen=req.avoid_frozen,
-                                                      window=req.window)
+                                                      window=req.window, spare_slots=req.spare_slots)
             self._settings, self._waiting = settings, {}
         elif settings != self._settings:
             raise ProtocolError("rank %d joins Partial Reduce with %s, the job has %s"
                                 % (req.rank, settings, self._settings))
-        return w.Reply(seq=req.seq)
+        slot = self._model_slot.get(req.rank)
+        if slot is None:
+            return preduce.JoinedReply(seq=req.seq)
+        ctl = self.controller
+        return preduce.JoinedReply(seq=req.seq, model_slot=slot, k=ctl.model_k(slot))
 
     def _groups(self, groups, rank=None, seq=None):
         """Answer the members of newly formed groups; returns ``rank``'s own answer, if it is in one."""
@@ -460,20 +479,71 @@ class PartialReduceRule(RulePlugin):
         return own or stopped
 
     def _pushed(self, req):
+        if self.controller.was_released(req.group):
+            return preduce.PushedReply(seq=req.seq, released=True)
         members = self.controller.push_done(req.rank, req.group)
         if not members:
             self._waiting[req.rank] = req.seq
             return None
         for member in members:
-            if member != req.rank:
-                self.host.released.append((member, w.Reply(seq=self._waiting.pop(member))))
-        return w.Reply(seq=req.seq)
+            if member != req.rank and member in self._waiting:   # (a member that died after its push waits not)
+                self.host.released.append((member, preduce.PushedReply(seq=self._waiting.pop(member))))
+        return preduce.PushedReply(seq=req.seq)
+
+    def _leave(self, req):
+        """``--elastic``: the rank trains no more (never grouped again, no goodbye yet: it still
+        meets the others at the membership rule's finish barrier)."""
+        if req.final:
+            self.finals.add(req.rank)
+        if self.failed is None and req.rank in self.controller.live:
+            self._groups(self.controller.leave(req.rank))
+            self._stopped(self.controller.check_stop())
+        return preduce.LeftReply(seq=req.seq, finals=len(self.finals))
 
     def bye(self, rank):
-        if self.controller is not None:
+        if self.controller is not None and self.failed is None:
             self._groups(self.controller.leave(rank))
             self._stopped(self.controller.check_stop())
         return False
+
+    def depart(self, rank, cause):
+        """``rank`` died: the controller releases its group (its members are told, they keep their
+        models), groups the others without it, or -- fewer than ``min_workers`` live -- refuses
+        every waiting worker."""
+        self.dead.add(rank)
+        self._model_slot.pop(rank, None)
+        self._waiting.pop(rank, None)
+        ctl = self.controller
+        if ctl is None or self.failed is not None:
+            return
+        was_live = rank in ctl.live
+        formed, released = ctl.depart(rank)
+        if released is not None:
+            for member in released.members:
+                if member in self._waiting:
+                    self.host.released.append((member, preduce.PushedReply(seq=self._waiting.pop(member),
+                                                                           released=True)))
+        if was_live and len(ctl.live) < self.min_workers:
+            self.failed = ("worker rank %d %s; %d worker(s) still train, fewer than the job's minimum of %d"
+                           % (rank, cause, len(ctl.live), self.min_workers))
+            for member, seq in sorted(self._waiting.items()):
+                self.host.released.append((member, w.Reply(seq=seq, ok=False, error=self.failed,
+                                                           code="too_few_workers")))
+            self._waiting = {}
+            return
+        self._groups(formed)
+        self._stopped(ctl.check_stop())
+
+    def registered(self, rank):
+        """A rank found dead registers again (a restarted process): it is grouped again, and its
+        REDUCE_JOIN's answer names the slot of its starting model."""
+        if rank not in self.dead:
+            return
+        self.dead.discard(rank)
+        if self.controller is not None and self.failed is None:
+            slot = self.controller.join(rank)
+            if slot is not None:
+                self._model_slot[rank] = slot
 
     def stats(self):
         return self.controller.stats() if self.controller is not None else None

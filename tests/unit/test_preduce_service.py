@@ -39,7 +39,7 @@ def test_ready_is_answered_when_the_group_forms_and_pushed_when_all_pushed(job):
     assert service.take_released() == []
     assert w2.send(m.ReducePushed, group=reply.round).ok
     (rank, late), = service.take_released()
-    assert rank == 0 and late.ok and type(late) is m.Reply     # the barrier's answer says only ok
+    assert rank == 0 and late.ok and type(late) is m.PushedReply and not late.released   # every push is in
     assert not w1.send(m.ReducePushed, group=reply.round).ok          # not a member
     record = service.stats()["preduce"]
     assert record["groups"] == 1 and record["group_size"] == 2

@@ -20,7 +20,9 @@ REPLY_SAMPLES = {
     "ssp": [],
     "adsp": [m.CommitReply(seq=5, target=12, period_left=1.5)],
     "nodelay": [m.TransferReply(seq=6, ready=True, round=4, stop=True)],
-    "preduce": [m.GroupedReply(seq=7, stop=False, round=3, group_slot=1, weight=0.5, k=9, target=1)],
+    "preduce": [m.GroupedReply(seq=7, stop=False, round=3, group_slot=1, weight=0.5, k=9, target=1),
+                m.JoinedReply(seq=7, model_slot=2, k=9), m.PushedReply(seq=7, released=True),
+                m.LeftReply(seq=7, finals=3)],
     "gcada": [m.GroupSelection(seq=8, iteration=5, download=True),
               m.WatchReply(seq=9, iteration=5, keep=True),
               m.ClaimReply(seq=10, iteration=5, upload=True),
@@ -132,6 +134,7 @@ REQUESTS = [
     (m.Notify, dict(round=0, pending=1, want_stop=False)),   # deferred: rank 1 has not announced round 0
     (m.ReduceJoin, dict(group_size=2, dynamic=False, alpha=0.0, avoid_frozen=False, window=0)),
     (m.ReduceReady, dict(k=1, want_stop=False)),             # deferred: no partner yet
+    (m.ReduceLeave, dict(final=True)),
     (m.GroupBegin, dict(iteration=0, group=0, groups=1, max_delay=1, c=0.3, want_stop=False)),
     (m.GroupDone, dict(iteration=0, group=0)),
     (m.GroupUploaded, dict(iteration=0, group=0)),
