@@ -349,10 +349,13 @@ class StateClient:
         """
         return self.paged_record(m.MembershipRecord, "membership record")
 
-    def reduce_join(self, group_size, dynamic, alpha, avoid_frozen, window):
-        """Partial Reduce: tell the controller the job's settings (the same on every worker)."""
-        self.request(self._message(m.ReduceJoin, group_size=int(group_size), dynamic=bool(dynamic),
-                                   alpha=float(alpha), avoid_frozen=bool(avoid_frozen), window=int(window)))
+    def reduce_join(self, group_size, dynamic, alpha, avoid_frozen, window, spare_slots=0):
+        """Partial Reduce: tell the controller the job's settings (the same on every worker);
+        returns its :class:`~mxhet.control.preduce.JoinedReply` (``model_slot`` >= 0: a worker
+        back after its death starts from that slot's model)."""
+        return self.request(self._message(m.ReduceJoin, group_size=int(group_size), dynamic=bool(dynamic),
+                                          alpha=float(alpha), avoid_frozen=bool(avoid_frozen), window=int(window),
+                                          spare_slots=int(spare_slots)))
 
     def reduce_ready(self, k, want_stop=False):
         """Partial Reduce: READY at iteration ``k``; returns once in a group (``round``,
@@ -360,8 +363,14 @@ class StateClient:
         return self.request(self._message(m.ReduceReady, k=int(k), want_stop=bool(want_stop)))
 
     def reduce_pushed(self, group):
-        """Partial Reduce: this worker's push to ``group``'s slot is in; returns once every member's is."""
-        self.request(self._message(m.ReducePushed, group=int(group)))
+        """Partial Reduce: this worker's push to ``group``'s slot is in; returns once every member's
+        is (False), or True once the group is released (a member died before its push was in)."""
+        return self.request(self._message(m.ReducePushed, group=int(group))).released
+
+    def reduce_leave(self, final):
+        """Partial Reduce under ``--elastic``: this worker trains no more (``final``: its final
+        model is on the parameter keys); returns how many workers' final models are in."""
+        return self.request(self._message(m.ReduceLeave, final=bool(final))).finals
 
     # -- the round rendezvous (mxhet.control.membership) -------------------------
     def round_enter(self, round_, want_stop=False, timeout=None):

@@ -56,10 +56,15 @@ ELASTIC_MODES = ("localsgd", "esync")
 """The modes whose rounds the State Server names (a worker may leave or die and
 the others go on): ``mxhet-launch --elastic`` and the simulator's ``--events``
 accept these."""
-CLUSTER_ELASTIC_MODES = ELASTIC_MODES + ("async",)
-"""``mxhet-launch --elastic`` accepts these: the round modes, and ``async``, which has no round to
+CLUSTER_ELASTIC_MODES = ELASTIC_MODES + ("async", "preduce")
+"""``mxhet-launch --elastic`` accepts these: the round modes, ``async``, which has no round to
 release -- nobody waits for another's push -- and whose end (the final barrier before the last pull)
-runs on this rendezvous' finish instead of PS-LITE's barrier, which counts the dead."""
+runs on this rendezvous' finish instead of PS-LITE's barrier, which counts the dead, and ``preduce``,
+whose controller releases a dead worker's group (:mod:`mxhet.control.preduce`) and whose end runs on
+this finish too."""
+RESTART_MODES = ELASTIC_MODES + ("preduce",)
+"""``mxhet-launch --max-restarts`` accepts these: a restarted worker rejoins at a round boundary, or
+(``preduce``) is grouped again from its first READY, starting from the latest complete group's model."""
 
 
 RESTARTED = "restarted"

@@ -648,10 +648,13 @@ class MembershipRule(RulePlugin):
         return self._release(releases, req.rank)
 
     def _stop_agreed(self):
-        """The job agreed to stop through ESync's RESET (its rounds carry no ballot): a rank that
+        """The job agreed to stop through ESync's RESET or Partial Reduce's controller (no ballot here): a rank that
         finishes then ends with the job rather than leaving its loop (the record's cause)."""
         esync = self.host.rule("esync")
-        return esync is not None and any(getattr(esync, "stop_decisions", {}).values())
+        if esync is not None and any(getattr(esync, "stop_decisions", {}).values()):
+            return True
+        groups = self.host.rule("preduce")   # Partial Reduce's controller answered stop
+        return groups is not None and groups.controller is not None and groups.controller.stopping
 
     def _release(self, releases, rank=None):
         """Turn the rendezvous' releases into replies; returns ``rank``'s own (None: it waits)."""

@@ -28,8 +28,22 @@ reduce, and every worker meets the others at the final average.
 
 What is evaluated: rank 0's own model during training (the snapshots), the
 average of all N models at the end, as in the simulator (docs/modes.md).
+
+Under ``mxhet-launch --elastic`` a worker may die: the State Server's
+heartbeat watch finds it silent and the controller releases the group that
+waited for its push (:mod:`mxhet.control.preduce`): the other members are
+told so by their PUSHED's answer, pull nothing and keep their models. The
+servers hold N spare slots (a released group's slot is never reused). The
+job's end runs on the State Server's round rendezvous (PS-LITE's barrier
+counts the dead): each worker pushes x_i/N, says so (``ReduceLeave``), meets
+the others at the finish barrier and pulls the sum, which it scales by N/m,
+m the workers whose final model is in -- the average of the m models that
+reached the end (a dead worker's model is lost). A worker started again
+(``--max-restarts 1``) takes the model of the latest complete group from its
+slot, whatever its rank's iteration number, and is grouped again.
 """
 import dataclasses
+import os
 
 import mxnet as mx
 
@@ -40,8 +54,10 @@ from ..errors import ConfigError
 from ..policy import specs
 from ..protocol import programs_groups
 from ..protocol.effects import Grouped, JoinReduce, Ready, Reduce
+from .model import model_digest
 from .program import PreludeProgramMode
 from .registry import register
+from .rounds import ROUND_WAIT_S, _test_kill_after_push, elastic_record, keep_kvstore_alive, leave_too_late
 
 WEIGHTINGS = specs.WEIGHTINGS
 
@@ -57,6 +73,7 @@ class PartialReduce(PreludeProgramMode):
         super().__init__(trainer, config, **options)
         check_options(self.opts)
         self.groups = []         # (group id, slot, weight) of every reduce, for the record
+        self.released_groups = []  # ids of this worker's groups released by a member's death
         self._send = self._recv = None
 
     @classmethod
@@ -64,16 +81,30 @@ class PartialReduce(PreludeProgramMode):
         from kvstore_ext.updaters import PartialReduceSum
         return PartialReduceSum(num_workers, opts["group_size"])
 
+    summary_rank = 0   # who writes the job's summary (the rendezvous names a survivor under --elastic)
+
+    def _elastic(self):
+        return bool(self.config.elastic) and self.client is not None
+
+    def spare_slots(self):
+        """Slots beyond N-P+1: under ``--elastic`` one per death the job may see (N), since a
+        group released by a death retires its slot."""
+        return self.channel.num_workers if self.config.elastic else 0
+
     def on_connect(self):
         check_options(self.opts, self.channel.num_workers)
+        if self.config.elastic:
+            keep_kvstore_alive(self.channel.kv)
         self.client = self.join_state_server()
+        if getattr(self.client, "job_over", False):
+            leave_too_late(self)
 
     def on_setup(self, batch_size):
         weights = self.weights()
         n = self.channel.num_workers
         try:
             self.slot_keys = [ps_keys.preduce_keys(s, len(weights))
-                              for s in range(default_slots(n, self.opts["group_size"]))]
+                              for s in range(default_slots(n, self.opts["group_size"]) + self.spare_slots())]
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         self._send = [mx.nd.zeros(w.shape, ctx=w.context, dtype=w.dtype) for w in weights]
@@ -84,7 +115,17 @@ class PartialReduce(PreludeProgramMode):
 
     def carry_out(self, effect):
         if isinstance(effect, JoinReduce):
-            self.client.reduce_join(**dataclasses.asdict(effect))
+            reply = self.client.reduce_join(**dataclasses.asdict(effect), spare_slots=self.spare_slots())
+            if reply is not None and reply.model_slot >= 0:
+                # Started again after a death: the latest complete group's model, held for this rank.
+                keys = self.slot_keys[reply.model_slot]
+                self.kv.pull(keys, out=self._recv)
+                mx.nd.waitall()
+                copy_all(self._recv, self.weights())
+                mx.nd.waitall()
+                self.stats.bytes_pulled += nbytes(self._recv)
+                self.stats.rejoined_at_round = reply.k
+                return reply.k
             return None
         if isinstance(effect, Ready):
             t0 = self.clock()
@@ -95,14 +136,16 @@ class PartialReduce(PreludeProgramMode):
             return Grouped(stop=False, group=reply.round, slot=reply.group_slot, weight=reply.weight, k=reply.k,
                            fill=reply.target)
         if isinstance(effect, Reduce):
-            self.reduce(effect.group, effect.slot, effect.weight, effect.fill)
-            self.aggregated = True
-            return None
+            released = self.reduce(effect.group, effect.slot, effect.weight, effect.fill)
+            self.aggregated = not released
+            return released
         return super().carry_out(effect)
 
     def reduce(self, group, slot, weight, fill=0):
         """Replace the model by the group's Σ β_j·x_j through slot ``slot``;
-        ``fill`` zero pushes complete a group smaller than P."""
+        ``fill`` zero pushes complete a group smaller than P. Returns True when
+        the group was released (a member died before its push was in): the
+        model is left as it was."""
         keys = self.slot_keys[slot]
         weights = self.weights()
         for w, b in zip(weights, self._send):
@@ -116,9 +159,17 @@ class PartialReduce(PreludeProgramMode):
                 self.kv.push(keys, zeros)
             self.stats.bytes_pushed += fill * nbytes(zeros)
         mx.nd.waitall()   # a push completes once the server applied it
+        if self.config.test_kill_after_push:
+            _kill_in_first_life(self.config.test_kill_after_push, self.channel.rank, self.stats.rounds, self._send)
         t1 = self.clock()
-        self.client.reduce_pushed(group)
+        released = self.client.reduce_pushed(group)
         t2 = self.clock()
+        if released:
+            self.stats.query_s += t2 - t1
+            self.stats.sync_s += t1 - t0
+            self.stats.bytes_pushed += nbytes(self._send)
+            self.released_groups.append(group)
+            return True
         self.kv.pull(keys, out=self._recv)
         mx.nd.waitall()
         copy_all(self._recv, weights)
@@ -129,14 +180,23 @@ class PartialReduce(PreludeProgramMode):
         self.stats.bytes_pushed += nbytes(self._send)
         self.stats.bytes_pulled += nbytes(self._recv)
         self.groups.append((group, slot, weight))
+        return False
 
     def leave_at_exit(self):
-        """A worker whose loop ended before the others' leaves alone
+        """Under ``--elastic``: finish (the final push, then the State Server's finish barrier)
+        and close -- the controller hears of it from :meth:`finish`'s ``ReduceLeave``.
+
+        Otherwise a worker whose loop ended before the others' leaves alone
         (:meth:`SyncMode.leave_alone`): its goodbye takes it out of the
         controller's queue and groups to come (no group waits for it; once
         fewer than P are live, the groups are of all the workers left), and
         its model, that of its last group, still counts in the final average
         of all N."""
+        if self._elastic():
+            if self._ready and self.kv is not None and not self._finished:
+                self.finish()
+            self.close()
+            return True
         return self.leave_alone()
 
     def finish(self):
@@ -153,4 +213,52 @@ class PartialReduce(PreludeProgramMode):
             self.kv.push(keys, sends)
             mx.nd.waitall()
             self.stats.bytes_pushed += nbytes(sends)
+            if self._elastic():
+                self.client.reduce_leave(final=True)
+                self._finish_elastic(keys)
+                return
         super().finish()
+
+    # -- mxhet-launch --elastic: the end runs on the State Server's round rendezvous (PS-LITE's barrier
+    # counts the dead), and the average is over the models that reached it.
+    def barrier(self):
+        if self._elastic():
+            self.summary_rank = self.client.round_finish(timeout=ROUND_WAIT_S)
+        else:
+            super().barrier()
+
+    def _finish_elastic(self, keys):
+        """:meth:`SyncMode.finish` with the sum of the m final models scaled by N/m (m < N only
+        after a death: the non-elastic arithmetic is untouched otherwise)."""
+        arrays = self.stopping.final_model(self.channel, self.barrier, keys, self.wbufs, self.weights)
+        finals = self.client.reduce_leave(final=False)
+        n = self.channel.num_workers
+        if 0 < finals < n:
+            weights = self.weights()
+            for i, a in zip(keys, arrays):
+                a *= n / finals
+                weights[i][:] = a
+            mx.nd.waitall()
+        self.final_models = finals
+        self.broadcast_weights()
+        self.stats.final_model_sha256 = model_digest(arrays)
+        self.stats.final_model_keys = len(keys)
+        self.aggregated = True
+        self._finished = True
+
+    def summary_fields(self):
+        fields = dict(super().summary_fields())
+        if self._elastic():
+            fields["elastic"] = elastic_record(self)
+            fields["final_models"] = getattr(self, "final_models", None)
+        return fields
+
+
+def _kill_in_first_life(spec, rank, round_index, sent):
+    """Tests only: :func:`mxhet.modes.rounds._test_kill_after_push` between this worker's push to its
+    group's slot and its PUSHED, in the process's first life only -- the file the hook saves
+    (``RANK:ROUND:PATH``) marks it done, so the worker started again in its place is not killed too."""
+    parts = spec.split(":", 2)
+    if len(parts) == 3 and os.path.exists(parts[2]):
+        return
+    _test_kill_after_push(spec, rank, round_index, sent)

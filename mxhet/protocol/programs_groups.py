@@ -86,10 +86,11 @@ def preduce(opts, stats):
     on with k = max k_j. A wish to stop travels with READY; the controller then
     answers stop once every live worker has been in a group. A worker that
     left is never grouped again; once fewer than P are live, the groups are
-    of all the workers left. The job's output,
+    of all the workers left. A group released by a member's death (``--elastic``)
+    is not counted: the worker keeps its model and k. The job's output,
     the average of all N models, is the runtime's goodbye."""
-    yield JoinReduce(**join_fields(opts))
-    k = 0
+    # a worker back after its death (--elastic) goes on from the iteration number of the model it takes
+    k = (yield JoinReduce(**join_fields(opts))) or 0
     while True:
         yield Compute(local_step=True)
         k += 1
@@ -97,7 +98,8 @@ def preduce(opts, stats):
         answer = yield Ready(k, bool(wants))
         if answer.stop:
             return
-        yield Reduce(answer.group, answer.slot, answer.weight, answer.fill)
+        if (yield Reduce(answer.group, answer.slot, answer.weight, answer.fill)):
+            continue   # released by a member's death: the worker keeps its model and its k
         k = answer.k
         stats.rounds += 1
         stats.local_iters.append(1)

@@ -421,6 +421,7 @@ def _reduce(sim, dev, effect):
     sim.blocked(dev, t3, sync=True)
     dev.stats.bytes_pushed += size
     dev.stats.bytes_pulled += size
+    return False   # not released: no device of the simulator dies in preduce (--events refuses it)
 
 
 _HANDLERS.update({
