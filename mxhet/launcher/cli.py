@@ -93,7 +93,7 @@ def build_parser():
     state.add_argument("--max-restarts", type=int, default=0, metavar="K",
                        help="with --elastic: start a worker that died again on its host, in its slot, up to K times "
                             "in all; it takes PS-LITE's recovery of the dead node's rank, the current global model, "
-                            "and joins at the next round boundary; at most 1: PS-LITE's scheduler serves one "
+                            "and joins at the next round boundary (preduce: the groups from its first READY); at most 1: PS-LITE's scheduler serves one "
                             "recovery per job (default: %(default)s)")
     state.add_argument("--no-auth", action="store_true",
                        help="do not authenticate the State Server link (by default the launcher makes "
