@@ -7,7 +7,7 @@ import sys
 import tempfile
 
 from ..config import parse_base_iter, parse_context, parse_delay_ms, parse_slowdown, parse_slowdown_schedule
-from ..control.membership import CLUSTER_ELASTIC_MODES, ELASTIC_MODES, RESTART_MODES
+from ..control.membership import CLUSTER_ELASTIC_MODES, RESTART_MODES
 from ..errors import ConfigError
 from ..observe import launch as live_view
 from ..policy.flags import add_mode_arguments, resolve_args
@@ -93,8 +93,8 @@ def build_parser():
     state.add_argument("--max-restarts", type=int, default=0, metavar="K",
                        help="with --elastic: start a worker that died again on its host, in its slot, up to K times "
                             "in all; it takes PS-LITE's recovery of the dead node's rank, the current global model, "
-                            "and joins at the next round boundary (preduce: the groups from its first READY); at most 1: PS-LITE's scheduler serves one "
-                            "recovery per job (default: %(default)s)")
+                            "and joins at the next round boundary (preduce: the groups from its first READY); at "
+                            "most 1: PS-LITE's scheduler serves one recovery per job (default: %(default)s)")
     state.add_argument("--no-auth", action="store_true",
                        help="do not authenticate the State Server link (by default the launcher makes "
                             "CURVE keys for each job and only the job's workers get answers)")

@@ -2,7 +2,6 @@
 rule around them (answers, --min-workers), and the servers' slot sums when a member dies mid-push."""
 import mxnet as mx
 import numpy as np
-import pytest
 
 from kvstore_ext import keys as ps_keys
 from kvstore_ext.updaters import PartialReduceSum
