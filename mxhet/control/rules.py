@@ -425,7 +425,7 @@ class PartialReduceRule(RulePlugin):
         elif settings != self._settings:
             raise ProtocolError("rank %d joins Partial Reduce with %s, the job has %s"
                                 % (req.rank, settings, self._settings))
-        slot = self._model_slot.get(req.rank)
+        slot = self._model_slot.pop(req.rank, None)
         if slot is None:
             return preduce.JoinedReply(seq=req.seq)
         ctl = self.controller
@@ -535,15 +535,16 @@ class PartialReduceRule(RulePlugin):
         self._stopped(ctl.check_stop())
 
     def registered(self, rank):
-        """A rank found dead registers again (a restarted process): it is grouped again, and its
-        REDUCE_JOIN's answer names the slot of its starting model."""
-        if rank not in self.dead:
-            return
+        """A rank that died or left registers again (a restarted process; the simulator's device
+        back, ``--events SLOT:join@T``): it is grouped again, and its REDUCE_JOIN's answer names
+        the slot of its starting model."""
         self.dead.discard(rank)
-        if self.controller is not None and self.failed is None:
-            slot = self.controller.join(rank)
-            if slot is not None:
-                self._model_slot[rank] = slot
+        ctl = self.controller
+        if ctl is None or self.failed is not None or rank in ctl.live:
+            return
+        slot = ctl.join(rank)
+        if slot is not None:
+            self._model_slot[rank] = slot
 
     def stats(self):
         return self.controller.stats() if self.controller is not None else None

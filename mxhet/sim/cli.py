@@ -31,6 +31,10 @@ from ..errors import ConfigError
 from ..policy import get_spec
 from ..train import _atomic_json, _validate, build_parser as train_parser, mode_options, optimizer_params
 from ..control.membership import ELASTIC_MODES
+
+SIM_EVENT_MODES = ELASTIC_MODES + ("preduce",)
+"""``--events`` accepts these: the round modes, and Partial Reduce, whose controller groups a device
+that joins again from its first READY (it starts from the latest complete group's model)."""
 from .engine import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_MS, DEFAULT_PER_KEY_MS, Network, SimJob
 from .events import parse_schedule
 from .members import MemberScores
@@ -71,9 +75,10 @@ def build_parser():
                         "seeded per device (the G-CADA paper's model; default %(default)s)")
     g.add_argument("--events", default="", metavar="SLOT:leave@SECONDS,...",
                    help="devices that leave the job at a virtual time and may join again later (e.g. "
-                        "3:leave@120,3:join@300), in the modes whose rounds the State Server names (%s); the others "
-                        "train on, and a device that joins takes part from the next round boundary"
-                   % ", ".join(ELASTIC_MODES))
+                        "3:leave@120,3:join@300), in the modes whose rounds the State Server names and preduce "
+                        "(%s); the others train on, and a device that joins takes part from the next round "
+                        "boundary (preduce: the groups from its first READY)"
+                   % ", ".join(SIM_EVENT_MODES))
     g.add_argument("--jitter", type=float, default=0.0,
                    help="sigma of a log-normal factor on every iteration time (default 0: none)")
     g.add_argument("--stop-at-target", action="store_true",
@@ -216,8 +221,8 @@ def make_job(args):
 def _events(text, n, mode):
     """``--events`` as SimJob's ``leaves`` and ``joins``, checked against the mode (see :mod:`mxhet.sim.events`)."""
     leaves, joins = parse_schedule(text, n)
-    if leaves and mode not in ELASTIC_MODES:
-        raise ConfigError("--events: devices can leave in modes %s, not %s" % (", ".join(ELASTIC_MODES), mode))
+    if leaves and mode not in SIM_EVENT_MODES:
+        raise ConfigError("--events: devices can leave in modes %s, not %s" % (", ".join(SIM_EVENT_MODES), mode))
     return {"leaves": leaves, "joins": joins}
 
 

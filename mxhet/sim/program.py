@@ -374,8 +374,19 @@ def _take_in(sim, dev, effect):
 
 
 def _join_reduce(sim, dev, effect):
-    rendezvous(sim)
-    yield from sim.request(dev, dev.message(m.ReduceJoin, **dataclasses.asdict(effect)))
+    rv = rendezvous(sim)
+    reply = yield from sim.request(dev, dev.message(m.ReduceJoin, **dataclasses.asdict(effect)))
+    if reply.model_slot < 0:
+        return None
+    # a device back (--events SLOT:join@T) starts from the latest complete group's model, held for it
+    keys = rv.keys[reply.model_slot]
+    result = rv.store.snapshot(keys)
+    yield sim.env.timeout(sim.job.network.message(dev.slot) + sim.job.network.transfer(dev.slot, nbytes(result),
+                                                                                         len(keys)))
+    copy_all(result, dev.weights())
+    dev.stats.bytes_pulled += nbytes(result)
+    dev.stats.rejoined_at_round = reply.k
+    return reply.k
 
 
 def _ready(sim, dev, effect):

@@ -206,3 +206,18 @@ def test_leaving_under_elastic_counts_the_final_models():
     assert w0.send(m.ReduceLeave, final=True).finals == 1
     assert w1.send(m.ReduceLeave, final=True).finals == 2
     assert w0.send(m.ReduceLeave, final=False).finals == 2
+
+
+def test_the_simulator_a_device_that_leaves_and_joins_again_is_grouped_again_and_ends_on_the_same_model(tmp_path):
+    from tests.unit.test_sim import _sim
+    summary, workers = _sim(tmp_path, "rejoin", "-n", "3", "--sync", "preduce", "--group-size", "2",
+                            "--base-iter", "0.05", "--time-budget", "3", "--slowdown", "1,1,1",
+                            "--events", "2:leave@0.6,2:join@1.5")
+    elastic = summary["elastic"]
+    assert 0.6 <= elastic["left_at_s"]["2"] < 1.5 <= elastic["joined_at_s"]["2"] < 1.6
+    [join] = summary["sim"]["preduce"]["joins"]
+    assert join["rank"] == 2 and join["model_slot"] is not None   # it took a complete group's model
+    back = workers[2]
+    assert back["rejoined_at_round"] > 0 and back["rounds"] >= 2   # grouped again (counted from its join)
+    assert workers[0]["rejoined_at_round"] is None
+    assert len({w["final_model_sha256"] for w in workers.values()}) == 1
