@@ -39,7 +39,7 @@ def test_a_worker_killed_between_its_push_and_its_pull_is_released_restarted_and
     # says PUSHED (its replacement, which sees the file, is not killed again).
     stats = tmp_path / "state.json"
     code, stderr, out = _run(tmp_path, child_pids, ["-n", "3", "--max-restarts", "1", "--state-stats", str(stats)],
-                             ["--max-rounds", "70"], "1:3:%s" % (tmp_path / "victim-push.npz"))
+                             ["--max-rounds", "100"], "1:3:%s" % (tmp_path / "victim-push.npz"))
     assert code == 0, stderr[-4000:]
     assert "SIGKILL" in stderr and "starting it again in its slot" in stderr, stderr[-3000:]
     [restart] = json.loads((tmp_path / "job.json").read_text())["worker_restarts"]
