@@ -422,6 +422,8 @@ class PartialReduceRule(RulePlugin):
                                                       alpha=req.alpha, avoid_frozen=req.avoid_frozen,
                                                       window=req.window, spare_slots=req.spare_slots)
             self._settings, self._waiting = settings, {}
+            for rank in sorted(self.dead):   # died before any REDUCE_JOIN (in its start-up): never grouped
+                self.controller.depart(rank)
         elif settings != self._settings:
             raise ProtocolError("rank %d joins Partial Reduce with %s, the job has %s"
                                 % (req.rank, settings, self._settings))

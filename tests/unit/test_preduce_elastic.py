@@ -221,3 +221,27 @@ def test_the_simulator_a_device_that_leaves_and_joins_again_is_grouped_again_and
     assert back["rejoined_at_round"] > 0 and back["rounds"] >= 2   # grouped again (counted from its join)
     assert workers[0]["rejoined_at_round"] is None
     assert len({w["final_model_sha256"] for w in workers.values()}) == 1
+
+
+def test_both_members_of_a_group_die_one_release_and_the_others_go_on():
+    ctl = PartialReduceController(4, 2, avoid_frozen=False, spare_slots=4)
+    g = _pair(ctl, 0, 1)
+    _, released = ctl.depart(0)
+    assert released == g
+    formed, again = ctl.depart(1)        # its group is already released: nothing more to settle
+    assert again is None and formed == [] and ctl.retired == {g.slot}
+    assert [d["released"] for d in ctl.stats()["deaths"]] == [True, False]
+    assert ctl.ready(2, 1) == []
+    (h,) = ctl.ready(3, 1)
+    assert h.members == (2, 3) and h.fill == 0 and h.slot != g.slot
+
+
+def test_a_rank_dead_before_the_controller_exists_is_never_waited_for():
+    service = StateService(2, rules=("preduce", "membership"))
+    w0, w1 = Worker(service, 0), Worker(service, 1)
+    for w in (w0, w1):
+        assert w.send(m.Register, slot=w.rank).ok
+    service.depart(1, "died (silent for over 3 s)")   # in its start-up, before any REDUCE_JOIN
+    assert w0.send(m.ReduceJoin, **JOIN, spare_slots=2).ok
+    alone = w0.send(m.ReduceReady, k=1, want_stop=False)   # a group of the one live worker, at once
+    assert alone.ok and alone.round == 0 and alone.target == 1
