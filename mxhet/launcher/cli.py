@@ -17,8 +17,8 @@ from .supervisor import run_plan
 from .watch import DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S, DEFAULT_START_GRACE_S
 
 _PROG = "mxhet-launch"
-# ELASTIC_MODES (mxhet.control.membership): the modes whose rounds the State Server names; a worker may die
-# and the others go on
+# CLUSTER_ELASTIC_MODES (mxhet.control.membership): the modes in which a worker may die and the others go on;
+# RESTART_MODES: those in which a worker started again takes part again
 
 
 def build_parser():
