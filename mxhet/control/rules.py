@@ -111,7 +111,30 @@ class ESyncRule(RulePlugin):
         host.registered(req.rank)
         host.table.reset(req.rank, req.round, now - req.since_finish)
         stop = self.stop_decisions.setdefault(req.round, req.want_stop)
+        if stop and self._late_seq:
+            self._release_late_on_stop(req.rank)
         return state_rule.ResetReply(seq=req.seq, round=req.round, stop=stop)
+
+    def _release_late_on_stop(self, rank):
+        """The job agreed to stop: the late devices' deferred queries are answered with the stop
+        (their deltas' rounds will never close; a blocked worker would otherwise wait for ever)."""
+        records = self.host.table.records
+        for r, seq in sorted(self._late_seq.items()):
+            if r == rank:
+                continue
+            self.book.forget(r)
+            reply = state_rule.QueryReply(seq=seq, round=records[r].round, stop=True)
+            self.host.released.append((r, reply))
+        self._late_seq = {r: s for r, s in self._late_seq.items() if r == rank}
+
+    def named_members(self, round_):
+        """Under ``--round-deadline``, round ``round_``'s members once its membership closed (the
+        on-time devices and the late ones whose delta enters it); None otherwise (every worker
+        still training is a member)."""
+        if self.book is None:
+            return None
+        closed = self.book.membership(round_)
+        return None if closed is None else frozenset(closed.members)
 
     def _query(self, req, now):
         rank, round_ = req.rank, req.round
@@ -559,6 +582,10 @@ class MembershipRule(RulePlugin):
                 # restarted while it waited there never did: unmarked, its fresh record (no capability: the
                 # slowest) would keep the device the round waits for NOT-READY for ever.
                 record.ready = True
+            esync = host.rule("esync")
+            named = esync.named_members(req.round) if esync is not None else None
+            if named is not None:   # --round-deadline: the round waits for the members ESync's book named
+                self.rendezvous.name(req.round, named)
             releases = self.rendezvous.enter(req.rank, req.round, req.seq, req.want_stop, req.counts,
                                              now=self.wall_clock(), stopping=self._stop_agreed())
             self._slot_events()

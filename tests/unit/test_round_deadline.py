@@ -177,8 +177,72 @@ def test_a_late_device_is_told_to_stop_once_the_job_stopped_after_a_later_round(
     assert reply.stop and not reply.ready and svc.rule("esync").book.due(2) is None
 
 
-def test_the_cluster_engine_refuses_the_deadline_naming_it():
+def test_a_late_device_waiting_for_its_round_is_told_to_stop_when_the_job_stops():
+    svc = _service(4.0)
+    _test_batches(svc, {0: 0.01, 1: 0.01, 2: 1.17})
+    assert _q(svc, 0, 3, 0, 1, 0.01, 0.01).ready and _q(svc, 1, 3, 0, 1, 0.01, 0.01).ready
+    assert _q(svc, 2, 3, 0, 1, 1.17, 1.17) is None   # deferred: its delta is due in round 1
+    assert svc.rule("esync").book.due(2) == 1
+    # the job agrees to stop after round 0: round 1 never closes, the deferred query is answered
+    svc.handle(m.Reset(rank=0, seq=4, round=1, want_stop=True, since_finish=0.0), 1.18, sender=0)
+    (rank, reply), = [(r, x) for r, x in svc.released if isinstance(x, m.QueryReply)]
+    assert rank == 2 and reply.stop and not reply.ready and reply.seq == 3
+    assert svc.rule("esync").book.due(2) is None
+
+
+def _enter(svc, rank, seq, round_, now):
+    return svc.handle(m.RoundEnter(rank=rank, seq=seq, round=round_, want_stop=False), now, sender=rank)
+
+
+def test_the_round_rendezvous_waits_for_exactly_the_members_the_book_named():
+    svc = _service(4.0)
+    _test_batches(svc, {0: 0.01, 1: 0.01, 2: 1.17})
+    # round 0 of the on-time devices: its entry closes without the late rank 2, which still trains
+    assert _q(svc, 0, 3, 0, 1, 0.01, 0.01).ready and _q(svc, 1, 3, 0, 1, 0.01, 0.01).ready
+    assert _enter(svc, 0, 4, 0, 0.01) is None
+    entered = _enter(svc, 1, 4, 0, 0.01)
+    assert entered.target == 2 and [r for r, _ in svc.released] == [0]
+    svc.released.clear()
+    _reset(svc, 0, 5, 1, 0.02)
+    _reset(svc, 1, 5, 1, 0.02)
+    # rank 2's delta enters round 1: its entry waits for the three named members, rank 2 included
+    assert _q(svc, 2, 3, 0, 1, 1.17, 1.17) is None
+    a = _q(svc, 0, 6, 1, 1, 0.01, 1.18)
+    assert a.ready and a.target == 3
+    assert _enter(svc, 0, 7, 1, 1.18) is None
+    assert _q(svc, 1, 6, 1, 1, 0.01, 1.18).ready and _enter(svc, 1, 7, 1, 1.18) is None
+    assert svc.rule("membership").rendezvous.named[1] == {0, 1, 2}
+    assert _enter(svc, 2, 4, 1, 1.19).target == 3
+    assert 1 not in svc.rule("membership").rendezvous.named
+
+
+def test_a_named_member_that_dies_does_not_hold_its_round():
+    from mxhet.control.membership import Entered, RoundRendezvous
+    rv = RoundRendezvous(range(3))
+    rv.name(4, {0, 2})
+    assert rv.enter(0, 4, "a") == []
+    releases = rv.depart(2, "died")
+    assert releases == [(0, "a", Entered(4, 1, 0))]
+
+
+def test_a_named_round_waits_for_no_other_rank_and_cannot_be_renamed():
+    from mxhet.control.membership import RoundRendezvous
+    rv = RoundRendezvous(range(3))
+    rv.name(0, {0, 1})
+    rv.name(0, [1, 0])   # again, the same ranks: nothing changes
+    assert rv.enter(0, 0, "a") == []
+    assert [r for r, _, _ in rv.enter(1, 0, "b")] == [0, 1]
+    with pytest.raises(ValueError, match="round 1 was named"):
+        rv.name(1, {0})
+        rv.name(1, {0, 2})
+    with pytest.raises(ValueError, match="after its entry closed"):
+        rv.name(0, {0, 1, 2})
+    with pytest.raises(ValueError, match="not all of the job's"):
+        rv.name(2, {5})
+
+
+def test_the_cluster_engine_refuses_the_deadline_with_the_outer_momentum():
     from mxhet.config import WorkerConfig
     from mxhet.modes import get_mode
-    with pytest.raises(ConfigError, match="round_deadline.*simulator only"):
-        get_mode("esync")(trainer=None, config=WorkerConfig(), round_deadline=4)
+    with pytest.raises(ConfigError, match="round_deadline.*outer_optimizer"):
+        get_mode("esync")(trainer=None, config=WorkerConfig(), round_deadline=4, outer_optimizer="nesterov")
