@@ -241,6 +241,49 @@ def test_a_named_round_waits_for_no_other_rank_and_cannot_be_renamed():
         rv.name(2, {5})
 
 
+def test_a_device_named_when_its_round_closed_aggregates_there_though_it_is_past_the_bound_since():
+    svc = _service(2.0)
+    _test_batches(svc, {0: 0.1, 1: 0.1, 2: 0.15})    # all within 2 x 0.1: round 0 waits for the three
+    assert _q(svc, 0, 3, 0, 1, 0.1, 0.2).ready       # round 0 closes with ranks 0, 1, 2
+    assert svc.rule("esync").book.membership(0).members == pytest.approx({0: 1 / 3, 1: 1 / 3, 2: 1 / 3})
+    _q(svc, 1, 3, 0, 1, 0.01, 0.2)                   # the fast devices speed up: rank 2 is past the bound now
+    reply = _q(svc, 2, 3, 0, 1, 0.15, 0.25)
+    assert reply.ready and reply.round == 0 and reply.target == 3 and reply.weight == pytest.approx(1 / 3)
+
+
+def test_a_device_on_time_again_after_its_round_closed_without_it_enters_a_later_round():
+    svc = _service(4.0)
+    _test_batches(svc, {0: 0.01, 1: 0.01, 2: 1.17})
+    for r in (0, 1):
+        assert _q(svc, r, 3, 0, 1, 0.01, 0.01).ready and _reset(svc, r, 4, 1, 0.02).round == 1
+    # rank 2's iteration took 0.03 s (within 4 x 0.01), but round 0 closed without it: never READY for round 0
+    assert _q(svc, 2, 3, 0, 1, 0.03, 0.05) is None
+    assert svc.rule("esync").book.due(2) == 1
+    # its delta waits for round 1, so round 1 does not wait for its next query (a deadlock): it closes with it
+    a = _q(svc, 0, 5, 1, 1, 0.01, 0.06)
+    assert a.ready and a.target == 3
+    (rank, late), = svc.released
+    assert rank == 2 and late.round == 1 and late.weight == pytest.approx(1 / 5)   # staleness 1: 1/2 of 1, 1
+
+
+def test_a_late_device_left_alone_closes_its_rounds_alone():
+    svc = _service(4.0)
+    _test_batches(svc, {0: 0.01, 1: 0.01, 2: 1.17})
+    for r in (0, 1):
+        assert _q(svc, r, 3, 0, 1, 0.01, 0.01).ready
+    for r in (0, 1):   # the fast devices leave (died, or said goodbye)
+        svc.handle(m.Bye(rank=r, seq=9), 0.5, sender=r)
+    reply = _q(svc, 2, 3, 0, 1, 1.17, 1.17)
+    assert reply.ready and reply.round == 1 and reply.target == 1 and reply.weight == 1.0
+
+
+def test_a_device_that_left_its_loop_is_not_waited_for():
+    svc = _service(4.0)
+    _test_batches(svc, {0: 0.01, 1: 0.01, 2: 0.02})
+    svc.handle(m.RoundFinish(rank=2, seq=3), 0.01, sender=2)   # it stopped training, still connected
+    assert svc.rule("esync").waited_ranks(0.02) == {0, 1}
+
+
 def test_the_cluster_engine_refuses_the_deadline_with_the_outer_momentum():
     from mxhet.config import WorkerConfig
     from mxhet.modes import get_mode
