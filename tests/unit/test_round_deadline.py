@@ -284,6 +284,20 @@ def test_a_device_that_left_its_loop_is_not_waited_for():
     assert svc.rule("esync").waited_ranks(0.02) == {0, 1}
 
 
+def test_a_late_device_that_dies_while_its_delta_waits_is_released_from_its_round():
+    svc = _service(4.0)
+    _test_batches(svc, {0: 0.01, 1: 0.01, 2: 1.17})
+    for r in (0, 1):
+        assert _q(svc, r, 3, 0, 1, 0.01, 0.01).ready and _reset(svc, r, 4, 1, 0.02).round == 1
+    assert _q(svc, 2, 3, 0, 1, 1.17, 1.17) is None   # its delta waits for round 1
+    svc.depart(2, "died")
+    a = _q(svc, 0, 5, 1, 1, 0.01, 1.2)
+    assert a.ready and a.target == 2 and a.weight == 0.5 and not svc.released
+    # the round's rendezvous waits for the two on-time members only
+    assert _enter(svc, 0, 6, 1, 1.2) is None
+    assert _q(svc, 1, 5, 1, 1, 0.01, 1.2).ready and _enter(svc, 1, 6, 1, 1.2).target == 2
+
+
 def test_the_cluster_engine_refuses_the_deadline_with_the_outer_momentum():
     from mxhet.config import WorkerConfig
     from mxhet.modes import get_mode
