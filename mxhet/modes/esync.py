@@ -342,12 +342,20 @@ class ESync(RoundMembers, ProgramMode):
         weights = self.weights()
         if getattr(self, "_sends", None) is None:
             self._sends = [mx.nd.zeros(w.shape, ctx=w.context, dtype=w.dtype) for w in self.wbufs]
-        scale = self.opts["global_lr"] * effect.weight
         for w, g, d in zip(weights, self.wbufs, self._sends):
             mx.nd.elemwise_sub(w, g, out=d)
-            d *= scale
+            d *= effect.weight * effect.members
         self.check_finite(self._sends, "model delta", effect.round)
+        hook = self.round_hook
+        if hook:   # the deltas as the simulator's members push them (share·m·Δ: their mean is Σ share·Δ)
+            before = [g.asnumpy() for g in self.wbufs]
+            pushed = [d.asnumpy() for d in self._sends]
+        scale = self.opts["global_lr"] / effect.members
+        for d in self._sends:
+            d *= scale
         t2, t4 = self._push_done_pull(effect.round, members, weights, t0, t1)
+        if hook:
+            hook(effect.round, before, pushed, [g.asnumpy() for g in self.wbufs])
         self.stats.deadline_pushes.append([effect.round, effect.weight])
         return t1, t2, t4
 

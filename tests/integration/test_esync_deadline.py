@@ -4,6 +4,7 @@ fastest's iteration; the slow device's deltas enter later rounds with a stalenes
 import collections
 import json
 
+import numpy as np
 import pytest
 
 from .jobs import start, train_command, wait_for
@@ -12,6 +13,7 @@ pytestmark = pytest.mark.timeout(300)
 
 ROUNDS = 24
 KILLED_ROUND = 2
+GLOBAL_LR = 0.5
 
 
 def test_the_slow_devices_deltas_enter_later_rounds_with_their_share_and_a_dead_member_is_released(
@@ -28,6 +30,7 @@ def test_the_slow_devices_deltas_enter_later_rounds_with_their_share_and_a_dead_
                                            "--heartbeat-timeout", "3"],
                                 train_command(out, "--max-rounds", str(ROUNDS), "--time-budget", "100",
                                               "--batch-size", "16", "--round-deadline", "2",
+                                              "--global-lr", str(GLOBAL_LR), "--dump-rounds", str(ROUNDS),
                                               "--eval-samples", "100", "--final-eval-samples", "100"),
                                 env={"MXHET_TEST_KILL_AFTER_PUSH": "1:%d" % KILLED_ROUND})
     child_pids.add(proc.pid)
@@ -73,6 +76,20 @@ def test_the_slow_devices_deltas_enter_later_rounds_with_their_share_and_a_dead_
         if 3 not in shares:
             members = len(fast) + (r <= KILLED_ROUND)
             assert all(v == pytest.approx(1.0 / members) for v in shares.values()), (r, shares)
+    # the data plane: a round with the late delta moved the global model by ε·Σ share·Δ -- the dumps hold each
+    # member's share·m·Δ, so by ε times their mean -- from the model the on-time members started from (the late
+    # device's own replica started rounds earlier), and every member pulled the same model
+    for r, _ in late:
+        dumps = {s: np.load(out / "dump" / ("slot%d_round%d.npz" % (s, r))) for s in by_round[r]}
+        keys = len([f for f in dumps[3].files if f.startswith("after_")])
+        assert keys > 0
+        for i in range(keys):
+            after = dumps[fast[0]]["after_%d" % i]
+            for d in dumps.values():
+                np.testing.assert_array_equal(d["after_%d" % i], after)
+            pushed = np.mean([d["delta_%d" % i] for d in dumps.values()], axis=0)
+            np.testing.assert_allclose(after, dumps[fast[0]]["before_%d" % i] + GLOBAL_LR * pushed,
+                                       rtol=1e-4, atol=1e-6)
     assert summary["incomplete_rounds"] == [KILLED_ROUND]
     assert summary["round_members"][KILLED_ROUND] == 3
     [leave] = summary["elastic"]["events"]
