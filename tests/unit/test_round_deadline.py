@@ -298,6 +298,30 @@ def test_a_late_device_that_dies_while_its_delta_waits_is_released_from_its_roun
     assert _q(svc, 1, 5, 1, 1, 0.01, 1.2).ready and _enter(svc, 1, 6, 1, 1.2).target == 2
 
 
+def test_a_late_device_started_again_enters_a_round_from_its_first_one_on():
+    svc = _service(4.0)
+    _test_batches(svc, {0: 0.01, 1: 0.01, 2: 1.17})
+    svc.depart(2, "died")
+    for r in (0, 1):
+        assert _q(svc, r, 3, 0, 1, 0.01, 0.01).ready
+    assert _enter(svc, 0, 4, 0, 0.01) is None and _enter(svc, 1, 4, 0, 0.01).target == 2
+    # --max-restarts: rank 2 registers again while round 0 is under way; it takes part from round 1
+    registered = svc.handle(m.Register(rank=2, seq=1, slot=2, incarnation=2), 0.5, sender="again")
+    assert registered.ok and registered.round == 1
+    assert not svc.handle(m.Query(rank=2, seq=2, round=1, k=0, c=1.17, since_finish=0.0, incarnation=2), 1.7,
+                          sender="again").ready   # its test batch
+    assert svc.handle(m.Query(rank=2, seq=3, round=1, k=1, c=1.17, since_finish=0.0, incarnation=2), 2.9,
+                      sender="again") is None
+    assert svc.rule("esync").book.due(2) == 1
+    svc.released.clear()
+    for r in (0, 1):
+        _reset(svc, r, 5, 1, 3.0)
+    a = _q(svc, 0, 6, 1, 1, 0.01, 3.01)
+    assert a.ready and a.target == 3 and a.weight == pytest.approx(1 / 3)   # it trained from round 0's model
+    (rank, late), = [(r, x) for r, x in svc.released if isinstance(x, m.QueryReply)]
+    assert rank == 2 and late.round == 1 and late.weight == pytest.approx(1 / 3)
+
+
 def test_the_cluster_engine_refuses_the_deadline_with_the_outer_momentum():
     from mxhet.config import WorkerConfig
     from mxhet.modes import get_mode
