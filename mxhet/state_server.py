@@ -52,6 +52,9 @@ def main(argv=None):
     parser.add_argument("--rules", default="all",
                         help="the rule plugins to load, comma-separated (%s), 'all' or 'none'; the launcher "
                              "passes the mode spec's state_rules (default %%(default)s)" % ", ".join(ALL_RULES))
+    parser.add_argument("--round-deadline", type=float, default=0.0,
+                        help="ESync: a round waits only for devices whose iteration takes at most D x the "
+                             "fastest's (0: off, Algorithm 2; mxhet-launch passes the worker command's)")
     parser.add_argument("--stats-out", default="", help="write per-round statistics (JSON) here on exit")
     args = parser.parse_args(argv)
     if args.num_workers < 1:
@@ -78,7 +81,7 @@ def main(argv=None):
                         staleness=args.staleness, adsp_period=args.adsp_period, adsp_epoch=args.adsp_epoch,
                         adsp_window=args.adsp_window, heartbeat_timeout=args.heartbeat_timeout,
                         keys=args.keys, elastic=args.elastic, min_workers=args.min_workers, rules=rules,
-                        until_stopped=args.until_stopped)
+                        until_stopped=args.until_stopped, round_deadline=args.round_deadline)
     except ValueError as exc:
         parser.error(str(exc))
     except SilentWorker as exc:

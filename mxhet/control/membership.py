@@ -166,8 +166,31 @@ class RoundRendezvous:
         self.stop_round = None       # the round after which the job agreed to stop (a ballot), once known
         self.stop_elsewhere = False  # a caller said the job agreed to stop outside the rounds (ESync's RESET)
         self.events = []             # leave / join records with the caller's time (stats()["events"])
+        self.named = {}              # round -> the ranks its entry waits for, where a rule named them (name())
 
     # -- requests ---------------------------------------------------------------
+    def name(self, round_, ranks):
+        """Round ``round_``'s entry waits for exactly ``ranks`` (those still training), not for every
+        rank that trains: ESync's ``--round-deadline`` names each round's members -- the devices on
+        time and the late ones whose delta enters it (:class:`mxhet.policy.deadline.RoundBook`).
+        Naming a round again with the same ranks does nothing.
+
+        Raises:
+            ValueError: for a rank not in the job, a round whose entry has closed, or a round
+                named before with other ranks.
+        """
+        ranks = frozenset(ranks)
+        if not ranks <= self.ranks:
+            raise ValueError("round %d is named ranks %s, not all of the job's" % (round_, sorted(ranks)))
+        if round_ in self.named:
+            if self.named[round_] != ranks:
+                raise ValueError("round %d was named ranks %s, now %s"
+                                 % (round_, sorted(self.named[round_]), sorted(ranks)))
+            return
+        if round_ in self.members:
+            raise ValueError("round %d is named after its entry closed" % round_)
+        self.named[round_] = ranks
+
     def enter(self, rank, round_, token, ballot=False, counts=(), now=None, stopping=False):
         """``rank`` enters round ``round_`` (its stop ``ballot``, its ``counts``: a
         vector of numbers the members' :class:`Entered` answer sums); returns the releases.
@@ -356,8 +379,10 @@ class RoundRendezvous:
 
     def _required(self, round_):
         """The workers round ``round_``'s entry waits for: those training, less the rejoined
-        ones whose first round comes later."""
-        return {r for r in self.training if self.joined_from.get(r, 0) <= round_}
+        ones whose first round comes later; of a round :meth:`name` named, only those named."""
+        named = self.named.get(round_)
+        return {r for r in self.training if self.joined_from.get(r, 0) <= round_
+                and (named is None or r in named)}
 
     # -- closing -------------------------------------------------------------------
     def _close_entries(self, now=None):
@@ -374,6 +399,7 @@ class RoundRendezvous:
             if not entry or not self._required(round_) <= set(entry):
                 continue
             del self.entries[round_]
+            self.named.pop(round_, None)
             self.members[round_] = frozenset(entry)
             answer = Entered(round_, len(entry), sum(ballot for _, ballot in entry.values()),
                              _sum_counts(self.entry_counts.pop(round_, {}), entry))

@@ -111,7 +111,30 @@ class ESyncRule(RulePlugin):
         host.registered(req.rank)
         host.table.reset(req.rank, req.round, now - req.since_finish)
         stop = self.stop_decisions.setdefault(req.round, req.want_stop)
+        if stop and self._late_seq:
+            self._release_late_on_stop(req.rank)
         return state_rule.ResetReply(seq=req.seq, round=req.round, stop=stop)
+
+    def _release_late_on_stop(self, rank):
+        """The job agreed to stop: the late devices' deferred queries are answered with the stop
+        (their deltas' rounds will never close; a blocked worker would otherwise wait for ever)."""
+        records = self.host.table.records
+        for r, seq in sorted(self._late_seq.items()):
+            if r == rank:
+                continue
+            self.book.forget(r)
+            reply = state_rule.QueryReply(seq=seq, round=records[r].round, stop=True)
+            self.host.released.append((r, reply))
+        self._late_seq = {r: s for r, s in self._late_seq.items() if r == rank}
+
+    def named_members(self, round_):
+        """Under ``--round-deadline``, round ``round_``'s members once its membership closed (the
+        on-time devices and the late ones whose delta enters it); None otherwise (every worker
+        still training is a member)."""
+        if self.book is None:
+            return None
+        closed = self.book.membership(round_)
+        return None if closed is None else frozenset(closed.members)
 
     def _query(self, req, now):
         rank, round_ = req.rank, req.round
@@ -144,8 +167,10 @@ class ESyncRule(RulePlugin):
     # -- --round-deadline (mxhet.policy.deadline) ---------------------------------------------
     def waited_ranks(self, now):
         """The present ranks the rounds wait for under the deadline at ``now``
-        (a test batch running longer than the bound already is late)."""
-        records, present = self.host.table.records, self.host.present
+        (a test batch running longer than the bound already is late); a rank that
+        stopped training (it left its loop, :class:`MembershipRule`) is none of them."""
+        table = self.host.table
+        records, present = table.records, [r for r in self.host.present if table.is_present(r)]
         return waited({r: records[r].capability for r in present}, self.deadline,
                       {r: now - records[r].last_finish for r in present})
 
@@ -165,16 +190,36 @@ class ESyncRule(RulePlugin):
             # the job stops after a round this device has not passed: it never pushes again
             self.book.forget(rank)
             return state_rule.QueryReply(seq=req.seq, round=round_, stop=True)
-        on_time = self.waited_ranks(now) | ({rank} if rank not in host.present else set())
+        # A device whose late delta waits for its round (a deferred query) is not waited for: it can do nothing
+        # until that round closes, and Algorithm 2 would wait for its next query (a deadlock).
+        on_time = ((self.waited_ranks(now) - set(self._late_seq))
+                   | ({rank} if rank not in host.present else set()) or {rank})
         slowest = max(on_time, key=lambda r: (table.records[r].capability, -r))
-        if rank not in on_time:
+        closed = self.book.membership(round_)
+        if closed is not None and rank in closed.members:
+            # Named a member when its round closed (it was on time then): the round's rendezvous waits for
+            # it, so it aggregates there with its share whatever the bound says of its speed since.
+            table.query(rank, req.k, req.c, now - req.since_finish, now, among=())
+            self.rounds.setdefault(round_, {"slowest": slowest, "local_iters": {}})["local_iters"].setdefault(
+                rank, req.k)
+            return state_rule.QueryReply(seq=req.seq, ready=True, round=round_, slowest=slowest,
+                                         target=closed.target, weight=closed.members[rank])
+        if rank not in on_time or closed is not None:
+            # Late, or on time again only after its round closed without it: its delta enters a later round.
             table.query(rank, req.k, req.c, now - req.since_finish, now, among=())   # the record's c, t_e
             if req.k == 0:
                 return state_rule.query_reply(req.seq, False, round_, slowest)
             open_round = max(table.records[r].round for r in on_time)
             due = self.book.arrive(rank, round_, open_round)
+            info = self.rounds.setdefault(due, {"slowest": slowest, "local_iters": {}})
+            info["local_iters"].setdefault(rank, req.k)
+            if not on_time - {rank}:
+                # nobody else trains to close its round (the others left or died): it closes the round alone
+                alone = self.book.close(due, [])
+                info["late"] = {str(r): s for r, s in sorted(alone.late.items())}
+                return state_rule.QueryReply(seq=req.seq, ready=True, round=due, slowest=rank,
+                                             target=alone.target, weight=alone.members[rank])
             self._late_seq[rank] = req.seq
-            self.rounds.setdefault(due, {"slowest": slowest, "local_iters": {}})["local_iters"].setdefault(rank, req.k)
             return None
         ready = table.query(rank, req.k, req.c, now - req.since_finish, now, among=sorted(on_time))
         if not ready:
@@ -632,6 +677,10 @@ class MembershipRule(RulePlugin):
                 # restarted while it waited there never did: unmarked, its fresh record (no capability: the
                 # slowest) would keep the device the round waits for NOT-READY for ever.
                 record.ready = True
+            esync = host.rule("esync")
+            named = esync.named_members(req.round) if esync is not None else None
+            if named is not None:   # --round-deadline: the round waits for the members ESync's book named
+                self.rendezvous.name(req.round, named)
             releases = self.rendezvous.enter(req.rank, req.round, req.seq, req.want_stop, req.counts,
                                              now=self.wall_clock(), stopping=self._stop_agreed())
             self._slot_events()

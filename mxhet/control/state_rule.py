@@ -221,6 +221,10 @@ class StateTable:
         else:
             self._slowest_present.discard(rank)
 
+    def is_present(self, rank):
+        """True for a rank marked present (:meth:`set_present`): registered and still training."""
+        return rank in self._slowest_present
+
     def record(self, rank):
         """The record of ``rank``.
 

@@ -228,12 +228,13 @@ def _check_mxnet_env(parser, args, environ=None):
 def _check_worker_mode_options(parser, command, sync):
     """A worker command ``python -m mxhet.train ...``: its mode options checked
     by the mode's spec now, so a bad value fails before any process starts
-    (the worker would refuse it later; its own ``--sync`` wins, as there)."""
+    (the worker would refuse it later; its own ``--sync`` wins, as there).
+    Returns the resolved options ({} for another command)."""
     if "mxhet.train" not in command:
-        return
+        return {}
     at = command.index("mxhet.train")
     if at == 0 or command[at - 1] != "-m":
-        return
+        return {}
     worker = argparse.ArgumentParser(prog="the worker command", add_help=False, allow_abbrev=False)
     worker.add_argument("--sync", default=sync)
     add_mode_arguments(worker)
@@ -242,7 +243,7 @@ def _check_worker_mode_options(parser, command, sync):
     except SystemExit:   # a value outside a flag's choices: argparse named it already
         parser.exit(EXIT_USAGE)
     try:
-        resolve_args(given, given.sync)
+        return resolve_args(given, given.sync)
     except ConfigError as exc:
         parser.error("worker command: %s" % exc)
 
@@ -276,7 +277,9 @@ def parse_args(argv=None):
     except ConfigError as exc:
         parser.error("--sync: %s" % exc)
     args.kvstore_type = mode.kvstore
-    _check_worker_mode_options(parser, args.command, args.sync)
+    worker_options = _check_worker_mode_options(parser, args.command, args.sync)
+    # ESync's --round-deadline is a worker option the State Server decides with (its rounds' members)
+    args.round_deadline = worker_options.get("round_deadline") or None
     # Every distributed job gets a State Server: the algorithm's control plane
     # for esync, ssp and adsp, and for every mode the watch on silent workers
     # (heartbeats) and the check that all workers train the same model.

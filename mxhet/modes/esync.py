@@ -12,7 +12,10 @@ worker pulls w_t+1 into its replica and sends RESET without waiting for its
 answer: the job's decision to stop after that round comes back with the answer
 to the next query (protocol v2). A worker whose script leaves its loop, or
 that dies under ``mxhet-launch --elastic``, leaves the rounds
-(:class:`~mxhet.modes.rounds.RoundMembers`) and the others go on.
+(:class:`~mxhet.modes.rounds.RoundMembers`) and the others go on. Under
+``--round-deadline D`` a round's members are those the State Server's READY
+named (the devices on time and the late ones whose delta enters it), and each
+pushes ε·share·Δ with the share its READY carries (:meth:`ESync._deadline_round`).
 
 ``ack="blocking"`` waits for every answer (Algorithm 1). ``ack="delayed"`` is
 the non-blocking mode of §4.2: the query is sent and training goes on; no
@@ -83,13 +86,13 @@ class ESync(RoundMembers, ProgramMode):
     def __init__(self, trainer, config, **options):
         super().__init__(trainer, config, **options)
         programs.check_esync(self.opts)
+        if self.opts["round_deadline"] and self.opts["outer_optimizer"] != "none":
+            # The outer momentum is mirrored by every member alike; a late device misses the rounds it
+            # was late for, so its mirror would differ from the others'.
+            raise ConfigError("esync: round_deadline (--round-deadline) %r needs outer_optimizer 'none' on the "
+                              "cluster, got %r" % (self.opts["round_deadline"], self.opts["outer_optimizer"]))
         if self.opts["round_deadline"]:
-            # The cluster's round rendezvous (mxhet.control.membership) waits for every worker still
-            # training; a round without its late devices, and a late delta pushed into a later round,
-            # need it to take each round's members from ESyncRule's RoundBook. Simulator only for now.
-            raise ConfigError("esync: round_deadline (--round-deadline) %r runs in the simulator only "
-                              "(python -m mxhet.sim); the cluster's round rendezvous does not name a "
-                              "round's members from the deadline yet" % (self.opts["round_deadline"],))
+            self.stats.deadline_pushes = []   # [round, share] of every delta this worker pushed
         self.delayed = self.opts["ack"] == "delayed"
         self.weighting = DeltaWeighting(self.opts["aggregation"])
         self.outer = None   # the servers' outer momentum, mirrored (outer_optimizer="nesterov")
@@ -279,6 +282,8 @@ class ESync(RoundMembers, ProgramMode):
         follows alike (:class:`~mxhet.modes.esync_outer.OuterMomentumMirror`: with no
         state on the servers it is the momentum itself). BatchNorm statistics take ``ε·Δ_i/m``.
         """
+        if effect.members:
+            return self._deadline_round(effect)
         t0 = self.clock()
         own = self.weighting.counts(effect.steps, self._batch_size, self.trainer) if self.weighting.active else ()
         members, _, totals = self.client.round_enter_counted(effect.round, own, timeout=ROUND_WAIT_S)
@@ -317,6 +322,41 @@ class ESync(RoundMembers, ProgramMode):
         t2, t4 = self._push_done_pull(effect.round, members, weights, t0, t1)
         if hook:
             hook(effect.round, before, pushed, [g.asnumpy() for g in self.wbufs])
+        return t1, t2, t4
+
+    def _deadline_round(self, effect):
+        """``--round-deadline``: a round of the members the State Server named on this worker's READY
+        (the devices on time and the late ones whose delta enters it; the rendezvous waits for exactly
+        them, :meth:`mxhet.control.membership.RoundRendezvous.name`). The servers add every push, so
+        each member pushes ``ε·share·Δ`` (its share from the READY, the shares summing to one):
+        ``w += ε·Σ share_i·Δ_i``, as the simulator's servers apply
+        (:func:`mxhet.sim.program._deadline_aggregate`). BatchNorm statistics alike. A late member
+        continues from the round's result. Returns the clock readings (start, pushed, end), or
+        JOB_OVER when the round comes after the job's agreed stop (nothing pushed)."""
+        t0 = self.clock()
+        members, _, _ = self.client.round_enter_counted(effect.round, (), timeout=ROUND_WAIT_S)
+        t1 = self.clock()
+        if self.client.job_over:
+            self.stats.query_s += t1 - t0
+            return refused_round(self, effect.round)
+        weights = self.weights()
+        if getattr(self, "_sends", None) is None:
+            self._sends = [mx.nd.zeros(w.shape, ctx=w.context, dtype=w.dtype) for w in self.wbufs]
+        for w, g, d in zip(weights, self.wbufs, self._sends):
+            mx.nd.elemwise_sub(w, g, out=d)
+            d *= effect.weight * effect.members
+        self.check_finite(self._sends, "model delta", effect.round)
+        hook = self.round_hook
+        if hook:   # the deltas as the simulator's members push them (share·m·Δ: their mean is Σ share·Δ)
+            before = [g.asnumpy() for g in self.wbufs]
+            pushed = [d.asnumpy() for d in self._sends]
+        scale = self.opts["global_lr"] / effect.members
+        for d in self._sends:
+            d *= scale
+        t2, t4 = self._push_done_pull(effect.round, members, weights, t0, t1)
+        if hook:
+            hook(effect.round, before, pushed, [g.asnumpy() for g in self.wbufs])
+        self.stats.deadline_pushes.append([effect.round, effect.weight])
         return t1, t2, t4
 
     def checkpoint_state(self):

@@ -71,9 +71,13 @@ class WorkerStats:
     round_exchange_issued_s: list = dataclasses.field(default_factory=list)
     round_exchange_end_s: list = dataclasses.field(default_factory=list)
     start_clock_s: float = 0.0
+    deadline_pushes: object = None   # ESync --round-deadline on the cluster: [round, share] of every delta pushed
+
 
     def as_dict(self):
         out = dataclasses.asdict(self)
         total = self.compute_s + self.wait_s
         out["compute_ratio"] = self.compute_s / total if total > 0 else None
+        if self.deadline_pushes is None:   # only where a deadline ran: the other modes' records are unchanged
+            del out["deadline_pushes"]
         return out

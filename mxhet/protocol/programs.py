@@ -246,10 +246,12 @@ def esync(opts, stats):
                 return
             if policy.after_query() is not Action.AGGREGATE:
                 continue
-        if answers.members:
-            yield AggregateDeltas(policy.round, policy.k, opts["aggregation"], answers.members, answers.weight)
+        if answers.members:   # --round-deadline: the round's members and this device's share, from its READY
+            effect = AggregateDeltas(policy.round, policy.k, opts["aggregation"], answers.members, answers.weight)
             answers.members, answers.weight = 0, 0.0
-        elif (yield AggregateDeltas(policy.round, policy.k, opts["aggregation"])) is JOB_OVER:
+        else:
+            effect = AggregateDeltas(policy.round, policy.k, opts["aggregation"])
+        if (yield effect) is JOB_OVER:
             # a round after the job's agreed stop (this worker rejoined while the last one was open)
             answers.stop()
             return

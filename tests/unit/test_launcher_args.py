@@ -226,6 +226,15 @@ def test_esync_starts_a_state_server():
     assert {w.env["MXHET_STATE_SERVER"] for w in plan.by_role("worker")} == {"tcp://127.0.0.1:9001"}
 
 
+def test_the_worker_commands_round_deadline_reaches_the_state_server():
+    train = ["python", "-m", "mxhet.train", "--round-deadline", "2.5"]
+    argv = plan_of("-n", "2", "-s", "1", "--sync", "esync", command=train).by_role("state-server")[0].argv
+    assert argv[argv.index("--round-deadline") + 1] == "2.5"
+    argv = plan_of("-n", "2", "-s", "1", "--sync", "esync",
+                   command=["python", "-m", "mxhet.train"]).by_role("state-server")[0].argv
+    assert "--round-deadline" not in argv   # off: the State Server's command is today's
+
+
 def test_esync_port_and_epsilon_options():
     plan = plan_of("-n", "2", "--sync", "esync", "--state-server-port", "5555", "--epsilon", "0.25",
                    "--root-port", "7000")

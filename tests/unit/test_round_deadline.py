@@ -177,8 +177,153 @@ def test_a_late_device_is_told_to_stop_once_the_job_stopped_after_a_later_round(
     assert reply.stop and not reply.ready and svc.rule("esync").book.due(2) is None
 
 
-def test_the_cluster_engine_refuses_the_deadline_naming_it():
+def test_a_late_device_waiting_for_its_round_is_told_to_stop_when_the_job_stops():
+    svc = _service(4.0)
+    _test_batches(svc, {0: 0.01, 1: 0.01, 2: 1.17})
+    assert _q(svc, 0, 3, 0, 1, 0.01, 0.01).ready and _q(svc, 1, 3, 0, 1, 0.01, 0.01).ready
+    assert _q(svc, 2, 3, 0, 1, 1.17, 1.17) is None   # deferred: its delta is due in round 1
+    assert svc.rule("esync").book.due(2) == 1
+    # the job agrees to stop after round 0: round 1 never closes, the deferred query is answered
+    svc.handle(m.Reset(rank=0, seq=4, round=1, want_stop=True, since_finish=0.0), 1.18, sender=0)
+    (rank, reply), = [(r, x) for r, x in svc.released if isinstance(x, m.QueryReply)]
+    assert rank == 2 and reply.stop and not reply.ready and reply.seq == 3
+    assert svc.rule("esync").book.due(2) is None
+
+
+def _enter(svc, rank, seq, round_, now):
+    return svc.handle(m.RoundEnter(rank=rank, seq=seq, round=round_, want_stop=False), now, sender=rank)
+
+
+def test_the_round_rendezvous_waits_for_exactly_the_members_the_book_named():
+    svc = _service(4.0)
+    _test_batches(svc, {0: 0.01, 1: 0.01, 2: 1.17})
+    # round 0 of the on-time devices: its entry closes without the late rank 2, which still trains
+    assert _q(svc, 0, 3, 0, 1, 0.01, 0.01).ready and _q(svc, 1, 3, 0, 1, 0.01, 0.01).ready
+    assert _enter(svc, 0, 4, 0, 0.01) is None
+    entered = _enter(svc, 1, 4, 0, 0.01)
+    assert entered.target == 2 and [r for r, _ in svc.released] == [0]
+    svc.released.clear()
+    _reset(svc, 0, 5, 1, 0.02)
+    _reset(svc, 1, 5, 1, 0.02)
+    # rank 2's delta enters round 1: its entry waits for the three named members, rank 2 included
+    assert _q(svc, 2, 3, 0, 1, 1.17, 1.17) is None
+    a = _q(svc, 0, 6, 1, 1, 0.01, 1.18)
+    assert a.ready and a.target == 3
+    assert _enter(svc, 0, 7, 1, 1.18) is None
+    assert _q(svc, 1, 6, 1, 1, 0.01, 1.18).ready and _enter(svc, 1, 7, 1, 1.18) is None
+    assert svc.rule("membership").rendezvous.named[1] == {0, 1, 2}
+    assert _enter(svc, 2, 4, 1, 1.19).target == 3
+    assert 1 not in svc.rule("membership").rendezvous.named
+
+
+def test_a_named_member_that_dies_does_not_hold_its_round():
+    from mxhet.control.membership import Entered, RoundRendezvous
+    rv = RoundRendezvous(range(3))
+    rv.name(4, {0, 2})
+    assert rv.enter(0, 4, "a") == []
+    releases = rv.depart(2, "died")
+    assert releases == [(0, "a", Entered(4, 1, 0))]
+
+
+def test_a_named_round_waits_for_no_other_rank_and_cannot_be_renamed():
+    from mxhet.control.membership import RoundRendezvous
+    rv = RoundRendezvous(range(3))
+    rv.name(0, {0, 1})
+    rv.name(0, [1, 0])   # again, the same ranks: nothing changes
+    assert rv.enter(0, 0, "a") == []
+    assert [r for r, _, _ in rv.enter(1, 0, "b")] == [0, 1]
+    with pytest.raises(ValueError, match="round 1 was named"):
+        rv.name(1, {0})
+        rv.name(1, {0, 2})
+    with pytest.raises(ValueError, match="after its entry closed"):
+        rv.name(0, {0, 1, 2})
+    with pytest.raises(ValueError, match="not all of the job's"):
+        rv.name(2, {5})
+
+
+def test_a_device_named_when_its_round_closed_aggregates_there_though_it_is_past_the_bound_since():
+    svc = _service(2.0)
+    _test_batches(svc, {0: 0.1, 1: 0.1, 2: 0.15})    # all within 2 x 0.1: round 0 waits for the three
+    assert _q(svc, 0, 3, 0, 1, 0.1, 0.2).ready       # round 0 closes with ranks 0, 1, 2
+    assert svc.rule("esync").book.membership(0).members == pytest.approx({0: 1 / 3, 1: 1 / 3, 2: 1 / 3})
+    _q(svc, 1, 3, 0, 1, 0.01, 0.2)                   # the fast devices speed up: rank 2 is past the bound now
+    reply = _q(svc, 2, 3, 0, 1, 0.15, 0.25)
+    assert reply.ready and reply.round == 0 and reply.target == 3 and reply.weight == pytest.approx(1 / 3)
+
+
+def test_a_device_on_time_again_after_its_round_closed_without_it_enters_a_later_round():
+    svc = _service(4.0)
+    _test_batches(svc, {0: 0.01, 1: 0.01, 2: 1.17})
+    for r in (0, 1):
+        assert _q(svc, r, 3, 0, 1, 0.01, 0.01).ready and _reset(svc, r, 4, 1, 0.02).round == 1
+    # rank 2's iteration took 0.03 s (within 4 x 0.01), but round 0 closed without it: never READY for round 0
+    assert _q(svc, 2, 3, 0, 1, 0.03, 0.05) is None
+    assert svc.rule("esync").book.due(2) == 1
+    # its delta waits for round 1, so round 1 does not wait for its next query (a deadlock): it closes with it
+    a = _q(svc, 0, 5, 1, 1, 0.01, 0.06)
+    assert a.ready and a.target == 3
+    (rank, late), = svc.released
+    assert rank == 2 and late.round == 1 and late.weight == pytest.approx(1 / 5)   # staleness 1: 1/2 of 1, 1
+
+
+def test_a_late_device_left_alone_closes_its_rounds_alone():
+    svc = _service(4.0)
+    _test_batches(svc, {0: 0.01, 1: 0.01, 2: 1.17})
+    for r in (0, 1):
+        assert _q(svc, r, 3, 0, 1, 0.01, 0.01).ready
+    for r in (0, 1):   # the fast devices leave (died, or said goodbye)
+        svc.handle(m.Bye(rank=r, seq=9), 0.5, sender=r)
+    reply = _q(svc, 2, 3, 0, 1, 1.17, 1.17)
+    assert reply.ready and reply.round == 1 and reply.target == 1 and reply.weight == 1.0
+
+
+def test_a_device_that_left_its_loop_is_not_waited_for():
+    svc = _service(4.0)
+    _test_batches(svc, {0: 0.01, 1: 0.01, 2: 0.02})
+    svc.handle(m.RoundFinish(rank=2, seq=3), 0.01, sender=2)   # it stopped training, still connected
+    assert svc.rule("esync").waited_ranks(0.02) == {0, 1}
+
+
+def test_a_late_device_that_dies_while_its_delta_waits_is_released_from_its_round():
+    svc = _service(4.0)
+    _test_batches(svc, {0: 0.01, 1: 0.01, 2: 1.17})
+    for r in (0, 1):
+        assert _q(svc, r, 3, 0, 1, 0.01, 0.01).ready and _reset(svc, r, 4, 1, 0.02).round == 1
+    assert _q(svc, 2, 3, 0, 1, 1.17, 1.17) is None   # its delta waits for round 1
+    svc.depart(2, "died")
+    a = _q(svc, 0, 5, 1, 1, 0.01, 1.2)
+    assert a.ready and a.target == 2 and a.weight == 0.5 and not svc.released
+    # the round's rendezvous waits for the two on-time members only
+    assert _enter(svc, 0, 6, 1, 1.2) is None
+    assert _q(svc, 1, 5, 1, 1, 0.01, 1.2).ready and _enter(svc, 1, 6, 1, 1.2).target == 2
+
+
+def test_a_late_device_started_again_enters_a_round_from_its_first_one_on():
+    svc = _service(4.0)
+    _test_batches(svc, {0: 0.01, 1: 0.01, 2: 1.17})
+    svc.depart(2, "died")
+    for r in (0, 1):
+        assert _q(svc, r, 3, 0, 1, 0.01, 0.01).ready
+    assert _enter(svc, 0, 4, 0, 0.01) is None and _enter(svc, 1, 4, 0, 0.01).target == 2
+    # --max-restarts: rank 2 registers again while round 0 is under way; it takes part from round 1
+    registered = svc.handle(m.Register(rank=2, seq=1, slot=2, incarnation=2), 0.5, sender="again")
+    assert registered.ok and registered.round == 1
+    assert not svc.handle(m.Query(rank=2, seq=2, round=1, k=0, c=1.17, since_finish=0.0, incarnation=2), 1.7,
+                          sender="again").ready   # its test batch
+    assert svc.handle(m.Query(rank=2, seq=3, round=1, k=1, c=1.17, since_finish=0.0, incarnation=2), 2.9,
+                      sender="again") is None
+    assert svc.rule("esync").book.due(2) == 1
+    svc.released.clear()
+    for r in (0, 1):
+        _reset(svc, r, 5, 1, 3.0)
+    a = _q(svc, 0, 6, 1, 1, 0.01, 3.01)
+    assert a.ready and a.target == 3 and a.weight == pytest.approx(1 / 3)   # it trained from round 0's model
+    (rank, late), = [(r, x) for r, x in svc.released if isinstance(x, m.QueryReply)]
+    assert rank == 2 and late.round == 1 and late.weight == pytest.approx(1 / 3)
+
+
+def test_the_cluster_engine_refuses_the_deadline_with_the_outer_momentum():
     from mxhet.config import WorkerConfig
     from mxhet.modes import get_mode
-    with pytest.raises(ConfigError, match="round_deadline.*simulator only"):
-        get_mode("esync")(trainer=None, config=WorkerConfig(), round_deadline=4)
+    with pytest.raises(ConfigError, match="round_deadline.*outer_optimizer"):
+        get_mode("esync")(trainer=None, config=WorkerConfig(), round_deadline=4, outer_optimizer="nesterov")
