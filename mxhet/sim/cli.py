@@ -262,7 +262,8 @@ def run(args):
     updater = None
     if spec.distributed:
         optimizer = mx.optimizer.create(args.optimizer, **optimizer_params(args))
-        updater = get_mode(job.mode, bool(job.leaves)).updater_for(len(devices), args.batch_size, optimizer, job.mode_options)
+        executor = get_mode(job.mode, elastic=bool(job.leaves))   # (sync with --events: ElasticSync)
+        updater = executor.updater_for(len(devices), args.batch_size, optimizer, job.mode_options)
         if hasattr(updater, "plain_keys"):  # esync: BatchNorm statistics are averaged, never extrapolated
             updater.plain_keys = frozenset(k for k, p in enumerate(first.params) if p.grad_req == "null")
     servers = engine.Servers([mx.nd.array(p.data().asnumpy(), ctx=ctx) for p in first.params],
