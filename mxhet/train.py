@@ -225,7 +225,6 @@ def run(args, config=None):
 
     from . import checkpoint, data, models
     from . import losses as losses_mod
-    from .modes import get_mode
     from .observe.worker import WorkerObserver
     from .trainer import Trainer
 
@@ -262,8 +261,9 @@ def run(args, config=None):
         if smoothness == "shard":
             trainer.mode.set_smoothness(losses_mod.shard_smoothness(images, shard, input_size))
     # dist_async: rounds of their own, unless the State Server names each round's members (esync, localsgd)
-    if (args.checkpoint_dir and get_mode(mode).kvstore_type == "dist_async"
-            and not getattr(get_mode(mode), "member_rounds", False)):
+    executor = type(trainer.mode)   # (sync under --elastic: ElasticSync, rounds the State Server names)
+    if (args.checkpoint_dir and executor.kvstore_type == "dist_async"
+            and not getattr(executor, "member_rounds", False)):
         raise ConfigError("checkpoints need a mode whose workers finish rounds together (esync, sync, localsgd, "
                           "local); %s workers run rounds of their own" % mode)
     if args.resume:

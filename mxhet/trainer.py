@@ -85,7 +85,7 @@ class Trainer(gluon.Trainer):
                  compression_params=None, update_on_kvstore=None, *, sync=None, config=None,
                  on_nonfinite="stop", **mode_options):
         config = config if config is not None else worker_config()
-        mode_cls = get_mode(sync or config.sync)
+        mode_cls = get_mode(sync or config.sync, elastic=config.elastic)   # (sync: ElasticSync under --elastic)
         if compression_params:
             raise ConfigError("gradient compression is not supported by mxhet.Trainer")
         from .dataplane import is_dist_kvstore

@@ -52,10 +52,10 @@ import dataclasses
 
 from . import wire as w
 
-ELASTIC_MODES = ("localsgd", "esync")
+ELASTIC_MODES = ("localsgd", "esync", "sync")
 """The modes whose rounds the State Server names (a worker may leave or die and
 the others go on): ``mxhet-launch --elastic`` and the simulator's ``--events``
-accept these."""
+accept these (``sync`` through its elastic executor, :class:`mxhet.modes.gradient.ElasticSync`)."""
 CLUSTER_ELASTIC_MODES = ELASTIC_MODES + ("async", "preduce")
 """``mxhet-launch --elastic`` accepts these: the round modes, ``async``, which has no round to
 release -- nobody waits for another's push -- and whose end (the final barrier before the last pull)

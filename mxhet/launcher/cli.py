@@ -85,8 +85,8 @@ def build_parser():
     state.add_argument("--elastic", action="store_true",
                        help="a worker that dies (killed, crashed, silent for --heartbeat-timeout, default 5 s "
                             "here) leaves the job and the others train on, in the modes whose rounds the State "
-                            "Server names, async and preduce (%s); without it the job fails fast"
-                            % ", ".join(CLUSTER_ELASTIC_MODES))
+                            "Server names, async and preduce (%s; sync then runs rounds of one local step, "
+                            "sgd/nag only); without it the job fails fast" % ", ".join(CLUSTER_ELASTIC_MODES))
     state.add_argument("--min-workers", type=int, default=1, metavar="N",
                        help="with --elastic: fewest workers still training that a death may leave; fewer end "
                             "the job with an error (default: %(default)s)")

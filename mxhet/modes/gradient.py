@@ -19,13 +19,14 @@ from mxnet import gluon
 from kvstore_ext import keys as ps_keys
 from ..gluon_private import mark_grad_used, trainer_optimizer, trainer_params
 from ..dataplane import copy_all
+from ..dataplane.channel import DEFAULT_BUCKET_BYTES
 from ..errors import ConfigError
 from ..policy import specs
 from ..protocol import programs
 from .base import SyncMode
 from .program import ProgramMode
 from .registry import register
-from .rounds import ROUND_WAIT_S, elastic_record, keep_kvstore_alive
+from .rounds import ROUND_WAIT_S, RoundMembers, elastic_record, keep_kvstore_alive
 
 
 class _GradientMode(SyncMode):
@@ -107,7 +108,9 @@ class Sync(ProgramMode, _GradientMode):
     their gradients times N/m; the servers' 1/(batch·N) then makes the mean
     over the m. With nobody gone the factor is 1 and is not applied: the
     arithmetic is bit-identical to plain sync, for one more 4-byte push/pull
-    per step. When every worker has left (m = 0) the rounds end.
+    per step. When every worker has left (m = 0) the rounds end. A worker that
+    *dies* would still block ``dist_sync``: under ``mxhet-launch --elastic`` the
+    Trainer runs :class:`ElasticSync` instead (``elastic_executor``).
     """
     spec = specs.SYNC
     program = staticmethod(programs.sync)
@@ -208,6 +211,71 @@ class Sync(ProgramMode, _GradientMode):
         spent = self.clock() - t0
         self.stats.wait_s += spent
         self.pause(spent)  # exchange time is not compute time
+
+
+ELASTIC_SYNC_OPTIMIZERS = (mx.optimizer.SGD, mx.optimizer.NAG)
+"""The optimizers ``sync`` runs under ``--elastic``: their step is linear in the gradient (momentum,
+weight decay and Nesterov included), so the mean of the members' one-step deltas is the step on the mean
+gradient that ``sync``'s servers take."""
+
+
+class _ElasticSyncBase(RoundMembers, ProgramMode):
+    spec = specs.SYNC_ELASTIC   # (name "sync"; dist_async, the State Server's membership rule, deltas)
+
+
+class ElasticSync(_ElasticSyncBase):
+    """``sync`` where a worker may leave or die (``mxhet-launch --elastic``; the simulator's ``--events``):
+    the worker program :func:`mxhet.protocol.programs.sync_rounds` over the rounds whose members the State
+    Server names (:class:`~mxhet.modes.rounds.RoundMembers`, as ``localsgd`` with one local step).
+
+    ``dist_sync`` applies the optimizer once N pushes of a key arrived, so one dead worker blocks every later
+    step. Here each member applies the script's optimizer to its replica (the same weights on every member)
+    and pushes its delta / m; for SGD and NAG (momentum, weight decay, a learning-rate schedule) the step is
+    linear in the gradient, so the mean of the deltas equals ``sync``'s server-side step on the members' mean
+    gradient, and the mean of the members' momentum buffers follows the servers' momentum recursion (equal
+    up to float rounding: ``tests/unit/test_elastic_sync.py``). What differs from ``sync``: a worker that
+    dies takes its share of the momentum out of the mean; a restarted one starts with fresh optimizer state;
+    the BatchNorm statistics are averaged with the rest (``sync`` keeps them local); ``allreduce_grads()``
+    leaves each worker's gradient its own, so a transformation between it and ``update()`` (e.g. clipping)
+    applies per worker. Other optimizers (and ``clip_gradient``) are refused, naming them.
+    """
+    program = staticmethod(programs.sync_rounds)
+    bucket_bytes = DEFAULT_BUCKET_BYTES
+
+    def __init__(self, trainer, config, **options):
+        super().__init__(trainer, config, **options)
+        if isinstance(trainer, gluon.Trainer):   # (not a test's fake)
+            self.check_optimizer(trainer_optimizer(trainer))
+
+    @staticmethod
+    def check_optimizer(optimizer):
+        """Checked when the Trainer is made (and by the simulator's updater), before any communication.
+
+        Raises:
+            ConfigError: naming the optimizer, or its ``clip_gradient``, when the members' averaged one-step
+                deltas would not be ``sync``'s step.
+        """
+        if type(optimizer) not in ELASTIC_SYNC_OPTIMIZERS:
+            raise ConfigError(
+                "mode sync under --elastic (or the simulator's --events) averages the members' one-step deltas, "
+                "which equals sync's step only for an optimizer linear in the gradient (%s); the script's "
+                "optimizer %r is not (its state, e.g. adam's second moment, does not average): use sgd or nag, "
+                "or run sync without --elastic"
+                % (", ".join(o.__name__.lower() for o in ELASTIC_SYNC_OPTIMIZERS), type(optimizer).__name__.lower()))
+        clip = getattr(optimizer, "clip_gradient", None)
+        if clip is not None and clip >= 0:
+            raise ConfigError(
+                "mode sync under --elastic (or the simulator's --events): clip_gradient=%r would clip each "
+                "worker's gradient, not their mean as sync's servers do; drop clip_gradient or run sync without "
+                "--elastic" % (clip,))
+
+    @classmethod
+    def updater_for(cls, num_workers, batch_size, optimizer, opts):
+        cls.check_optimizer(optimizer)
+        return super().updater_for(num_workers, batch_size, optimizer, opts)
+
+
+Sync.elastic_executor = ElasticSync
 
 
 @register
@@ -326,4 +394,4 @@ class SSP(Async):
         self.leave_state_server()
 
 
-__all__ = ["Sync", "Async", "DCASGD", "SSP"]
+__all__ = ["Sync", "ElasticSync", "Async", "DCASGD", "SSP"]

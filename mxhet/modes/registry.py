@@ -35,17 +35,20 @@ def register(cls):
     return cls
 
 
-def get_mode(name):
-    """The mode class registered under ``name``.
+def get_mode(name, elastic=False):
+    """The mode class registered under ``name``; with ``elastic`` (``mxhet-launch --elastic``, the
+    simulator's ``--events``) the class's ``elastic_executor`` if it names one (``sync``: rounds of
+    the members the State Server names, :class:`mxhet.modes.gradient.ElasticSync`).
 
     Raises:
         UnknownModeError: naming the known modes.
     """
     try:
-        return _MODES[name]
+        cls = _MODES[name]
     except (KeyError, TypeError):
         raise UnknownModeError("unknown sync mode %r; known modes: %s"
                                % (name, ", ".join(sorted(_MODES)))) from None
+    return (getattr(cls, "elastic_executor", None) or cls) if elastic else cls
 
 
 def mode_names():
@@ -53,12 +56,12 @@ def mode_names():
     return sorted(_MODES)
 
 
-def get_program(name):
+def get_program(name, elastic=False):
     """The worker program of mode ``name`` (``program(opts, stats)`` -> generator
     of :mod:`mxhet.protocol.effects`), or None for a mode whose protocol is not
-    a program yet.
+    a program yet; ``elastic`` as :func:`get_mode`'s.
 
     Raises:
         UnknownModeError: naming the known modes.
     """
-    return getattr(get_mode(name), "program", None)
+    return getattr(get_mode(name, elastic), "program", None)

@@ -165,10 +165,16 @@ class RoundMembers:
         for w, g, d in zip(weights, self.wbufs, self._sends):
             mx.nd.elemwise_sub(w, g, out=d)
         self.check_finite(self._sends, "model delta", round_index)
+        hook = self.round_hook
+        if hook:   # the script's dump (python -m mxhet.train --dump-rounds): the deltas before their 1/m
+            before = [g.asnumpy() for g in self.wbufs]
+            deltas = [d.asnumpy() for d in self._sends]
         scale = self.epsilon / members
         for d in self._sends:
             d *= scale
         self._push_done_pull(round_index, members, weights, t0, t1)
+        if hook:
+            hook(round_index, before, deltas, [g.asnumpy() for g in self.wbufs])
         if extra_outs:
             extra_outs[0][:] = float(ballots)
 

@@ -19,9 +19,11 @@ dylu      dist_async    no            async local SGD: H_i steps by speed, delta
 local     (none)        no            standalone training on one device
 ========  ============  ============  ================================================
 """
+import dataclasses
+
 from .aggregation import AGGREGATIONS, OUTER_OPTIMIZERS
 from .checks import OffOrAtLeast, at_least, positive, unit_interval
-from .spec import ModeSpec, Option, register_spec
+from .spec import ModeSpec, Option, get_spec, register_spec
 
 
 ACK_MODES = ("blocking", "delayed")
@@ -70,6 +72,25 @@ ESYNC = register_spec(ModeSpec(
 
 SYNC = register_spec(ModeSpec(
     "sync", "dist_sync", "synchronous SGD: gradients averaged every step; everyone waits for the slowest"))
+
+SYNC_ELASTIC = dataclasses.replace(
+    SYNC, kvstore="dist_async", needs_state_server=True, exchanges_deltas=True, state_rules=("membership",))
+"""``sync`` where a worker may leave or die (``mxhet-launch --elastic``, the simulator's ``--events``): each
+step is a round of the members the State Server names, one local optimizer step each, their deltas averaged
+(:class:`mxhet.modes.gradient.ElasticSync`). Not registered: the mode is still ``sync``."""
+
+_ELASTIC_VARIANTS = {"sync": SYNC_ELASTIC}
+
+
+def executor_spec(name, elastic=False):
+    """The spec the executor of mode ``name`` runs under: its elastic variant when ``elastic`` and it has
+    one (``sync``), else the registered spec.
+
+    Raises:
+        UnknownModeError: naming the known modes.
+    """
+    spec = get_spec(name)
+    return _ELASTIC_VARIANTS.get(name, spec) if elastic else spec
 
 ASYNC = register_spec(ModeSpec(
     "async", "dist_async", "asynchronous SGD: each gradient applied on arrival; no waiting, stale gradients"))

@@ -2,7 +2,8 @@
 
 A program is called with the mode's resolved options and the worker's
 statistics record (``rounds``, ``local_iters``: the per-round accounting both
-engines report) and yields :mod:`.effects`. Ported: ``localsgd``, ``sync``,
+engines report) and yields :mod:`.effects`. Ported: ``localsgd``, ``sync`` (and
+:func:`sync_rounds`, its elastic form),
 ``async`` and ``dcasgd`` (:func:`asynchronous`), ``ssp``, ``local``, ``esync``.
 """
 from ..errors import ConfigError
@@ -55,6 +56,18 @@ def sync(opts, stats):
     while True:
         yield Compute(local_step=False)
         if (yield from _aggregate(stats, Payload.GRADIENTS, 1)):
+            return
+
+
+def sync_rounds(opts, stats):
+    """Synchronous SGD where a worker may leave or die (``sync`` under ``mxhet-launch --elastic`` or
+    the simulator's ``--events``): every iteration is a local optimizer step, then the model deltas are
+    averaged over the round's members -- local SGD with one local step. For SGD with momentum, weight
+    decay or Nesterov the step is linear in the gradient, so the mean of the members' one-step deltas is
+    ``sync``'s server-side step on their mean gradient (:class:`mxhet.modes.gradient.ElasticSync`)."""
+    while True:
+        yield Compute(local_step=True)
+        if (yield from _aggregate(stats, Payload.DELTAS, 1)):
             return
 
 

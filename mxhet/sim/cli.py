@@ -29,6 +29,7 @@ from ..config import (WorkerConfig, mx_context, parse_base_iter, parse_context, 
                       parse_slowdown_schedule)
 from ..errors import ConfigError
 from ..policy import get_spec
+from ..policy.specs import executor_spec
 from ..train import _atomic_json, _validate, build_parser as train_parser, mode_options, optimizer_params
 from ..control.membership import ELASTIC_MODES
 
@@ -235,7 +236,7 @@ def run(args):
     from . import engine
 
     job = make_job(args)
-    spec = get_spec(job.mode)
+    spec = executor_spec(job.mode, elastic=bool(job.leaves))   # (sync with --events: its elastic form)
     ctx = mx_context(args.contexts)
     os.makedirs(args.metrics_out, exist_ok=True)
     input_size = args.input_size or models.default_input_size(args.model)
@@ -266,7 +267,8 @@ def run(args):
     updater = None
     if spec.distributed:
         optimizer = mx.optimizer.create(args.optimizer, **optimizer_params(args))
-        updater = get_mode(job.mode).updater_for(len(devices), args.batch_size, optimizer, job.mode_options)
+        executor = get_mode(job.mode, elastic=bool(job.leaves))   # (sync with --events: ElasticSync)
+        updater = executor.updater_for(len(devices), args.batch_size, optimizer, job.mode_options)
         if hasattr(updater, "plain_keys"):  # esync: BatchNorm statistics are averaged, never extrapolated
             updater.plain_keys = frozenset(k for k, p in enumerate(first.params) if p.grad_req == "null")
     servers = engine.Servers([mx.nd.array(p.data().asnumpy(), ctx=ctx) for p in first.params],

@@ -39,7 +39,7 @@ from ..control.server import StateService
 from ..dataplane import copy_all, nbytes
 from ..errors import ConfigError
 from ..modes.base import WorkerStats
-from ..policy import get_spec
+from ..policy.specs import executor_spec
 from ..policy.pacing import Pacing
 
 LOG = logging.getLogger("mxhet.sim")
@@ -246,7 +246,8 @@ class Simulation:
 
     def __init__(self, job, devices, servers, grad_keys):
         self.job = job
-        self.spec = get_spec(job.mode)
+        # (sync with --events: its elastic form, rounds of the members the State Server names)
+        self.spec = executor_spec(job.mode, elastic=bool(getattr(job, "leaves", None)))
         self.devices = devices
         self.servers = servers
         self.grad_keys = grad_keys
@@ -372,7 +373,8 @@ class Simulation:
         if self._bucket_bytes is None:
             from ..modes import get_mode
             try:
-                self._bucket_bytes = getattr(get_mode(self.job.mode), "bucket_bytes", 0)
+                mode = get_mode(self.job.mode, bool(getattr(self.job, "leaves", None)))
+                self._bucket_bytes = getattr(mode, "bucket_bytes", 0)
             except ConfigError:  # a mode only the simulator models
                 self._bucket_bytes = 0
         if (not self._bucket_bytes or len(keys) < 2 or not getattr(self.servers.updater, "elementwise", False)
@@ -476,7 +478,8 @@ class Simulation:
         """Run until every device stopped; returns the virtual seconds of training."""
         from ..modes.registry import get_program
         from .program import run_program
-        program = get_program(self.job.mode)   # every mode's one worker program, as the cluster runs it
+        # every mode's one worker program, as the cluster runs it (--events: sync's elastic one)
+        program = get_program(self.job.mode, bool(getattr(self.job, "leaves", None)))
         if program is None:
             raise ConfigError("mode %r has no worker program the simulator could run" % self.job.mode)
 

@@ -152,7 +152,8 @@ def run_program(sim, dev, program, trace=None):
         yield from sim.register(dev)
     handlers = _HANDLERS
     mode = getattr(sim.job, "mode", None)   # (a stand-in job may name none)
-    if mode is not None and getattr(get_mode(mode), "member_rounds", False):
+    elastic = bool(getattr(sim.job, "leaves", None))   # (--events: sync's elastic executor)
+    if mode is not None and getattr(get_mode(mode, elastic), "member_rounds", False):
         handlers = {**_HANDLERS, Exchange: _member_exchange}
     while True:
         session = Session(program(sim.spec.resolve(sim.job.mode_options), dev.stats), trace)
