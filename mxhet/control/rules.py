@@ -337,41 +337,83 @@ class ADSPRule(RulePlugin):
 
 
 class NodelayRule(RulePlugin):
-    """nodelay's transfer requests (:mod:`.nodelay`), created with the ranks present at the first request."""
+    """nodelay's transfer requests (:mod:`.nodelay`), created with the ranks present at the first request.
+
+    A rank's goodbye and its death (the heartbeat watch under ``--elastic``) both leave the rule
+    (:meth:`TransferRule.leave`); a rank started again after it died (``--max-restarts``) joins it back
+    at the next round requested (:meth:`rejoin`, from the service's registration)."""
 
     NAME = "nodelay"
-    REQUESTS = (nodelay.Notify, nodelay.Merged)
-    REPLIES = (nodelay.TransferReply,)
+    REQUESTS = (nodelay.Notify, nodelay.Merged, nodelay.Pushed)
+    REPLIES = (nodelay.TransferReply, nodelay.PushedReply)
 
-    def __init__(self, host):
+    def __init__(self, host, min_workers=1):
         super().__init__(host)
+        self.min_workers = min_workers
         self.rule = None
+        self._waiting = {}   # rank -> seq of its deferred Notify or Pushed (answered with the job's failure)
+
+    def _rule(self):
+        if self.rule is None:
+            self.rule = TransferRule(set(range(self.host.num_workers)) - self.host.left,
+                                     min_workers=min(self.min_workers, self.host.num_workers))
+        return self.rule
 
     def handle(self, req, now):
         host = self.host
         host.registered(req.rank)
-        if self.rule is None:
-            self.rule = TransferRule(set(range(host.num_workers)) - host.left)
+        rule = self._rule()
         if req.TYPE == nodelay.Notify.TYPE:
-            return self._release(self.rule.notify(req.rank, req.round, req.want_stop, req.seq), req.rank)
-        self._release(self.rule.merged(req.rank, req.round))
-        return nodelay.TransferReply(seq=req.seq, round=req.round)
+            own = self._release([rule.notify(req.rank, req.round, req.want_stop, req.seq)], req.rank)
+        elif req.TYPE == nodelay.Pushed.TYPE:
+            own = self._release([rule.pushed(req.rank, req.round, req.seq)], req.rank)
+        else:
+            self._release([rule.merged(req.rank, req.round)])
+            return nodelay.TransferReply(seq=req.seq, round=req.round)
+        if own is None:
+            self._waiting[req.rank] = req.seq
+        return own
 
-    def _release(self, request, rank=None):
-        """Answer every announcement of a due transfer request; returns ``rank``'s own answer (None if not due)."""
+    def _release(self, due, rank=None):
+        """Answer every request a rule action releases; returns ``rank``'s own answer (None if not due)."""
         own = None
-        for r, seq in (request.tokens.items() if request is not None else ()):
-            answer = nodelay.TransferReply(seq=seq, ready=True, round=request.round, stop=request.stop)
-            if r == rank:
-                own = answer
+        for action in due:
+            if action is None:
+                continue
+            if isinstance(action, TooFewWorkers):
+                answers = [(r, w.Reply(seq=seq, ok=False, error=action.message, code="too_few_workers"))
+                           for r, seq in sorted(self._waiting.items())]
+            elif isinstance(action, nodelay.PushRelease):
+                answers = [(r, nodelay.PushedReply(seq=seq, round=action.round, complete=action.complete))
+                           for r, seq in action.tokens.items()]
             else:
-                self.host.released.append((r, answer))
+                answers = [(r, nodelay.TransferReply(seq=seq, ready=True, round=action.round, stop=action.stop,
+                                                     members=action.members))
+                           for r, seq in action.tokens.items()]
+            for r, answer in answers:
+                self._waiting.pop(r, None)
+                if r == rank:
+                    own = answer
+                else:
+                    self.host.released.append((r, answer))
         return own
 
     def bye(self, rank):
         if self.rule is not None:
+            self._waiting.pop(rank, None)
             self._release(self.rule.leave(rank))
         return False
+
+    def depart(self, rank, cause):
+        # A death takes the goodbye's path: the rule cannot tell a silent rank from one that left.
+        self.bye(rank)
+
+    def rejoin(self, rank):
+        """The first transfer round of a rank back after it died; None when it never left this rule or
+        no round is left for it."""
+        if self.rule is None or rank in self.rule.live:
+            return None
+        return self.rule.join(rank)
 
     def stats(self):
         return self.rule.stats() if self.rule is not None else None
