@@ -56,10 +56,14 @@ ELASTIC_MODES = ("localsgd", "esync")
 """The modes whose rounds the State Server names (a worker may leave or die and
 the others go on): ``mxhet-launch --elastic`` and the simulator's ``--events``
 accept these."""
-CLUSTER_ELASTIC_MODES = ELASTIC_MODES + ("async",)
+CLUSTER_ELASTIC_MODES = ELASTIC_MODES + ("async", "nodelay")
 """``mxhet-launch --elastic`` accepts these: the round modes, and ``async``, which has no round to
 release -- nobody waits for another's push -- and whose end (the final barrier before the last pull)
-runs on this rendezvous' finish instead of PS-LITE's barrier, which counts the dead."""
+runs on this rendezvous' finish instead of PS-LITE's barrier, which counts the dead; and ``nodelay``,
+whose transfer rule counts each round's pushes (:mod:`.nodelay`) and whose end is this finish too."""
+RESTART_MODES = ELASTIC_MODES + ("nodelay",)
+"""``mxhet-launch --max-restarts`` accepts these: a worker started again rejoins at a round boundary
+(nodelay: the next transfer round its master requests)."""
 
 
 RESTARTED = "restarted"

@@ -170,7 +170,8 @@ class TransferRule:
         if rank not in self.live:
             return []
         self.live.discard(rank)
-        self.departures.append((rank, self.round))
+        if not self.stopped:   # (a rank that ends with the job after its last round is no departure)
+            self.departures.append((rank, self.round))
         self.announced.pop(rank, None)
         self.wishes.discard(rank)
         self.arrived.discard(rank)

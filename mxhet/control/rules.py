@@ -615,15 +615,20 @@ class MembershipRule(RulePlugin):
         else:
             # No longer a device Algorithm 2 waits for: ESync's slowest is looked for among those still training.
             host.table.set_present(req.rank, False)
+            transfers = host.rule("nodelay")
+            if transfers is not None:   # nodelay --elastic: leaving the loop leaves its transfers, as a death does
+                transfers.bye(req.rank)
             releases = self.rendezvous.finish(req.rank, req.seq, now=self.wall_clock(), stopping=self._stop_agreed())
             self._slot_events()
         return self._release(releases, req.rank)
 
     def _stop_agreed(self):
-        """The job agreed to stop through ESync's RESET (its rounds carry no ballot): a rank that
+        """The job agreed to stop through ESync's RESET or nodelay's last transfer (no ballot here): a rank that
         finishes then ends with the job rather than leaving its loop (the record's cause)."""
         esync = self.host.rule("esync")
-        return esync is not None and any(getattr(esync, "stop_decisions", {}).values())
+        transfers = self.host.rule("nodelay")   # (nodelay: its master requested the job's last transfer)
+        return ((esync is not None and any(getattr(esync, "stop_decisions", {}).values()))
+                or (transfers is not None and transfers.rule is not None and transfers.rule.stopped))
 
     def _release(self, releases, rank=None):
         """Turn the rendezvous' releases into replies; returns ``rank``'s own (None: it waits)."""

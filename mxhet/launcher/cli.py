@@ -7,7 +7,7 @@ import sys
 import tempfile
 
 from ..config import parse_base_iter, parse_context, parse_delay_ms, parse_slowdown, parse_slowdown_schedule
-from ..control.membership import CLUSTER_ELASTIC_MODES, ELASTIC_MODES
+from ..control.membership import CLUSTER_ELASTIC_MODES, RESTART_MODES
 from ..errors import ConfigError
 from ..observe import launch as live_view
 from ..policy.flags import add_mode_arguments, resolve_args
@@ -333,9 +333,9 @@ def parse_args(argv=None):
         parser.error("--max-restarts must be >= 0, got %d" % args.max_restarts)
     if args.max_restarts and not args.elastic:
         parser.error("--max-restarts %d needs --elastic" % args.max_restarts)
-    if args.max_restarts and args.sync not in ELASTIC_MODES:
+    if args.max_restarts and args.sync not in RESTART_MODES:
         parser.error("--max-restarts works in modes %s, not %r (a restarted worker rejoins at a round boundary)"
-                     % (", ".join(ELASTIC_MODES), args.sync))
+                     % (", ".join(RESTART_MODES), args.sync))
     if args.max_restarts > PS_MAX_RECOVERIES:
         parser.error("--max-restarts %d: MXNet 1.9.1's PS-LITE serves %d worker recovery per job (its scheduler "
                      "aborts at the second: van.cc checks its never-cleared list of recovered nodes holds one); "
