@@ -675,7 +675,11 @@ class MembershipRule(RulePlugin):
     def _slot_events(self):
         """Name each new record event's slot now: after two workers restarted at once a rank may
         come back for another slot (:meth:`StateService._on_register`)."""
+        transfers = self.host.rule("nodelay")
         for event in self.rendezvous.events:
+            if "slot" not in event and transfers is not None and event["event"] in ("leave", "join"):
+                # nodelay enters no round here: its round is the transfer rule's next one, then as now
+                event["round"] = transfers.rule.round if transfers.rule is not None else 0
             event.setdefault("slot", self.host.slots.get(event["rank"]))
 
     def bye(self, rank):

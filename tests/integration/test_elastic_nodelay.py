@@ -64,7 +64,8 @@ def test_a_worker_killed_between_its_push_and_its_pull_is_started_again_and_ends
     assert record["departures"] == [{"rank": 1, "round": round_ + 1}]
     assert record["joins"] == [{"rank": 1, "round": first}]
     assert [r["ranks"] for r in record["requests"]][round_:round_ + 2] == [[0, 1, 2], [0, 2]]
-    assert [e["event"] for e in summary["elastic"]["events"]] == ["leave", "join"]
+    assert [(e["event"], e["slot"], e["round"]) for e in summary["elastic"]["events"]] == [
+        ("leave", victim, round_ + 1), ("join", victim, first)]
     assert not child_pids.alive()
 
 

@@ -314,6 +314,9 @@ def test_state_service_a_restarted_rank_registers_for_the_next_transfer_round():
     service.take_released()
     back = service.handle(m.Register(rank=1, seq=1, slot=1, incarnation=7), 0.3, sender="again")
     assert back.ok and back.round == 1 and not back.over
+    # the membership record (the chief's summary) names nodelay's transfer rounds
+    events = service.stats()["membership"]["events"]
+    assert [(e["event"], e["rank"], e["round"]) for e in events] == [("leave", 1, 1), ("join", 1, 1)]
 
 
 def test_messages_round_trip_and_validate():
