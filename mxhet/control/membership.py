@@ -52,16 +52,16 @@ import dataclasses
 
 from . import wire as w
 
-ELASTIC_MODES = ("localsgd", "esync")
+ELASTIC_MODES = ("localsgd", "esync", "nodelay")
 """The modes whose rounds the State Server names (a worker may leave or die and
 the others go on): ``mxhet-launch --elastic`` and the simulator's ``--events``
-accept these."""
-CLUSTER_ELASTIC_MODES = ELASTIC_MODES + ("async", "nodelay")
+accept these. ``nodelay``'s transfer rule counts each round's pushes itself
+(:mod:`.nodelay`); its end is this rendezvous' finish."""
+CLUSTER_ELASTIC_MODES = ELASTIC_MODES + ("async",)
 """``mxhet-launch --elastic`` accepts these: the round modes, and ``async``, which has no round to
 release -- nobody waits for another's push -- and whose end (the final barrier before the last pull)
-runs on this rendezvous' finish instead of PS-LITE's barrier, which counts the dead; and ``nodelay``,
-whose transfer rule counts each round's pushes (:mod:`.nodelay`) and whose end is this finish too."""
-RESTART_MODES = ELASTIC_MODES + ("nodelay",)
+runs on this rendezvous' finish instead of PS-LITE's barrier, which counts the dead."""
+RESTART_MODES = ELASTIC_MODES
 """``mxhet-launch --max-restarts`` accepts these: a worker started again rejoins at a round boundary
 (nodelay: the next transfer round its master requests)."""
 
@@ -341,6 +341,11 @@ class RoundRendezvous:
         causes = [cause for r, cause, _ in self.joins if r == rank]
         self._record("late", rank, causes[-1] if causes else RESTARTED, None, now)
         return [(rank, token, Entered(round_, 0, 0, over=True))]
+
+    def note_round(self, round_):
+        """A job whose rounds another rule counts (nodelay's transfers) started round ``round_``: a rank
+        that stops before the job's stop then left its loop (the record), as in a job of rounds here."""
+        self._latest = max(self._latest, round_)
 
     def _next_round(self, rank):
         """The first round ``rank`` no longer takes part in: the one after the last it was a member of."""

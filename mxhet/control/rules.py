@@ -618,6 +618,7 @@ class MembershipRule(RulePlugin):
             transfers = host.rule("nodelay")
             if transfers is not None:   # nodelay --elastic: leaving the loop leaves its transfers, as a death does
                 transfers.bye(req.rank)
+            self._transfer_rounds()
             releases = self.rendezvous.finish(req.rank, req.seq, now=self.wall_clock(), stopping=self._stop_agreed())
             self._slot_events()
         return self._release(releases, req.rank)
@@ -682,7 +683,14 @@ class MembershipRule(RulePlugin):
                 event["round"] = transfers.rule.round if transfers.rule is not None else 0
             event.setdefault("slot", self.host.slots.get(event["rank"]))
 
+    def _transfer_rounds(self):
+        """nodelay enters no round here: its transfer rule's rounds stand for them in the record."""
+        transfers = self.host.rule("nodelay")
+        if transfers is not None and transfers.rule is not None and transfers.rule.round > 0:
+            self.rendezvous.note_round(transfers.rule.round - 1)
+
     def bye(self, rank):
+        self._transfer_rounds()
         self._release(self.rendezvous.depart(rank, "bye", now=self.wall_clock(), stopping=self._stop_agreed()))
         self._slot_events()
         return False
@@ -690,6 +698,7 @@ class MembershipRule(RulePlugin):
     def depart(self, rank, cause):
         # The State Server finds a rank dead only by its silence; the launcher, which saw the process
         # end, names the signal or exit code in the chief's summary (mxhet.control.membership.job_events).
+        self._transfer_rounds()
         self._release(self.rendezvous.depart(rank, cause, now=self.wall_clock(), stopping=self._stop_agreed()))
         self._slot_events()
 
