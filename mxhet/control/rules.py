@@ -408,6 +408,14 @@ class NodelayRule(RulePlugin):
         # A death takes the goodbye's path: the rule cannot tell a silent rank from one that left.
         self.bye(rank)
 
+    def event_round(self, event, rank):
+        """The transfer round of ``rank``'s latest ``event`` ("leave": the first round it no longer took
+        part in; "join": its first round back), for the membership record."""
+        if self.rule is None:
+            return 0
+        found = [n for r, n in (self.rule.departures if event == "leave" else self.rule.joins) if r == rank]
+        return found[-1] if found else self.rule.round
+
     def rejoin(self, rank):
         """The first transfer round of a rank back after it died; None when it never left this rule or
         no round is left for it."""
@@ -679,8 +687,8 @@ class MembershipRule(RulePlugin):
         transfers = self.host.rule("nodelay")
         for event in self.rendezvous.events:
             if "slot" not in event and transfers is not None and event["event"] in ("leave", "join"):
-                # nodelay enters no round here: its round is the transfer rule's next one, then as now
-                event["round"] = transfers.rule.round if transfers.rule is not None else 0
+                # nodelay enters no round here: its round is the transfer rule's, as that rule recorded it
+                event["round"] = transfers.event_round(event["event"], event["rank"])
             event.setdefault("slot", self.host.slots.get(event["rank"]))
 
     def _transfer_rounds(self):

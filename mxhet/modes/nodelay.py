@@ -442,19 +442,26 @@ class NoDelay(PreludeProgramMode):
         self.stopped = True
 
     def _leave_elastic(self):
-        """``--elastic``: a worker whose script ended its loop finishes the round in flight (its push is
-        applied whole and counted once), drops its local work since its last transfer and leaves the rule
-        at the finish barrier (:meth:`barrier`), as a dead worker leaves it through the heartbeat watch.
+        """``--elastic``: a worker whose script ended its loop finishes its part of the rounds it is a
+        member of, or announced -- it hands ``w.x`` over for a transfer asked of it and not yet carried
+        out, and its pushes in flight are applied whole and counted once --, drops the rest of its local work and
+        leaves the rule at the finish barrier (:meth:`barrier`), as a dead worker leaves it through the
+        heartbeat watch.
 
         Raises:
-            StateServerTimeout: the round in flight did not end within :data:`ROUND_WAIT_S`.
+            StateServerTimeout: the rounds in flight did not end within :data:`ROUND_WAIT_S`.
         """
         self.departed = True
         deadline = self.clock() + ROUND_WAIT_S
-        while self.courier.busy:
+        while True:
+            if self._handed + 1 in self._members:   # asked of it: a member of that round
+                self._transfer(self._handed + 1)
+                continue
+            if not self.courier.busy and self._announced <= self._handed:
+                break   # (an announcement outstanding is answered with a request once the others announce)
             self._report_pushed()
-            got = self.courier.take(WAIT_SLICE_S)
-            self._asked(self.client.poll(timeout=0.0))
+            got = self.courier.take(WAIT_SLICE_S) if self.courier.busy else None
+            self._asked(self.client.poll(timeout=0.0 if self.courier.busy else WAIT_SLICE_S))
             if got is not None:
                 self.client.send(m.Merged, round=got[0])
             elif self.clock() > deadline:

@@ -181,12 +181,17 @@ def run_program(sim, dev, program, trace=None):
 
 
 def _drain(sim, dev):
-    """A nodelay device that leaves its loop finishes its transfers in flight first (its push is applied
-    whole and reported, as :meth:`mxhet.modes.nodelay.NoDelay._leave_elastic` does); other modes have none."""
+    """A nodelay device that leaves its loop hands over the transfers asked of it or announced by it and
+    finishes those in flight first (each push applied whole and reported, as :meth:`mxhet.modes.nodelay.NoDelay._leave_elastic`
+    does); other modes have none."""
     box = sim.__dict__.get("_mailboxes", {}).get(dev.slot)
-    while box is not None and box.couriers:
+    while box is not None and (box.couriers or box.requests or box.announced > box.handed):
+        if box.requests:   # a transfer asked of it (a member of that round): w.x handed over
+            _handover(sim, dev, Handover(box.requests.pop(0).round))
+            continue
         box.rearm_idle()
-        yield box.idle
+        box.rearm()
+        yield box.idle | box.wake   # a transfer done, or one asked (the answer to its announcement)
 
 
 def _rejoin(sim, dev):
@@ -236,6 +241,8 @@ class _Mailbox:
         self.iteration = None   # (virtual end, duration) of a ListeningCompute not yet done
         self.members = {}       # --events: round -> the members its transfer was requested from
         self.couriers = 0       # transfers in flight
+        self.announced = -1     # the last round announced (Notify)
+        self.handed = -1        # the last round handed over
         self.idle = env.event()
 
     def rearm_idle(self):
@@ -345,6 +352,8 @@ def _poll(sim, dev, effect):
 
 def _notify(sim, dev, effect):
     box = _mailbox(sim, dev)
+    box.announced = effect.round
+
     def asked(reply):
         box.members[reply.round] = reply.members
         box.post(box.requests, TransferAsked(reply.round, reply.stop))
@@ -399,6 +408,7 @@ def _handover(sim, dev, effect):
         for x, xi in zip(weights, box.x_init):
             xi.copyto(x)
     box.couriers += 1
+    box.handed = effect.round
     sim.env.process(_courier(sim, dev, effect.round, wx, box))
 
 

@@ -153,8 +153,10 @@ def test_a_device_that_leaves_and_joins_again_takes_part_in_later_transfers_and_
     assert 0 < left < first == workers[2]["rejoined_at_round"]
     rounds = workers[0]["rounds"]
     assert workers[1]["rounds"] == workers[2]["rounds"] == rounds > first + 2
-    # one merge per transfer it took part in: before it left, and every one from its first on
-    assert len(workers[2]["round_end_s"]) == left + rounds - first
+    # a merge taken in for every transfer from its first on; before it left, for rounds 0 .. left - 1 but
+    # the last one or two, handed over as it left (asked of it, or announced) and never taken in
+    before = len(workers[2]["round_end_s"]) - (rounds - first)
+    assert left - 2 <= before <= left
     assert len(workers[0]["round_end_s"]) == rounds and workers[0]["rejoined_at_round"] is None
     assert len({w["final_model_sha256"] for w in workers.values()}) == 1
     assert summary["final_accuracy"] >= 0.4
