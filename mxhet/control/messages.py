@@ -23,7 +23,7 @@ from . import wire as _wire
 from .rules import PLUGINS, Clock
 from .state_rule import Query, QueryReply, Reset, ResetReply, query_reply
 from .adsp import AdspRecord, Commit, CommitReply
-from .nodelay import Merged, Notify, Pushed, PushedReply, TransferReply
+from .nodelay import Merged, Notify, TransferPushed, TransferPushedReply, TransferReply
 from .preduce import GroupedReply, ReduceJoin, ReducePushed, ReduceReady
 from .gcada import (ClaimReply, GroupBegin, GroupDone, GroupSelection, GroupStepped,
                     GroupUploaded, GroupWatch, SteppedReply, UploadedReply, WatchReply)
@@ -55,7 +55,7 @@ __all__ = ["MAX_COUNTS", "MAX_MESSAGE_BYTES", "SUPPORTED_VERSIONS", "VERSION",
            "Request", "Reply", "Register", "Registered", "Heartbeat", "Bye", "ByeReply", "RecordRequest", "RecordPage",
            "encode", "decode", "record_page", "REQUEST_TYPES", "REPLY_TYPES", "REPLAYABLE", "ALL_TYPES",
            "Clock", "Query", "QueryReply", "Reset", "ResetReply", "query_reply", "AdspRecord", "Commit", "CommitReply",
-           "Merged", "Notify", "Pushed", "PushedReply", "TransferReply", "GroupedReply", "ReduceJoin", "ReducePushed", "ReduceReady",
+           "Merged", "Notify", "TransferPushed", "TransferPushedReply", "TransferReply", "GroupedReply", "ReduceJoin", "ReducePushed", "ReduceReady",
            "ClaimReply", "GroupBegin", "GroupDone", "GroupSelection", "GroupStepped", "GroupUploaded", "GroupWatch",
            "SteppedReply", "UploadedReply", "WatchReply", "DoneReply", "EnteredReply", "FinishedReply",
            "MembershipRecord", "RoundDone", "RoundEnter", "RoundFinish"]

@@ -267,10 +267,10 @@ class TransferReply(w.Reply):
 
 
 @w.reply_record
-class PushedReply(w.Reply):
-    """The answer to :class:`Pushed`, once every member of ``round`` pushed or is
+class TransferPushedReply(w.Reply):
+    """The answer to :class:`TransferPushed`, once every member of ``round`` pushed or is
     gone (``complete`` false: a member left before reporting its push)."""
-    TYPE = "pushed_reply"
+    TYPE = "transfer_pushed_reply"
     round: int = 0
     complete: bool = True
     CHECKS = {"round": w.integer(), "complete": w.check_bool}
@@ -298,10 +298,10 @@ class Merged(w.Request):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Pushed(w.Request):
+class TransferPushed(w.Request):
     """nodelay under ``--elastic``: the worker's push of transfer round ``round`` is applied on the
     (``dist_async``) servers; answered once every member's is, or the member is gone."""
-    TYPE = "pushed"
-    REPLY = PushedReply
+    TYPE = "transfer_pushed"
+    REPLY = TransferPushedReply
     round: int
     CHECKS = {"round": w.integer()}

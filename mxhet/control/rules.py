@@ -344,14 +344,14 @@ class NodelayRule(RulePlugin):
     at the next round requested (:meth:`rejoin`, from the service's registration)."""
 
     NAME = "nodelay"
-    REQUESTS = (nodelay.Notify, nodelay.Merged, nodelay.Pushed)
-    REPLIES = (nodelay.TransferReply, nodelay.PushedReply)
+    REQUESTS = (nodelay.Notify, nodelay.Merged, nodelay.TransferPushed)
+    REPLIES = (nodelay.TransferReply, nodelay.TransferPushedReply)
 
     def __init__(self, host, min_workers=1):
         super().__init__(host)
         self.min_workers = min_workers
         self.rule = None
-        self._waiting = {}   # rank -> seq of its deferred Notify or Pushed (answered with the job's failure)
+        self._waiting = {}   # rank -> seq of its deferred Notify or TransferPushed (answered with the job's failure)
 
     def _rule(self):
         if self.rule is None:
@@ -365,7 +365,7 @@ class NodelayRule(RulePlugin):
         rule = self._rule()
         if req.TYPE == nodelay.Notify.TYPE:
             own = self._release([rule.notify(req.rank, req.round, req.want_stop, req.seq)], req.rank)
-        elif req.TYPE == nodelay.Pushed.TYPE:
+        elif req.TYPE == nodelay.TransferPushed.TYPE:
             own = self._release([rule.pushed(req.rank, req.round, req.seq)], req.rank)
         else:
             self._release([rule.merged(req.rank, req.round)])
@@ -384,7 +384,7 @@ class NodelayRule(RulePlugin):
                 answers = [(r, w.Reply(seq=seq, ok=False, error=action.message, code="too_few_workers"))
                            for r, seq in sorted(self._waiting.items())]
             elif isinstance(action, nodelay.PushRelease):
-                answers = [(r, nodelay.PushedReply(seq=seq, round=action.round, complete=action.complete))
+                answers = [(r, nodelay.TransferPushedReply(seq=seq, round=action.round, complete=action.complete))
                            for r, seq in action.tokens.items()]
             else:
                 answers = [(r, nodelay.TransferReply(seq=seq, ready=True, round=action.round, stop=action.stop,

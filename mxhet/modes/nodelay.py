@@ -29,7 +29,7 @@ Under ``mxhet-launch --elastic`` (a worker may leave or die, the others train
 on) the servers run ``dist_async`` with :class:`kvstore_ext.updaters.MemberSum`
 instead, and the count of a round's pushes lives in the State Server
 (:class:`mxhet.control.nodelay.TransferRule`): the request names the round's
-m members, each pushes ``w.x / m``, reports its push applied (``Pushed``) and
+m members, each pushes ``w.x / m``, reports its push applied (``TransferPushed``) and
 pulls once every member's is, or the member is gone (the Courier waits for
 that answer between its push and its pull). A worker whose loop ends leaves
 the rule at the finish barrier (the round rendezvous' ``RoundFinish``), a dead
@@ -302,7 +302,7 @@ class NoDelay(PreludeProgramMode):
         for r in replies:
             if isinstance(r, m.TransferReply) and r.ready:
                 self._members[r.round] = r.members
-            elif isinstance(r, m.PushedReply):   # --elastic: every member pushed or is gone: pull
+            elif isinstance(r, m.TransferPushedReply):   # --elastic: every member pushed or is gone: pull
                 if not r.complete:
                     self.incomplete_rounds.append(r.round)
                 self.courier.release(r.round)
@@ -313,7 +313,7 @@ class NoDelay(PreludeProgramMode):
     def _report_pushed(self):
         """``--elastic``: tell the State Server of each round whose push the servers applied."""
         for round_ in self.courier.take_pushed():
-            self.client.send(m.Pushed, round=round_)
+            self.client.send(m.TransferPushed, round=round_)
 
     def carry_out(self, effect):
         if isinstance(effect, Poll):

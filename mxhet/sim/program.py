@@ -392,7 +392,7 @@ def _member_transfer(sim, dev, round_, wx, box, keys):
     for key, value in zip(keys, wx):
         sim.servers.apply(key, value * scale if scale != 1 else value)
     released = sim.env.event()
-    _post(sim, dev, dev.message(m.Pushed, round=round_), released.succeed)
+    _post(sim, dev, dev.message(m.TransferPushed, round=round_), released.succeed)
     yield released
     return sim.servers.snapshot(keys)
 

@@ -287,13 +287,13 @@ def test_state_service_a_death_answers_the_waiting_push_and_the_job_fails_below_
         service.handle(m.Notify(rank=r, seq=2, round=0, pending=1, want_stop=False), 0.1, sender=r)
     asked = service.take_released()
     assert len(asked) == 2 and all(reply.members == 3 for _, reply in asked)
-    assert service.handle(m.Pushed(rank=0, seq=3, round=0), 0.2, sender=0) is None
-    assert service.handle(m.Pushed(rank=1, seq=3, round=0), 0.2, sender=1) is None
+    assert service.handle(m.TransferPushed(rank=0, seq=3, round=0), 0.2, sender=0) is None
+    assert service.handle(m.TransferPushed(rank=1, seq=3, round=0), 0.2, sender=1) is None
     service.depart(2, "died (silent for over 5 s)")      # the heartbeat watch: the goodbye's path
     released = dict(service.take_released())
     assert sorted(released) == [0, 1] and all(not r.complete and r.round == 0 for r in released.values())
     # a second push report of the round is refused (a replay with the same seq gets the first answer)
-    again = service.handle(m.Pushed(rank=0, seq=4, round=0), 0.3, sender=0)
+    again = service.handle(m.TransferPushed(rank=0, seq=4, round=0), 0.3, sender=0)
     assert not again.ok and "twice" in again.error
     assert service.handle(m.Merged(rank=0, seq=5, round=0), 0.3, sender=0).ok
     assert service.handle(m.Notify(rank=0, seq=6, round=1, pending=1, want_stop=False), 0.3, sender=0) is None
@@ -309,7 +309,7 @@ def test_state_service_a_restarted_rank_registers_for_the_next_transfer_round():
         assert service.handle(m.Register(rank=r, seq=1, slot=r), 0.0, sender=r).ok
         service.handle(m.Notify(rank=r, seq=2, round=0, pending=1, want_stop=False), 0.1, sender=r)
     service.take_released()
-    service.handle(m.Pushed(rank=0, seq=3, round=0), 0.2, sender=0)
+    service.handle(m.TransferPushed(rank=0, seq=3, round=0), 0.2, sender=0)
     service.depart(1, "died (silent for over 5 s)")
     service.take_released()
     back = service.handle(m.Register(rank=1, seq=1, slot=1, incarnation=7), 0.3, sender="again")
@@ -321,7 +321,7 @@ def test_state_service_a_restarted_rank_registers_for_the_next_transfer_round():
 
 def test_messages_round_trip_and_validate():
     for msg in (m.Notify(rank=1, seq=2, round=3, pending=4, want_stop=True), m.Merged(rank=1, seq=3, round=3),
-                m.Pushed(rank=1, seq=4, round=3), m.PushedReply(seq=4, round=3, complete=False),
+                m.TransferPushed(rank=1, seq=4, round=3), m.TransferPushedReply(seq=4, round=3, complete=False),
                 m.TransferReply(seq=2, ready=True, round=3, members=2)):
         assert m.decode(m.encode(msg)) == msg
     with pytest.raises(ProtocolError, match="pending"):

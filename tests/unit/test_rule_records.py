@@ -20,7 +20,7 @@ REPLY_SAMPLES = {
     "ssp": [],
     "adsp": [m.CommitReply(seq=5, target=12, period_left=1.5)],
     "nodelay": [m.TransferReply(seq=6, ready=True, round=4, stop=True, members=3),
-                m.PushedReply(seq=7, round=4, complete=False)],
+                m.TransferPushedReply(seq=7, round=4, complete=False)],
     "preduce": [m.GroupedReply(seq=7, stop=False, round=3, group_slot=1, weight=0.5, k=9, target=1)],
     "gcada": [m.GroupSelection(seq=8, iteration=5, download=True),
               m.WatchReply(seq=9, iteration=5, keep=True),
