@@ -360,10 +360,10 @@ class NoDelay(PreludeProgramMode):
                 events = (ModelArrived(got[0]),) + asked
             if events or not block:
                 return events
-            if self.clock() - last_progress > (ROUND_WAIT_S if self.elastic else self.client.timeout):
-                # (--elastic: a merge waits for a dead member until the heartbeat watch finds it)
+            limit = ROUND_WAIT_S if self.elastic else self.client.timeout   # (--elastic: the launcher's watches
+            if self.clock() - last_progress > limit:                          # end a job stuck on a death first)
                 raise StateServerTimeout("nodelay worker rank %d waited %.0f s for a transfer request or a "
-                                         "merged model" % (self.stats.rank, self.client.timeout))
+                                         "merged model" % (self.stats.rank, limit))
 
     def _transfer(self, round_):
         """Lines 22-23: hand ``w.x`` over, ``x_init = x``."""
