@@ -360,8 +360,9 @@ class NoDelay(PreludeProgramMode):
                 events = (ModelArrived(got[0]),) + asked
             if events or not block:
                 return events
-            limit = ROUND_WAIT_S if self.elastic else self.client.timeout   # (--elastic: the launcher's watches
-            if self.clock() - last_progress > limit:                          # end a job stuck on a death first)
+            # (--elastic: a merge waits for a dead member until the heartbeat watch finds it)
+            limit = ROUND_WAIT_S if self.elastic else self.client.timeout
+            if self.clock() - last_progress > limit:
                 raise StateServerTimeout("nodelay worker rank %d waited %.0f s for a transfer request or a "
                                          "merged model" % (self.stats.rank, limit))
 
