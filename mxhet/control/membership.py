@@ -52,10 +52,11 @@ import dataclasses
 
 from . import wire as w
 
-ELASTIC_MODES = ("localsgd", "esync", "sync")
+ELASTIC_MODES = ("localsgd", "esync", "sync", "nodelay")
 """The modes whose rounds the State Server names (a worker may leave or die and
 the others go on): ``mxhet-launch --elastic`` and the simulator's ``--events``
-accept these (``sync`` through its elastic executor, :class:`mxhet.modes.gradient.ElasticSync`)."""
+accept these (``sync`` through its elastic executor, :class:`mxhet.modes.gradient.ElasticSync`;
+``nodelay``'s transfer rule counts each round's pushes itself, :mod:`.nodelay`)."""
 CLUSTER_ELASTIC_MODES = ELASTIC_MODES + ("async", "preduce")
 """``mxhet-launch --elastic`` accepts these: the round modes, ``async``, which has no round to
 release -- nobody waits for another's push -- and whose end (the final barrier before the last pull)
@@ -63,7 +64,8 @@ runs on this rendezvous' finish instead of PS-LITE's barrier, which counts the d
 whose controller releases a dead worker's group (:mod:`mxhet.control.preduce`) and whose end runs on
 this finish too."""
 RESTART_MODES = ELASTIC_MODES + ("preduce",)
-"""``mxhet-launch --max-restarts`` accepts these: a restarted worker rejoins at a round boundary, or
+"""``mxhet-launch --max-restarts`` accepts these: a restarted worker rejoins at a round boundary
+(nodelay: the next transfer round its master requests), or
 (``preduce``) is grouped again from its first READY, starting from the latest complete group's model."""
 
 
@@ -365,6 +367,11 @@ class RoundRendezvous:
         causes = [cause for r, cause, _ in self.joins if r == rank]
         self._record("late", rank, causes[-1] if causes else RESTARTED, None, now)
         return [(rank, token, Entered(round_, 0, 0, over=True))]
+
+    def note_round(self, round_):
+        """A job whose rounds another rule counts (nodelay's transfers) started round ``round_``: a rank
+        that stops before the job's stop then left its loop (the record), as in a job of rounds here."""
+        self._latest = max(self._latest, round_)
 
     def _next_round(self, rank):
         """The first round ``rank`` no longer takes part in: the one after the last it was a member of."""

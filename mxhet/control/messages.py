@@ -23,7 +23,7 @@ from . import wire as _wire
 from .rules import PLUGINS, Clock
 from .state_rule import Query, QueryReply, Reset, ResetReply, query_reply
 from .adsp import AdspRecord, Commit, CommitReply
-from .nodelay import Merged, Notify, TransferReply
+from .nodelay import Merged, Notify, TransferPushed, TransferPushedReply, TransferReply
 from .preduce import GroupedReply, JoinedReply, LeftReply, PushedReply, ReduceJoin, ReduceLeave, ReducePushed, ReduceReady
 from .gcada import (ClaimReply, GroupBegin, GroupDone, GroupSelection, GroupStepped,
                     GroupUploaded, GroupWatch, SteppedReply, UploadedReply, WatchReply)
@@ -55,8 +55,8 @@ __all__ = ["MAX_COUNTS", "MAX_MESSAGE_BYTES", "SUPPORTED_VERSIONS", "VERSION",
            "Request", "Reply", "Register", "Registered", "Heartbeat", "Bye", "ByeReply", "RecordRequest", "RecordPage",
            "encode", "decode", "record_page", "REQUEST_TYPES", "REPLY_TYPES", "REPLAYABLE", "ALL_TYPES",
            "Clock", "Query", "QueryReply", "Reset", "ResetReply", "query_reply", "AdspRecord", "Commit", "CommitReply",
-           "Merged", "Notify", "TransferReply", "GroupedReply", "ReduceJoin", "ReducePushed", "ReduceReady",
-           "JoinedReply", "LeftReply", "PushedReply", "ReduceLeave",
+           "Merged", "Notify", "TransferPushed", "TransferPushedReply", "TransferReply", "GroupedReply", "ReduceJoin",
+           "ReducePushed", "ReduceReady", "JoinedReply", "LeftReply", "PushedReply", "ReduceLeave",
            "ClaimReply", "GroupBegin", "GroupDone", "GroupSelection", "GroupStepped", "GroupUploaded", "GroupWatch",
            "SteppedReply", "UploadedReply", "WatchReply", "DoneReply", "EnteredReply", "FinishedReply",
            "MembershipRecord", "RoundDone", "RoundEnter", "RoundFinish"]

@@ -382,41 +382,91 @@ class ADSPRule(RulePlugin):
 
 
 class NodelayRule(RulePlugin):
-    """nodelay's transfer requests (:mod:`.nodelay`), created with the ranks present at the first request."""
+    """nodelay's transfer requests (:mod:`.nodelay`), created with the ranks present at the first request.
+
+    A rank's goodbye and its death (the heartbeat watch under ``--elastic``) both leave the rule
+    (:meth:`TransferRule.leave`); a rank started again after it died (``--max-restarts``) joins it back
+    at the next round requested (:meth:`rejoin`, from the service's registration)."""
 
     NAME = "nodelay"
-    REQUESTS = (nodelay.Notify, nodelay.Merged)
-    REPLIES = (nodelay.TransferReply,)
+    REQUESTS = (nodelay.Notify, nodelay.Merged, nodelay.TransferPushed)
+    REPLIES = (nodelay.TransferReply, nodelay.TransferPushedReply)
 
-    def __init__(self, host):
+    def __init__(self, host, min_workers=1):
         super().__init__(host)
+        self.min_workers = min_workers
         self.rule = None
+        self._waiting = {}   # rank -> seq of its deferred Notify or TransferPushed (answered with the job's failure)
+
+    def _rule(self):
+        if self.rule is None:
+            self.rule = TransferRule(set(range(self.host.num_workers)) - self.host.left,
+                                     min_workers=min(self.min_workers, self.host.num_workers))
+        return self.rule
 
     def handle(self, req, now):
         host = self.host
         host.registered(req.rank)
-        if self.rule is None:
-            self.rule = TransferRule(set(range(host.num_workers)) - host.left)
+        rule = self._rule()
         if req.TYPE == nodelay.Notify.TYPE:
-            return self._release(self.rule.notify(req.rank, req.round, req.want_stop, req.seq), req.rank)
-        self._release(self.rule.merged(req.rank, req.round))
-        return nodelay.TransferReply(seq=req.seq, round=req.round)
+            own = self._release([rule.notify(req.rank, req.round, req.want_stop, req.seq)], req.rank)
+        elif req.TYPE == nodelay.TransferPushed.TYPE:
+            own = self._release([rule.pushed(req.rank, req.round, req.seq)], req.rank)
+        else:
+            self._release([rule.merged(req.rank, req.round)])
+            return nodelay.TransferReply(seq=req.seq, round=req.round)
+        if own is None:
+            self._waiting[req.rank] = req.seq
+        return own
 
-    def _release(self, request, rank=None):
-        """Answer every announcement of a due transfer request; returns ``rank``'s own answer (None if not due)."""
+    def _release(self, due, rank=None):
+        """Answer every request a rule action releases; returns ``rank``'s own answer (None if not due)."""
         own = None
-        for r, seq in (request.tokens.items() if request is not None else ()):
-            answer = nodelay.TransferReply(seq=seq, ready=True, round=request.round, stop=request.stop)
-            if r == rank:
-                own = answer
+        for action in due:
+            if action is None:
+                continue
+            if isinstance(action, TooFewWorkers):
+                answers = [(r, w.Reply(seq=seq, ok=False, error=action.message, code="too_few_workers"))
+                           for r, seq in sorted(self._waiting.items())]
+            elif isinstance(action, nodelay.PushRelease):
+                answers = [(r, nodelay.TransferPushedReply(seq=seq, round=action.round, complete=action.complete))
+                           for r, seq in action.tokens.items()]
             else:
-                self.host.released.append((r, answer))
+                answers = [(r, nodelay.TransferReply(seq=seq, ready=True, round=action.round, stop=action.stop,
+                                                     members=action.members))
+                           for r, seq in action.tokens.items()]
+            for r, answer in answers:
+                self._waiting.pop(r, None)
+                if r == rank:
+                    own = answer
+                else:
+                    self.host.released.append((r, answer))
         return own
 
     def bye(self, rank):
         if self.rule is not None:
+            self._waiting.pop(rank, None)
             self._release(self.rule.leave(rank))
         return False
+
+    def depart(self, rank, cause):
+        # A death takes the goodbye's path: the rule cannot tell a silent rank from one that left.
+        self.bye(rank)
+
+    def event_round(self, event, rank):
+        """The transfer round of ``rank``'s latest ``event`` ("leave": the first round it no longer took
+        part in; "join": its first round back), for the membership record."""
+        if self.rule is None:
+            return 0
+        found = [n for r, n in (self.rule.departures if event == "leave" else self.rule.joins) if r == rank]
+        return found[-1] if found else self.rule.round
+
+    def rejoin(self, rank):
+        """The first transfer round of a rank back after it died; None when it never left this rule or
+        no round is left for it."""
+        if self.rule is None or rank in self.rule.live:
+            return None
+        return self.rule.join(rank)
 
     def stats(self):
         return self.rule.stats() if self.rule is not None else None
@@ -695,15 +745,22 @@ class MembershipRule(RulePlugin):
         else:
             # No longer a device Algorithm 2 waits for: ESync's slowest is looked for among those still training.
             host.table.set_present(req.rank, False)
+            transfers = host.rule("nodelay")
+            if transfers is not None:   # nodelay --elastic: leaving the loop leaves its transfers, as a death does
+                transfers.bye(req.rank)
+            self._transfer_rounds()
             releases = self.rendezvous.finish(req.rank, req.seq, now=self.wall_clock(), stopping=self._stop_agreed())
             self._slot_events()
         return self._release(releases, req.rank)
 
     def _stop_agreed(self):
-        """The job agreed to stop through ESync's RESET or Partial Reduce's controller (no ballot here): a rank that
-        finishes then ends with the job rather than leaving its loop (the record's cause)."""
+        """The job agreed to stop through ESync's RESET, Partial Reduce's controller or nodelay's last transfer
+        (no ballot here): a rank that finishes then ends with the job rather than leaving its loop (the record's cause)."""
         esync = self.host.rule("esync")
         if esync is not None and any(getattr(esync, "stop_decisions", {}).values()):
+            return True
+        transfers = self.host.rule("nodelay")   # nodelay: its master requested the job's last transfer
+        if transfers is not None and transfers.rule is not None and transfers.rule.stopped:
             return True
         groups = self.host.rule("preduce")   # Partial Reduce's controller answered stop
         return groups is not None and groups.controller is not None and groups.controller.stopping
@@ -753,10 +810,21 @@ class MembershipRule(RulePlugin):
     def _slot_events(self):
         """Name each new record event's slot now: after two workers restarted at once a rank may
         come back for another slot (:meth:`StateService._on_register`)."""
+        transfers = self.host.rule("nodelay")
         for event in self.rendezvous.events:
+            if "slot" not in event and transfers is not None and event["event"] in ("leave", "join"):
+                # nodelay enters no round here: its round is the transfer rule's, as that rule recorded it
+                event["round"] = transfers.event_round(event["event"], event["rank"])
             event.setdefault("slot", self.host.slots.get(event["rank"]))
 
+    def _transfer_rounds(self):
+        """nodelay enters no round here: its transfer rule's rounds stand for them in the record."""
+        transfers = self.host.rule("nodelay")
+        if transfers is not None and transfers.rule is not None and transfers.rule.round > 0:
+            self.rendezvous.note_round(transfers.rule.round - 1)
+
     def bye(self, rank):
+        self._transfer_rounds()
         self._release(self.rendezvous.depart(rank, "bye", now=self.wall_clock(), stopping=self._stop_agreed()))
         self._slot_events()
         return False
@@ -764,6 +832,7 @@ class MembershipRule(RulePlugin):
     def depart(self, rank, cause):
         # The State Server finds a rank dead only by its silence; the launcher, which saw the process
         # end, names the signal or exit code in the chief's summary (mxhet.control.membership.job_events).
+        self._transfer_rounds()
         self._release(self.rendezvous.depart(rank, cause, now=self.wall_clock(), stopping=self._stop_agreed()))
         self._slot_events()
 

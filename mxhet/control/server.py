@@ -80,6 +80,7 @@ class StateService:
         self._live_by_slot = {}  # slot -> present ranks registered for it (one at most, see _on_register)
         options = {"ssp": dict(staleness=staleness), "membership": dict(min_workers=min_workers),
                    "preduce": dict(min_workers=min_workers),
+                   "nodelay": dict(min_workers=min_workers),
                    "esync": dict(round_deadline=round_deadline),
                    "adsp": dict(period=adsp_period, epoch=adsp_epoch, window_periods=adsp_window)}
         # loaded in the registry's order whatever order ``rules`` names them in: a goodbye reaches them in that order
@@ -213,6 +214,10 @@ class StateService:
             self.table.set_present(req.rank, False)
             LOG.info("rank %d (slot %d) registered after the job's end", req.rank, req.slot)
             return m.Registered(seq=req.seq, round=self.table.record(req.rank).round, over=True)
+        transfers = self.rule("nodelay")
+        if back is not None and transfers is not None:
+            # nodelay counts its own rounds (transfers): the one named is the next transfer requested.
+            back = transfers.rejoin(req.rank)
         if back is not None:
             # A worker back after it left or died (a restarted process): it takes part from the
             # next round boundary (mxhet.control.membership), and says so with the reply's round.

@@ -85,7 +85,7 @@ def build_parser():
     state.add_argument("--elastic", action="store_true",
                        help="a worker that dies (killed, crashed, silent for --heartbeat-timeout, default 5 s "
                             "here) leaves the job and the others train on, in the modes whose rounds the State "
-                            "Server names, async and preduce (%s; sync then runs rounds of one local step, "
+                            "Server names or counts, async and preduce (%s; sync then runs rounds of one local step, "
                             "sgd/nag only); without it the job fails fast" % ", ".join(CLUSTER_ELASTIC_MODES))
     state.add_argument("--min-workers", type=int, default=1, metavar="N",
                        help="with --elastic: fewest workers still training that a death may leave; fewer end "
@@ -94,7 +94,8 @@ def build_parser():
                        help="with --elastic: start a worker that died again on its host, in its slot, up to K times "
                             "in all; it takes PS-LITE's recovery of the dead node's rank, the current global model, "
                             "and joins at the next round boundary (preduce: the groups from its first READY); at "
-                            "most 1: PS-LITE's scheduler serves one recovery per job (default: %(default)s)")
+                            "most 1: PS-LITE's scheduler serves one recovery per job; in modes %s (default: %%(default)s)"
+                            % ", ".join(RESTART_MODES))
     state.add_argument("--no-auth", action="store_true",
                        help="do not authenticate the State Server link (by default the launcher makes "
                             "CURVE keys for each job and only the job's workers get answers)")

@@ -24,6 +24,17 @@ data-plane thread:
 The step path waits only for this worker's own parameters and gradients
 (:meth:`NoDelay.wait_compute`), never ``mx.nd.waitall()``: that would also
 wait for the pull in flight.
+
+Under ``mxhet-launch --elastic`` (a worker may leave or die, the others train
+on) the servers run ``dist_async`` with :class:`kvstore_ext.updaters.MemberSum`
+instead, and the count of a round's pushes lives in the State Server
+(:class:`mxhet.control.nodelay.TransferRule`): the request names the round's
+m members, each pushes ``w.x / m``, reports its push applied (``TransferPushed``) and
+pulls once every member's is, or the member is gone (the Courier waits for
+that answer between its push and its pull). A worker whose loop ends leaves
+the rule at the finish barrier (the round rendezvous' ``RoundFinish``), a dead
+one through the heartbeat watch: the same :meth:`TransferRule.leave`. Without
+``--elastic`` nothing of this runs (the same ops, the same digests).
 """
 import queue
 import threading
@@ -42,6 +53,7 @@ from ..protocol import programs_groups
 from ..protocol.effects import Handover, ListeningCompute, Merged, ModelArrived, Notify, Poll, TakeIn, TransferAsked
 from .program import PreludeProgramMode
 from .registry import register
+from .rounds import ROUND_WAIT_S, _test_kill_after_push, elastic_record, keep_kvstore_alive
 
 WAIT_SLICE_S = 0.05
 """Seconds of one wait for the model in flight or for the State Server's
@@ -60,12 +72,20 @@ class Courier:
             and the merged model is handed over this much later (the
             launcher's ``--net-delay-ms``, as the simulator models it).
         sleep: the sleep function.
+        members: ``--elastic`` (``dist_async`` servers that add every push): each round's pushes are
+            scaled by 1/m, m the members the request named, and between its push and its pull the
+            thread waits for :meth:`release` (the State Server's answer that every member pushed);
+            :meth:`take_pushed` names the rounds whose push is applied. ``test_kill``: the
+            ``MXHET_TEST_KILL_AFTER_PUSH`` spec with this worker's rank, or "" (tests only).
     """
 
-    def __init__(self, kv, keys, clock, delay=0.0, sleep=time.sleep):
+    def __init__(self, kv, keys, clock, delay=0.0, sleep=time.sleep, members=False, test_kill=("", 0)):
         if not delay >= 0:
             raise ValueError("delay must be >= 0 seconds, got %r" % (delay,))
         self.kv, self.keys, self.clock, self.delay, self.sleep = kv, list(keys), clock, float(delay), sleep
+        self.members, self.test_kill = bool(members), test_kill
+        self._pushed = queue.Queue()     # --elastic: rounds whose push is applied (the training thread reports them)
+        self._released = queue.Queue()   # --elastic: rounds every member pushed (the pull may go)
         self.live = {}         # round -> how many workers still trained in it (NoDelay's class docstring)
         self._live_push, self._live_pull = mx.nd.zeros((1,)), mx.nd.zeros((1,))
         self._jobs = queue.Queue()
@@ -84,6 +104,12 @@ class Courier:
             try:
                 if self.delay:
                     self.sleep(self.delay)
+                if self.members:
+                    self._member_round(round_, sends, recvs, training)
+                    if self.delay:
+                        self.sleep(self.delay)
+                    self._done.put((round_, self.clock() - t0, None))
+                    continue
                 # MXNet pulls a key into the very CPU array pushed (its comm buffer): set it each round.
                 self._live_push[:] = 1.0 if training else 0.0
                 self.kv.push(ps_keys.LIVE_KEY, self._live_push)
@@ -103,11 +129,45 @@ class Courier:
             except BaseException as exc:  # noqa: BLE001  (handed to the training thread)
                 self._done.put((round_, 0.0, exc))
 
+    def _member_round(self, round_, sends, recvs, members):
+        """``--elastic``: push ``w.x / members``, wait until the servers applied it, say so, wait for
+        :meth:`release`, pull."""
+        for s in sends:
+            s *= 1.0 / members
+        self.kv.push(self.keys, sends)
+        for s in sends:   # the push reads the very array (a CPU comm buffer): writable once it is applied
+            mx.base.check_call(mx.base._LIB.MXNDArrayWaitToWrite(s.handle))
+        if self.test_kill[0]:
+            _test_kill_after_push(self.test_kill[0], self.test_kill[1], round_, sends)
+        self._pushed.put(round_)
+        released = self._released.get()
+        if released is None:
+            raise MxhetError("the worker closed while round %d waited for the others' pushes" % round_)
+        if released != round_:
+            raise MxhetError("round %d's pull was released while round %d waited" % (released, round_))
+        self.kv.pull(self.keys, out=recvs)
+        for r in recvs:
+            r.wait_to_read()
+
     def submit(self, round_, sends, recvs, training=True):
         """Push ``sends`` and pull into ``recvs`` for ``round_`` (queued behind earlier rounds);
-        ``training``: False for a worker that left its loop and pushes zeros."""
+        ``training``: False for a worker that left its loop and pushes zeros. With ``members``
+        (``--elastic``) it is the round's number of members instead."""
         self.busy = True
         self._jobs.put((round_, sends, recvs, training))
+
+    def take_pushed(self):
+        """``--elastic``: the rounds whose push the servers applied since the last call."""
+        rounds = []
+        while True:
+            try:
+                rounds.append(self._pushed.get_nowait())
+            except queue.Empty:
+                return rounds
+
+    def release(self, round_):
+        """``--elastic``: every member of ``round_`` pushed (or is gone): its pull may go."""
+        self._released.put(round_)
 
     def take(self, timeout=0.0):
         """``(round, seconds)`` of a finished round, waiting up to ``timeout`` seconds; None if none.
@@ -126,6 +186,7 @@ class Courier:
 
     def close(self, timeout=10.0):
         self._jobs.put(None)
+        self._released.put(None)   # (a thread waiting for a release ends)
         self._thread.join(timeout)
 
 
@@ -158,21 +219,51 @@ class NoDelay(PreludeProgramMode):
         self._announced = -1    # the last round this worker announced (Notify)
         self._handed = -1       # the last round it handed over
         self._asks = {}         # round -> stop, of every transfer the master asked for
+        self._members = {}      # --elastic: round -> how many members the master asked it from
+        self.round_members = []      # --elastic: the members of each round this worker took part in
+        self.incomplete_rounds = []  # --elastic: rounds a member left before reporting its push
+        self.summary_rank = 0        # who writes the job's summary (the finish barrier names a survivor)
+        if config.elastic:
+            self.kvstore_type = "dist_async"   # the module docstring: the State Server counts the pushes
+
+    @property
+    def elastic(self):
+        return self.config.elastic
 
     @classmethod
     def updater_for(cls, num_workers, batch_size, optimizer, opts):
         from kvstore_ext.updaters import ESyncAverage
         return ESyncAverage(num_workers, epsilon=1.0)
 
+    def server_updater(self, batch_size):
+        if self.elastic:
+            from kvstore_ext.updaters import MemberSum
+            return MemberSum(self.channel.num_workers)
+        return super().server_updater(batch_size)
+
     def on_connect(self):
+        if self.elastic:
+            keep_kvstore_alive(self.channel.kv)
         self.client = self.join_state_server()
+        if self.elastic:
+            from .rounds import leave_too_late
+            if getattr(self.client, "job_over", False):
+                leave_too_late(self)
+            first = getattr(self.client, "registered_round", 0)
+            if first > self.stats.rounds:
+                # Started again after a death (--max-restarts): PS-LITE gave it the dead worker's rank (its
+                # kv.init pushes nothing, share_model pulls the current global model); the State Server
+                # names the first transfer round it takes part in, from which its program counts.
+                self.stats.rounds = first
+                self.stats.rejoined_at_round = first
 
     def on_setup(self, batch_size):
         def like():
             return [mx.nd.zeros(g.shape, ctx=g.context, dtype=g.dtype) for g in self.wbufs]
         self._xinit, self._send, self._recv, self._tmp = like(), like(), like(), like()
         self.channel.init([ps_keys.LIVE_KEY], [mx.nd.zeros((1,))])
-        self.courier = Courier(self.kv, self.keys, self.clock, delay=self.config.net_delay_ms / 1000.0)
+        self.courier = Courier(self.kv, self.keys, self.clock, delay=self.config.net_delay_ms / 1000.0,
+                               members=self.elastic, test_kill=(self.config.test_kill_after_push, self.stats.rank))
         super().on_setup(batch_size)
 
     def wait_compute(self):
@@ -193,6 +284,9 @@ class NoDelay(PreludeProgramMode):
             left = deadline - self.clock()
             if left <= 0:
                 return
+            if self.elastic:   # the others' pull waits for this worker's report of its push: look often
+                self._report_pushed()
+                left = min(left, WAIT_SLICE_S)
             asked = self._asked(self.client.poll(timeout=left))
             if asked:
                 effect = self.session.run_until_compute(self.carry_out, asked)
@@ -204,10 +298,22 @@ class NoDelay(PreludeProgramMode):
         self.stats.state_replies = self.client.replies
         self.stats.rtt_s = self.client.rtt
         # ready: the master's request for a transfer (the answer to a Notify); Merged's answers carry nothing
-        asked = tuple(TransferAsked(r.round, r.stop) for r in replies if r.ready)
+        asked = tuple(TransferAsked(r.round, r.stop) for r in replies if isinstance(r, m.TransferReply) and r.ready)
+        for r in replies:
+            if isinstance(r, m.TransferReply) and r.ready:
+                self._members[r.round] = r.members
+            elif isinstance(r, m.TransferPushedReply):   # --elastic: every member pushed or is gone: pull
+                if not r.complete:
+                    self.incomplete_rounds.append(r.round)
+                self.courier.release(r.round)
         for a in asked:
             self._asks[a.round] = a.stop
         return asked
+
+    def _report_pushed(self):
+        """``--elastic``: tell the State Server of each round whose push the servers applied."""
+        for round_ in self.courier.take_pushed():
+            self.client.send(m.TransferPushed, round=round_)
 
     def carry_out(self, effect):
         if isinstance(effect, Poll):
@@ -242,6 +348,8 @@ class NoDelay(PreludeProgramMode):
         """
         last_progress = self.clock()
         while True:
+            if self.elastic:
+                self._report_pushed()
             busy = self.courier.busy
             waited = block and busy
             got = self.courier.take(WAIT_SLICE_S if waited else 0.0) if busy else None
@@ -252,9 +360,11 @@ class NoDelay(PreludeProgramMode):
                 events = (ModelArrived(got[0]),) + asked
             if events or not block:
                 return events
-            if self.clock() - last_progress > self.client.timeout:
+            # (--elastic: a merge waits for a dead member until the heartbeat watch finds it)
+            limit = ROUND_WAIT_S if self.elastic else self.client.timeout
+            if self.clock() - last_progress > limit:
                 raise StateServerTimeout("nodelay worker rank %d waited %.0f s for a transfer request or a "
-                                         "merged model" % (self.stats.rank, self.client.timeout))
+                                         "merged model" % (self.stats.rank, limit))
 
     def _transfer(self, round_):
         """Lines 22-23: hand ``w.x`` over, ``x_init = x``."""
@@ -266,7 +376,12 @@ class NoDelay(PreludeProgramMode):
         else:  # skipped (zeros pushed): the local work since the last transfer is dropped
             copy_all(self._xinit, weights)
         self._handed = round_
-        self.courier.submit(round_, self._send, self._recv)
+        if self.elastic:
+            members = self._members.pop(round_)
+            self.round_members.append(members)
+            self.courier.submit(round_, self._send, self._recv, training=members)
+        else:
+            self.courier.submit(round_, self._send, self._recv)
 
     def _arrive(self, round_):
         """Lines 8-11: ``x_init = PS.x``, ``x = x_init + w.x``."""
@@ -327,6 +442,52 @@ class NoDelay(PreludeProgramMode):
                                          "request" % (self.stats.rank, self.client.timeout))
         self.stopped = True
 
+    def _leave_elastic(self):
+        """``--elastic``: a worker whose script ended its loop finishes its part of the rounds it is a
+        member of, or announced -- it hands ``w.x`` over for a transfer asked of it and not yet carried
+        out, and its pushes in flight are applied whole and counted once --, drops the rest of its local work and
+        leaves the rule at the finish barrier (:meth:`barrier`), as a dead worker leaves it through the
+        heartbeat watch.
+
+        Raises:
+            StateServerTimeout: the rounds in flight did not end within :data:`ROUND_WAIT_S`.
+        """
+        self.departed = True
+        deadline = self.clock() + ROUND_WAIT_S
+        while True:
+            if self._handed + 1 in self._members:   # asked of it: a member of that round
+                self._transfer(self._handed + 1)
+                continue
+            if not self.courier.busy and self._announced <= self._handed:
+                break   # (an announcement outstanding is answered with a request once the others announce)
+            self._report_pushed()
+            got = self.courier.take(WAIT_SLICE_S) if self.courier.busy else None
+            self._asked(self.client.poll(timeout=0.0 if self.courier.busy else WAIT_SLICE_S))
+            if got is not None:
+                self.client.send(m.Merged, round=got[0])
+            elif self.clock() > deadline:
+                raise StateServerTimeout("nodelay worker rank %d (left its loop) waited %.0f s for its last "
+                                         "round" % (self.stats.rank, ROUND_WAIT_S))
+        copy_all(self._xinit, self.weights())   # (the final model replaces it at the finish barrier)
+        self.stopped = True
+
+    def barrier(self):
+        """``--elastic``: the State Server's finish barrier (PS-LITE's would wait for the dead), which also
+        takes this worker out of the transfer rule; :attr:`summary_rank` becomes the rank it names for the
+        chief's end-of-job duties."""
+        if self.elastic and self.client is not None:
+            self.summary_rank = self.client.round_finish(timeout=ROUND_WAIT_S)
+        else:
+            super().barrier()
+
+    def summary_fields(self):
+        fields = dict(super().summary_fields())
+        if self.elastic:
+            fields["round_members"] = list(self.round_members)
+            fields["incomplete_rounds"] = list(self.incomplete_rounds)
+            fields["elastic"] = elastic_record(self)
+        return fields
+
     def leave_at_exit(self):
         """A worker whose script ended its loop serves the others' rounds, takes the final model and closes."""
         if self._ready and self.kv is not None and not self._finished:
@@ -336,7 +497,10 @@ class NoDelay(PreludeProgramMode):
 
     def finish(self):
         if self._ready and self.kv is not None and not self.stopped and self.courier is not None:
-            self._serve_departed()
+            if self.elastic:
+                self._leave_elastic()
+            else:
+                self._serve_departed()
         if self.courier is not None:
             if self.courier.busy:
                 raise MxhetError("finish() with a round in flight")

@@ -45,19 +45,23 @@ class NoDelayPolicy:
 
     Args:
         staleness: τ, the maximal staleness (a positive integer).
+        first_round: the first transfer round it takes part in (> 0: a worker started again
+            after a death, ``mxhet-launch --elastic --max-restarts``, from the round the State Server names).
 
     Raises:
-        ConfigError: for a staleness that is not a positive integer.
+        ConfigError: for a staleness that is not a positive integer, or a negative first round.
     """
 
-    def __init__(self, staleness=DEFAULT_STALENESS):
+    def __init__(self, staleness=DEFAULT_STALENESS, first_round=0):
         if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < 1:
             raise ConfigError("staleness (tau) must be a positive integer, got %r" % (staleness,))
+        if isinstance(first_round, bool) or not isinstance(first_round, int) or first_round < 0:
+            raise ConfigError("first_round must be an integer >= 0, got %r" % (first_round,))
         self.tau = staleness
         self.i = 0               # gradients computed so far
         self.i_init = 0          # i at the last transfer
         self.s = staleness       # gradients missing from the last global model received (line 3: tau)
-        self.round = 0           # the next transfer round
+        self.round = first_round  # the next transfer round
         self.received = None     # the round of the last global model received (-1: the initial one)
         self.notified = False    # the master knows that round `round` has a gradient
         self.request = None      # (round, stop) of a transfer asked for and not yet done

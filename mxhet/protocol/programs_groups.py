@@ -25,7 +25,8 @@ def nodelay(opts, stats):
     State Server makes it the last round for all, and every worker waits for
     that round's model, so every worker stops with the same global model.
     """
-    policy = NoDelayPolicy(opts["staleness"])
+    # stats.rounds > 0: a worker started again counts the job's rounds from the one it joins at
+    policy = NoDelayPolicy(opts["staleness"], first_round=stats.rounds)
     yield TakeIn(-1)          # lines 6-11: the initial global model is in x and x_init
     policy.arrived(-1)
     held = []                 # transfers asked for and not yet carried out

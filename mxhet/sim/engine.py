@@ -261,7 +261,10 @@ class Simulation:
         kwargs.update({"adsp_" + k: v for k, v in job.adsp.items() if v is not None})
         if job.mode_options.get("round_deadline"):
             kwargs["round_deadline"] = job.mode_options["round_deadline"]
-        self.service = StateService(n, rules=self.spec.state_rules, **kwargs)
+        rules = tuple(self.spec.state_rules)
+        if getattr(job, "leaves", None) and "membership" not in rules:   # --events: its record, and the joins (as the launcher's)
+            rules += ("membership",)
+        self.service = StateService(n, rules=rules, **kwargs)
         members = self.service.rule("membership")
         if members is not None:   # the leave / join record in virtual seconds
             members.wall_clock = lambda: self.env.now

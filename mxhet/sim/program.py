@@ -174,9 +174,25 @@ def run_program(sim, dev, program, trace=None):
             for key, w in enumerate(dev.weights()):
                 w.copyto(sim.servers.weights[key])
             return
+        if left:
+            yield from _drain(sim, dev)
         yield from sim.leave(dev)
         if not (left and (yield from _rejoin(sim, dev))):
             return
+
+
+def _drain(sim, dev):
+    """A nodelay device that leaves its loop hands over the transfers asked of it or announced by it and
+    finishes those in flight first (each push applied whole and reported, as :meth:`mxhet.modes.nodelay.NoDelay._leave_elastic`
+    does); other modes have none."""
+    box = sim.__dict__.get("_mailboxes", {}).get(dev.slot)
+    while box is not None and (box.couriers or box.requests or box.announced > box.handed):
+        if box.requests:   # a transfer asked of it (a member of that round): w.x handed over
+            _handover(sim, dev, Handover(box.requests.pop(0).round))
+            continue
+        box.rearm_idle()
+        box.rearm()
+        yield box.idle | box.wake   # a transfer done, or one asked (the answer to its announcement)
 
 
 def _rejoin(sim, dev):
@@ -202,6 +218,7 @@ def _rejoin(sim, dev):
         return False
     dev.stats.rounds = reply.round     # the program counts the job's rounds from there
     dev.stats.rejoined_at_round = reply.round
+    sim.__dict__.get("_mailboxes", {}).pop(dev.slot, None)   # nodelay: nothing from before it left
     dev.joined_at = sim.env.now
     clear_optimizer_state(dev.trainer)
     sim.take_global(dev, sim.servers.snapshot())
@@ -223,6 +240,20 @@ class _Mailbox:
         self.wake = env.event()
         self.x_init = None
         self.iteration = None   # (virtual end, duration) of a ListeningCompute not yet done
+        self.members = {}       # --events: round -> the members its transfer was requested from
+        self.couriers = 0       # transfers in flight
+        self.announced = -1     # the last round announced (Notify)
+        self.handed = -1        # the last round handed over
+        self.idle = env.event()
+
+    def rearm_idle(self):
+        if self.idle.triggered:
+            self.idle = self.env.event()
+
+    def courier_done(self):
+        self.couriers -= 1
+        if not self.couriers and not self.idle.triggered:
+            self.idle.succeed()
 
     def post(self, box, item):
         box.append(item)
@@ -322,8 +353,13 @@ def _poll(sim, dev, effect):
 
 def _notify(sim, dev, effect):
     box = _mailbox(sim, dev)
+    box.announced = effect.round
+
+    def asked(reply):
+        box.members[reply.round] = reply.members
+        box.post(box.requests, TransferAsked(reply.round, reply.stop))
     _post(sim, dev, dev.message(m.Notify, round=effect.round, pending=effect.pending, want_stop=effect.want_stop),
-          lambda reply: box.post(box.requests, TransferAsked(reply.round, reply.stop)))
+          asked)
 
 
 def _merged(sim, dev, effect):
@@ -335,13 +371,31 @@ def _courier(sim, dev, round_, wx, box):
     size = nbytes(wx)
     transfer = sim.job.network.transfer(dev.slot, size, len(keys))
     yield sim.env.timeout(transfer)
-    rnd = sim.sync_round(("nodelay", round_), keys)
-    rnd.arrive(wx)
-    yield rnd.done
+    if getattr(sim.job, "leaves", None):
+        result = yield from _member_transfer(sim, dev, round_, wx, box, keys)
+    else:
+        rnd = sim.sync_round(("nodelay", round_), keys)
+        rnd.arrive(wx)
+        yield rnd.done
+        result = rnd.result
     yield sim.env.timeout(transfer)
     dev.stats.bytes_pushed += size
     dev.stats.bytes_pulled += size
-    box.post(box.arrivals, (round_, rnd.result))
+    box.post(box.arrivals, (round_, result))
+    box.courier_done()
+
+
+def _member_transfer(sim, dev, round_, wx, box, keys):
+    """``--events``: the cluster's ``--elastic`` transfer (:mod:`mxhet.modes.nodelay`): the push is added on
+    arrival (the servers' updater divides by the job's N, so w.x is scaled by N/m, m the round's members),
+    reported to the State Server, and the merged model taken once every member's is in or the member is gone."""
+    scale = len(sim.devices) / box.members.pop(round_)
+    for key, value in zip(keys, wx):
+        sim.servers.apply(key, value * scale if scale != 1 else value)
+    released = sim.env.event()
+    _post(sim, dev, dev.message(m.TransferPushed, round=round_), released.succeed)
+    yield released
+    return sim.servers.snapshot(keys)
 
 
 def _handover(sim, dev, effect):
@@ -354,6 +408,8 @@ def _handover(sim, dev, effect):
     else:   # zeros pushed: the local work since the last transfer is dropped
         for x, xi in zip(weights, box.x_init):
             xi.copyto(x)
+    box.couriers += 1
+    box.handed = effect.round
     sim.env.process(_courier(sim, dev, effect.round, wx, box))
 
 

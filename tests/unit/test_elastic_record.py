@@ -171,8 +171,12 @@ def test_elastic_async_loads_the_round_rendezvous_and_other_modes_are_refused_by
     plain = launcher.plan(["-n", "3", "-s", "1", "--sync", "async", "--", "python", "train.py"])
     [state] = [p for p in plain.processes if p.role == "state-server"]
     assert "membership" not in state.argv[state.argv.index("--rules") + 1]
-    for mode in ("nodelay", "ssp"):
-        with pytest.raises(ConfigError, match="--elastic works in modes localsgd, esync, sync, async, preduce, not '%s'"
+    elastic_nodelay = launcher.plan(["-n", "3", "-s", "1", "--sync", "nodelay", "--elastic", "--max-restarts", "1",
+                                     "--", "python", "train.py"])
+    [state] = [p for p in elastic_nodelay.processes if p.role == "state-server"]
+    assert set(state.argv[state.argv.index("--rules") + 1].split(",")) >= {"nodelay", "membership"}
+    for mode in ("ssp", "dcasgd"):
+        with pytest.raises(ConfigError, match="--elastic works in modes localsgd, esync, sync, nodelay, async, preduce, not '%s'"
                            % mode):
             launcher.plan(["-n", "3", "--sync", mode, "--elastic", "--", "python", "train.py"])
 
@@ -189,7 +193,7 @@ def test_restarts_are_refused_in_async_which_has_no_round_boundary_to_rejoin_at(
     import pytest
     from mxhet import launcher
     from mxhet.errors import ConfigError
-    with pytest.raises(ConfigError, match="--max-restarts works in modes localsgd, esync, sync, preduce, not 'async'"):
+    with pytest.raises(ConfigError, match="--max-restarts works in modes localsgd, esync, sync, nodelay, preduce, not 'async'"):
         launcher.plan(["-n", "3", "--sync", "async", "--elastic", "--max-restarts", "1", "--", "python", "t.py"])
 
 

@@ -102,10 +102,137 @@ def test_rule_a_departed_worker_no_longer_holds_up_the_others():
     rule = TransferRule([0, 1, 2])
     rule.notify(0, 0)
     rule.notify(1, 0)
-    req = rule.leave(2)
-    assert req.round == 0 and sorted(req.tokens) == [0, 1]
+    req, = rule.leave(2)
+    assert req.round == 0 and sorted(req.tokens) == [0, 1] and req.members == 2
     with pytest.raises(ProtocolError, match="not a live worker"):
         rule.notify(2, 1)
+
+
+# -- the master's rule under --elastic: the push barrier, deaths, joins -----------------------
+def _requested(rule, ranks, round_):
+    """Every rank in ``ranks`` announces ``round_``; returns the request (the last announcement's)."""
+    due = [rule.notify(r, round_, token="n%d" % r) for r in ranks]
+    assert all(d is None for d in due[:-1]) and due[-1] is not None
+    return due[-1]
+
+
+def test_push_barrier_releases_once_every_member_pushed():
+    rule = TransferRule(range(3))
+    req = _requested(rule, [0, 1, 2], 0)
+    assert req.members == 3
+    assert rule.pushed(0, 0, token="p0") is None and rule.pushed(2, 0, token="p2") is None
+    release = rule.pushed(1, 0, token="p1")
+    assert release.round == 0 and release.complete and release.tokens == {0: "p0", 1: "p1", 2: "p2"}
+
+
+def test_a_death_releases_the_push_barrier_it_was_waited_for_at_once():
+    rule = TransferRule(range(3))
+    _requested(rule, [0, 1, 2], 0)
+    rule.pushed(0, 0, token="p0")
+    rule.pushed(1, 0, token="p1")
+    # rank 2 dies between the request and its report: its push may be missing or partial
+    release, = rule.leave(2)
+    assert release.round == 0 and not release.complete and release.tokens == {0: "p0", 1: "p1"}
+    assert rule.incomplete == [0]
+    # the merge no longer waits for its arrival either: the next round is requested from the two left
+    rule.notify(0, 1), rule.notify(1, 1)
+    assert rule.merged(0, 0) is None
+    req = rule.merged(1, 0)
+    assert req.round == 1 and sorted(req.tokens) == [0, 1] and req.members == 2
+
+
+def test_a_death_after_its_push_leaves_the_round_complete_and_releases_the_arrival():
+    rule = TransferRule(range(3))
+    _requested(rule, [0, 1, 2], 0)
+    for r in range(2):
+        rule.pushed(r, 0)
+    release = rule.pushed(2, 0)
+    assert release.complete
+    rule.merged(0, 0), rule.merged(1, 0)
+    rule.notify(0, 1), rule.notify(1, 1)
+    # rank 2 dies after its push was counted, before its pull: its push stays applied once, the
+    # next transfer goes out without waiting for its arrival
+    req, = rule.leave(2)
+    assert req.round == 1 and req.members == 2 and rule.incomplete == []
+
+
+def test_a_death_releases_a_due_announcement():
+    rule = TransferRule(range(4))
+    for r in (0, 1, 3):
+        assert rule.notify(r, 0, token=r) is None
+    req, = rule.leave(2)
+    assert req.round == 0 and req.tokens == {0: 0, 1: 1, 3: 3}
+
+
+def test_a_push_is_counted_once_and_only_from_a_member():
+    rule = TransferRule(range(3))
+    _requested(rule, [0, 1, 2], 0)
+    rule.pushed(0, 0)
+    with pytest.raises(ProtocolError, match="twice"):
+        rule.pushed(0, 0)
+    rule.leave(2)
+    # the dead rank's process started again: it takes part from the next round, never in the one its
+    # predecessor was a member of (whose push is in, or lost, already)
+    assert rule.join(2) == 1
+    with pytest.raises(ProtocolError, match="no member of round 0"):
+        rule.pushed(2, 0)
+    release = rule.pushed(1, 0)
+    assert not release.complete and sorted(release.tokens) == [0, 1]
+    with pytest.raises(ProtocolError, match="twice"):
+        rule.pushed(1, 0)
+    with pytest.raises(ProtocolError, match="last transfer requested is round 0"):
+        rule.pushed(1, 1)
+
+
+def test_a_joined_rank_takes_part_from_the_next_round_and_is_waited_for():
+    rule = TransferRule(range(3))
+    _requested(rule, [0, 1, 2], 0)
+    rule.leave(2)
+    assert rule.join(2) == 1
+    # it holds the global model from its start: the merge in flight does not wait for its arrival,
+    # the next announcement does wait for it
+    for r in range(2):
+        rule.pushed(r, 0)
+        rule.merged(r, 0)
+        assert rule.notify(r, 1) is None
+    req = rule.notify(2, 1)
+    assert req.round == 1 and req.members == 3
+    with pytest.raises(ProtocolError, match="never left"):
+        rule.join(0)
+    assert rule.stats()["joins"] == [{"rank": 2, "round": 1}]
+
+
+def test_a_join_after_the_last_round_was_requested_gets_nothing():
+    rule = TransferRule(range(2))
+    rule.notify(0, 0, want_stop=True)
+    rule.leave(1)
+    assert rule.stopped and rule.join(1) is None
+
+
+def test_the_stop_rule_counts_live_workers_only():
+    rule = TransferRule(range(3))
+    rule.notify(2, 0, want_stop=True)
+    rule.notify(0, 0)
+    assert rule.leave(2) == []    # its wish leaves with it
+    req = rule.notify(1, 0)
+    assert req.tokens.keys() == {0, 1} and not req.stop
+    rule = TransferRule(range(3))
+    rule.notify(0, 0, want_stop=True)
+    rule.notify(1, 0)
+    req, = rule.leave(2)
+    assert req.stop
+
+
+def test_below_min_workers_the_job_fails_with_a_clear_error():
+    rule = TransferRule(range(3), min_workers=2)
+    rule.notify(0, 0)
+    assert rule.leave(1) == []
+    failed, = rule.leave(2)
+    assert "1 worker(s) still train, fewer than the job's minimum of 2 (--min-workers)" in failed.message
+    with pytest.raises(ProtocolError, match="--min-workers"):
+        rule.notify(0, 1)
+    with pytest.raises(ValueError, match="min_workers"):
+        TransferRule(range(2), min_workers=0)
 
 
 @pytest.mark.parametrize("call, message", [
@@ -152,9 +279,51 @@ def test_state_service_bye_releases_the_others():
     assert rank == 0 and late.ready
 
 
+def test_state_service_a_death_answers_the_waiting_push_and_the_job_fails_below_min_workers():
+    service = StateService(3, rules=("nodelay",), min_workers=2)
+    for r in range(3):
+        assert service.handle(m.Register(rank=r, seq=1, slot=r), 0.0, sender=r).ok
+    for r in range(3):
+        service.handle(m.Notify(rank=r, seq=2, round=0, pending=1, want_stop=False), 0.1, sender=r)
+    asked = service.take_released()
+    assert len(asked) == 2 and all(reply.members == 3 for _, reply in asked)
+    assert service.handle(m.TransferPushed(rank=0, seq=3, round=0), 0.2, sender=0) is None
+    assert service.handle(m.TransferPushed(rank=1, seq=3, round=0), 0.2, sender=1) is None
+    service.depart(2, "died (silent for over 5 s)")      # the heartbeat watch: the goodbye's path
+    released = dict(service.take_released())
+    assert sorted(released) == [0, 1] and all(not r.complete and r.round == 0 for r in released.values())
+    # a second push report of the round is refused (a replay with the same seq gets the first answer)
+    again = service.handle(m.TransferPushed(rank=0, seq=4, round=0), 0.3, sender=0)
+    assert not again.ok and "twice" in again.error
+    assert service.handle(m.Merged(rank=0, seq=5, round=0), 0.3, sender=0).ok
+    assert service.handle(m.Notify(rank=0, seq=6, round=1, pending=1, want_stop=False), 0.3, sender=0) is None
+    service.depart(1, "died (silent for over 5 s)")
+    (rank, failed), = service.take_released()
+    assert rank == 0 and not failed.ok and failed.code == "too_few_workers" and "--min-workers" in failed.error
+    assert service.stats()["nodelay"]["incomplete_rounds"] == [0]
+
+
+def test_state_service_a_restarted_rank_registers_for_the_next_transfer_round():
+    service = StateService(2, rules=("nodelay", "membership"))
+    for r in range(2):
+        assert service.handle(m.Register(rank=r, seq=1, slot=r), 0.0, sender=r).ok
+        service.handle(m.Notify(rank=r, seq=2, round=0, pending=1, want_stop=False), 0.1, sender=r)
+    service.take_released()
+    service.handle(m.TransferPushed(rank=0, seq=3, round=0), 0.2, sender=0)
+    service.depart(1, "died (silent for over 5 s)")
+    service.take_released()
+    back = service.handle(m.Register(rank=1, seq=1, slot=1, incarnation=7), 0.3, sender="again")
+    assert back.ok and back.round == 1 and not back.over
+    # the membership record (the chief's summary) names nodelay's transfer rounds
+    events = service.stats()["membership"]["events"]
+    assert [(e["event"], e["rank"], e["round"]) for e in events] == [("leave", 1, 1), ("join", 1, 1)]
+
+
 def test_messages_round_trip_and_validate():
-    for msg in (m.Notify(rank=1, seq=2, round=3, pending=4, want_stop=True), m.Merged(rank=1, seq=3, round=3)):
-        assert m.decode(m.encode(msg), m.REQUEST_TYPES) == msg
+    for msg in (m.Notify(rank=1, seq=2, round=3, pending=4, want_stop=True), m.Merged(rank=1, seq=3, round=3),
+                m.TransferPushed(rank=1, seq=4, round=3), m.TransferPushedReply(seq=4, round=3, complete=False),
+                m.TransferReply(seq=2, ready=True, round=3, members=2)):
+        assert m.decode(m.encode(msg)) == msg
     with pytest.raises(ProtocolError, match="pending"):
         m.decode(m.encode(m.Notify(rank=1, seq=2, round=3, pending=0, want_stop=False)), m.REQUEST_TYPES)
 

@@ -138,3 +138,25 @@ def test_a_non_finite_update_follows_the_nan_policy(tmp_path, policy):
     summary, workers, final = _sim(tmp_path, policy, *argv, lr="1e30")
     assert all(w["skipped_pushes"] > 0 for w in workers.values())
     assert all(np.isfinite(a.asnumpy()).all() for a in final.values())
+
+
+def test_a_device_that_leaves_and_joins_again_takes_part_in_later_transfers_and_ends_on_the_same_model(tmp_path):
+    # --events: as under mxhet-launch --elastic, the servers add every push (w.x scaled to the round's m
+    # members) and the State Server's transfer rule counts the pushes; the device finishes its transfer in
+    # flight, leaves, and on its join takes the global model and the next transfer round the rule requests
+    summary, workers, _ = _sim(tmp_path, "rejoin", "-n", "3", "--sync", "nodelay", "--base-iter", "0.05",
+                               "--time-budget", "2", "--events", "2:leave@0.5,2:join@1.1")
+    events = summary["elastic"]["membership"]["events"]
+    assert [(e["event"], e["rank"], e["cause"]) for e in events] == [("leave", 2, "left its loop"),
+                                                                     ("join", 2, "restarted")]
+    left, first = events[0]["round"], events[1]["round"]
+    assert 0 < left < first == workers[2]["rejoined_at_round"]
+    rounds = workers[0]["rounds"]
+    assert workers[1]["rounds"] == workers[2]["rounds"] == rounds > first + 2
+    # a merge taken in for every transfer from its first on; before it left, for rounds 0 .. left - 1 but
+    # the last one or two, handed over as it left (asked of it, or announced) and never taken in
+    before = len(workers[2]["round_end_s"]) - (rounds - first)
+    assert left - 2 <= before <= left
+    assert len(workers[0]["round_end_s"]) == rounds and workers[0]["rejoined_at_round"] is None
+    assert len({w["final_model_sha256"] for w in workers.values()}) == 1
+    assert summary["final_accuracy"] >= 0.4

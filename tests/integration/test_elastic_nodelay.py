@@ -1,0 +1,86 @@
+"""nodelay under ``mxhet-launch --elastic``, on real processes: the servers run ``dist_async``
+(MemberSum) and the State Server's transfer rule counts each round's pushes, so a worker that
+dies -- in the exchange itself, between its push and its pull, or while it computes -- no longer
+holds up the merge; started again (``--max-restarts 1``) it takes part from the next transfer round
+and ends on the same model; a death below ``--min-workers`` fails the job with a clear error.
+
+Two launches (the small CNN, batches of 16: the behaviour is the rule's, not the model's)."""
+import json
+
+import pytest
+
+from .jobs import kill_and_wait, start, train_command, wait_for
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_a_worker_killed_between_its_push_and_its_pull_is_started_again_and_ends_on_the_same_model(
+        tmp_path, child_pids):
+    # The worker of PS-LITE rank 1 (never the chief) sends itself SIGKILL once its push of transfer round 3 is
+    # applied, before it reports it and pulls (MXHET_TEST_KILL_AFTER_PUSH, a test-only hook). --base-iter 0.3
+    # and 90 rounds (about 27 s; the padding sleeps, the CPU goes to the start-ups) outlast PS-LITE's and the
+    # State Server's 3 s, the launcher's 2 s and the replacement's start-up (measured at 0.25 s and 70 rounds:
+    # it rejoined at round 27, 7 s after its restart; a loaded machine's start-up takes longer).
+    out, rounds, round_ = tmp_path / "out", 90, 3
+    stats = tmp_path / "state.json"
+    proc, job_file, err = start(tmp_path, ["-n", "3", "-s", "1", "--sync", "nodelay", "--base-iter", "0.3",
+                                           "--timeout", "250", "--elastic", "--max-restarts", "1",
+                                           "--heartbeat-timeout", "3", "--state-stats", str(stats)],
+                                train_command(out, "--max-rounds", str(rounds), "--batch-size", "16"),
+                                env={"MXHET_TEST_KILL_AFTER_PUSH": "1:%d" % round_})
+    child_pids.add(proc.pid)
+    try:
+        wait_for(job_file, proc)
+        child_pids.add_job_file(job_file)
+        code = proc.wait(timeout=250)
+    finally:
+        err.close()
+        if job_file.exists():
+            child_pids.add_job_file(job_file)   # the restarted process is in it too
+    stderr = (tmp_path / "launcher.err").read_text()
+    assert code == 0, stderr[-4000:]
+    assert "SIGKILL" in stderr and "starting it again in its slot" in stderr, stderr[-3000:]
+    [restart] = json.loads(job_file.read_text())["worker_restarts"]
+    victim = restart["slot"]
+    assert not restart.get("too_late"), restart
+    workers = {s: json.loads((out / ("worker-%d.json" % s)).read_text()) for s in range(3)}
+    back = workers[victim]
+    first = back["rejoined_at_round"]
+    # started again, it takes part in every transfer from the round the State Server named to the last
+    assert first is not None and round_ < first < rounds
+    assert back["rounds"] == rounds and len(back["round_end_s"]) == rounds - first
+    others = [workers[s] for s in range(3) if s != victim]
+    assert all(w["rejoined_at_round"] is None and len(w["round_end_s"]) == rounds for w in others)
+    digests = {w["final_model_sha256"] for w in workers.values()}
+    assert len(digests) == 1 and "" not in digests, digests
+    # the master's view: the victim was a member of round 3 and never reported its push, so that round's
+    # merge went on without it once the State Server found it dead (incomplete: its push arrived whole, but
+    # the rule cannot know); the rounds after it had 2 members until it joined again, 3 from then on
+    summary = json.loads((out / "summary.json").read_text())
+    members = summary["round_members"]
+    assert members[round_] == 3 and members[round_ + 1] == 2 and set(members[first:]) == {3}, members
+    assert summary["incomplete_rounds"] == [round_]
+    record = json.loads(stats.read_text())["nodelay"]
+    assert record["incomplete_rounds"] == [round_]
+    assert record["departures"] == [{"rank": 1, "round": round_ + 1}]
+    assert record["joins"] == [{"rank": 1, "round": first}]
+    assert [r["ranks"] for r in record["requests"]][round_:round_ + 2] == [[0, 1, 2], [0, 2]]
+    assert [(e["event"], e["slot"], e["round"]) for e in summary["elastic"]["events"]] == [
+        ("leave", victim, round_ + 1), ("join", victim, first)]
+    assert not child_pids.alive()
+
+
+def test_a_kill_9_below_the_minimum_ends_the_job_with_a_clear_error(tmp_path, child_pids):
+    # A plain SIGKILL from outside while the workers train (announcements pending, no push of its own in
+    # flight, most likely): the death leaves 2 workers training, fewer than --min-workers 3, so every survivor
+    # is told so by its next request and the job ends, exit 1, never a hang.
+    out = tmp_path / "out"
+    code, stderr, killed = kill_and_wait(tmp_path, child_pids, ["-n", "3", "-s", "1", "--sync", "nodelay",
+                                                                "--base-iter", "0.25", "--timeout", "200",
+                                                                "--elastic", "--min-workers", "3",
+                                                                "--heartbeat-timeout", "3"],
+                                         train_command(out, "--max-rounds", "200", "--batch-size", "16"), out,
+                                         after=0.5)
+    assert code == 1, stderr[-3000:]
+    assert "2 worker(s) still train, fewer than the job's minimum of 3 (--min-workers)" in stderr, stderr[-3000:]
+    assert not child_pids.alive()
