@@ -28,7 +28,7 @@ from .jobplan import (DEFAULT_KILL_GRACE_S, DEFAULT_POLL_INTERVAL_S, DEFAULT_SER
                    DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_WORKER_GRACE_S, EXIT_FAILED, EXIT_OK, EXIT_SIGINT,
                    EXIT_SIGTERM, EXIT_TIMEOUT, JOB_FILE_FORMAT, OUTPUT_DRAIN_S, REMOTE_PID_MARK,
                    STDERR_TAIL_LINES, WORKER)
-from .codes import PROGRESS_LATE
+from .codes import PROGRESS_LATE, PROGRESS_STARTED
 from .watch import (DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S, DEFAULT_START_GRACE_S, JobWatch, Observation,
                     describe_exit, exit_cause)
 
@@ -500,6 +500,32 @@ class Supervisor:
             changed = True
         return changed
 
+    def _note_starting(self, spec):
+        """Replace a dead worker's progress note by ``started`` before its replacement starts (rule 6 of
+        :mod:`.watch` tells a replacement still starting up from one that trains by it)."""
+        path = self._progress_env(spec).get("MXHET_PROGRESS_FILE")
+        if not path:
+            return
+        try:
+            with open(path + ".launcher.tmp", "w") as f:
+                f.write(PROGRESS_STARTED)
+            os.replace(path + ".launcher.tmp", path)
+        except OSError as exc:
+            self.console.say("cannot write the progress note of %s: %s" % (spec.name, exc))
+
+    def _end_too_late(self, decision):
+        """End a worker started again that comes after the job's end (rule 6 of :mod:`.watch`); its
+        ``worker_restarts`` entry says ``ended: "ended by the launcher"``, ``too_late: true``."""
+        child = self.children[decision.index]
+        self.console.say("%s (pid %d) %s" % (child.spec.name, child.pid, decision.note))
+        end_children([child], self.kill_grace)
+        child.drain(OUTPUT_DRAIN_S)
+        record = next((r for r in reversed(self.worker_restarts) if r["slot"] == child.spec.slot), None)
+        if record is not None and "ended" not in record:
+            record["ended"] = "ended by the launcher"
+            record["too_late"] = True
+        self.write_job_file("running", None)
+
     def _last_reported_round(self, slot):
         """The rounds the live feed of ``slot``'s worker last counted (``--dashboard``; None without one):
         read when its process ended, before a restarted worker overwrites the feed."""
@@ -601,10 +627,15 @@ class Supervisor:
                     self.worker_restarts.append({
                         "slot": old.spec.slot, "cause": describe_exit(old.popen.returncode),
                         "died_s": round(seen - self._t0, 3), "restarted_s": round(at - self._t0, 3)})
+                if old.spec.role == WORKER:
+                    self._note_starting(old.spec)
                 self.children[decision.index] = _start(old.spec, self.console, self._progress_env(old.spec))
                 if old.spec.role == WORKER:
                     self._feed_events()
                 self.write_job_file("running", None)
+                continue
+            if decision.action == "end":
+                self._end_too_late(decision)
                 continue
             if decision.note:
                 self.console.say(decision.note)

@@ -81,3 +81,83 @@ def test_two_dead_workers_and_one_restart_left_restart_the_first_and_let_the_oth
     d = w.decide(job(0, 0, -9), 31.0)
     assert d.action == "continue" and w.phase == "draining"
     assert w.departures == [(4, 0.0), (5, 0.0)]
+
+
+# -- rule 6: a replacement still starting when every other worker has finished -------------------------------
+
+def _replacement(progress, cpu=None):
+    from tests.unit.test_launcher_watch import obs
+    return obs("worker 1", "worker", None, cpu=cpu, progress=progress)
+
+
+def _restarted_at(w, t):
+    """A 3-worker job whose worker 1 died at 0 and was started again at ``t``."""
+    w.decide(job(None, -9, None), 0)
+    d = w.decide(job(None, -9, None), t)
+    assert (d.action, d.index) == ("restart", WORKER_1)
+
+
+@pytest.mark.parametrize("progress", ["started", "trainer"])
+def test_a_replacement_still_starting_when_the_others_finished_is_ended_and_the_job_succeeds(progress):
+    w = watch(elastic=True, worker_restarts=1, worker_restart_delay=7, start_grace=120)
+    _restarted_at(w, 7)
+    # the others train on while it starts up: nothing to decide
+    assert w.decide(job(None, _replacement(progress, cpu=1.0), None), 20).action == "continue"
+    assert w.decide(job(0, _replacement(progress, cpu=1.0), None), 25).action == "continue"
+    # the last other worker finished: it is too late, ended at once (not failed, no orphan grace)
+    d = w.decide(job(0, _replacement(progress, cpu=1.0), 0), 26)
+    assert (d.action, d.index) == ("end", WORKER_1)
+    assert "worker 1, started again 19 s ago" in d.note and "not a failure" in d.note
+    assert w.late_ends == [(WORKER_1, 26)]
+    # ended by SIGTERM: the job drains and succeeds
+    d = w.decide(job(0, -15, 0), 27)
+    assert d.action == "continue" and w.phase == "draining"
+    done = (("scheduler", 0), ("server 0", 0), ("state-server", 0))
+    assert (w.decide(job(0, -15, 0, services=done), 28).action, w.phase) == ("finish", "finished")
+
+
+def test_a_replacement_whose_note_is_unknown_is_left_to_the_orphan_watch():
+    # a remote worker writes no note the launcher can read: alone and idle for 30 s, rule 4 fails the job
+    w = watch(elastic=True, worker_restarts=1, worker_restart_delay=7)
+    _restarted_at(w, 7)
+    assert w.decide(job(0, _replacement(None, cpu=1.0), 0), 26).action == "continue"
+    d = w.decide(job(0, _replacement(None, cpu=1.0), 0), 56)
+    assert (d.action, d.exit_code) == ("finish", 1) and "is the last worker running" in d.failures[0][1]
+
+
+def test_a_replacement_that_trained_is_a_member_and_is_not_ended_as_late():
+    w = watch(elastic=True, worker_restarts=1, worker_restart_delay=7)
+    _restarted_at(w, 7)
+    assert w.decide(job(None, _replacement("batch", cpu=1.0), None), 20).action == "continue"
+    assert w.decide(job(0, _replacement("batch", cpu=1.0), 0), 30).action == "continue"
+    assert w.late_ends == []
+    # the others' end leaves it to rules 1 to 5: idle alone for 30 s it is an orphan
+    d = w.decide(job(0, _replacement("batch", cpu=1.0), 0), 60)
+    assert (d.action, d.exit_code) == ("finish", 1) and "is the last worker running" in d.failures[0][1]
+
+
+def test_a_replacement_leaving_late_on_its_own_is_left_to_do_so():
+    w = watch(elastic=True, worker_restarts=1, worker_restart_delay=7)
+    _restarted_at(w, 7)
+    assert w.decide(job(0, _replacement("late", cpu=1.0), 0), 26).action == "continue"
+    d = w.decide(job(0, 0, 0), 27)
+    assert d.action == "continue" and w.phase == "draining" and w.late_ends == []
+
+
+def test_a_replacement_starting_for_start_grace_when_the_others_finish_is_a_genuine_hang():
+    w = watch(elastic=True, worker_restarts=1, worker_restart_delay=7, start_grace=120)
+    _restarted_at(w, 7)
+    assert w.decide(job(None, _replacement("started", cpu=1.0), None), 100).action == "continue"
+    d = w.decide(job(0, _replacement("started", cpu=1.0), 0), 127)
+    assert (d.action, d.exit_code) == ("finish", 1) and w.late_ends == []
+    [(index, why)] = d.failures
+    assert index == WORKER_1 and "was started again 120 s ago and has not finished a step" in why
+
+
+def test_no_late_end_while_another_worker_trains_or_when_no_other_worker_succeeded():
+    w = watch(elastic=True, worker_restarts=1, worker_restart_delay=7, orphan_grace=0)
+    _restarted_at(w, 7)
+    assert w.decide(job(None, _replacement("started"), -9), 30).action == "continue"   # worker 0 trains
+    # the others all died: the job has failed whatever the replacement does (rule 1 under --elastic)
+    d = w.decide(job(-9, _replacement("started"), -9), 31)
+    assert d.action == "continue" and w.late_ends == []
