@@ -161,3 +161,54 @@ def test_no_late_end_while_another_worker_trains_or_when_no_other_worker_succeed
     # the others all died: the job has failed whatever the replacement does (rule 1 under --elastic)
     d = w.decide(job(-9, _replacement("started"), -9), 31)
     assert d.action == "continue" and w.late_ends == []
+
+
+_WORKER_0 = """
+import os, sys, time
+with open(os.environ["MXHET_PROGRESS_FILE"], "w") as f:
+    f.write("batch")
+time.sleep(float(sys.argv[1]))
+"""
+
+# First incarnation: trains a step and is killed. Its replacement hangs in its start-up, before any
+# Trainer exists (as one did in PS-LITE's recovery at load 6 while the others ended): it writes no note.
+_WORKER_1 = """
+import os, signal, sys, time
+marker = sys.argv[1]
+if not os.path.exists(marker):
+    open(marker, "w").close()
+    with open(os.environ["MXHET_PROGRESS_FILE"], "w") as f:
+        f.write("batch")
+    os.kill(os.getpid(), signal.SIGKILL)
+time.sleep(300)
+"""
+
+
+def test_the_supervisor_ends_a_replacement_that_comes_too_late_and_records_it(tmp_path):
+    """Fake processes (no MXNet): worker 1 dies, is started again and hangs in its start-up while
+    worker 0 finishes. The job succeeds, the restart says ``too_late``; without rule 6 the orphan
+    watch (2 s here) would fail it."""
+    import io
+    import json
+    import sys
+    from mxhet.launcher.jobplan import Plan, ProcessSpec
+    from mxhet.launcher.supervisor import run_plan
+    idle = (sys.executable, "-c", "import time; time.sleep(300)")
+    spec = lambda role, slot, argv: ProcessSpec(role=role, slot=slot, host="127.0.0.1", argv=argv, env={})
+    plan = Plan(mode="esync", kvstore="dist_async", launcher="local", root_uri="127.0.0.1", root_port=1,
+                state_server="", elastic=True, worker_restarts=1, worker_restart_delay=0.0, processes=(
+                    spec("scheduler", None, idle), spec("server", 0, idle), spec("state-server", None, idle),
+                    spec("worker", 0, (sys.executable, "-c", _WORKER_0, "1.5")),
+                    spec("worker", 1, (sys.executable, "-c", _WORKER_1, str(tmp_path / "marker")))))
+    out = io.StringIO()
+    job_file = tmp_path / "job.json"
+    code = run_plan(plan, timeout=60, job_file=str(job_file), server_grace=0.5, kill_grace=1.0,
+                    poll_interval=0.05, orphan_grace=2.0, start_grace=120.0, out=out)
+    assert code == 0, out.getvalue()
+    record = json.loads(job_file.read_text())
+    assert record["status"] == "succeeded"
+    [restart] = record["worker_restarts"]
+    assert (restart["slot"], restart["ended"], restart["too_late"]) == (1, "ended by the launcher", True)
+    [replacement] = [p for p in record["processes"] if p["role"] == "worker" and p["slot"] == 1]
+    assert replacement["ended_by_launcher"] and replacement["exit_code"] == -15 and "failure" not in replacement
+    assert "comes too late" in out.getvalue() and "not a failure" in out.getvalue()
