@@ -29,8 +29,8 @@ from .jobplan import (DEFAULT_KILL_GRACE_S, DEFAULT_POLL_INTERVAL_S, DEFAULT_SER
                    EXIT_SIGTERM, EXIT_TIMEOUT, JOB_FILE_FORMAT, OUTPUT_DRAIN_S, REMOTE_PID_MARK,
                    STDERR_TAIL_LINES, WORKER)
 from .codes import PROGRESS_LATE, PROGRESS_STARTED
-from .watch import (DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S, DEFAULT_START_GRACE_S, JobWatch, Observation,
-                    describe_exit, exit_cause)
+from .watch import (DEFAULT_HANG_GRACE_S, DEFAULT_LATE_GRACE_S, DEFAULT_ORPHAN_GRACE_S, DEFAULT_START_GRACE_S,
+                    JobWatch, Observation, describe_exit, exit_cause)
 
 _PROG = "mxhet-launch"
 #: Seconds between two reads of a child's CPU time (/proc here; over ssh for
@@ -387,14 +387,14 @@ class Supervisor:
                  worker_grace=DEFAULT_WORKER_GRACE_S, kill_grace=DEFAULT_KILL_GRACE_S,
                  poll_interval=DEFAULT_POLL_INTERVAL_S, state_server_restarts=DEFAULT_STATE_SERVER_RESTARTS,
                  hang_grace=DEFAULT_HANG_GRACE_S, orphan_grace=DEFAULT_ORPHAN_GRACE_S,
-                 start_grace=DEFAULT_START_GRACE_S, out=None, hooks=()):
+                 start_grace=DEFAULT_START_GRACE_S, late_grace=DEFAULT_LATE_GRACE_S, out=None, hooks=()):
         self.plan = plan
         self.timeout = timeout
         self.job_file = job_file
         self.kill_grace = kill_grace
         self.poll_interval = poll_interval
         self.watch = JobWatch(server_grace=server_grace, worker_grace=worker_grace, hang_grace=hang_grace,
-                              orphan_grace=orphan_grace, start_grace=start_grace,
+                              orphan_grace=orphan_grace, start_grace=start_grace, late_grace=late_grace,
                               state_server_restarts=state_server_restarts, elastic=plan.elastic,
                               worker_restarts=getattr(plan, "worker_restarts", 0),
                               worker_restart_delay=getattr(plan, "worker_restart_delay", 0.0))
@@ -698,7 +698,8 @@ class Supervisor:
 def run_plan(plan, timeout=None, job_file=None, *, server_grace=DEFAULT_SERVER_GRACE_S,
              worker_grace=DEFAULT_WORKER_GRACE_S, kill_grace=DEFAULT_KILL_GRACE_S,
              poll_interval=DEFAULT_POLL_INTERVAL_S, state_server_restarts=DEFAULT_STATE_SERVER_RESTARTS,
-             hang_grace=None, orphan_grace=None, start_grace=None, out=None, hooks=()):
+             hang_grace=None, orphan_grace=None, start_grace=None, late_grace=DEFAULT_LATE_GRACE_S, out=None,
+             hooks=()):
     """Start ``plan``'s processes, forward their output, wait for the job to end.
 
     Args:
@@ -717,6 +718,8 @@ def run_plan(plan, timeout=None, job_file=None, *, server_grace=DEFAULT_SERVER_G
             was killed) is started again on the same address while workers
             run; workers retry and register again (0 = the job fails instead).
         hang_grace, orphan_grace, start_grace: seconds (see :mod:`.watch`); None: the plan's.
+        late_grace: seconds a worker started again that has not finished a step gets, once every
+            other worker has exited, to leave by itself before it is ended as too late (:mod:`.watch`, rule 6).
         out: a text stream for all output (default: this process's stdout and stderr).
         hooks: see :class:`Supervisor`.
 
@@ -728,5 +731,5 @@ def run_plan(plan, timeout=None, job_file=None, *, server_grace=DEFAULT_SERVER_G
         kill_grace=kill_grace, poll_interval=poll_interval, state_server_restarts=state_server_restarts,
         hang_grace=plan.hang_grace if hang_grace is None else hang_grace,
         orphan_grace=plan.orphan_grace if orphan_grace is None else orphan_grace,
-        start_grace=plan.start_grace if start_grace is None else start_grace,
+        start_grace=plan.start_grace if start_grace is None else start_grace, late_grace=late_grace,
         out=out, hooks=hooks).run().exit_code

@@ -35,11 +35,13 @@ Rules, in order:
    replacement has not finished a step (its progress note says ``started`` or
    ``trainer``: it never took part in a round). Nobody is left to train with
    it and the others' final models are out, so it has nothing to add; left
-   alone it may hang before it reaches the State Server (whose ``over``
-   answer is what ends a late replacement that does register), in PS-LITE's
+   alone it may hang before it reaches the State Server, in PS-LITE's
    recovery while the scheduler and servers end, and rule 4 would fail the
-   job. The decision is ``end``; the job then drains and succeeds (the
-   supervisor records the restart as ``too_late``). A replacement that has
+   job. It gets ``late_grace`` s (rules 2 to 5 spare it meanwhile) to
+   register and hear the State Server's ``over``, which ends it with exit 0
+   and a ``late`` event in the State Server's record; then the decision is
+   ``end``, and the job drains and succeeds (the supervisor records the
+   restart as ``too_late``). A replacement that has
    been starting for ``start_grace`` s or more by then is a genuine hang and
    fails the job instead; one whose note is unknown (remote), ``batch`` or
    ``late`` is left to rules 1 to 5.
@@ -72,6 +74,10 @@ DEFAULT_ORPHAN_GRACE_S = 30.0
 #: stay idle (no CPU): long against the slowest peer's start-up (data loading,
 #: model initialization on a loaded machine) that the first step waits for.
 DEFAULT_START_GRACE_S = 120.0
+#: Seconds a worker started again that has not finished a step gets, once every other worker has
+#: exited, to register and leave by itself (the State Server answers it ``over``) before it is ended
+#: (rule 6): its start-up is already under way, registering takes well under a second.
+DEFAULT_LATE_GRACE_S = 5.0
 #: CPU seconds below which a process counts as idle over a grace period.
 IDLE_CPU_S = 0.05
 
@@ -141,8 +147,8 @@ class JobWatch:
     """Decides, poll by poll, whether the job goes on (see the module docstring).
 
     Args:
-        server_grace, worker_grace, hang_grace, orphan_grace, start_grace:
-            seconds (see the rules); 0 turns rule 3, 4 or 5 off.
+        server_grace, worker_grace, hang_grace, orphan_grace, start_grace, late_grace:
+            seconds (see the rules); 0 turns rule 3, 4 or 5 off (``late_grace`` 0: rule 6 ends at once).
         state_server_restarts: how often a State Server that died is started again.
 
     Raises:
@@ -151,12 +157,13 @@ class JobWatch:
 
     def __init__(self, *, server_grace, worker_grace, hang_grace=DEFAULT_HANG_GRACE_S,
                  orphan_grace=DEFAULT_ORPHAN_GRACE_S, start_grace=DEFAULT_START_GRACE_S, state_server_restarts=0,
-                 elastic=False, worker_restarts=0, worker_restart_delay=0.0):
+                 elastic=False, worker_restarts=0, worker_restart_delay=0.0, late_grace=DEFAULT_LATE_GRACE_S):
         for name, value in (("server_grace", server_grace), ("worker_grace", worker_grace),
                             ("hang_grace", hang_grace), ("orphan_grace", orphan_grace),
                             ("start_grace", start_grace),
                             ("state_server_restarts", state_server_restarts),
-                            ("worker_restarts", worker_restarts), ("worker_restart_delay", worker_restart_delay)):
+                            ("worker_restarts", worker_restarts), ("worker_restart_delay", worker_restart_delay),
+                            ("late_grace", late_grace)):
             if value is None or value < 0:
                 raise ValueError("%s must be >= 0, got %r" % (name, value))
         self.server_grace = server_grace
@@ -164,6 +171,7 @@ class JobWatch:
         self.hang_grace = hang_grace
         self.orphan_grace = orphan_grace
         self.start_grace = start_grace
+        self.late_grace = late_grace
         self.restarts_left = state_server_restarts
         self.elastic = bool(elastic)
         self._departed = set()      # elastic: workers whose exit was reported as a departure
@@ -172,6 +180,7 @@ class JobWatch:
         self._dead_since = {}       # worker index -> when its death was seen (a restart is due after the delay)
         self.restarts = []          # (index, seen dead at, restarted at) per worker restart, for the record
         self._starting = {}         # worker index -> when it was started again, until it trains, ends or is ended
+        self._alone_since = {}      # worker index -> when rule 6 first found every other worker gone
         self.late_ends = []         # (index, at) per replacement ended as too late (rule 6), for the record
         self.departures = []        # (index, seen at) per worker exit the job went on after (elastic), for the record
         self.phase = "running"
@@ -284,13 +293,17 @@ class JobWatch:
             o = observations[i]
             if o.returncode is not None or o.progress not in (PROGRESS_STARTED, PROGRESS_TRAINER):
                 del self._starting[i]   # ended, trained a step (a member now), leaving late on its own, or unknown
+                self._alone_since.pop(i, None)
                 continue
             others = [observations[j].returncode for j in workers if j != i]
             if None in others or 0 not in others:
                 continue
-            if self.start_grace and now - since >= self.start_grace:
+            alone = self._alone_since.setdefault(i, now)
+            if self.start_grace and alone - since >= self.start_grace:
                 return None, [(i, "was started again %g s ago and has not finished a step; every other worker "
                                   "has exited (hung in its start-up?)" % (now - since))]
+            if now - alone < self.late_grace:
+                return CONTINUE, []   # it may still register and hear "over" (rules 2 to 5 wait)
             del self._starting[i]
             self.late_ends.append((i, now))
             return Decision("end", index=i, note=(

@@ -3,6 +3,7 @@ a dead worker is started again in its slot once both heartbeat timeouts have pas
 another worker still trains, at most K times in all."""
 import pytest
 
+from mxhet.launcher.watch import CONTINUE
 from tests.unit.test_launcher_watch import job, watch
 
 WORKER_1 = 4   # index of "worker 1" among the observations (after scheduler, server, State Server, worker 0)
@@ -104,16 +105,30 @@ def test_a_replacement_still_starting_when_the_others_finished_is_ended_and_the_
     # the others train on while it starts up: nothing to decide
     assert w.decide(job(None, _replacement(progress, cpu=1.0), None), 20).action == "continue"
     assert w.decide(job(0, _replacement(progress, cpu=1.0), None), 25).action == "continue"
-    # the last other worker finished: it is too late, ended at once (not failed, no orphan grace)
-    d = w.decide(job(0, _replacement(progress, cpu=1.0), 0), 26)
+    # the last other worker finished: it gets late_grace (5 s) to register and leave by itself, and
+    # meanwhile neither the orphan watch (idle 30 s) nor a service that stopped (worker_grace 5 s) fails it
+    services_done = (("scheduler", 0), ("server 0", 0), ("state-server", None))
+    for t in (26, 28, 30.9):
+        assert w.decide(job(0, _replacement(progress, cpu=1.0), 0, services=services_done), t) is CONTINUE
+    # then it is too late: ended (not failed)
+    d = w.decide(job(0, _replacement(progress, cpu=1.0), 0, services=services_done), 31)
     assert (d.action, d.index) == ("end", WORKER_1)
-    assert "worker 1, started again 19 s ago" in d.note and "not a failure" in d.note
-    assert w.late_ends == [(WORKER_1, 26)]
+    assert "worker 1, started again 24 s ago" in d.note and "not a failure" in d.note
+    assert w.late_ends == [(WORKER_1, 31)]
     # ended by SIGTERM: the job drains and succeeds
-    d = w.decide(job(0, -15, 0), 27)
+    d = w.decide(job(0, -15, 0), 32)
     assert d.action == "continue" and w.phase == "draining"
     done = (("scheduler", 0), ("server 0", 0), ("state-server", 0))
-    assert (w.decide(job(0, -15, 0, services=done), 28).action, w.phase) == ("finish", "finished")
+    assert (w.decide(job(0, -15, 0, services=done), 33).action, w.phase) == ("finish", "finished")
+
+
+def test_a_late_replacement_that_registers_in_its_grace_leaves_by_itself():
+    w = watch(elastic=True, worker_restarts=1, worker_restart_delay=7, late_grace=5)
+    _restarted_at(w, 7)
+    assert w.decide(job(0, _replacement("trainer", cpu=1.0), 0), 26) is CONTINUE
+    assert w.decide(job(0, _replacement("late", cpu=1.0), 0), 27).action == "continue"   # answered "over"
+    d = w.decide(job(0, 0, 0), 28)
+    assert d.action == "continue" and w.phase == "draining" and w.late_ends == []
 
 
 def test_a_replacement_whose_note_is_unknown_is_left_to_the_orphan_watch():
@@ -148,7 +163,7 @@ def test_a_replacement_starting_for_start_grace_when_the_others_finish_is_a_genu
     w = watch(elastic=True, worker_restarts=1, worker_restart_delay=7, start_grace=120)
     _restarted_at(w, 7)
     assert w.decide(job(None, _replacement("started", cpu=1.0), None), 100).action == "continue"
-    d = w.decide(job(0, _replacement("started", cpu=1.0), 0), 127)
+    d = w.decide(job(0, _replacement("started", cpu=1.0), 0), 127)   # the others gone 120 s after its start
     assert (d.action, d.exit_code) == ("finish", 1) and w.late_ends == []
     [(index, why)] = d.failures
     assert index == WORKER_1 and "was started again 120 s ago and has not finished a step" in why
@@ -203,7 +218,7 @@ def test_the_supervisor_ends_a_replacement_that_comes_too_late_and_records_it(tm
     out = io.StringIO()
     job_file = tmp_path / "job.json"
     code = run_plan(plan, timeout=60, job_file=str(job_file), server_grace=0.5, kill_grace=1.0,
-                    poll_interval=0.05, orphan_grace=2.0, start_grace=120.0, out=out)
+                    poll_interval=0.05, orphan_grace=2.0, start_grace=120.0, late_grace=0.5, out=out)
     assert code == 0, out.getvalue()
     record = json.loads(job_file.read_text())
     assert record["status"] == "succeeded"
