@@ -37,14 +37,16 @@ Rules, in order:
    it and the others' final models are out, so it has nothing to add; left
    alone it may hang before it reaches the State Server, in PS-LITE's
    recovery while the scheduler and servers end, and rule 4 would fail the
-   job. It gets ``late_grace`` s (rules 2 to 5 spare it meanwhile) to
-   register and hear the State Server's ``over``, which ends it with exit 0
-   and a ``late`` event in the State Server's record; then the decision is
-   ``end``, and the job drains and succeeds (the supervisor records the
-   restart as ``too_late``). A replacement that has
-   been starting for ``start_grace`` s or more by then is a genuine hang and
-   fails the job instead; one whose note is unknown (remote), ``batch`` or
-   ``late`` is left to rules 1 to 5.
+   job. While it uses CPU (still importing, building its model), and for
+   ``late_grace`` s once it is idle or its CPU time is unknown, rules 2 to 5
+   spare it: it may register and hear the State Server's ``over``, which ends
+   it with exit 0 and a ``late`` event in the State Server's record. Then the
+   decision is ``end``, and the job drains and succeeds (the supervisor
+   records the restart as ``too_late``). A replacement that has been starting
+   for ``start_grace`` s or more when the others finish, or that is still busy
+   starting ``start_grace`` s after its start, is a genuine hang and fails the
+   job; one whose note is unknown (remote), ``batch`` or ``late`` is left to
+   rules 1 to 5.
 
 With ``elastic`` (``mxhet-launch --elastic``) rule 1 spares the workers: one
 that exits non-zero has left the job (the State Server drops it, the others
@@ -74,9 +76,9 @@ DEFAULT_ORPHAN_GRACE_S = 30.0
 #: stay idle (no CPU): long against the slowest peer's start-up (data loading,
 #: model initialization on a loaded machine) that the first step waits for.
 DEFAULT_START_GRACE_S = 120.0
-#: Seconds a worker started again that has not finished a step gets, once every other worker has
-#: exited, to register and leave by itself (the State Server answers it ``over``) before it is ended
-#: (rule 6): its start-up is already under way, registering takes well under a second.
+#: Seconds of no CPU use a worker started again that has not finished a step gets, once every other
+#: worker has exited, to register and leave by itself (the State Server answers it ``over``) before it
+#: is ended (rule 6): one that computes is still starting up; one idle this long waits for peers.
 DEFAULT_LATE_GRACE_S = 5.0
 #: CPU seconds below which a process counts as idle over a grace period.
 IDLE_CPU_S = 0.05
@@ -302,14 +304,19 @@ class JobWatch:
             if self.start_grace and alone - since >= self.start_grace:
                 return None, [(i, "was started again %g s ago and has not finished a step; every other worker "
                                   "has exited (hung in its start-up?)" % (now - since))]
-            if now - alone < self.late_grace:
-                return CONTINUE, []   # it may still register and hear "over" (rules 2 to 5 wait)
-            del self._starting[i]
-            self.late_ends.append((i, now))
-            return Decision("end", index=i, note=(
-                "%s, started again %g s ago, has not finished a step and every other worker has finished: "
-                "it comes too late, nothing is left for it to take part in; ending it (not a failure)"
-                % (o.name, now - since))), []
+            idle_since = self._idle_since(i, o, now)
+            quiet_since = alone if idle_since is None else max(alone, idle_since)
+            if now - quiet_since >= self.late_grace:
+                del self._starting[i]
+                self.late_ends.append((i, now))
+                return Decision("end", index=i, note=(
+                    "%s, started again %g s ago, has not finished a step and every other worker has finished: "
+                    "it comes too late, nothing is left for it to take part in; ending it (not a failure)"
+                    % (o.name, now - since))), []
+            if self.start_grace and now - since >= self.start_grace:
+                return None, [(i, "was started again %g s ago and is still starting up (no step) after every "
+                                  "other worker exited" % (now - since))]
+            return CONTINUE, []   # busy starting up: it may still register and hear "over" (rules 2 to 5 wait)
         return None, []
 
     def _finish(self, code, failures, note=""):

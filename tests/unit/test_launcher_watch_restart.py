@@ -122,6 +122,24 @@ def test_a_replacement_still_starting_when_the_others_finished_is_ended_and_the_
     assert (w.decide(job(0, -15, 0, services=done), 33).action, w.phase) == ("finish", "finished")
 
 
+def test_a_late_replacement_still_busy_starting_up_is_given_time_until_start_grace():
+    # at load its imports and model take long: it uses CPU, so it is not ended while it does
+    w = watch(elastic=True, worker_restarts=1, worker_restart_delay=7, start_grace=120, late_grace=5)
+    _restarted_at(w, 7)
+    for k, t in enumerate((26, 30, 40, 60)):
+        assert w.decide(job(0, _replacement("started", cpu=1.0 + k), 0), t) is CONTINUE
+    # it registers, is answered "over" and leaves by itself
+    assert w.decide(job(0, _replacement("late", cpu=9.0), 0), 61).action == "continue"
+    assert w.decide(job(0, 0, 0), 62).action == "continue" and w.phase == "draining" and w.late_ends == []
+    # another, busy until 120 s after its start without finishing its start-up: a hang (a spin)
+    w = watch(elastic=True, worker_restarts=1, worker_restart_delay=7, start_grace=120, late_grace=5)
+    _restarted_at(w, 7)
+    for k, t in enumerate((26, 60, 100, 126)):
+        assert w.decide(job(0, _replacement("trainer", cpu=1.0 + k), 0), t) is CONTINUE
+    d = w.decide(job(0, _replacement("trainer", cpu=9.0), 0), 127)
+    assert (d.action, d.exit_code) == ("finish", 1) and "is still starting up" in d.failures[0][1]
+
+
 def test_a_late_replacement_that_registers_in_its_grace_leaves_by_itself():
     w = watch(elastic=True, worker_restarts=1, worker_restart_delay=7, late_grace=5)
     _restarted_at(w, 7)
