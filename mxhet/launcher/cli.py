@@ -148,7 +148,9 @@ def build_parser():
     watch.add_argument("--start-grace", type=float, default=DEFAULT_START_GRACE_S, metavar="SECONDS",
                        help="a local worker whose mxhet.Trainer exists but has not finished a step, idle (no "
                             "CPU) this long, fails the job (e.g. waiting in PS-LITE's start-up; 0 = off; "
-                            "default: %(default)s)")
+                            "default: %(default)s); so does a worker started again (--max-restarts) that has "
+                            "been starting this long when every other worker has exited (a younger one is "
+                            "ended as too late)")
 
     live_view.add_arguments(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND",

@@ -28,9 +28,9 @@ from .jobplan import (DEFAULT_KILL_GRACE_S, DEFAULT_POLL_INTERVAL_S, DEFAULT_SER
                    DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_WORKER_GRACE_S, EXIT_FAILED, EXIT_OK, EXIT_SIGINT,
                    EXIT_SIGTERM, EXIT_TIMEOUT, JOB_FILE_FORMAT, OUTPUT_DRAIN_S, REMOTE_PID_MARK,
                    STDERR_TAIL_LINES, WORKER)
-from .codes import PROGRESS_LATE
-from .watch import (DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S, DEFAULT_START_GRACE_S, JobWatch, Observation,
-                    describe_exit, exit_cause)
+from .codes import PROGRESS_LATE, PROGRESS_STARTED
+from .watch import (DEFAULT_HANG_GRACE_S, DEFAULT_LATE_GRACE_S, DEFAULT_ORPHAN_GRACE_S, DEFAULT_START_GRACE_S,
+                    JobWatch, Observation, describe_exit, exit_cause)
 
 _PROG = "mxhet-launch"
 #: Seconds between two reads of a child's CPU time (/proc here; over ssh for
@@ -387,14 +387,14 @@ class Supervisor:
                  worker_grace=DEFAULT_WORKER_GRACE_S, kill_grace=DEFAULT_KILL_GRACE_S,
                  poll_interval=DEFAULT_POLL_INTERVAL_S, state_server_restarts=DEFAULT_STATE_SERVER_RESTARTS,
                  hang_grace=DEFAULT_HANG_GRACE_S, orphan_grace=DEFAULT_ORPHAN_GRACE_S,
-                 start_grace=DEFAULT_START_GRACE_S, out=None, hooks=()):
+                 start_grace=DEFAULT_START_GRACE_S, late_grace=DEFAULT_LATE_GRACE_S, out=None, hooks=()):
         self.plan = plan
         self.timeout = timeout
         self.job_file = job_file
         self.kill_grace = kill_grace
         self.poll_interval = poll_interval
         self.watch = JobWatch(server_grace=server_grace, worker_grace=worker_grace, hang_grace=hang_grace,
-                              orphan_grace=orphan_grace, start_grace=start_grace,
+                              orphan_grace=orphan_grace, start_grace=start_grace, late_grace=late_grace,
                               state_server_restarts=state_server_restarts, elastic=plan.elastic,
                               worker_restarts=getattr(plan, "worker_restarts", 0),
                               worker_restart_delay=getattr(plan, "worker_restart_delay", 0.0))
@@ -500,6 +500,32 @@ class Supervisor:
             changed = True
         return changed
 
+    def _note_starting(self, spec):
+        """Replace a dead worker's progress note by ``started`` before its replacement starts (rule 6 of
+        :mod:`.watch` tells a replacement still starting up from one that trains by it)."""
+        path = self._progress_env(spec).get("MXHET_PROGRESS_FILE")
+        if not path:
+            return
+        try:
+            with open(path + ".launcher.tmp", "w") as f:
+                f.write(PROGRESS_STARTED)
+            os.replace(path + ".launcher.tmp", path)
+        except OSError as exc:
+            self.console.say("cannot write the progress note of %s: %s" % (spec.name, exc))
+
+    def _end_too_late(self, decision):
+        """End a worker started again that comes after the job's end (rule 6 of :mod:`.watch`); its
+        ``worker_restarts`` entry says ``ended: "ended by the launcher"``, ``too_late: true``."""
+        child = self.children[decision.index]
+        self.console.say("%s (pid %d) %s" % (child.spec.name, child.pid, decision.note))
+        end_children([child], self.kill_grace)
+        child.drain(OUTPUT_DRAIN_S)
+        record = next((r for r in reversed(self.worker_restarts) if r["slot"] == child.spec.slot), None)
+        if record is not None and "ended" not in record:
+            record["ended"] = "ended by the launcher"
+            record["too_late"] = True
+        self.write_job_file("running", None)
+
     def _last_reported_round(self, slot):
         """The rounds the live feed of ``slot``'s worker last counted (``--dashboard``; None without one):
         read when its process ended, before a restarted worker overwrites the feed."""
@@ -601,10 +627,15 @@ class Supervisor:
                     self.worker_restarts.append({
                         "slot": old.spec.slot, "cause": describe_exit(old.popen.returncode),
                         "died_s": round(seen - self._t0, 3), "restarted_s": round(at - self._t0, 3)})
+                if old.spec.role == WORKER:
+                    self._note_starting(old.spec)
                 self.children[decision.index] = _start(old.spec, self.console, self._progress_env(old.spec))
                 if old.spec.role == WORKER:
                     self._feed_events()
                 self.write_job_file("running", None)
+                continue
+            if decision.action == "end":
+                self._end_too_late(decision)
                 continue
             if decision.note:
                 self.console.say(decision.note)
@@ -667,7 +698,8 @@ class Supervisor:
 def run_plan(plan, timeout=None, job_file=None, *, server_grace=DEFAULT_SERVER_GRACE_S,
              worker_grace=DEFAULT_WORKER_GRACE_S, kill_grace=DEFAULT_KILL_GRACE_S,
              poll_interval=DEFAULT_POLL_INTERVAL_S, state_server_restarts=DEFAULT_STATE_SERVER_RESTARTS,
-             hang_grace=None, orphan_grace=None, start_grace=None, out=None, hooks=()):
+             hang_grace=None, orphan_grace=None, start_grace=None, late_grace=DEFAULT_LATE_GRACE_S, out=None,
+             hooks=()):
     """Start ``plan``'s processes, forward their output, wait for the job to end.
 
     Args:
@@ -686,6 +718,8 @@ def run_plan(plan, timeout=None, job_file=None, *, server_grace=DEFAULT_SERVER_G
             was killed) is started again on the same address while workers
             run; workers retry and register again (0 = the job fails instead).
         hang_grace, orphan_grace, start_grace: seconds (see :mod:`.watch`); None: the plan's.
+        late_grace: seconds a worker started again that has not finished a step gets, once every
+            other worker has exited, to leave by itself before it is ended as too late (:mod:`.watch`, rule 6).
         out: a text stream for all output (default: this process's stdout and stderr).
         hooks: see :class:`Supervisor`.
 
@@ -697,5 +731,5 @@ def run_plan(plan, timeout=None, job_file=None, *, server_grace=DEFAULT_SERVER_G
         kill_grace=kill_grace, poll_interval=poll_interval, state_server_restarts=state_server_restarts,
         hang_grace=plan.hang_grace if hang_grace is None else hang_grace,
         orphan_grace=plan.orphan_grace if orphan_grace is None else orphan_grace,
-        start_grace=plan.start_grace if start_grace is None else start_grace,
+        start_grace=plan.start_grace if start_grace is None else start_grace, late_grace=late_grace,
         out=out, hooks=hooks).run().exit_code

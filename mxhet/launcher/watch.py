@@ -29,7 +29,24 @@ Rules, in order:
    ``mxhet.Trainer`` exists but no ``step()`` has returned, and it has used no
    CPU for ``start_grace`` s (e.g. waiting in PS-LITE's start-up barrier for a
    second dist kvstore, or for a peer that never joins); it prints nothing, so
-   rule 3 never sees it.
+   rule 3 never sees it;
+6. a worker *started again too late* (``--max-restarts``) is ended, not
+   failed: every other worker has exited, at least one with 0, and the
+   replacement has not finished a step (its progress note says ``started`` or
+   ``trainer``: it never took part in a round). Nobody is left to train with
+   it and the others' final models are out, so it has nothing to add; left
+   alone it may hang before it reaches the State Server, in PS-LITE's
+   recovery while the scheduler and servers end, and rule 4 would fail the
+   job. While it uses CPU (still importing, building its model), and for
+   ``late_grace`` s once it is idle or its CPU time is unknown, rules 2 to 5
+   spare it: it may register and hear the State Server's ``over``, which ends
+   it with exit 0 and a ``late`` event in the State Server's record. Then the
+   decision is ``end``, and the job drains and succeeds (the supervisor
+   records the restart as ``too_late``). A replacement that has been starting
+   for ``start_grace`` s or more when the others finish, or that is still busy
+   starting ``start_grace`` s after its start, is a genuine hang and fails the
+   job; one whose note is unknown (remote), ``batch`` or ``late`` is left to
+   rules 1 to 5.
 
 With ``elastic`` (``mxhet-launch --elastic``) rule 1 spares the workers: one
 that exits non-zero has left the job (the State Server drops it, the others
@@ -47,8 +64,8 @@ none and is not judged by it.
 import dataclasses
 from typing import Optional
 
-from .codes import (EXIT_FAILED, EXIT_OK, EXIT_STATE_SERVER_SILENT_WORKER, EXIT_USAGE,
-                    SCHEDULER, SERVER, STATE_SERVER, WORKER)
+from .codes import (EXIT_FAILED, EXIT_OK, EXIT_STATE_SERVER_SILENT_WORKER, EXIT_USAGE, PROGRESS_STARTED,
+                    PROGRESS_TRAINER, SCHEDULER, SERVER, STATE_SERVER, WORKER)
 
 #: Seconds a worker whose output ends in an uncaught exception may stay silent
 #: and idle before the job is declared failed.
@@ -59,6 +76,10 @@ DEFAULT_ORPHAN_GRACE_S = 30.0
 #: stay idle (no CPU): long against the slowest peer's start-up (data loading,
 #: model initialization on a loaded machine) that the first step waits for.
 DEFAULT_START_GRACE_S = 120.0
+#: Seconds of no CPU use a worker started again that has not finished a step gets, once every other
+#: worker has exited, to register and leave by itself (the State Server answers it ``over``) before it
+#: is ended (rule 6): one that computes is still starting up; one idle this long waits for peers.
+DEFAULT_LATE_GRACE_S = 5.0
 #: CPU seconds below which a process counts as idle over a grace period.
 IDLE_CPU_S = 0.05
 
@@ -85,8 +106,9 @@ class Observation:
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
-    """``action`` is ``continue``, ``restart`` (``index``: the State Server to
-    start again) or ``finish`` (``exit_code``; ``failures``: (index, why)
+    """``action`` is ``continue``, ``restart`` (``index``: the process to
+    start again), ``end`` (``index``: a worker started again too late, rule 6)
+    or ``finish`` (``exit_code``; ``failures``: (index, why)
     pairs; ``note``: a line for the console)."""
     action: str
     exit_code: Optional[int] = None
@@ -127,8 +149,8 @@ class JobWatch:
     """Decides, poll by poll, whether the job goes on (see the module docstring).
 
     Args:
-        server_grace, worker_grace, hang_grace, orphan_grace, start_grace:
-            seconds (see the rules); 0 turns rule 3, 4 or 5 off.
+        server_grace, worker_grace, hang_grace, orphan_grace, start_grace, late_grace:
+            seconds (see the rules); 0 turns rule 3, 4 or 5 off (``late_grace`` 0: rule 6 ends at once).
         state_server_restarts: how often a State Server that died is started again.
 
     Raises:
@@ -137,12 +159,13 @@ class JobWatch:
 
     def __init__(self, *, server_grace, worker_grace, hang_grace=DEFAULT_HANG_GRACE_S,
                  orphan_grace=DEFAULT_ORPHAN_GRACE_S, start_grace=DEFAULT_START_GRACE_S, state_server_restarts=0,
-                 elastic=False, worker_restarts=0, worker_restart_delay=0.0):
+                 elastic=False, worker_restarts=0, worker_restart_delay=0.0, late_grace=DEFAULT_LATE_GRACE_S):
         for name, value in (("server_grace", server_grace), ("worker_grace", worker_grace),
                             ("hang_grace", hang_grace), ("orphan_grace", orphan_grace),
                             ("start_grace", start_grace),
                             ("state_server_restarts", state_server_restarts),
-                            ("worker_restarts", worker_restarts), ("worker_restart_delay", worker_restart_delay)):
+                            ("worker_restarts", worker_restarts), ("worker_restart_delay", worker_restart_delay),
+                            ("late_grace", late_grace)):
             if value is None or value < 0:
                 raise ValueError("%s must be >= 0, got %r" % (name, value))
         self.server_grace = server_grace
@@ -150,6 +173,7 @@ class JobWatch:
         self.hang_grace = hang_grace
         self.orphan_grace = orphan_grace
         self.start_grace = start_grace
+        self.late_grace = late_grace
         self.restarts_left = state_server_restarts
         self.elastic = bool(elastic)
         self._departed = set()      # elastic: workers whose exit was reported as a departure
@@ -157,6 +181,9 @@ class JobWatch:
         self.worker_restart_delay = worker_restart_delay
         self._dead_since = {}       # worker index -> when its death was seen (a restart is due after the delay)
         self.restarts = []          # (index, seen dead at, restarted at) per worker restart, for the record
+        self._starting = {}         # worker index -> when it was started again, until it trains, ends or is ended
+        self._alone_since = {}      # worker index -> when rule 6 first found every other worker gone
+        self.late_ends = []         # (index, at) per replacement ended as too late (rule 6), for the record
         self.departures = []        # (index, seen at) per worker exit the job went on after (elastic), for the record
         self.phase = "running"
         self._early = None          # (index of a service that exited 0 early, deadline)
@@ -183,6 +210,7 @@ class JobWatch:
                     self.departures.append((i, seen))
                 self.restarted(i)
                 self.restarts.append((i, seen, now))
+                self._starting[i] = now
                 return Decision("restart", index=i,
                                 note="%s %s; starting it again in its slot (%d worker restart(s) left)"
                                 % (observations[i].name, describe_exit(observations[i].returncode),
@@ -225,6 +253,11 @@ class JobWatch:
         failures = [(i, describe_exit(o.returncode)) for i, o in enumerate(observations)
                     if o.returncode not in (None, 0) and not (workers_done and o.role == STATE_SERVER)
                     and i not in spared]
+        if not workers_done and not failures and self._starting:
+            late, hung = self._late_replacement(observations, workers, now)
+            if late is not None:
+                return late
+            failures += hung
         if not workers_done:
             failures += self._early_service_exit(observations, workers, now)
             failures += self._stuck_workers(observations, workers, now)
@@ -255,6 +288,36 @@ class JobWatch:
                 "%s %s: it leaves the job, the others train on (--elastic)"
                 % (observations[i].name, describe_exit(observations[i].returncode)) for i in new))
         return CONTINUE
+
+    def _late_replacement(self, observations, workers, now):
+        """Rule 6: (the ``end`` Decision or None, failures) for the workers started again."""
+        for i, since in sorted(self._starting.items()):
+            o = observations[i]
+            if o.returncode is not None or o.progress not in (PROGRESS_STARTED, PROGRESS_TRAINER):
+                del self._starting[i]   # ended, trained a step (a member now), leaving late on its own, or unknown
+                self._alone_since.pop(i, None)
+                continue
+            others = [observations[j].returncode for j in workers if j != i]
+            if None in others or 0 not in others:
+                continue
+            alone = self._alone_since.setdefault(i, now)
+            if self.start_grace and alone - since >= self.start_grace:
+                return None, [(i, "was started again %g s ago and has not finished a step; every other worker "
+                                  "has exited (hung in its start-up?)" % (now - since))]
+            idle_since = self._idle_since(i, o, now)
+            quiet_since = alone if idle_since is None else max(alone, idle_since)
+            if now - quiet_since >= self.late_grace:
+                del self._starting[i]
+                self.late_ends.append((i, now))
+                return Decision("end", index=i, note=(
+                    "%s, started again %g s ago, has not finished a step and every other worker has finished: "
+                    "it comes too late, nothing is left for it to take part in; ending it (not a failure)"
+                    % (o.name, now - since))), []
+            if self.start_grace and now - since >= self.start_grace:
+                return None, [(i, "was started again %g s ago and is still starting up (no step) after every "
+                                  "other worker exited" % (now - since))]
+            return CONTINUE, []   # busy starting up: it may still register and hear "over" (rules 2 to 5 wait)
+        return None, []
 
     def _finish(self, code, failures, note=""):
         self.phase = "finished"
