@@ -126,10 +126,11 @@ def test_a_worker_started_again_after_the_jobs_end_is_told_so_and_leaves_with_ex
     script = tmp_path / "late.py"
     script.write_text(LATE_SCRIPT)
     # the replacement starts 3 + 2 s after the death (--heartbeat-timeout 3), when the survivors have long
-    # finished their 6 steps; they stay 15 s, so the launcher starts it, and it registers after the job's end
+    # finished their 6 steps; they stay 25 s, so it registers after the job's end (the margin is for a slow
+    # start-up on a loaded machine: once the others exited, the launcher ends a replacement idle for 5 s)
     proc = launch(["-n", "3", "-s", "1", "--sync", "localsgd", "--timeout", "200", "--elastic",
                    "--heartbeat-timeout", "3", "--max-restarts", "1"],
-                  [sys.executable, str(script), "6", "15"], tmp_path, child_pids, timeout=240)
+                  [sys.executable, str(script), "6", "25"], tmp_path, child_pids, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "starting it again in its slot" in proc.stderr, proc.stderr[-3000:]
     assert "started again after the job's end" in proc.stderr, proc.stderr[-3000:]
