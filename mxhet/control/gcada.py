@@ -157,6 +157,17 @@ class GroupRule:
             self.selected = [g for g in self.selected if g != group]
             self.claims.pop(group, None)
 
+    def reopen(self, group):
+        """The rank that claimed ``group``'s upload died before its upload was
+        in: the claim is open again (a teammate's gradient of θ^k replaces
+        whatever part of the dead one's push reached the group's keys: a
+        group key holds the last push, never a sum). Returns True if a claim
+        was reopened."""
+        self._check_group(group)
+        if group in self.uploaded or self.claims.pop(group, None) is None:
+            return False
+        return True
+
     def is_selected(self, group):
         return group in self.selected
 
@@ -295,6 +306,9 @@ class GroupCoordinator:
         self.smoothness_from = {}   # group -> the first rank that sent its L_g
         self.group_of = {}   # rank -> its group, from its requests
         self.departed = {}   # group -> its ranks that left the job
+        self.dead = set()    # ranks found dead (mxhet-launch --elastic: the State Server's heartbeat watch)
+        self.reopened = set()   # groups of this iteration whose dead claimant's claim is open again
+        self.deaths = []     # the record: {"rank", "k", "group", "reopened", "retrigger"} per death
 
     def smoothness(self, rank, group, value):
         """A member of ``group`` sends L_g (with every ``GroupBegin``): the first
@@ -327,7 +341,8 @@ class GroupCoordinator:
         if want_stop and self.stop_at is None:
             self.stop_at = self.rule.iteration + 1
         stopped = self.stop_at is not None and self.rule.iteration >= self.stop_at
-        if wanted > self.rule.iteration and not stopped and not self._untriggered():
+        if (wanted > self.rule.iteration and not stopped and not self._untriggered()
+                and not (group in self.reopened and self.rule.open_for(group))):
             self.waiting[rank] = (seq, wanted, group)
             return None
         return self._assign(rank, seq, group)
@@ -335,7 +350,8 @@ class GroupCoordinator:
     def _untriggered(self):
         """True when a departure made the current iteration's step due and nobody triggers it yet
         (without departures the last upload, or the first request of an empty iteration, triggers it)."""
-        return bool(self.rule.retired) and self.rule.step_due and self.rule.iteration not in self.triggers
+        return (bool(self.rule.retired or self.dead) and self.rule.step_due
+                and self.rule.iteration not in self.triggers)
 
     def leave(self, rank):
         """``rank`` left the job (its goodbye): its watch is forgotten; once every
@@ -357,6 +373,41 @@ class GroupCoordinator:
             wseq, _, wgroup = self.waiting.pop(waiter)
             self.released.append((waiter, self._assign(waiter, wseq, wgroup)))
         return True
+
+    def depart(self, rank):
+        """``rank`` died (no goodbye; the State Server's heartbeat watch under
+        ``mxhet-launch --elastic``). As :meth:`leave`, and at once: if it had
+        claimed its group's upload of the current iteration and the upload is
+        not in, the claim is reopened and a teammate waiting for the next
+        iteration is sent a download of this one (a teammate that asks later
+        gets it then); if it was told to trigger the servers' step and the
+        step is not reported, a waiting worker is told to trigger it again
+        (the servers skip a parameter the dead trigger already stepped:
+        :class:`kvstore_ext.gcada.GroupAMSGrad` takes the iteration with the
+        trigger). Returns the death's record."""
+        k = self.rule.iteration
+        group = self.group_of.get(rank)
+        claimed = group is not None and self.rule.claimant(group) == rank and group not in self.rule.uploaded
+        self.dead.add(rank)
+        self.leave(rank)
+        event = {"rank": rank, "k": k, "group": group, "reopened": False, "retrigger": False}
+        if claimed and group not in self.rule.retired and self.rule.reopen(group):
+            event["reopened"] = True
+            self.reopened.add(group)
+            teammates = [r for r, (_, _, g) in self.waiting.items() if g == group]
+            if teammates:
+                waiter = min(teammates, key=lambda r: self.waiting[r][0])
+                wseq, _, wgroup = self.waiting.pop(waiter)
+                self.released.append((waiter, self._assign(waiter, wseq, wgroup)))
+        if self.triggers.get(k) == rank:
+            del self.triggers[k]
+            event["retrigger"] = True
+            if self._untriggered() and self.waiting:
+                waiter = min(self.waiting, key=lambda r: self.waiting[r][0])
+                wseq, _, wgroup = self.waiting.pop(waiter)
+                self.released.append((waiter, self._assign(waiter, wseq, wgroup)))
+        self.deaths.append(event)
+        return event
 
     def _assign(self, rank, seq, group):
         k = self.rule.iteration
@@ -396,6 +447,7 @@ class GroupCoordinator:
         for group, watchers in self.watches.items():
             self.released.extend((r, WatchReply(seq=s, iteration=iteration)) for r, s in watchers.items())
         self.watches = {}
+        self.reopened = set()
         for waiter, (wseq, wanted, group) in list(self.waiting.items()):
             if wanted <= self.rule.iteration:
                 del self.waiting[waiter]
@@ -406,7 +458,8 @@ class GroupCoordinator:
         rule = self.rule
         return {"groups": rule.groups, "max_delay": rule.max_delay, "c": rule.c, "group_size": rule.group_size,
                 "smoothness": list(rule.smoothness),
-                "iterations": rule.log, "totals": rule.totals(batch_size)}
+                "iterations": rule.log, "totals": rule.totals(batch_size),
+                **({"deaths": list(self.deaths)} if self.deaths else {})}
 
 
 def loads_of(workers, batch_size):

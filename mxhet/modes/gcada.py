@@ -35,6 +35,7 @@ stay local, as in the other gradient modes.
 """
 import math
 import os
+import signal
 import warnings
 
 import mxnet as mx
@@ -50,6 +51,7 @@ from ..policy import specs
 from ..protocol import programs_gcada
 from ..protocol.effects import BeginIteration, ClaimUpload, Download, Selection, StepServers, Upload
 from .program import PreludeProgramMode
+from .rounds import ROUND_WAIT_S, elastic_record, keep_kvstore_alive
 from .registry import register
 
 WATCH_POLL_S = 0.005
@@ -114,18 +116,40 @@ class GCADA(PreludeProgramMode):
         return opts["groups"]
 
     @classmethod
-    def updater_for(cls, num_workers, batch_size, optimizer, opts, num_servers=1):
+    def updater_for(cls, num_workers, batch_size, optimizer, opts, num_servers=1, elastic=False):
         from kvstore_ext.gcada import GroupAMSGrad
         return GroupAMSGrad(num_workers, groups=cls.groups_for(num_workers, opts), num_servers=num_servers,
                             alpha=opts["step_size"], beta1=opts["beta1"], beta2=opts["beta2"],
-                            rescale=1.0 / batch_size)
+                            rescale=1.0 / batch_size, once_per_iteration=elastic)
 
     def server_updater(self, batch_size):
         return self.updater_for(self.channel.num_workers, batch_size, None, self.opts,
-                                num_servers=self.config.num_servers)
+                                num_servers=self.config.num_servers, elastic=bool(self.config.elastic))
 
     def on_connect(self):
         self.client = self.join_state_server()
+        if self._elastic():
+            keep_kvstore_alive(self.channel.kv)
+
+    # -- mxhet-launch --elastic: a death is the State Server's (GCADARule.depart: the dead claimant's
+    # group is reopened, a dead trigger's step is triggered again); the end waits on the State Server's
+    # round rendezvous (the membership rule), since PS-LITE's barrier counts the dead.
+    summary_rank = 0   # who writes the job's summary (the rendezvous names a survivor under --elastic)
+
+    def _elastic(self):
+        return bool(self.config.elastic) and self.client is not None
+
+    def barrier(self):
+        if self._elastic():
+            self.summary_rank = self.client.round_finish(timeout=ROUND_WAIT_S)
+        else:
+            super().barrier()
+
+    def summary_fields(self):
+        fields = dict(super().summary_fields())
+        if self._elastic():
+            fields["elastic"] = elastic_record(self)
+        return fields
 
     def on_setup(self, batch_size):
         if self._smoothness is None:
@@ -248,6 +272,11 @@ class GCADA(PreludeProgramMode):
     def _trigger(self, k):
         """The servers' step of iteration ``k``, then its norms to the State Server."""
         keys = self._grad_keys
+        if self._elastic():   # the servers step a parameter once per iteration, whoever triggers it
+            for buf in self._trigger_bufs:
+                buf[:] = k + 1
+        if self.config.test_kill_after_push:
+            _kill_mid_step(self.config.test_kill_after_push, self.channel, k, keys, self._trigger_bufs)
         self.channel.push_pull(keys, self._trigger_bufs, [self.wbufs[i] for i in keys])  # the value is not used
         self.channel.push_pull(self._norm_keys, [mx.nd.zeros(b.shape) for b in self._norm_bufs], self._norm_bufs)
         total = sum(b.asnumpy().astype("float64") for b in self._norm_bufs)
@@ -276,6 +305,19 @@ class GCADA(PreludeProgramMode):
     def on_leave(self):
         if getattr(self, "_group_retired", False):
             self.channel.push(self._group_keys, [mx.nd.zeros(b.shape, dtype=b.dtype) for b in self._gbufs])
+
+
+def _kill_mid_step(spec, channel, k, keys, bufs):
+    """Tests only (``MXHET_TEST_KILL_AFTER_PUSH=RANK:K``): the worker of that PS-LITE rank triggering the
+    servers' step of an iteration >= K pushes the trigger of the first half of the parameters, waits until
+    the servers stepped them, and dies by SIGKILL: a trigger killed mid-step."""
+    rank, first = (int(x) for x in spec.split(":")[:2])
+    if channel.rank != rank or k < first:
+        return
+    half = max(1, len(keys) // 2)
+    channel.push_pull(keys[:half], bufs[:half], [mx.nd.zeros(b.shape, dtype=b.dtype) for b in bufs[:half]])
+    mx.nd.waitall()
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 @register
