@@ -265,6 +265,8 @@ class GCADA(PreludeProgramMode):
         grads = [params[i].list_grad()[0] for i in self._grad_keys]
         copy_all(grads, self._gbufs)
         self.check_finite(self._gbufs, "gradient", k)
+        if self.config.test_kill_after_push:
+            _kill_mid_push(self.config.test_kill_after_push, "upload", self.channel, k, self._group_keys, self._gbufs)
         self.channel.push_pull(self._group_keys, self._gbufs, self._gbufs)  # applied once the pull returns
         self.stats.uploads += 1
         return bool(self._ask(m.GroupUploaded, iteration=k).step_servers)
@@ -276,7 +278,7 @@ class GCADA(PreludeProgramMode):
             for buf in self._trigger_bufs:
                 buf[:] = k + 1
         if self.config.test_kill_after_push:
-            _kill_mid_step(self.config.test_kill_after_push, self.channel, k, keys, self._trigger_bufs)
+            _kill_mid_push(self.config.test_kill_after_push, "trigger", self.channel, k, keys, self._trigger_bufs)
         self.channel.push_pull(keys, self._trigger_bufs, [self.wbufs[i] for i in keys])  # the value is not used
         self.channel.push_pull(self._norm_keys, [mx.nd.zeros(b.shape) for b in self._norm_bufs], self._norm_bufs)
         total = sum(b.asnumpy().astype("float64") for b in self._norm_bufs)
@@ -307,12 +309,17 @@ class GCADA(PreludeProgramMode):
             self.channel.push(self._group_keys, [mx.nd.zeros(b.shape, dtype=b.dtype) for b in self._gbufs])
 
 
-def _kill_mid_step(spec, channel, k, keys, bufs):
-    """Tests only (``MXHET_TEST_KILL_AFTER_PUSH=RANK:K``): the worker of that PS-LITE rank triggering the
-    servers' step of an iteration >= K pushes the trigger of the first half of the parameters, waits until
-    the servers stepped them, and dies by SIGKILL: a trigger killed mid-step."""
-    rank, first = (int(x) for x in spec.split(":")[:2])
-    if channel.rank != rank or k < first:
+def _kill_mid_push(spec, where, channel, k, keys, bufs):
+    """Tests only (``MXHET_TEST_KILL_AFTER_PUSH=RANK:K[:upload][,RANK:K[:upload]]``): the worker of that
+    PS-LITE rank pushes the first half of ``keys`` (its trigger of the servers' step, or with ``upload`` its
+    group's gradient after its claim) at the first such push of an iteration >= K, waits until the servers
+    applied it, and dies by SIGKILL: a trigger killed mid-step, a claimant killed mid-upload."""
+    for entry in spec.split(","):
+        parts = entry.split(":")
+        if ((int(parts[0]), parts[2] if len(parts) > 2 else "trigger") == (channel.rank, where)
+                and k >= int(parts[1])):
+            break
+    else:
         return
     half = max(1, len(keys) // 2)
     channel.push_pull(keys[:half], bufs[:half], [mx.nd.zeros(b.shape, dtype=b.dtype) for b in bufs[:half]])
