@@ -722,6 +722,9 @@ class MembershipRule(RulePlugin):
         else:
             # No longer a device Algorithm 2 waits for: ESync's slowest is looked for among those still training.
             host.table.set_present(req.rank, False)
+            groups = host.rule("gcada")   # G-CADA under --elastic: nobody waits for a finished worker's group
+            if groups is not None:
+                groups.bye(req.rank)
             releases = self.rendezvous.finish(req.rank, req.seq, now=self.wall_clock(), stopping=self._stop_agreed())
             self._slot_events()
         return self._release(releases, req.rank)

@@ -295,6 +295,13 @@ class GCADA(PreludeProgramMode):
         last gradient is zeroed on the servers (their sum then covers the
         shards still trained on, as a departed worker's data stops counting in
         the other modes)."""
+        if self._elastic():
+            # the end runs on the State Server's finish, which also tells the coordinator this worker left
+            # (a group so retired keeps its last gradient on the servers, as a group whose members died)
+            if self._ready and self.kv is not None and not self._finished:
+                self.finish()
+            self.close()
+            return True
         return self.leave_alone()
 
     def leave_state_server(self):

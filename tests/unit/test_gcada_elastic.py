@@ -154,3 +154,14 @@ def test_the_launcher_takes_gcada_elastic_with_the_rendezvous_and_refuses_its_re
         with pytest.raises(ConfigError, match="not '%s': G-CADA's coordinator does not take a dead worker back"
                            % mode):
             launcher.plan(["-n", "4", "--sync", mode, "--elastic", "--max-restarts", "1", "--", "python", "train.py"])
+
+
+def test_under_elastic_a_worker_that_finishes_early_leaves_the_groups_on_the_finish_barrier():
+    service, send = _service()
+    assert send(2, m.GroupDone, iteration=0, group=1).upload
+    assert not send(2, m.GroupUploaded, iteration=0, group=1).step_servers   # group 0's upload is missing
+    assert send(2, m.GroupBegin, iteration=1, group=1, want_stop=False, **RULE) is None
+    for r in (0, 1):                                  # group 0's members leave their loop
+        assert send(r, m.RoundFinish) is None         # the barrier waits for ranks 2, 3
+    released = [(r, a) for r, a in service.take_released() if isinstance(a, m.GroupSelection)]
+    assert released == [(2, released[0][1])] and released[0][1].step_servers    # group 0 retired: rank 2 steps
