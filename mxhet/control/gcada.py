@@ -32,6 +32,7 @@ import collections
 import dataclasses
 
 from ..policy.specs import DEFAULT_MAX_DELAY
+from ..errors import ProtocolError
 from . import wire as w
 
 
@@ -309,6 +310,10 @@ class GroupCoordinator:
         self.dead = set()    # ranks found dead (mxhet-launch --elastic: the State Server's heartbeat watch)
         self.reopened = set()   # groups of this iteration whose dead claimant's claim is open again
         self.deaths = []     # the record: {"rank", "k", "group", "reopened", "retrigger"} per death
+        # groups retired by a death or an --elastic finish: the next trigger zeroes their last gradient
+        # (a leaver's goodbye zeroes its own group's)
+        self.to_zero = set()
+        self._zeroing = {}     # iteration -> the groups its trigger was told to zero
 
     def smoothness(self, rank, group, value):
         """A member of ``group`` sends L_g (with every ``GroupBegin``): the first
@@ -353,7 +358,7 @@ class GroupCoordinator:
         return (bool(self.rule.retired or self.dead) and self.rule.step_due
                 and self.rule.iteration not in self.triggers)
 
-    def leave(self, rank):
+    def leave(self, rank, zero=False):
         """``rank`` left the job (its goodbye): its watch is forgotten; once every
         member of its group has left, the group is retired (:meth:`GroupRule.retire`)
         and, if that makes the current step due, a waiting worker is told to
@@ -368,6 +373,8 @@ class GroupCoordinator:
         if len(gone) < self.rule.group_size or group in self.rule.retired:
             return False
         self.rule.retire(group)
+        if zero:
+            self.to_zero.add(group)
         if self._untriggered() and self.waiting:
             waiter = min(self.waiting, key=lambda r: self.waiting[r][0])
             wseq, _, wgroup = self.waiting.pop(waiter)
@@ -389,7 +396,7 @@ class GroupCoordinator:
         group = self.group_of.get(rank)
         claimed = group is not None and self.rule.claimant(group) == rank and group not in self.rule.uploaded
         self.dead.add(rank)
-        self.leave(rank)
+        self.leave(rank, zero=True)
         event = {"rank": rank, "k": k, "group": group, "reopened": False, "retrigger": False}
         if claimed and group not in self.rule.retired and self.rule.reopen(group):
             event["reopened"] = True
@@ -415,7 +422,8 @@ class GroupCoordinator:
             return GroupSelection(seq=seq, iteration=k, stop=True)
         if self.rule.step_due and k not in self.triggers:  # nobody selected: this worker has the servers step
             self.triggers[k] = rank
-            return GroupSelection(seq=seq, iteration=k, step_servers=True)
+            zero = self._zeroing[k] = tuple(sorted(self.to_zero))
+            return GroupSelection(seq=seq, iteration=k, step_servers=True, zero_groups=zero)
         return GroupSelection(seq=seq, iteration=k, download=self.rule.download(group))
 
     def watch(self, rank, seq, iteration, group):
@@ -437,7 +445,10 @@ class GroupCoordinator:
         trigger = due and iteration not in self.triggers
         if trigger:
             self.triggers[iteration] = rank
-        return UploadedReply(seq=seq, iteration=iteration, step_servers=trigger)
+        zero = ()
+        if trigger:
+            zero = self._zeroing[iteration] = tuple(sorted(self.to_zero))
+        return UploadedReply(seq=seq, iteration=iteration, step_servers=trigger, zero_groups=zero)
 
     def stepped(self, rank, seq, iteration, delta_sq, group_sq, now):
         if self.triggers.get(iteration) != rank:
@@ -448,6 +459,7 @@ class GroupCoordinator:
             self.released.extend((r, WatchReply(seq=s, iteration=iteration)) for r, s in watchers.items())
         self.watches = {}
         self.reopened = set()
+        self.to_zero -= set(self._zeroing.pop(iteration, ()))   # zeroed by this step's trigger
         for waiter, (wseq, wanted, group) in list(self.waiting.items()):
             if wanted <= self.rule.iteration:
                 del self.waiting[waiter]
@@ -483,17 +495,30 @@ class _GroupAnswer(w.Reply):
     CHECKS = {"iteration": w.integer()}
 
 
+def _check_groups_list(name, value):
+    """A list of group indices (at most 1024): kept as a tuple, so a decoded record equals the sent one."""
+    if not isinstance(value, (list, tuple)) or len(value) > 1024:
+        raise ProtocolError("field %r must be a list of at most 1024 group indices" % (name,))
+    for item in value:
+        w.check_int(name, item)
+    return tuple(value)
+
+
 @w.reply_record
 class GroupSelection(_GroupAnswer):
     """The answer to :class:`GroupBegin` (deferred until ``iteration``'s groups
     are selected): ``download`` θ and compute (the worker's group is selected);
     ``step_servers``: no group is selected, this worker triggers the servers'
-    step; ``stop``: the job ends."""
+    step (first zeroing the last gradient of the groups in ``zero_groups``:
+    retired under ``--elastic``, see :meth:`GroupCoordinator.depart`);
+    ``stop``: the job ends."""
     TYPE = "group_selection"
     download: bool = False
     step_servers: bool = False
     stop: bool = False
-    CHECKS = {"download": w.check_bool, "step_servers": w.check_bool, "stop": w.check_bool}
+    zero_groups: tuple = ()
+    CHECKS = {"download": w.check_bool, "step_servers": w.check_bool, "stop": w.check_bool,
+              "zero_groups": _check_groups_list}
 
 
 @w.reply_record
@@ -518,10 +543,12 @@ class ClaimReply(_GroupAnswer):
 @w.reply_record
 class UploadedReply(_GroupAnswer):
     """The answer to :class:`GroupUploaded`: ``step_servers`` true when it was the
-    iteration's last upload and this worker triggers the servers' step."""
+    iteration's last upload and this worker triggers the servers' step (as
+    :class:`GroupSelection`, with ``zero_groups``)."""
     TYPE = "group_uploaded_reply"
     step_servers: bool = False
-    CHECKS = {"step_servers": w.check_bool}
+    zero_groups: tuple = ()
+    CHECKS = {"step_servers": w.check_bool, "zero_groups": _check_groups_list}
 
 
 @w.reply_record

@@ -723,8 +723,9 @@ class MembershipRule(RulePlugin):
             # No longer a device Algorithm 2 waits for: ESync's slowest is looked for among those still training.
             host.table.set_present(req.rank, False)
             groups = host.rule("gcada")   # G-CADA under --elastic: nobody waits for a finished worker's group
-            if groups is not None:
-                groups.bye(req.rank)
+            if groups is not None and groups.coordinator is not None:
+                groups.coordinator.leave(req.rank, zero=True)
+                groups._flush()
             releases = self.rendezvous.finish(req.rank, req.seq, now=self.wall_clock(), stopping=self._stop_agreed())
             self._slot_events()
         return self._release(releases, req.rank)

@@ -86,6 +86,7 @@ class GCADA(PreludeProgramMode):
         self.iteration = None   # the iteration whose gradient this worker computes
         self._watch = None      # seq of the GroupWatch of that iteration
         self._dropped = False
+        self._zero_groups = ()   # groups whose last gradient this worker's next trigger zeroes (--elastic)
         self._smoothness = 1.0 if self.opts["smoothness"] == "folded" else None   # L_g of this worker's group
 
     @staticmethod
@@ -185,6 +186,7 @@ class GCADA(PreludeProgramMode):
             reply = self._ask(m.GroupBegin, iteration=effect.iteration, groups=self.groups,
                               max_delay=self.opts["max_delay"], c=float(self.opts["c"]), want_stop=effect.want_stop,
                               smoothness=self._smoothness)
+            self._zero_groups = reply.zero_groups
             return Selection(reply.iteration, stop=reply.stop, target=int(reply.step_servers), ready=reply.download)
         if isinstance(effect, Download):
             self._download(effect.iteration)
@@ -269,11 +271,18 @@ class GCADA(PreludeProgramMode):
             _kill_mid_push(self.config.test_kill_after_push, "upload", self.channel, k, self._group_keys, self._gbufs)
         self.channel.push_pull(self._group_keys, self._gbufs, self._gbufs)  # applied once the pull returns
         self.stats.uploads += 1
-        return bool(self._ask(m.GroupUploaded, iteration=k).step_servers)
+        reply = self._ask(m.GroupUploaded, iteration=k)
+        self._zero_groups = reply.zero_groups
+        return bool(reply.step_servers)
 
     def _trigger(self, k):
         """The servers' step of iteration ``k``, then its norms to the State Server."""
         keys = self._grad_keys
+        if self._zero_groups:   # --elastic: groups nobody is left in stop counting in the sum
+            zero_keys = [ps_keys.group_grad_key(i, g, self._layout) for g in self._zero_groups for i in keys]
+            self.channel.push_pull(zero_keys, [mx.nd.zeros(b.shape, dtype=b.dtype) for _ in self._zero_groups
+                                               for b in self._gbufs],
+                                   [mx.nd.zeros(b.shape, dtype=b.dtype) for _ in self._zero_groups for b in self._gbufs])
         if self._elastic():   # the servers step a parameter once per iteration, whoever triggers it
             for buf in self._trigger_bufs:
                 buf[:] = k + 1

@@ -165,3 +165,28 @@ def test_under_elastic_a_worker_that_finishes_early_leaves_the_groups_on_the_fin
         assert send(r, m.RoundFinish) is None         # the barrier waits for ranks 2, 3
     released = [(r, a) for r, a in service.take_released() if isinstance(a, m.GroupSelection)]
     assert released == [(2, released[0][1])] and released[0][1].step_servers    # group 0 retired: rank 2 steps
+
+
+def test_a_group_whose_members_all_died_is_zeroed_by_the_next_trigger_once():
+    coord = GroupCoordinator(3, groups=3, max_delay=1, c=0.3)   # CADA: groups of one
+    for r in range(3):
+        assert coord.begin(r, 1, 0, r, False).download
+    assert coord.done(1, 2, 0, 1).upload and not coord.uploaded(1, 3, 0, 1).step_servers
+    assert coord.done(0, 2, 0, 0).upload                        # rank 0 claims, then dies mid-upload
+    coord.depart(0)                                             # its group has nobody left: retired
+    assert coord.rule.retired == {0} and coord.rule.selected == [1, 2]
+    assert coord.done(2, 2, 0, 2).upload
+    reply = coord.uploaded(2, 3, 0, 2)
+    assert reply.step_servers and reply.zero_groups == (0,)     # the trigger zeroes group 0's keys first
+    coord.stepped(2, 4, 0, 1.0, [1.0, 1.0, 1.0], now=0.0)
+    assert coord.begin(1, 4, 1, 1, False).download
+    assert coord.done(1, 5, 1, 1).upload and coord.uploaded(1, 6, 1, 1).step_servers is False
+    assert coord.done(2, 5, 1, 2).upload
+    assert coord.uploaded(2, 6, 1, 2).zero_groups == ()         # zeroed once
+
+
+def test_zero_groups_travel_on_the_wire():
+    from mxhet.control import wire
+    from mxhet.control.gcada import UploadedReply
+    reply = UploadedReply(seq=3, iteration=2, step_servers=True, zero_groups=(0, 4))
+    assert wire.decode(wire.encode(reply), {UploadedReply.TYPE: UploadedReply}) == reply
