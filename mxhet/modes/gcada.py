@@ -27,6 +27,12 @@ The protocol is :func:`mxhet.protocol.programs_gcada.gcada`, run here by
 before the first iteration) and in the simulator by
 :func:`mxhet.sim.program.run_program`.
 
+Under ``mxhet-launch --elastic`` a worker may die: the State Server hands
+its open claim to a teammate, or the step it was to trigger to a live worker
+(:meth:`mxhet.control.gcada.GroupCoordinator.depart`); the trigger then pushes
+k+1 and the servers step each parameter once per iteration; the end runs on
+the State Server's finish barrier, not PS-LITE's (which counts the dead).
+
 CADA is the same with groups of one (the servers then wait for every selected
 worker); with ``max_delay=1`` every worker is selected every iteration:
 distributed AMSGrad. The trainer's own optimizer is not used (AMSGrad runs on

@@ -17,14 +17,14 @@ def test_a_claimant_killed_mid_upload_and_a_trigger_killed_mid_step_are_replaced
     out, stats = tmp_path / "out", tmp_path / "state.json"
     # 4 workers in 2 groups, D = 1 (both groups every iteration): the last upload of an iteration triggers
     # the step. PS-LITE rank 2, at its first upload from iteration 3 on, pushes half its gradient and sends
-    # itself SIGKILL; rank 1, at its first trigger from iteration 12 on (after rank 2's death: rank 2 claims
+    # itself SIGKILL; rank 1, at its first trigger from iteration 20 on (after rank 2's death: rank 2 claims
     # about every other iteration), steps half the parameters and dies (tests only: MXHET_TEST_KILL_AFTER_PUSH).
     proc, job_file, err = start(
         tmp_path, ["-n", "4", "-s", "1", "--sync", "gcada", "--base-iter", "0.02", "--timeout", "200", "--elastic",
                    "--heartbeat-timeout", "3", "--state-stats", str(stats)],
         train_command(out, "--model", "linear", "--groups", "2", "--dist", "group", "--max-delay", "1",
                       "--batch-size", "16", "--max-rounds", "60", "--step-size", "0.01"),
-        env={"MXHET_TEST_KILL_AFTER_PUSH": "2:3:upload,1:12"})
+        env={"MXHET_TEST_KILL_AFTER_PUSH": "2:3:upload,1:20"})
     child_pids.add(proc.pid)
     try:
         wait_for(job_file, proc)
@@ -35,10 +35,11 @@ def test_a_claimant_killed_mid_upload_and_a_trigger_killed_mid_step_are_replaced
     stderr = (tmp_path / "launcher.err").read_text()
     assert code == 0, stderr[-4000:]
     record = json.loads(stats.read_text())["gcada"]
-    upload, trigger = record["deaths"]
+    deaths = {d["rank"]: d for d in record["deaths"]}
+    upload, trigger = deaths[2], deaths[1]
     # the first death: its group's claim reopened (its teammate lives), the second: the step handed on
     assert upload["rank"] == 2 and upload["reopened"] and upload["k"] >= 3, record["deaths"]
-    assert trigger["rank"] == 1 and trigger["retrigger"] and trigger["k"] >= 12, record["deaths"]
+    assert trigger["rank"] == 1 and trigger["retrigger"] and trigger["k"] >= 20, record["deaths"]
     killed = {e["slot"] for e in json.loads(job_file.read_text())["worker_exits"] if "SIGKILL" in e["cause"]}
     assert len(killed) == 2
     # every iteration was stepped and reported once, the two the dead began included, each with one upload
