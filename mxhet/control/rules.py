@@ -650,6 +650,13 @@ class GCADARule(RulePlugin):
         self._flush()
         return retired
 
+    def finished(self, rank):
+        """``rank`` reached the job's end on the finish barrier (``--elastic``): as a goodbye, and a group so
+        left with no member is zeroed by the next trigger (nobody is left to zero it)."""
+        if self.coordinator is not None and self.failed is None:
+            self.coordinator.leave(rank, zero=True)
+            self._flush()
+
     def depart(self, rank, cause):
         """``rank`` died: its group's open claim and the servers' step it was to trigger go to a
         live worker at once (:meth:`.gcada.GroupCoordinator.depart`), or -- fewer than
@@ -723,9 +730,8 @@ class MembershipRule(RulePlugin):
             # No longer a device Algorithm 2 waits for: ESync's slowest is looked for among those still training.
             host.table.set_present(req.rank, False)
             groups = host.rule("gcada")   # G-CADA under --elastic: nobody waits for a finished worker's group
-            if groups is not None and groups.coordinator is not None:
-                groups.coordinator.leave(req.rank, zero=True)
-                groups._flush()
+            if groups is not None:
+                groups.finished(req.rank)
             releases = self.rendezvous.finish(req.rank, req.seq, now=self.wall_clock(), stopping=self._stop_agreed())
             self._slot_events()
         return self._release(releases, req.rank)
