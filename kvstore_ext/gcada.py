@@ -7,8 +7,12 @@ pushes reach it (key layout in :mod:`kvstore_ext.keys`):
 * group g's gradient of parameter i, at ``group_grad_key(i, g)``: stored there
   (the group's *last* gradient, the stale one of later iterations), and g is
   marked fresh for i;
-* the step trigger, at parameter key i itself, once per iteration (the pushed
-  value is not used): the server takes ∇̂ = Σ_g (last gradient of g), the fresh
+* the step trigger, at parameter key i itself, once per iteration (under
+  ``mxhet-launch --elastic`` the pushed value is k+1, k the iteration, and a
+  parameter already stepped for k is not stepped again: a trigger that died
+  mid-step stepped some parameters and not others, and the worker told to
+  trigger again pushes to all; 0, as outside ``--elastic`` and in the
+  simulator, always steps): the server takes ∇̂ = Σ_g (last gradient of g), the fresh
   uploads and the stale ones alike, and applies AMSGrad exactly as the paper's
   eqs. (8a-c) write it -- no bias correction, v starts from v̂::
 
@@ -42,13 +46,15 @@ class GroupAMSGrad(ServerUpdater):
         num_servers: number of server processes (must divide the key layout's stride).
         alpha, beta1, beta2, epsilon: AMSGrad's α > 0, β1 and β2 in [0, 1), ε > 0.
         rescale: factor turning a pushed gradient into the one summed (> 0).
+        once_per_iteration: read the iteration (k+1) from the trigger's value and
+            step a parameter once per iteration (``mxhet-launch --elastic``).
 
     Raises:
         ValueError: naming a bad argument.
     """
 
     def __init__(self, num_workers, groups, num_servers=1, alpha=0.01, beta1=0.9, beta2=0.999,
-                 epsilon=1e-8, rescale=1.0, **kwargs):
+                 epsilon=1e-8, rescale=1.0, once_per_iteration=False, **kwargs):
         super().__init__(num_workers, **kwargs)
         self.layout = keys.group_key_layout(groups, num_servers)
         for name, value in (("alpha", alpha), ("epsilon", epsilon), ("rescale", rescale)):
@@ -65,6 +71,8 @@ class GroupAMSGrad(ServerUpdater):
         self._model = {}   # (param, group) -> θ the group's last gradient was computed on
         self._norms = {}   # param -> NDArray [‖Δθ‖², ‖θ − θ^(g)‖² per group] of its last step
         self.steps = {}    # param -> steps applied
+        self.once_per_iteration = bool(once_per_iteration)
+        self.stepped_for = {}   # param -> k+1 of the latest iteration its step was applied for (--elastic)
 
     def create_param_state(self, index, weight):
         return (mx.nd.zeros(weight.shape, weight.context, dtype=weight.dtype),   # h
@@ -85,6 +93,11 @@ class GroupAMSGrad(ServerUpdater):
             weight[:] = grad
 
     def apply(self, index, weight, grad, state):
+        mark = int(round(float(grad.reshape((-1,))[0:1].asscalar()))) if self.once_per_iteration else 0
+        if mark > 0:
+            if mark <= self.stepped_for.get(index, 0):
+                return   # a second trigger of an iteration this parameter was stepped for: nothing applied twice
+            self.stepped_for[index] = mark
         h, v_hat = state
         for group in self._fresh.pop(index, ()):
             self._model[(index, group)] = weight.copy()

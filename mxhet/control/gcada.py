@@ -32,6 +32,7 @@ import collections
 import dataclasses
 
 from ..policy.specs import DEFAULT_MAX_DELAY
+from ..errors import ProtocolError
 from . import wire as w
 
 
@@ -156,6 +157,17 @@ class GroupRule:
         if group in self.selected and group not in self.uploaded:
             self.selected = [g for g in self.selected if g != group]
             self.claims.pop(group, None)
+
+    def reopen(self, group):
+        """The rank that claimed ``group``'s upload died before its upload was
+        in: the claim is open again (a teammate's gradient of θ^k replaces
+        whatever part of the dead one's push reached the group's keys: a
+        group key holds the last push, never a sum). Returns True if a claim
+        was reopened."""
+        self._check_group(group)
+        if group in self.uploaded or self.claims.pop(group, None) is None:
+            return False
+        return True
 
     def is_selected(self, group):
         return group in self.selected
@@ -295,6 +307,13 @@ class GroupCoordinator:
         self.smoothness_from = {}   # group -> the first rank that sent its L_g
         self.group_of = {}   # rank -> its group, from its requests
         self.departed = {}   # group -> its ranks that left the job
+        self.dead = set()    # ranks found dead (mxhet-launch --elastic: the State Server's heartbeat watch)
+        self.reopened = set()   # groups of this iteration whose dead claimant's claim is open again
+        self.deaths = []     # the record: {"rank", "k", "group", "reopened", "retrigger"} per death
+        # groups retired by a death or an --elastic finish: the next trigger zeroes their last gradient
+        # (a leaver's goodbye zeroes its own group's)
+        self.to_zero = set()
+        self._zeroing = {}     # iteration -> the groups its trigger was told to zero
 
     def smoothness(self, rank, group, value):
         """A member of ``group`` sends L_g (with every ``GroupBegin``): the first
@@ -327,7 +346,8 @@ class GroupCoordinator:
         if want_stop and self.stop_at is None:
             self.stop_at = self.rule.iteration + 1
         stopped = self.stop_at is not None and self.rule.iteration >= self.stop_at
-        if wanted > self.rule.iteration and not stopped and not self._untriggered():
+        if (wanted > self.rule.iteration and not stopped and not self._untriggered()
+                and not (group in self.reopened and self.rule.open_for(group))):
             self.waiting[rank] = (seq, wanted, group)
             return None
         return self._assign(rank, seq, group)
@@ -335,9 +355,10 @@ class GroupCoordinator:
     def _untriggered(self):
         """True when a departure made the current iteration's step due and nobody triggers it yet
         (without departures the last upload, or the first request of an empty iteration, triggers it)."""
-        return bool(self.rule.retired) and self.rule.step_due and self.rule.iteration not in self.triggers
+        return (bool(self.rule.retired or self.dead) and self.rule.step_due
+                and self.rule.iteration not in self.triggers)
 
-    def leave(self, rank):
+    def leave(self, rank, zero=False):
         """``rank`` left the job (its goodbye): its watch is forgotten; once every
         member of its group has left, the group is retired (:meth:`GroupRule.retire`)
         and, if that makes the current step due, a waiting worker is told to
@@ -352,11 +373,48 @@ class GroupCoordinator:
         if len(gone) < self.rule.group_size or group in self.rule.retired:
             return False
         self.rule.retire(group)
+        if zero:
+            self.to_zero.add(group)
         if self._untriggered() and self.waiting:
             waiter = min(self.waiting, key=lambda r: self.waiting[r][0])
             wseq, _, wgroup = self.waiting.pop(waiter)
             self.released.append((waiter, self._assign(waiter, wseq, wgroup)))
         return True
+
+    def depart(self, rank):
+        """``rank`` died (no goodbye; the State Server's heartbeat watch under
+        ``mxhet-launch --elastic``). As :meth:`leave`, and at once: if it had
+        claimed its group's upload of the current iteration and the upload is
+        not in, the claim is reopened and a teammate waiting for the next
+        iteration is sent a download of this one (a teammate that asks later
+        gets it then); if it was told to trigger the servers' step and the
+        step is not reported, a waiting worker is told to trigger it again
+        (the servers skip a parameter the dead trigger already stepped:
+        :class:`kvstore_ext.gcada.GroupAMSGrad` takes the iteration with the
+        trigger). Returns the death's record."""
+        k = self.rule.iteration
+        group = self.group_of.get(rank)
+        claimed = group is not None and self.rule.claimant(group) == rank and group not in self.rule.uploaded
+        self.dead.add(rank)
+        self.leave(rank, zero=True)
+        event = {"rank": rank, "k": k, "group": group, "reopened": False, "retrigger": False}
+        if claimed and group not in self.rule.retired and self.rule.reopen(group):
+            event["reopened"] = True
+            self.reopened.add(group)
+            teammates = [r for r, (_, _, g) in self.waiting.items() if g == group]
+            if teammates:
+                waiter = min(teammates, key=lambda r: self.waiting[r][0])
+                wseq, _, wgroup = self.waiting.pop(waiter)
+                self.released.append((waiter, self._assign(waiter, wseq, wgroup)))
+        if self.triggers.get(k) == rank:
+            del self.triggers[k]
+            event["retrigger"] = True
+            if self._untriggered() and self.waiting:
+                waiter = min(self.waiting, key=lambda r: self.waiting[r][0])
+                wseq, _, wgroup = self.waiting.pop(waiter)
+                self.released.append((waiter, self._assign(waiter, wseq, wgroup)))
+        self.deaths.append(event)
+        return event
 
     def _assign(self, rank, seq, group):
         k = self.rule.iteration
@@ -364,7 +422,8 @@ class GroupCoordinator:
             return GroupSelection(seq=seq, iteration=k, stop=True)
         if self.rule.step_due and k not in self.triggers:  # nobody selected: this worker has the servers step
             self.triggers[k] = rank
-            return GroupSelection(seq=seq, iteration=k, step_servers=True)
+            zero = self._zeroing[k] = tuple(sorted(self.to_zero))
+            return GroupSelection(seq=seq, iteration=k, step_servers=True, zero_groups=zero)
         return GroupSelection(seq=seq, iteration=k, download=self.rule.download(group))
 
     def watch(self, rank, seq, iteration, group):
@@ -386,7 +445,10 @@ class GroupCoordinator:
         trigger = due and iteration not in self.triggers
         if trigger:
             self.triggers[iteration] = rank
-        return UploadedReply(seq=seq, iteration=iteration, step_servers=trigger)
+        zero = ()
+        if trigger:
+            zero = self._zeroing[iteration] = tuple(sorted(self.to_zero))
+        return UploadedReply(seq=seq, iteration=iteration, step_servers=trigger, zero_groups=zero)
 
     def stepped(self, rank, seq, iteration, delta_sq, group_sq, now):
         if self.triggers.get(iteration) != rank:
@@ -396,6 +458,8 @@ class GroupCoordinator:
         for group, watchers in self.watches.items():
             self.released.extend((r, WatchReply(seq=s, iteration=iteration)) for r, s in watchers.items())
         self.watches = {}
+        self.reopened = set()
+        self.to_zero -= set(self._zeroing.pop(iteration, ()))   # zeroed by this step's trigger
         for waiter, (wseq, wanted, group) in list(self.waiting.items()):
             if wanted <= self.rule.iteration:
                 del self.waiting[waiter]
@@ -406,7 +470,8 @@ class GroupCoordinator:
         rule = self.rule
         return {"groups": rule.groups, "max_delay": rule.max_delay, "c": rule.c, "group_size": rule.group_size,
                 "smoothness": list(rule.smoothness),
-                "iterations": rule.log, "totals": rule.totals(batch_size)}
+                "iterations": rule.log, "totals": rule.totals(batch_size),
+                **({"deaths": list(self.deaths)} if self.deaths else {})}
 
 
 def loads_of(workers, batch_size):
@@ -430,17 +495,30 @@ class _GroupAnswer(w.Reply):
     CHECKS = {"iteration": w.integer()}
 
 
+def _check_groups_list(name, value):
+    """A list of group indices (at most 1024): kept as a tuple, so a decoded record equals the sent one."""
+    if not isinstance(value, (list, tuple)) or len(value) > 1024:
+        raise ProtocolError("field %r must be a list of at most 1024 group indices" % (name,))
+    for item in value:
+        w.check_int(name, item)
+    return tuple(value)
+
+
 @w.reply_record
 class GroupSelection(_GroupAnswer):
     """The answer to :class:`GroupBegin` (deferred until ``iteration``'s groups
     are selected): ``download`` θ and compute (the worker's group is selected);
     ``step_servers``: no group is selected, this worker triggers the servers'
-    step; ``stop``: the job ends."""
+    step (first zeroing the last gradient of the groups in ``zero_groups``:
+    retired under ``--elastic``, see :meth:`GroupCoordinator.depart`);
+    ``stop``: the job ends."""
     TYPE = "group_selection"
     download: bool = False
     step_servers: bool = False
     stop: bool = False
-    CHECKS = {"download": w.check_bool, "step_servers": w.check_bool, "stop": w.check_bool}
+    zero_groups: tuple = ()
+    CHECKS = {"download": w.check_bool, "step_servers": w.check_bool, "stop": w.check_bool,
+              "zero_groups": _check_groups_list}
 
 
 @w.reply_record
@@ -465,10 +543,12 @@ class ClaimReply(_GroupAnswer):
 @w.reply_record
 class UploadedReply(_GroupAnswer):
     """The answer to :class:`GroupUploaded`: ``step_servers`` true when it was the
-    iteration's last upload and this worker triggers the servers' step."""
+    iteration's last upload and this worker triggers the servers' step (as
+    :class:`GroupSelection`, with ``zero_groups``)."""
     TYPE = "group_uploaded_reply"
     step_servers: bool = False
-    CHECKS = {"step_servers": w.check_bool}
+    zero_groups: tuple = ()
+    CHECKS = {"step_servers": w.check_bool, "zero_groups": _check_groups_list}
 
 
 @w.reply_record

@@ -57,12 +57,13 @@ ELASTIC_MODES = ("localsgd", "esync", "sync", "nodelay")
 the others go on): ``mxhet-launch --elastic`` and the simulator's ``--events``
 accept these (``sync`` through its elastic executor, :class:`mxhet.modes.gradient.ElasticSync`;
 ``nodelay``'s transfer rule counts each round's pushes itself, :mod:`.nodelay`)."""
-CLUSTER_ELASTIC_MODES = ELASTIC_MODES + ("async", "preduce")
+CLUSTER_ELASTIC_MODES = ELASTIC_MODES + ("async", "preduce", "gcada", "cada")
 """``mxhet-launch --elastic`` accepts these: the round modes, ``async``, which has no round to
 release -- nobody waits for another's push -- and whose end (the final barrier before the last pull)
 runs on this rendezvous' finish instead of PS-LITE's barrier, which counts the dead, and ``preduce``,
 whose controller releases a dead worker's group (:mod:`mxhet.control.preduce`) and whose end runs on
-this finish too."""
+this finish too, and ``gcada``/``cada``, whose coordinator hands a dead claimant's upload, or a dead
+trigger's step, to a live worker (:meth:`mxhet.control.gcada.GroupCoordinator.depart`); their end too."""
 RESTART_MODES = ELASTIC_MODES + ("preduce",)
 """``mxhet-launch --max-restarts`` accepts these: a restarted worker rejoins at a round boundary
 (nodelay: the next transfer round its master requests), or

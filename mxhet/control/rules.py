@@ -654,12 +654,17 @@ class GCADARule(RulePlugin):
     REQUESTS = (gcada.GroupBegin, gcada.GroupWatch, gcada.GroupDone, gcada.GroupUploaded, gcada.GroupStepped)
     REPLIES = (gcada.GroupSelection, gcada.WatchReply, gcada.ClaimReply, gcada.UploadedReply, gcada.SteppedReply)
 
-    def __init__(self, host):
+    def __init__(self, host, min_workers=1):
         super().__init__(host)
         self.coordinator = None
+        self.min_workers = min_workers
+        self.dead = set()    # ranks found dead (mxhet-launch --elastic)
+        self.failed = None   # the refusal's message once a death left fewer than min_workers live ranks
 
     def handle(self, req, now):
         self.host.registered(req.rank)
+        if self.failed is not None:
+            return w.Reply(seq=req.seq, ok=False, error=self.failed, code="too_few_workers")
         begin = req.TYPE == gcada.GroupBegin.TYPE
         c = self.coordinator
         if c is None:
@@ -694,6 +699,35 @@ class GCADARule(RulePlugin):
         retired = self.coordinator.leave(rank)
         self._flush()
         return retired
+
+    def finished(self, rank):
+        """``rank`` reached the job's end on the finish barrier (``--elastic``): as a goodbye, and a group so
+        left with no member is zeroed by the next trigger (nobody is left to zero it)."""
+        if self.coordinator is not None and self.failed is None:
+            self.coordinator.leave(rank, zero=True)
+            self._flush()
+
+    def depart(self, rank, cause):
+        """``rank`` died: its group's open claim and the servers' step it was to trigger go to a
+        live worker at once (:meth:`.gcada.GroupCoordinator.depart`), or -- fewer than
+        ``min_workers`` live -- every waiting worker, and every later request, is refused."""
+        if rank in self.dead:
+            return
+        self.dead.add(rank)
+        c = self.coordinator
+        if self.failed is None and self.host.num_workers - len(self.dead) < self.min_workers:
+            self.failed = ("worker rank %d %s; %d worker(s) still train, fewer than the job's minimum of %d"
+                           % (rank, cause, self.host.num_workers - len(self.dead), self.min_workers))
+            if c is not None:
+                waiting = [(r, seq) for r, (seq, _, _) in c.waiting.items()]
+                waiting += [(r, seq) for watchers in c.watches.values() for r, seq in watchers.items()]
+                c.waiting, c.watches = {}, {}
+                self.host.released.extend((r, w.Reply(seq=seq, ok=False, error=self.failed, code="too_few_workers"))
+                                          for r, seq in sorted(waiting) if r != rank)
+            return
+        if c is not None:
+            c.depart(rank)
+            self._flush()
 
     def stats(self):
         return self.coordinator.stats() if self.coordinator is not None else None
@@ -749,6 +783,9 @@ class MembershipRule(RulePlugin):
             if transfers is not None:   # nodelay --elastic: leaving the loop leaves its transfers, as a death does
                 transfers.bye(req.rank)
             self._transfer_rounds()
+            groups = host.rule("gcada")   # G-CADA under --elastic: nobody waits for a finished worker's group
+            if groups is not None:
+                groups.finished(req.rank)
             releases = self.rendezvous.finish(req.rank, req.seq, now=self.wall_clock(), stopping=self._stop_agreed())
             self._slot_events()
         return self._release(releases, req.rank)

@@ -81,6 +81,7 @@ class StateService:
         options = {"ssp": dict(staleness=staleness), "membership": dict(min_workers=min_workers),
                    "preduce": dict(min_workers=min_workers),
                    "nodelay": dict(min_workers=min_workers),
+                   "gcada": dict(min_workers=min_workers),
                    "esync": dict(round_deadline=round_deadline),
                    "adsp": dict(period=adsp_period, epoch=adsp_epoch, window_periods=adsp_window)}
         # loaded in the registry's order whatever order ``rules`` names them in: a goodbye reaches them in that order

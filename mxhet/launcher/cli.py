@@ -339,6 +339,10 @@ def parse_args(argv=None):
         parser.error("--max-restarts must be >= 0, got %d" % args.max_restarts)
     if args.max_restarts and not args.elastic:
         parser.error("--max-restarts %d needs --elastic" % args.max_restarts)
+    if args.max_restarts and args.sync in ("gcada", "cada"):
+        parser.error("--max-restarts works in modes %s, not %r: G-CADA's coordinator does not take a dead "
+                     "worker back (it would have to hand it a group's θ^k between two steps); --elastic alone "
+                     "goes on without it" % (", ".join(RESTART_MODES), args.sync))
     if args.max_restarts and args.sync not in RESTART_MODES:
         parser.error("--max-restarts works in modes %s, not %r (a restarted worker rejoins at a round boundary)"
                      % (", ".join(RESTART_MODES), args.sync))

@@ -27,6 +27,12 @@ The protocol is :func:`mxhet.protocol.programs_gcada.gcada`, run here by
 before the first iteration) and in the simulator by
 :func:`mxhet.sim.program.run_program`.
 
+Under ``mxhet-launch --elastic`` a worker may die: the State Server hands
+its open claim to a teammate, or the step it was to trigger to a live worker
+(:meth:`mxhet.control.gcada.GroupCoordinator.depart`); the trigger then pushes
+k+1 and the servers step each parameter once per iteration; the end runs on
+the State Server's finish barrier, not PS-LITE's (which counts the dead).
+
 CADA is the same with groups of one (the servers then wait for every selected
 worker); with ``max_delay=1`` every worker is selected every iteration:
 distributed AMSGrad. The trainer's own optimizer is not used (AMSGrad runs on
@@ -35,6 +41,7 @@ stay local, as in the other gradient modes.
 """
 import math
 import os
+import signal
 import warnings
 
 import mxnet as mx
@@ -50,6 +57,7 @@ from ..policy import specs
 from ..protocol import programs_gcada
 from ..protocol.effects import BeginIteration, ClaimUpload, Download, Selection, StepServers, Upload
 from .program import PreludeProgramMode
+from .rounds import ROUND_WAIT_S, elastic_record, keep_kvstore_alive
 from .registry import register
 
 WATCH_POLL_S = 0.005
@@ -84,6 +92,7 @@ class GCADA(PreludeProgramMode):
         self.iteration = None   # the iteration whose gradient this worker computes
         self._watch = None      # seq of the GroupWatch of that iteration
         self._dropped = False
+        self._zero_groups = ()   # groups whose last gradient this worker's next trigger zeroes (--elastic)
         self._smoothness = 1.0 if self.opts["smoothness"] == "folded" else None   # L_g of this worker's group
 
     @staticmethod
@@ -114,18 +123,40 @@ class GCADA(PreludeProgramMode):
         return opts["groups"]
 
     @classmethod
-    def updater_for(cls, num_workers, batch_size, optimizer, opts, num_servers=1):
+    def updater_for(cls, num_workers, batch_size, optimizer, opts, num_servers=1, elastic=False):
         from kvstore_ext.gcada import GroupAMSGrad
         return GroupAMSGrad(num_workers, groups=cls.groups_for(num_workers, opts), num_servers=num_servers,
                             alpha=opts["step_size"], beta1=opts["beta1"], beta2=opts["beta2"],
-                            rescale=1.0 / batch_size)
+                            rescale=1.0 / batch_size, once_per_iteration=elastic)
 
     def server_updater(self, batch_size):
         return self.updater_for(self.channel.num_workers, batch_size, None, self.opts,
-                                num_servers=self.config.num_servers)
+                                num_servers=self.config.num_servers, elastic=bool(self.config.elastic))
 
     def on_connect(self):
         self.client = self.join_state_server()
+        if self._elastic():
+            keep_kvstore_alive(self.channel.kv)
+
+    # -- mxhet-launch --elastic: a death is the State Server's (GCADARule.depart: the dead claimant's
+    # group is reopened, a dead trigger's step is triggered again); the end waits on the State Server's
+    # round rendezvous (the membership rule), since PS-LITE's barrier counts the dead.
+    summary_rank = 0   # who writes the job's summary (the rendezvous names a survivor under --elastic)
+
+    def _elastic(self):
+        return bool(self.config.elastic) and self.client is not None
+
+    def barrier(self):
+        if self._elastic():
+            self.summary_rank = self.client.round_finish(timeout=ROUND_WAIT_S)
+        else:
+            super().barrier()
+
+    def summary_fields(self):
+        fields = dict(super().summary_fields())
+        if self._elastic():
+            fields["elastic"] = elastic_record(self)
+        return fields
 
     def on_setup(self, batch_size):
         if self._smoothness is None:
@@ -161,6 +192,7 @@ class GCADA(PreludeProgramMode):
             reply = self._ask(m.GroupBegin, iteration=effect.iteration, groups=self.groups,
                               max_delay=self.opts["max_delay"], c=float(self.opts["c"]), want_stop=effect.want_stop,
                               smoothness=self._smoothness)
+            self._zero_groups = reply.zero_groups
             return Selection(reply.iteration, stop=reply.stop, target=int(reply.step_servers), ready=reply.download)
         if isinstance(effect, Download):
             self._download(effect.iteration)
@@ -241,13 +273,27 @@ class GCADA(PreludeProgramMode):
         grads = [params[i].list_grad()[0] for i in self._grad_keys]
         copy_all(grads, self._gbufs)
         self.check_finite(self._gbufs, "gradient", k)
+        if self.config.test_kill_after_push:
+            _kill_mid_push(self.config.test_kill_after_push, "upload", self.channel, k, self._group_keys, self._gbufs)
         self.channel.push_pull(self._group_keys, self._gbufs, self._gbufs)  # applied once the pull returns
         self.stats.uploads += 1
-        return bool(self._ask(m.GroupUploaded, iteration=k).step_servers)
+        reply = self._ask(m.GroupUploaded, iteration=k)
+        self._zero_groups = reply.zero_groups
+        return bool(reply.step_servers)
 
     def _trigger(self, k):
         """The servers' step of iteration ``k``, then its norms to the State Server."""
         keys = self._grad_keys
+        if self._zero_groups:   # --elastic: groups nobody is left in stop counting in the sum
+            zero_keys = [ps_keys.group_grad_key(i, g, self._layout) for g in self._zero_groups for i in keys]
+            self.channel.push_pull(zero_keys, [mx.nd.zeros(b.shape, dtype=b.dtype) for _ in self._zero_groups
+                                               for b in self._gbufs],
+                                   [mx.nd.zeros(b.shape, dtype=b.dtype) for _ in self._zero_groups for b in self._gbufs])
+        if self._elastic():   # the servers step a parameter once per iteration, whoever triggers it
+            for buf in self._trigger_bufs:
+                buf[:] = k + 1
+        if self.config.test_kill_after_push:
+            _kill_mid_push(self.config.test_kill_after_push, "trigger", self.channel, k, keys, self._trigger_bufs)
         self.channel.push_pull(keys, self._trigger_bufs, [self.wbufs[i] for i in keys])  # the value is not used
         self.channel.push_pull(self._norm_keys, [mx.nd.zeros(b.shape) for b in self._norm_bufs], self._norm_bufs)
         total = sum(b.asnumpy().astype("float64") for b in self._norm_bufs)
@@ -264,6 +310,13 @@ class GCADA(PreludeProgramMode):
         last gradient is zeroed on the servers (their sum then covers the
         shards still trained on, as a departed worker's data stops counting in
         the other modes)."""
+        if self._elastic():
+            # the end runs on the State Server's finish, which also tells the coordinator this worker left
+            # (a group so retired keeps its last gradient on the servers, as a group whose members died)
+            if self._ready and self.kv is not None and not self._finished:
+                self.finish()
+            self.close()
+            return True
         return self.leave_alone()
 
     def leave_state_server(self):
@@ -276,6 +329,24 @@ class GCADA(PreludeProgramMode):
     def on_leave(self):
         if getattr(self, "_group_retired", False):
             self.channel.push(self._group_keys, [mx.nd.zeros(b.shape, dtype=b.dtype) for b in self._gbufs])
+
+
+def _kill_mid_push(spec, where, channel, k, keys, bufs):
+    """Tests only (``MXHET_TEST_KILL_AFTER_PUSH=RANK:K[:upload][,RANK:K[:upload]]``): the worker of that
+    PS-LITE rank pushes the first half of ``keys`` (its trigger of the servers' step, or with ``upload`` its
+    group's gradient after its claim) at the first such push of an iteration >= K, waits until the servers
+    applied it, and dies by SIGKILL: a trigger killed mid-step, a claimant killed mid-upload."""
+    for entry in spec.split(","):
+        parts = entry.split(":")
+        if ((int(parts[0]), parts[2] if len(parts) > 2 else "trigger") == (channel.rank, where)
+                and k >= int(parts[1])):
+            break
+    else:
+        return
+    half = max(1, len(keys) // 2)
+    channel.push_pull(keys[:half], bufs[:half], [mx.nd.zeros(b.shape, dtype=b.dtype) for b in bufs[:half]])
+    mx.nd.waitall()
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 @register

@@ -176,8 +176,8 @@ def test_elastic_async_loads_the_round_rendezvous_and_other_modes_are_refused_by
     [state] = [p for p in elastic_nodelay.processes if p.role == "state-server"]
     assert set(state.argv[state.argv.index("--rules") + 1].split(",")) >= {"nodelay", "membership"}
     for mode in ("ssp", "dcasgd"):
-        with pytest.raises(ConfigError, match="--elastic works in modes localsgd, esync, sync, nodelay, async, preduce, not '%s'"
-                           % mode):
+        with pytest.raises(ConfigError, match="--elastic works in modes localsgd, esync, sync, nodelay, async, "
+                                              "preduce, gcada, cada, not '%s'" % mode):
             launcher.plan(["-n", "3", "--sync", mode, "--elastic", "--", "python", "train.py"])
 
 
