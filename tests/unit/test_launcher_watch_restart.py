@@ -81,3 +81,39 @@ def test_two_dead_workers_and_one_restart_left_restart_the_first_and_let_the_oth
     d = w.decide(job(0, 0, -9), 31.0)
     assert d.action == "continue" and w.phase == "draining"
     assert w.departures == [(4, 0.0), (5, 0.0)]
+
+
+def test_restart_delay_sets_the_least_time_between_a_death_and_its_restart():
+    from mxhet import launcher
+    argv = ["-n", "2", "-s", "1", "--sync", "esync", "--elastic", "--max-restarts", "1"]
+    plan = launcher.plan(argv + ["--restart-delay", "40", "--", "python", "train.py"])
+    assert plan.worker_restart_delay == 40.0
+    # the least delay PS-LITE and the State Server allow stays the floor, here with a longer heartbeat timeout
+    plan = launcher.plan(argv + ["--heartbeat-timeout", "9", "--restart-delay", "11", "--", "python", "train.py"])
+    assert plan.worker_restart_delay == 11.0
+    w = watch(elastic=True, worker_restarts=1, worker_restart_delay=40.0)
+    w.decide(job(None, -9, None), 0)
+    assert w.decide(job(None, -9, None), 39.9).action == "continue"
+    assert w.decide(job(None, -9, None), 40.0).action == "restart"
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--restart-delay", "3"], "--restart-delay must be a finite number of seconds >= 7"),
+    (["--heartbeat-timeout", "9", "--restart-delay", "10"], "--restart-delay must be a finite number of seconds >= 11"),
+    (["--restart-delay", "inf"], "--restart-delay must be a finite number"),
+    (["--restart-delay", "nan"], "--restart-delay must be a finite number"),
+])
+def test_a_restart_delay_below_the_heartbeat_timeouts_is_refused(extra, message):
+    from mxhet import launcher
+    from mxhet.errors import ConfigError
+    with pytest.raises(ConfigError, match=message):
+        launcher.plan(["-n", "2", "-s", "1", "--sync", "esync", "--elastic", "--max-restarts", "1"] + extra
+                      + ["--", "python", "train.py"])
+
+
+def test_restart_delay_needs_max_restarts():
+    from mxhet import launcher
+    from mxhet.errors import ConfigError
+    with pytest.raises(ConfigError, match="--restart-delay 30 needs --max-restarts"):
+        launcher.plan(["-n", "2", "-s", "1", "--sync", "esync", "--elastic", "--restart-delay", "30",
+                       "--", "python", "train.py"])
