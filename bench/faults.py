@@ -67,7 +67,7 @@ def add_parser(sub):
                                                               "(default %(default)s)")
     p.add_argument("--restart-at", type=float, default=0.6,
                    help="restart: share of the budget at which the device is back (default %(default)s)")
-    p.add_argument("--checkpoint-every", type=int, default=50,
+    p.add_argument("--checkpoint-every", type=int, default=10,
                    help="classic: rounds between checkpoints (default %(default)s)")
     p.add_argument("--restart-cost", type=float, default=None, metavar="SECONDS",
                    help="classic, simulator: seconds a relaunch costs (default: the cluster's measured relaunch "
@@ -378,9 +378,9 @@ class Bench:
         a, t = self.args, self.times
         first, second = self._label("cluster", "classic", seed, "-a"), self._label("cluster", "classic", seed, "-b")
         checkpoints = os.path.join(a.out, "runs", self._label("cluster", "classic", seed, "-checkpoints"))
-        ck = ("--checkpoint-dir", os.path.abspath(checkpoints), "--checkpoint-every", str(a.checkpoint_every))
+        flags = ("--checkpoint-dir", os.path.abspath(checkpoints), "--checkpoint-every", str(a.checkpoint_every))
         spec = base_spec(a, self.profile, "cluster", seed)
-        spec.extra_train_args += ck
+        spec.extra_train_args += flags
         dir_a, dir_b = run_dir(a.out, first), run_dir(a.out, second)
         reuse_a = a.resume != "off" and (_load_json(os.path.join(dir_a, FAULT_FILE)) or {}).get("kill_s") is not None
         if not reuse_a and a.resume != "only":
@@ -393,10 +393,17 @@ class Bench:
         if not fault or fault.get("kill_s") is None:
             self.failures.append({"label": first, "error": "the job ended before the kill at %.0f s" % t["kill_s"]})
             return
+        # the checkpoint the resumed launch starts from, noted before it writes checkpoints of its own
+        ck_path = os.path.join(dir_a, "checkpoint.json")
+        ck = _load_json(ck_path)
+        if ck is None:
+            ck = dict(zip(("round", "seconds"), _checkpoint_of(checkpoints, len(self.profile.slowdowns), dir_a)))
+            _save_json(ck_path, ck)
         # the resumed launch trains until the common budget, its start-up estimated by the first launch's
         budget_b = max(2 * a.eval_interval, a.budget - fault["kill_s"] - (fault["startup_s"] or 0.0))
         spec_b = base_spec(a, self.profile, "cluster", seed, time_budget=round(budget_b, 1))
-        spec_b.extra_train_args += ck + ("--resume",)
+        # no checkpoint before the kill: the classic recovery starts the job again from its start
+        spec_b.extra_train_args += flags + (("--resume",) if ck["round"] is not None else ())
         hook_b = FaultHook(os.path.join(dir_b, "snapshots", "000000.params"), None)
         resumed = self._run(second, spec_b, hook_b)
         if resumed is None:
@@ -413,11 +420,12 @@ class Bench:
         resumed_at = fault["kill_s"] + relaunch_s
         curve = cluster_classic_curve(before["curve"], resumed["curve"], resumed_at)
         snapshots = before["snapshots"] + _snapshot_files(dir_b, resumed)
-        ck_round, ck_s = _checkpoint_of(checkpoints, len(self.profile.slowdowns), dir_a)
-        combined = self._combine("cluster", seed, resumed, curve, snapshots, resumed_at + resumed["train_time_s"])
+        ck_round, ck_s = ck["round"], ck["seconds"]
+        combined = self._combine("cluster", seed, resumed, dir_b, curve, snapshots,
+                                 resumed_at + resumed["train_time_s"])
         self._row("cluster", "classic", seed, combined, _load_json(os.path.join(combined, "summary.json")),
                   fault=fault, relaunch_s=relaunch_s, checkpoint_round=ck_round, checkpoint_s=ck_s,
-                  lost_s=(fault["kill_s"] - ck_s + relaunch_s) if ck_s is not None else None,
+                  lost_s=fault["kill_s"] - (ck_s or 0.0) + relaunch_s,
                   resumed_budget_s=spec_b.time_budget)
 
     def _score_killed(self, dir_a, dir_b, resumed):
@@ -435,12 +443,16 @@ class Bench:
                 return None
         return scored
 
-    def _combine(self, engine, seed, like, curve, snapshots, train_time):
-        """A run directory for the classic recovery as one run: ``summary.json`` (``like``'s, with this curve)
-        and its snapshots, one per point, linked in order, so :mod:`bench.confirm` confirms it as any run."""
+    def _combine(self, engine, seed, like, like_dir, curve, snapshots, train_time):
+        """A run directory for the classic recovery as one run: ``summary.json`` (``like``'s, with this curve),
+        its snapshots, one per point, linked in order, and the worker records of ``like_dir`` (the run that
+        finished), so :mod:`bench.confirm` confirms it as any run."""
         directory = run_dir(self.args.out, self._label(engine, "classic", seed))
         _fresh(directory)
         os.makedirs(os.path.join(directory, "snapshots"))
+        for name in os.listdir(like_dir):
+            if name.startswith("worker-") and name.endswith(".json"):
+                shutil.copyfile(os.path.join(like_dir, name), os.path.join(directory, name))
         for i, source in enumerate(snapshots):
             target = os.path.join(directory, "snapshots", "%06d.params" % i)
             try:
@@ -471,18 +483,25 @@ class Bench:
             if free is None:
                 return
             self.rows.pop()   # only run for its round time; not asked for
-        cost, source = self.restart_cost()
-        round_s = free["train_time_s"] / max(1, free["rounds"])
-        ck_s = checkpoint_time(t["kill_s"], round_s, a.checkpoint_every)
-        lost = t["kill_s"] - ck_s + cost
         label = self._label("sim", "classic", seed, "-run")
+        plan_path = os.path.join(run_dir(a.out, label), "classic.json")
+        planned = _load_json(plan_path) if a.resume != "off" else None
+        if planned is None:
+            cost, source = self.restart_cost()
+            round_s = free["train_time_s"] / max(1, free["rounds"])
+            ck_s = checkpoint_time(t["kill_s"], round_s, a.checkpoint_every)
+            planned = {"relaunch_s": cost, "relaunch_source": source, "round_s": round_s, "checkpoint_s": ck_s,
+                       "lost_s": t["kill_s"] - ck_s + cost}
+        cost, source, round_s, ck_s, lost = (planned[k] for k in ("relaunch_s", "relaunch_source", "round_s",
+                                                                   "checkpoint_s", "lost_s"))
         spec = base_spec(a, self.profile, "sim", seed, time_budget=round(max(a.eval_interval, a.budget - lost), 3))
         summary = self._run(label, spec)
         if summary is None:
             return
+        _save_json(plan_path, planned)   # what this run was made for, for --resume
         curve, sources = sim_classic_curve(summary["curve"], t["kill_s"], ck_s, lost)
         files = _snapshot_files(run_dir(a.out, label), summary)
-        combined = self._combine("sim", seed, summary, curve, [files[i] for i in sources],
+        combined = self._combine("sim", seed, summary, run_dir(a.out, label), curve, [files[i] for i in sources],
                                  summary["train_time_s"] + lost)
         self._row("sim", "classic", seed, combined, _load_json(os.path.join(combined, "summary.json")),
                   checkpoint_s=ck_s, checkpoint_round=round(ck_s / round_s), round_s=round_s, relaunch_s=cost,
@@ -575,10 +594,10 @@ def format_report(result):
              "%s after)." % (p["commit"], " (dirty)" if p["dirty"] else "", p["date"], result["machine"]["cpu"],
                              result["machine"]["cores"], "/".join("%.1f" % x for x in p["load_before"]),
                              "/".join("%.1f" % x for x in p["load_after"])), "",
-             "%s on the `%s` profile (slowdowns %s, T = %g s), %s at %d px, batch %d, lr %g, seeds %s; every run "
+             "%s on the `%s` profile (slowdowns %s, T = %g s), %s at %s px, batch %d, lr %g, seeds %s; every run "
              "to %g s of training (times to %.2f confirmed on all 10,000 test images; curve points on %d)."
              % (s["mode"], s["profile"], ",".join("%g" % f for f in s["slowdowns"]), s["base_iter"], s["model"],
-                s["input_size"], s["batch_size"], s["lr"], s["seeds"], s["budget"], s["target_accuracy"],
+                s["input_size"] or "its default", s["batch_size"], s["lr"], s["seeds"], s["budget"], s["target_accuracy"],
                 s["eval_samples"]), "",
              "* restart: slot %d (a %s device) SIGKILLed at %.0f s, started again at %.0f s "
              "(`--elastic --max-restarts 1 --restart-delay %g`; simulator `--events`);"
@@ -689,7 +708,9 @@ def score_killed(killed_dir, like_dir):
     if not snapshots:
         raise ConfigError("%s: the killed launch left no snapshot" % killed_dir)
     args, _config, net, train_set = evaluation_setup(like, killed_dir)
-    scored = train.evaluate_run(args, types.SimpleNamespace(num_slots=0, elastic=False), like["mode"], snapshots,
+    # no worker records to merge: the killed launch wrote none
+    config = types.SimpleNamespace(num_slots=0, elastic=False, data_dir=_config.data_dir)
+    scored = train.evaluate_run(args, config, like["mode"], snapshots,
                                 mx.cpu(), like["input_size"], snapshots[-1][0], [], train_set=train_set,
                                 eval_net=net)
     _save_json(os.path.join(killed_dir, "scored.json"),
