@@ -31,6 +31,7 @@ from . import aggregation, presets, profiles
 from . import nodelay as nodelay_bench
 from . import preduce as preduce_bench
 from . import gcada as gcada_bench
+from . import faults as faults_bench
 from .metrics import run_record
 from .provenance import provenance
 from .runner import JobFailed, JobSpec, machine_info, run_with_bar as _with_bar
@@ -134,6 +135,7 @@ def build_parser():
     nodelay_bench.add_parser(sub)
     preduce_bench.add_parser(sub)
     gcada_bench.add_parser(sub)
+    faults_bench.add_parser(sub)
     mem = sub.add_parser("members-plot", help="figure of a `python -m mxhet.sim --score-members N` run: members' "
                                               "scores, their mean and the global model's, per round")
     mem.add_argument("run_dir", help="the run's --metrics-out directory (with summary.json)")
@@ -590,6 +592,7 @@ def main(argv=None):
     runners["nodelay"] = nodelay_bench.run
     runners["preduce"] = preduce_bench.run
     runners["gcada"] = gcada_bench.run
+    runners["faults"] = faults_bench.run
     try:
         return runners.get(args.experiment, run_paper_experiment)(args)
     except ConfigError as exc:   # bad input an experiment found: a message, not a traceback

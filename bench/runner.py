@@ -170,13 +170,15 @@ def run_each(items, fn, jobs):
         pool.shutdown()
 
 
-def run_job(spec, out_dir, progress=None):
+def run_job(spec, out_dir, progress=None, hooks=()):
     """Run ``spec`` with its output in ``out_dir/job.log``; return its summary dict.
 
     Args:
         progress: optional callable(seconds), called about twice a second: wall
             seconds since the start on the cluster engine, the simulator's
             virtual seconds of training on the simulator.
+        hooks: cluster engine only: more launcher hooks (see
+            :class:`mxhet.launcher.supervisor.Supervisor`), e.g. the fault bench's kill.
 
     Raises:
         JobFailed: with the tail of the job's log.
@@ -191,7 +193,7 @@ def run_job(spec, out_dir, progress=None):
     argv = spec.launch_argv(out_dir)
     start = time.monotonic()
     if spec.engine != "sim":
-        return _run_cluster_job(spec, out_dir, argv, log_path, summary_path, progress, start)
+        return _run_cluster_job(spec, out_dir, argv, log_path, summary_path, progress, start, hooks)
     with open(log_path, "w") as log:
         log.write("$ %s\n" % " ".join(argv))
         log.flush()
@@ -247,7 +249,7 @@ class _Progress:
             self.progress(now - self.start)
 
 
-def _run_cluster_job(spec, out_dir, argv, log_path, summary_path, progress, start):
+def _run_cluster_job(spec, out_dir, argv, log_path, summary_path, progress, start, hooks=()):
     """The cluster engine through the launcher's API (in this process): plan,
     run with the output in ``job.log``, and the per-process exit codes from
     the returned JobResult."""
@@ -257,7 +259,7 @@ def _run_cluster_job(spec, out_dir, argv, log_path, summary_path, progress, star
         log.flush()
         try:
             result = launcher.run(launcher.plan(spec.launcher_argv(out_dir)), out=log,
-                                  hooks=[_Progress(progress, start)])
+                                  hooks=[_Progress(progress, start), *hooks])
         except ConfigError as exc:
             raise JobFailed("%s: bad launcher arguments: %s" % (spec.label, exc)) from None
     if result.status == "interrupted":  # the launcher took the bench's SIGINT/SIGTERM and ended the job
@@ -277,8 +279,8 @@ def _run_cluster_job(spec, out_dir, argv, log_path, summary_path, progress, star
     return summary
 
 
-def run_with_bar(spec, out_dir, desc, position=None, leave=True):
-    """Run one job under a tqdm bar that follows its training time."""
+def run_with_bar(spec, out_dir, desc, position=None, leave=True, hooks=()):
+    """Run one job under a tqdm bar that follows its training time (``hooks``: see :func:`run_job`)."""
     first_snapshot = os.path.join(out_dir, "snapshots", "000000.params")
     with tqdm(total=int(spec.time_budget), desc=desc, unit="s", position=position, leave=leave,
               bar_format="{desc} {bar} {n_fmt}/{total_fmt} s of training [{elapsed}]") as bar:
@@ -293,7 +295,7 @@ def run_with_bar(spec, out_dir, desc, position=None, leave=True):
             if "start" in state:
                 done = min(int(spec.time_budget), int(elapsed - state["start"]))
                 bar.update(max(0, done - bar.n))
-        summary = run_job(spec, out_dir, progress)
+        summary = run_job(spec, out_dir, progress, hooks)
         bar.update(bar.total - bar.n)
     return summary
 

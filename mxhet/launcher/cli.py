@@ -12,7 +12,7 @@ from ..errors import ConfigError
 from ..observe import launch as live_view
 from ..policy.flags import add_mode_arguments, resolve_args
 from .jobplan import (DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_SYNC, EXIT_OK, EXIT_USAGE, PS_MAX_RECOVERIES, _lookup_mode,
-                   build_plan, read_hostfile)
+                      build_plan, minimum_restart_delay, read_hostfile)
 from .supervisor import run_plan
 from .watch import DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S, DEFAULT_START_GRACE_S
 
@@ -96,6 +96,11 @@ def build_parser():
                             "and joins at the next round boundary (preduce: the groups from its first READY); at "
                             "most 1: PS-LITE's scheduler serves one recovery per job; in modes %s (default: %%(default)s)"
                             % ", ".join(RESTART_MODES))
+    state.add_argument("--restart-delay", type=float, default=None, metavar="SECONDS",
+                       help="with --max-restarts: the least seconds between a worker's death and its restart "
+                            "(default and minimum: the longer of PS-LITE's and the State Server's heartbeat "
+                            "timeouts + 2 s, 7 s under --elastic; a shorter value is refused); e.g. the fault "
+                            "bench restarts a device at 60%% of the run")
     state.add_argument("--no-auth", action="store_true",
                        help="do not authenticate the State Server link (by default the launcher makes "
                             "CURVE keys for each job and only the job's workers get answers)")
@@ -346,6 +351,14 @@ def parse_args(argv=None):
     if args.max_restarts and args.sync not in RESTART_MODES:
         parser.error("--max-restarts works in modes %s, not %r (a restarted worker rejoins at a round boundary)"
                      % (", ".join(RESTART_MODES), args.sync))
+    if args.restart_delay is not None:
+        if not args.max_restarts:
+            parser.error("--restart-delay %g needs --max-restarts" % args.restart_delay)
+        least = minimum_restart_delay(args.heartbeat_timeout)
+        if not least <= args.restart_delay < float("inf"):
+            parser.error("--restart-delay must be a finite number of seconds >= %g (PS-LITE and the State Server "
+                         "must count the dead worker dead before its replacement connects), got %r"
+                         % (least, args.restart_delay))
     if args.max_restarts > PS_MAX_RECOVERIES:
         parser.error("--max-restarts %d: MXNet 1.9.1's PS-LITE serves %d worker recovery per job (its scheduler "
                      "aborts at the second: van.cc checks its never-cleared list of recovered nodes holds one); "

@@ -73,6 +73,15 @@ PS_HEARTBEAT_TIMEOUT_S = 3
 (a replacement that connects earlier is given no id)."""
 RESTART_MARGIN_S = 2.0
 """Seconds added to the longer of the two heartbeat timeouts before a dead worker is started again."""
+
+
+def minimum_restart_delay(heartbeat_timeout=None):
+    """Seconds after a worker's death before it may be started again under ``--elastic``: the longer of
+    PS-LITE's and the State Server's heartbeat timeouts (``heartbeat_timeout``, None: the ``--elastic``
+    default) plus :data:`RESTART_MARGIN_S`; a replacement that connects earlier is given no id."""
+    return max(PS_HEARTBEAT_TIMEOUT_S, heartbeat_timeout or ELASTIC_HEARTBEAT_TIMEOUT_S) + RESTART_MARGIN_S
+
+
 PS_MAX_RECOVERIES = 1
 """``--max-restarts``: worker restarts PS-LITE's recovery serves in one job. MXNet 1.9.1's scheduler keeps
 every recovered node in one list it never clears and checks that the list holds one node
@@ -395,8 +404,9 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
                 state_server_restarts=getattr(args, "state_server_restarts", DEFAULT_STATE_SERVER_RESTARTS),
                 elastic=bool(getattr(args, "elastic", False)),
                 worker_restarts=getattr(args, "max_restarts", 0) or 0,
-                worker_restart_delay=(max(PS_HEARTBEAT_TIMEOUT_S, args.heartbeat_timeout or ELASTIC_HEARTBEAT_TIMEOUT_S)
-                                      + RESTART_MARGIN_S) if getattr(args, "max_restarts", 0) else 0.0,
+                worker_restart_delay=max(minimum_restart_delay(args.heartbeat_timeout),
+                                         getattr(args, "restart_delay", None) or 0.0)
+                if getattr(args, "max_restarts", 0) else 0.0,
                 hang_grace=getattr(args, "hang_grace", DEFAULT_HANG_GRACE_S),
                 orphan_grace=getattr(args, "orphan_grace", DEFAULT_ORPHAN_GRACE_S),
                 start_grace=getattr(args, "start_grace", DEFAULT_START_GRACE_S),

@@ -245,3 +245,39 @@ def test_the_supervisor_ends_a_replacement_that_comes_too_late_and_records_it(tm
     [replacement] = [p for p in record["processes"] if p["role"] == "worker" and p["slot"] == 1]
     assert replacement["ended_by_launcher"] and replacement["exit_code"] == -15 and "failure" not in replacement
     assert "comes too late" in out.getvalue() and "not a failure" in out.getvalue()
+
+
+def test_restart_delay_sets_the_least_time_between_a_death_and_its_restart():
+    from mxhet import launcher
+    argv = ["-n", "2", "-s", "1", "--sync", "esync", "--elastic", "--max-restarts", "1"]
+    plan = launcher.plan(argv + ["--restart-delay", "40", "--", "python", "train.py"])
+    assert plan.worker_restart_delay == 40.0
+    # the least delay PS-LITE and the State Server allow stays the floor, here with a longer heartbeat timeout
+    plan = launcher.plan(argv + ["--heartbeat-timeout", "9", "--restart-delay", "11", "--", "python", "train.py"])
+    assert plan.worker_restart_delay == 11.0
+    w = watch(elastic=True, worker_restarts=1, worker_restart_delay=40.0)
+    w.decide(job(None, -9, None), 0)
+    assert w.decide(job(None, -9, None), 39.9).action == "continue"
+    assert w.decide(job(None, -9, None), 40.0).action == "restart"
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--restart-delay", "3"], "--restart-delay must be a finite number of seconds >= 7"),
+    (["--heartbeat-timeout", "9", "--restart-delay", "10"], "--restart-delay must be a finite number of seconds >= 11"),
+    (["--restart-delay", "inf"], "--restart-delay must be a finite number"),
+    (["--restart-delay", "nan"], "--restart-delay must be a finite number"),
+])
+def test_a_restart_delay_below_the_heartbeat_timeouts_is_refused(extra, message):
+    from mxhet import launcher
+    from mxhet.errors import ConfigError
+    with pytest.raises(ConfigError, match=message):
+        launcher.plan(["-n", "2", "-s", "1", "--sync", "esync", "--elastic", "--max-restarts", "1"] + extra
+                      + ["--", "python", "train.py"])
+
+
+def test_restart_delay_needs_max_restarts():
+    from mxhet import launcher
+    from mxhet.errors import ConfigError
+    with pytest.raises(ConfigError, match="--restart-delay 30 needs --max-restarts"):
+        launcher.plan(["-n", "2", "-s", "1", "--sync", "esync", "--elastic", "--restart-delay", "30",
+                       "--", "python", "train.py"])
