@@ -11,11 +11,12 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 demo: install data
 	$(VENV)/bin/mxhet-bench demo --out runs/demo
 
-# Two pytest workers, each test file on one (its module fixtures run once): the integration
-# tests mostly wait on real processes and pinned iteration times, so two files at a time
-# fill the 2 cores (one at a time: about 30 min; two: about 20, on a loaded 2-core machine).
+# Three pytest workers, each test file on one (its module fixtures run once): the integration
+# tests mostly wait on real processes, pinned iteration times and heartbeat timeouts (with two
+# workers the 2 cores were busy 1.55 of 2 on average, 999 s of pytest), so a third file at a
+# time fills the idle core time.
 test: install data browser
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=20
+	$(PY) -m pytest -q -n 3 --dist loadfile --durations=20
 
 install: $(STAMP)
 
