@@ -57,7 +57,7 @@ from ..policy import specs
 from ..protocol import programs_gcada
 from ..protocol.effects import BeginIteration, ClaimUpload, Download, Selection, StepServers, Upload
 from .program import PreludeProgramMode
-from .rounds import ROUND_WAIT_S, elastic_record, keep_kvstore_alive
+from .rounds import ElasticEnd, keep_kvstore_alive
 from .registry import register
 
 WATCH_POLL_S = 0.005
@@ -71,7 +71,7 @@ def check_rule_options(opts):
 
 
 @register
-class GCADA(PreludeProgramMode):
+class GCADA(ElasticEnd, PreludeProgramMode):
     """G-CADA on the real cluster: the worker program, the State Server's rule, the group keys."""
     spec = specs.GCADA
     program = staticmethod(programs_gcada.gcada)
@@ -141,22 +141,6 @@ class GCADA(PreludeProgramMode):
     # -- mxhet-launch --elastic: a death is the State Server's (GCADARule.depart: the dead claimant's
     # group is reopened, a dead trigger's step is triggered again); the end waits on the State Server's
     # round rendezvous (the membership rule), since PS-LITE's barrier counts the dead.
-    summary_rank = 0   # who writes the job's summary (the rendezvous names a survivor under --elastic)
-
-    def _elastic(self):
-        return bool(self.config.elastic) and self.client is not None
-
-    def barrier(self):
-        if self._elastic():
-            self.summary_rank = self.client.round_finish(timeout=ROUND_WAIT_S)
-        else:
-            super().barrier()
-
-    def summary_fields(self):
-        fields = dict(super().summary_fields())
-        if self._elastic():
-            fields["elastic"] = elastic_record(self)
-        return fields
 
     def on_setup(self, batch_size):
         if self._smoothness is None:

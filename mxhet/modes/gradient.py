@@ -26,7 +26,7 @@ from ..protocol import programs
 from .base import SyncMode
 from .program import ProgramMode
 from .registry import register
-from .rounds import ROUND_WAIT_S, RoundMembers, elastic_record, keep_kvstore_alive
+from .rounds import ElasticEnd, RoundMembers, keep_kvstore_alive
 
 
 class _GradientMode(SyncMode):
@@ -279,7 +279,7 @@ Sync.elastic_executor = ElasticSync
 
 
 @register
-class Async(ProgramMode, _GradientMode):
+class Async(ElasticEnd, ProgramMode, _GradientMode):
     """Asynchronous SGD on the real cluster: the worker program
     (:func:`mxhet.protocol.programs.asynchronous`) over ``dist_async``."""
     spec = specs.ASYNC
@@ -307,27 +307,11 @@ class Async(ProgramMode, _GradientMode):
     # end waits for every worker (the last pushes before the final pull, the summary's worker files), and
     # PS-LITE's barrier counts the dead: the end runs on the State Server's round rendezvous instead
     # (mxhet.control.membership: a finish is answered once no live worker trains).
-    def _elastic(self):
-        return self.config.elastic and self.client is not None
-
+    # (ElasticEnd: the end on the State Server's finish barrier)
     def on_connect(self):
         super().on_connect()
         if self._elastic():
             keep_kvstore_alive(self.channel.kv)
-
-    summary_rank = 0   # who writes the job's summary (the rendezvous names a survivor under --elastic)
-
-    def barrier(self):
-        if self._elastic():
-            self.summary_rank = self.client.round_finish(timeout=ROUND_WAIT_S)
-        else:
-            super().barrier()
-
-    def summary_fields(self):
-        fields = dict(super().summary_fields())
-        if self._elastic():
-            fields["elastic"] = elastic_record(self)
-        return fields
 
 
 @register

@@ -246,16 +246,8 @@ class NoDelay(PreludeProgramMode):
             keep_kvstore_alive(self.channel.kv)
         self.client = self.join_state_server()
         if self.elastic:
-            from .rounds import leave_too_late
-            if getattr(self.client, "job_over", False):
-                leave_too_late(self)
-            first = getattr(self.client, "registered_round", 0)
-            if first > self.stats.rounds:
-                # Started again after a death (--max-restarts): PS-LITE gave it the dead worker's rank (its
-                # kv.init pushes nothing, share_model pulls the current global model); the State Server
-                # names the first transfer round it takes part in, from which its program counts.
-                self.stats.rounds = first
-                self.stats.rejoined_at_round = first
+            from .rounds import take_registered_round
+            take_registered_round(self)
 
     def on_setup(self, batch_size):
         def like():

@@ -57,13 +57,13 @@ from ..protocol.effects import Grouped, JoinReduce, Ready, Reduce
 from .model import model_digest
 from .program import PreludeProgramMode
 from .registry import register
-from .rounds import ROUND_WAIT_S, _test_kill_after_push, elastic_record, keep_kvstore_alive, leave_too_late
+from .rounds import ElasticEnd, _test_kill_after_push, keep_kvstore_alive, leave_too_late
 
 WEIGHTINGS = specs.WEIGHTINGS
 
 
 @register
-class PartialReduce(PreludeProgramMode):
+class PartialReduce(ElasticEnd, PreludeProgramMode):
     """The cluster's interpreter of :func:`mxhet.protocol.programs_groups.preduce`."""
     spec = specs.PREDUCE
     program = staticmethod(programs_groups.preduce)
@@ -80,11 +80,6 @@ class PartialReduce(PreludeProgramMode):
     def updater_for(cls, num_workers, batch_size, optimizer, opts):
         from kvstore_ext.updaters import PartialReduceSum
         return PartialReduceSum(num_workers, opts["group_size"])
-
-    summary_rank = 0   # who writes the job's summary (the rendezvous names a survivor under --elastic)
-
-    def _elastic(self):
-        return bool(self.config.elastic) and self.client is not None
 
     def spare_slots(self):
         """Slots beyond N-P+1: under ``--elastic`` one per death the job may see (N), since a
@@ -219,14 +214,8 @@ class PartialReduce(PreludeProgramMode):
                 return
         super().finish()
 
-    # -- mxhet-launch --elastic: the end runs on the State Server's round rendezvous (PS-LITE's barrier
-    # counts the dead), and the average is over the models that reached it.
-    def barrier(self):
-        if self._elastic():
-            self.summary_rank = self.client.round_finish(timeout=ROUND_WAIT_S)
-        else:
-            super().barrier()
-
+    # -- mxhet-launch --elastic: the end runs on the State Server's round rendezvous (ElasticEnd), and
+    # the average is over the models that reached it.
     def _finish_elastic(self, keys):
         """:meth:`SyncMode.finish` with the sum of the m final models scaled by N/m (m < N only
         after a death: the non-elastic arithmetic is untouched otherwise)."""
@@ -249,7 +238,6 @@ class PartialReduce(PreludeProgramMode):
     def summary_fields(self):
         fields = dict(super().summary_fields())
         if self._elastic():
-            fields["elastic"] = elastic_record(self)
             fields["final_models"] = getattr(self, "final_models", None)
         return fields
 

@@ -69,6 +69,44 @@ def elastic_record(mode):
     return job_events(record, exits, origin=time.time() - (mode.clock() - started))
 
 
+def take_registered_round(mode):
+    """After registering: a worker started after the job's end leaves (:func:`leave_too_late`); one
+    started again after a death (``mxhet-launch --max-restarts``) counts the job's rounds from the
+    round the State Server named (the next round boundary; nodelay: the next transfer round). The model
+    it starts from is the global one ``share_model`` pulls next: PS-LITE's recovery gave it the dead
+    worker's rank, whose ``kv.init`` pushes nothing."""
+    if getattr(mode.client, "job_over", False):
+        leave_too_late(mode)
+    first = getattr(mode.client, "registered_round", 0)
+    if first > mode.stats.rounds:
+        mode.stats.rounds = first
+        mode.stats.rejoined_at_round = first
+
+
+class ElasticEnd:
+    """The end of a mode with no member rounds (``async``, ``preduce``, ``gcada``) under
+    ``mxhet-launch --elastic``: PS-LITE's barrier counts the dead, so the end waits on the State
+    Server's finish barrier instead (:mod:`mxhet.control.membership`: answered once no live worker
+    trains), which names the rank that writes the summary; the summary gets the ``elastic`` record.
+    Mixed in before the mode's base class."""
+    summary_rank = 0   # who writes the job's summary (the rendezvous names a survivor under --elastic)
+
+    def _elastic(self):
+        return bool(self.config.elastic) and self.client is not None
+
+    def barrier(self):
+        if self._elastic():
+            self.summary_rank = self.client.round_finish(timeout=ROUND_WAIT_S)
+        else:
+            super().barrier()
+
+    def summary_fields(self):
+        fields = dict(super().summary_fields())
+        if self._elastic():
+            fields["elastic"] = elastic_record(self)
+        return fields
+
+
 def leave_too_late(mode):
     """A worker started again (``mxhet-launch --max-restarts``) that registered after the job's end
     (nobody trains any more, or the job agreed to stop: no round is left for it) leaves at once with
@@ -120,17 +158,7 @@ class RoundMembers:
         if self.config.elastic:
             keep_kvstore_alive(self.channel.kv)
         self.client = self.join_state_server()
-        if getattr(self.client, "job_over", False):
-            leave_too_late(self)
-        first = getattr(self.client, "registered_round", 0)
-        if first > self.stats.rounds:
-            # Started again after a death (mxhet-launch --max-restarts): the State Server names
-            # the first round this worker takes part in (the next round boundary); its program
-            # counts the job's rounds from there, and the model it starts from is the global one
-            # share_model pulls next (PS-LITE's recovery gave it the dead worker's rank, whose
-            # kv.init pushes nothing).
-            self.stats.rounds = first
-            self.stats.rejoined_at_round = first
+        take_registered_round(self)
 
     def server_updater(self, batch_size):
         """The cluster's servers add every push (the worker scales it by ε/m)."""
