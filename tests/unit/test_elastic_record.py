@@ -211,8 +211,8 @@ def test_an_async_worker_started_again_is_taken_back_and_its_join_and_leave_name
     again = svc.handle(m.Register(rank=2, seq=2, slot=2, incarnation=1), 9.0, sender=2)
     assert again.ok and not again.rejoined
     # every other rank done training: a worker back now is too late
-    for rank in (0, 1, 2):
-        svc.handle(membership.RoundFinish(rank=rank, seq=3, incarnation=9 if rank == 1 else 1), 10.0, sender=rank)
+    for rank, sender in ((0, 0), (1, "b"), (2, 2)):
+        svc.handle(membership.RoundFinish(rank=rank, seq=3, incarnation=9 if rank == 1 else 1), 10.0, sender=sender)
     svc.depart(2, "died (silent for over 3 s)")
     late = svc.handle(m.Register(rank=2, seq=1, slot=2, incarnation=4), 11.0, sender="c")
     assert late.over and not late.rejoined
@@ -221,6 +221,10 @@ def test_an_async_worker_started_again_is_taken_back_and_its_join_and_leave_name
     _round(held, 0, [0, 1])
     held.depart(1, "died", now=1.0)
     assert held.join(1, now=2.0) == 1 and held.stats()["events"][-1]["round"] == 1
+    # a join that named no round (none was held yet) holds every round that came after it
+    early = {"slots": {"0": 0, "1": 1}, "rounds_by_rank": {"0": [0, 1], "1": [0, 1]},
+             "events": [{"event": "join", "rank": 1, "slot": 1, "round": None, "cause": "restarted", "t": 1.0}]}
+    assert job_events(early)["rounds_by_slot"] == {"0": [[0, 1]], "1": [[0, 1]]}
 
 
 def test_restarts_are_taken_in_async_and_refused_in_modes_that_cannot_take_a_worker_back():
