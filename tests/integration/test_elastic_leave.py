@@ -128,6 +128,8 @@ def test_async_elastic_a_worker_killed_after_its_push_rejoins_and_two_killed_at_
     assert victim_push.exists()   # it died after its push, before its pull
     assert seen[4] == (str(victim), "1"), seen   # the replacement: its slot, rank 1 again
     assert stderr.count("starting it again in its slot") == 1, stderr[-3000:]
+    # the server was sent the optimizer by the four first workers only: the replacement kept it (and its state)
+    assert stderr.count("server updater set to ServerOptimizer") == 4, stderr[-3000:]
     record = json.loads(job_file.read_text())
     [restart] = record["worker_restarts"]
     assert restart["slot"] == victim and "SIGKILL" in restart["cause"] and not restart.get("too_late"), restart
