@@ -74,6 +74,7 @@ class StateClient:
         self._signature = ""
         self.reregistrations = 0
         self.job_over = False    # registered after the job's end (a restarted worker too late; Registered.over)
+        self.rejoined = False    # registered as a rank the job takes back (a restarted worker; Registered.rejoined)
         self._register_seq = 0        # seq of the latest Register sent
         self._register_replies = set()  # seqs of Registers sent by poll(), whose replies poll() takes
         self._resets = set()    # seqs of RESETs sent without waiting, not answered yet
@@ -228,6 +229,7 @@ class StateClient:
         reply = self.request(self._register_message())
         self.registered_round = reply.round   # > round_ for a worker the job takes back (a rejoin)
         self.job_over = reply.over
+        self.rejoined = reply.rejoined   # the job took this rank back after it left or died
         if heartbeat and hasattr(self._transport, "set_heartbeat"):
             beat = m.Heartbeat(rank=self.rank, seq=0, incarnation=self.incarnation)
             self._transport.set_heartbeat(m.encode(beat), heartbeat)

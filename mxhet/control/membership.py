@@ -64,9 +64,10 @@ runs on this rendezvous' finish instead of PS-LITE's barrier, which counts the d
 whose controller releases a dead worker's group (:mod:`mxhet.control.preduce`) and whose end runs on
 this finish too, and ``gcada``/``cada``, whose coordinator hands a dead claimant's upload, or a dead
 trigger's step, to a live worker (:meth:`mxhet.control.gcada.GroupCoordinator.depart`); their end too."""
-RESTART_MODES = ELASTIC_MODES + ("preduce",)
+RESTART_MODES = ELASTIC_MODES + ("async", "preduce")
 """``mxhet-launch --max-restarts`` accepts these: a restarted worker rejoins at a round boundary
-(nodelay: the next transfer round its master requests), or
+(nodelay: the next transfer round its master requests), or (``async``, which has no rounds) pulls the
+current global model and trains on from its first push after that pull, or
 (``preduce``) is grouped again from its first READY, starting from the latest complete group's model."""
 
 
@@ -299,7 +300,8 @@ class RoundRendezvous:
         """``rank``, gone, comes back (``cause`` for the record); returns the first round it
         takes part in: the round after the highest any worker has entered, so no round
         under way waits for it, and never before ``not_before`` (the round its own
-        record is at: a rank is never sent back to a round it has passed).
+        record is at: a rank is never sent back to a round it has passed). In a job that has
+        held no round (``async``) the record's join names none.
 
         Raises:
             ValueError: the rank is not one of the job's, or it never left.
@@ -309,6 +311,7 @@ class RoundRendezvous:
         if rank not in self.gone:
             raise ValueError("rank %d rejoins but never left" % rank)
         first = max(self._latest + 1, not_before)
+        held = self._held_rounds() or first > 0
         self.gone.discard(rank)
         self.training.add(rank)
         self.finishing.pop(rank, None)
@@ -317,7 +320,7 @@ class RoundRendezvous:
         self.finish_calls[rank] = min(self.finish_calls.get(r, 0) for r in self.ranks - self.gone)
         self.joined_from[rank] = first
         self.joins.append((rank, cause, first))
-        self._record("join", rank, cause, first, now)
+        self._record("join", rank, cause, first if held else None, now)   # no round yet (async): none named
         return first
 
     def over(self, stopping=False):
@@ -377,9 +380,14 @@ class RoundRendezvous:
     def _next_round(self, rank):
         """The first round ``rank`` no longer takes part in: the one after the last it was a member of."""
         taken = [r for r, members in self.members.items() if rank in members]
-        if not taken and self._latest < 0 and rank not in self.joined_from:
-            return None   # a job without rounds (async)
+        if not taken and not self._held_rounds() and self.joined_from.get(rank, 0) == 0:
+            return None   # a job without rounds (async), a rank started again there included
         return max(taken) + 1 if taken else self.joined_from.get(rank, 0)
+
+    def _held_rounds(self):
+        """False while no worker has entered a round: in ``async`` (no rounds), for ever; a leave's or
+        join's round is then named None."""
+        return self._latest >= 0 or bool(self.members)
 
     def _record(self, event, rank, cause, round_, now):
         self.events.append({"event": event, "rank": rank, "cause": cause, "round": round_,
@@ -536,7 +544,9 @@ def job_events(record, exits=(), origin=0.0):
     for r, taken in record.get("rounds_by_rank", {}).items():
         mine = [e for e in record.get("events", ()) if e["rank"] == int(r)]
         holders = [(-1, mine[0].get("slot", slots.get(int(r))) if mine else slots.get(int(r)))]
-        holders += [(e["round"], e.get("slot", slots.get(int(r)))) for e in mine if e["event"] == "join"]
+        # (a join that names no round came before any round was held: it holds them all)
+        holders += [(-1 if e["round"] is None else e["round"], e.get("slot", slots.get(int(r))))
+                    for e in mine if e["event"] == "join"]
         for round_ in taken:
             slot = [s for first, s in holders if first <= round_][-1]
             by_slot.setdefault(slot, []).append(round_)

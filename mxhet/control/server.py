@@ -224,7 +224,7 @@ class StateService:
             # next round boundary (mxhet.control.membership), and says so with the reply's round.
             self.table.reset(req.rank, back, now)
         LOG.info("rank %d (slot %d) registered", req.rank, req.slot)
-        return m.Registered(seq=req.seq, round=self.table.record(req.rank).round)
+        return m.Registered(seq=req.seq, round=self.table.record(req.rank).round, rejoined=back is not None)
 
     def _slot_holder(self, slot, rank):
         """A rank other than ``rank`` registered for ``slot`` and still in the job, or None (O(1))."""

@@ -232,11 +232,14 @@ class Registered(Reply):
     """The answer to :class:`Register`: the round the worker takes part from
     (> the one it sent for a worker the job takes back after it left or died);
     ``over``: a worker that left comes back after the job's end (nobody trains
-    any more, or the job agreed to stop): no round is left for it."""
+    any more, or the job agreed to stop): no round is left for it; ``rejoined``: the
+    job takes back a rank that left or died (a restarted process), which ``async``,
+    having no round to name, cannot tell from ``round``."""
     TYPE = "registered"
     round: int = 0
     over: bool = False
-    CHECKS = {"round": integer(), "over": check_bool}
+    rejoined: bool = False
+    CHECKS = {"round": integer(), "over": check_bool, "rejoined": check_bool}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -204,7 +204,9 @@ class KVChannel:
     def share_model(self, keys, weights, updater, num_servers):
         """Initialize ``keys`` with ``weights`` (rank 0's win), ship the
         ``updater`` to the servers, check that they run it, and pull the
-        initial global model into the replica.
+        initial global model into the replica. ``updater`` None: keep the one
+        the servers run (a worker started again into a running job: shipping it
+        anew would reset its state, e.g. the momentum of ``async``'s optimizer).
 
         Returns:
             the default-layout buffers holding the global model, one per key.
@@ -222,7 +224,8 @@ class KVChannel:
             self.kv.init(self.layout.bucket_keys, self.layout.wire(bufs, self._flats[0]))
         else:
             self.kv.init(keys, bufs)
-        self.kv.set_optimizer(updater)
+        if updater is not None:
+            self.kv.set_optimizer(updater)
         verify_server_updater(self.kv, num_servers, self.kvstore_type == "dist_sync")
         self.pull(keys, bufs)
         copy_all(bufs, weights)

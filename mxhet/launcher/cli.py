@@ -93,7 +93,8 @@ def build_parser():
     state.add_argument("--max-restarts", type=int, default=0, metavar="K",
                        help="with --elastic: start a worker that died again on its host, in its slot, up to K times "
                             "in all; it takes PS-LITE's recovery of the dead node's rank, the current global model, "
-                            "and joins at the next round boundary (preduce: the groups from its first READY); at "
+                            "and joins at the next round boundary (preduce: the groups from its first READY; async: "
+                            "its first push after pulling the model); at "
                             "most 1: PS-LITE's scheduler serves one recovery per job; in modes %s (default: %%(default)s)"
                             % ", ".join(RESTART_MODES))
     state.add_argument("--restart-delay", type=float, default=None, metavar="SECONDS",
@@ -349,7 +350,8 @@ def parse_args(argv=None):
                      "worker back (it would have to hand it a group's θ^k between two steps); --elastic alone "
                      "goes on without it" % (", ".join(RESTART_MODES), args.sync))
     if args.max_restarts and args.sync not in RESTART_MODES:
-        parser.error("--max-restarts works in modes %s, not %r (a restarted worker rejoins at a round boundary)"
+        parser.error("--max-restarts works in modes %s, not %r (a restarted worker rejoins the job's "
+                     "aggregation from the current global model)"
                      % (", ".join(RESTART_MODES), args.sync))
     if args.restart_delay is not None:
         if not args.max_restarts:

@@ -26,7 +26,8 @@ from ..protocol import programs
 from .base import SyncMode
 from .program import ProgramMode
 from .registry import register
-from .rounds import ElasticEnd, RoundMembers, keep_kvstore_alive
+from .rounds import (ElasticEnd, RoundMembers, _test_kill_after_push, keep_kvstore_alive, kill_due_once,
+                     leave_too_late)
 
 
 class _GradientMode(SyncMode):
@@ -281,10 +282,18 @@ Sync.elastic_executor = ElasticSync
 @register
 class Async(ElasticEnd, ProgramMode, _GradientMode):
     """Asynchronous SGD on the real cluster: the worker program
-    (:func:`mxhet.protocol.programs.asynchronous`) over ``dist_async``."""
+    (:func:`mxhet.protocol.programs.asynchronous`) over ``dist_async``.
+
+    Under ``mxhet-launch --elastic --max-restarts 1`` a worker started again after a death takes the
+    dead one's PS-LITE rank (its ``kv.init`` pushes nothing), keeps the servers' optimizer and its
+    state (it ships none), pulls the current global model and trains on: it *rejoins* with its first
+    push after that pull (its step 0: ``rejoined_at_round`` 0; its ``rounds`` count its own pushes,
+    those of the dead process are in the model, not in its counters). Nobody waits for it, before or
+    after; it ends on the job's finish barrier like the others."""
     spec = specs.ASYNC
     program = staticmethod(programs.asynchronous)
     votes = False   # each worker stops on its own
+    _push_round = 0   # the step whose gradient the exchange under way pushes (the test hook's round)
 
     def request_stop(self):
         # Nobody waits for this worker: it stops at once, not at its next push.
@@ -312,6 +321,29 @@ class Async(ElasticEnd, ProgramMode, _GradientMode):
         super().on_connect()
         if self._elastic():
             keep_kvstore_alive(self.channel.kv)
+            if self.client.job_over:   # started again after every other worker stopped training
+                leave_too_late(self)
+            if self.client.rejoined:
+                self.stats.rejoined_at_round = 0
+
+    def server_updater(self, batch_size):
+        """The script's optimizer for the servers; None (ship nothing) for a worker started again, whose
+        servers run it already and hold its state (momentum, update counts) for every key."""
+        if self.stats.rejoined_at_round is not None:
+            return None
+        return super().server_updater(batch_size)
+
+    def exchange_gradients(self, batch_size, round_index, *control):
+        self._push_round = round_index
+        super().exchange_gradients(batch_size, round_index, *control)
+
+    def push_pull(self, keys, values, outs):
+        spec = self.config.test_kill_after_push
+        if spec and kill_due_once(spec, self.channel.rank, self._push_round):
+            # tests only: die once the servers applied this push (it returns then), before the pull
+            self.channel.push(keys, values)
+            _test_kill_after_push(spec, self.channel.rank, self._push_round, values)
+        super().push_pull(keys, values, outs)
 
 
 @register

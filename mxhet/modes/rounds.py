@@ -277,6 +277,17 @@ class RoundMembers:
         return t2, t4
 
 
+def kill_due_once(spec, rank, round_index):
+    """Tests only: whether ``MXHET_TEST_KILL_AFTER_PUSH`` (``spec``) names this rank and round, in the
+    process's first life only, for the modes whose worker started again counts its rounds from 0
+    (``async``): the file the hook saves (``RANK:ROUND:PATH``) marks it done, so the replacement, which
+    PS-LITE gives the same rank, is not killed too."""
+    parts = spec.split(":", 2)
+    if (int(parts[0]), int(parts[1])) != (rank, round_index):
+        return False
+    return not (len(parts) == 3 and os.path.exists(parts[2]))
+
+
 def _test_kill_after_push(spec, rank, round_index, sent):
     """Tests only (``MXHET_TEST_KILL_AFTER_PUSH=RANK:ROUND[:PATH]``): die by SIGKILL between the push and the
     pull of that round -- after saving what was pushed to PATH -- so that a test can check the death in the

@@ -5,10 +5,14 @@ both: the State Server names each round's members (mxhet.control.membership),
 the servers add every push (dist_async), the workers scale theirs by the
 member count (mxhet.modes.rounds)."""
 import json
+import os
+import re
+import signal
+import time
 
 import pytest
 
-from .jobs import kill_and_wait, run_leaving_job, train_command
+from .jobs import kill_and_wait, run_leaving_job, start, train_command, wait_for, worker_pid
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -87,24 +91,74 @@ def assert_deaths_recorded(summary, killed, rounds, survivors, job_file):
     assert sorted(x["slot"] for x in exits) == killed and all("SIGKILL" in x["cause"] for x in exits)
 
 
-def test_kill_9_of_an_async_worker_with_elastic_the_survivors_finish_with_equal_models(tmp_path, child_pids):
-    # async has no round to release: the survivors just train on; their end (the barrier before the final
-    # pull, and the one after the worker files) runs on the State Server's rendezvous, not PS-LITE's barrier,
-    # which would wait for the dead worker for ever. --base-iter pins a step to at least 0.05 s: the 150
-    # steps (7.5 s or more) outlast the kill 1 s into training.
+def test_async_elastic_a_worker_killed_after_its_push_rejoins_and_two_killed_at_once_stay_gone(tmp_path, child_pids):
+    # One launch of 4 async workers for three cases. PS-LITE rank 1 sends itself SIGKILL once the servers
+    # applied its push of step 3, before its pull (MXHET_TEST_KILL_AFTER_PUSH; the file it saves marks the
+    # first life, so its replacement is not killed too); --max-restarts 1 starts it again, PS-LITE gives it
+    # rank 1 back (the only dead id then) and it pulls the current model and trains on. Once it trains, ranks
+    # 2 and 3 are killed at once: the restart is spent, they stay gone. No round waits for anyone; the end
+    # runs on the State Server's finish barrier (PS-LITE's would wait for the dead). --base-iter pads a step
+    # to 0.2 s by sleeping; the 40 s budget outlasts the death, the 3 + 2 s restart delay and the
+    # replacement's start-up (13-20 s on 2 loaded cores), and the replacement trains 40 s of its own.
     out = tmp_path / "out"
-    code, stderr, killed = kill_and_wait(tmp_path, child_pids, ["-n", "3", "-s", "1", "--sync", "async", "--base-iter",
-                                                                "0.05", "--timeout", "200", "--elastic",
-                                                                "--heartbeat-timeout", "3"],
-                                         train_command(out, "--max-rounds", "150"), out)
+    victim_push = tmp_path / "victim-push.npz"
+    err_path = tmp_path / "launcher.err"
+    proc, job_file, err = start(tmp_path, ["-n", "4", "-s", "1", "--sync", "async", "--base-iter", "0.2", "--timeout",
+                                           "240", "--elastic", "--heartbeat-timeout", "3", "--max-restarts", "1"],
+                                train_command(out, "--batch-size", "16", "--time-budget", "40"),
+                                env={"MXHET_TEST_KILL_AFTER_PUSH": "1:3:%s" % victim_push})
+    child_pids.add(proc.pid)
+    try:
+        wait_for(job_file, proc)
+        child_pids.add_job_file(job_file)
+        seen = _ranks_seen(err_path, proc, 5)   # the four workers, then the replacement (after its setup)
+        slot_of = {int(r): int(s) for s, r in seen[:4]}
+        child_pids.add_job_file(job_file)   # the replacement too
+        gone = sorted(slot_of[r] for r in (2, 3))
+        for slot in gone:
+            os.kill(worker_pid(job_file, slot), signal.SIGKILL)
+        code = proc.wait(timeout=220)
+    finally:
+        err.close()
+        if job_file.exists():
+            child_pids.add_job_file(job_file)
+    stderr = err_path.read_text()
     assert code == 0, stderr[-4000:]
-    survivors = sorted(set(range(3)) - set(killed))
-    workers = [json.loads((out / ("worker-%d.json" % s)).read_text()) for s in survivors]
-    assert workers[0]["final_model_sha256"] == workers[1]["final_model_sha256"] != ""
-    assert [w["rounds"] for w in workers] == [150, 150]
+    victim = slot_of[1]
+    assert victim_push.exists()   # it died after its push, before its pull
+    assert seen[4] == (str(victim), "1"), seen   # the replacement: its slot, rank 1 again
+    assert stderr.count("starting it again in its slot") == 1, stderr[-3000:]
+    # the server was sent the optimizer by the four first workers only: the replacement kept it (and its state)
+    assert stderr.count("server updater set to ServerOptimizer") == 4, stderr[-3000:]
+    record = json.loads(job_file.read_text())
+    [restart] = record["worker_restarts"]
+    assert restart["slot"] == victim and "SIGKILL" in restart["cause"] and not restart.get("too_late"), restart
+    assert sorted(x["slot"] for x in record["worker_exits"]) == sorted([victim] + gone)
+    workers = {s: json.loads((out / ("worker-%d.json" % s)).read_text()) for s in (slot_of[0], victim)}
+    assert not any((out / ("worker-%d.json" % s)).exists() for s in gone)
+    # the replacement rejoined with its first push after the pull (its step 0) and trained on
+    back = workers[victim]
+    assert back["rejoined_at_round"] == 0 and back["rounds"] > 0 and back["bytes_pushed"] > 0, back
+    assert workers[slot_of[0]]["rejoined_at_round"] is None
+    digests = {w["final_model_sha256"] for w in workers.values()}
+    assert len(digests) == 1 and "" not in digests, digests
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["departed_slots"] == killed
-    # the one leave is the death (no rounds: no round named); the survivors' ends are no leaves
-    assert [(e["event"], e["slot"], e["round"], e["cause"]) for e in summary["elastic"]["events"]] == [
-        ("leave", killed[0], None, "killed by signal 9 (SIGKILL)")]
+    assert summary["departed_slots"] == gone
+    # no rounds: no round named for a leave or the join
+    sigkill = "killed by signal 9 (SIGKILL)"
+    assert sorted((e["event"], e["slot"], e["round"], e["cause"]) for e in summary["elastic"]["events"]) == sorted(
+        [("leave", victim, None, sigkill), ("join", victim, None, "restarted")]
+        + [("leave", s, None, sigkill) for s in gone]), summary["elastic"]
     assert not child_pids.alive()
+
+
+def _ranks_seen(err_path, proc, count, timeout=150):
+    """The first ``count`` ``(slot, rank)`` pairs the workers logged once set up (strings), waiting for them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = re.findall(r"slot (\d+) is PS-LITE rank (\d+)", err_path.read_text())
+        if len(seen) >= count:
+            return seen
+        assert proc.poll() is None, "the job ended after %d workers were set up" % len(seen)
+        assert time.monotonic() < deadline, "only %d workers were set up" % len(seen)
+        time.sleep(0.2)

@@ -4,9 +4,10 @@ round rendezvous takes it back from the next round boundary, it trains in the la
 and ends on the same global model as the others."""
 import json
 
+import numpy as np
 import pytest
 
-from .jobs import kill_and_wait, train_command
+from .jobs import kill_and_wait, start, train_command, wait_for
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -55,19 +56,61 @@ def test_a_killed_worker_started_again_takes_part_in_later_rounds_and_ends_on_th
     assert not child_pids.alive()
 
 
-def test_a_killed_localsgd_worker_started_again_averages_in_later_rounds_and_ends_on_the_same_model(
+def test_a_localsgd_worker_killed_between_its_push_and_its_pull_is_started_again_and_ends_on_the_same_model(
         tmp_path, child_pids):
-    rounds = 120
-    code, out, stderr, victim = _kill_and_restart(
-        tmp_path, child_pids, (("--sync", "localsgd"), ("--local-steps", "2")), rounds)
+    # The death in the exchange itself and the rejoin in one launch: PS-LITE rank 1 sends itself SIGKILL once
+    # the servers applied its push of round 3, before it says done and pulls (MXHET_TEST_KILL_AFTER_PUSH, the
+    # hook mxhet.modes.rounds shares with esync and sync); the round closes incomplete once the State Server
+    # finds it dead, the next rounds have 2 members, and --max-restarts 1 brings it back at a round boundary
+    # (its rounds count past 3 then, so the hook does not fire twice).
+    rounds, dying = 120, 3
+    out = tmp_path / "out"
+    victim_push = tmp_path / "victim-push.npz"
+    proc, job_file, err = start(tmp_path, ["-n", "3", "-s", "1", "--sync", "localsgd", "--base-iter", "0.05",
+                                           "--timeout", "300", "--heartbeat-timeout", "3", "--elastic",
+                                           "--max-restarts", "1"],
+                                train_command(out, "--max-rounds", str(rounds), "--local-steps", "2",
+                                              "--dump-rounds", str(dying + 1)),
+                                env={"MXHET_TEST_KILL_AFTER_PUSH": "1:%d:%s" % (dying, victim_push)})
+    child_pids.add(proc.pid)
+    try:
+        wait_for(job_file, proc)
+        child_pids.add_job_file(job_file)
+        code = proc.wait(timeout=280)
+    finally:
+        err.close()
+        if job_file.exists():
+            child_pids.add_job_file(job_file)   # the restarted worker is in it too
+    stderr = (tmp_path / "launcher.err").read_text()
     assert code == 0, stderr[-4000:]
     assert "starting it again in its slot" in stderr, stderr[-3000:]
     workers = {s: json.loads((out / ("worker-%d.json" % s)).read_text()) for s in range(3)}
+    [victim] = [s for s, w in workers.items() if w["rejoined_at_round"] is not None]
+    [restart] = json.loads((tmp_path / "job.json").read_text())["worker_restarts"]
+    assert restart["slot"] == victim and "SIGKILL" in restart["cause"]
     first = workers[victim]["rejoined_at_round"]
-    assert first is not None and 0 < first < rounds
-    assert workers[victim]["rounds"] == rounds and all(workers[s]["rounds"] == rounds for s in range(3))
-    members = json.loads((out / "summary.json").read_text())["round_members"]
-    assert members[0] == 3 and 2 in members[:first] and set(members[first:]) == {3}, members
+    assert dying < first < rounds
+    assert all(w["rounds"] == rounds for w in workers.values())
+    summary = json.loads((out / "summary.json").read_text())
+    members = summary["round_members"]
+    assert summary["incomplete_rounds"] == [dying]
+    assert members[:dying + 1] == [3] * (dying + 1) and set(members[dying + 1:first]) == {2}, members
+    assert set(members[first:]) == {3} and len(members) == rounds, members
     digests = {w["final_model_sha256"] for w in workers.values()}
     assert len(digests) == 1 and "" not in digests, digests
+    # the round moved the global model by exactly its members' pushes, the victim's once (each pushes Δ/3)
+    survivors = sorted(set(workers) - {victim})
+    dumps = [np.load(out / "dump" / ("slot%d_round%d.npz" % (s, dying))) for s in survivors]
+    pushed = np.load(victim_push)
+    moved = 0
+    for i in range(len(pushed.files)):
+        before, after = dumps[0]["before_%d" % i], dumps[0]["after_%d" % i]
+        assert np.array_equal(after, dumps[1]["after_%d" % i])
+        theirs = before + sum(d["delta_%d" % i] / 3.0 for d in dumps)
+        np.testing.assert_allclose(after, theirs + pushed["arr_%d" % i], rtol=1e-4, atol=1e-6)
+        if np.abs(pushed["arr_%d" % i]).max() > 1e-4:   # a key the victim moved: once, neither never nor twice
+            assert not np.allclose(after, theirs, rtol=1e-4, atol=1e-6)
+            assert not np.allclose(after, theirs + 2 * pushed["arr_%d" % i], rtol=1e-4, atol=1e-6)
+            moved += 1
+    assert moved > 0
     assert not child_pids.alive()

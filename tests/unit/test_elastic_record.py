@@ -2,6 +2,7 @@
 job_events, the State Server's MembershipRecord, the launcher's exit record, the live view)."""
 import json
 
+from mxhet.control import membership
 from mxhet.control import messages as m
 from mxhet.control import wire
 from mxhet.control.membership import RoundRendezvous, job_events, rounds_as_ranges
@@ -189,12 +190,53 @@ def test_without_rounds_async_workers_end_on_their_own_and_only_a_death_is_recor
     assert [(e["event"], e["rank"], e["round"]) for e in r.stats()["events"]] == [("leave", 1, None)]
 
 
-def test_restarts_are_refused_in_async_which_has_no_round_boundary_to_rejoin_at():
+def test_an_async_worker_started_again_is_taken_back_and_its_join_and_leave_name_no_round():
+    # async holds no round: the rendezvous names none for a leave or a join, the restarted rank's own
+    # second death included; the State Server says "rejoined", which async cannot read from the round
+    r = RoundRendezvous(range(3))
+    r.depart(1, "died (silent for over 3 s)", now=5.0)
+    assert r.join(1, now=12.0) == 0 and 1 in r.training
+    r.depart(1, "died (silent for over 3 s)", now=20.0)
+    assert [(e["event"], e["rank"], e["round"]) for e in r.stats()["events"]] == [
+        ("leave", 1, None), ("join", 1, None), ("leave", 1, None)]
+    svc = StateService(3, now=0.0, rules=("membership",))
+    first = [svc.handle(m.Register(rank=rank, seq=1, slot=rank, incarnation=1), 0.0, sender=rank)
+             for rank in range(3)]
+    assert not any(reply.rejoined for reply in first)
+    svc.depart(1, "died (silent for over 3 s)")
+    back = svc.handle(m.Register(rank=1, seq=1, slot=1, incarnation=9), 8.0, sender="b")
+    assert back.ok and back.rejoined and not back.over and back.round == 0
+    assert m.decode(m.encode(back)).rejoined
+    # a rank that never left is no rejoin (a worker registering again with a restarted State Server)
+    again = svc.handle(m.Register(rank=2, seq=2, slot=2, incarnation=1), 9.0, sender=2)
+    assert again.ok and not again.rejoined
+    # every other rank done training: a worker back now is too late
+    for rank, sender in ((0, 0), (1, "b"), (2, 2)):
+        svc.handle(membership.RoundFinish(rank=rank, seq=3, incarnation=9 if rank == 1 else 1), 10.0, sender=sender)
+    svc.depart(2, "died (silent for over 3 s)")
+    late = svc.handle(m.Register(rank=2, seq=1, slot=2, incarnation=4), 11.0, sender="c")
+    assert late.over and not late.rejoined
+    # rounds held: a join still names its round
+    held = RoundRendezvous(range(2))
+    _round(held, 0, [0, 1])
+    held.depart(1, "died", now=1.0)
+    assert held.join(1, now=2.0) == 1 and held.stats()["events"][-1]["round"] == 1
+    # a join that named no round (none was held yet) holds every round that came after it
+    early = {"slots": {"0": 0, "1": 1}, "rounds_by_rank": {"0": [0, 1], "1": [0, 1]},
+             "events": [{"event": "join", "rank": 1, "slot": 1, "round": None, "cause": "restarted", "t": 1.0}]}
+    assert job_events(early)["rounds_by_slot"] == {"0": [[0, 1]], "1": [[0, 1]]}
+
+
+def test_restarts_are_taken_in_async_and_refused_in_modes_that_cannot_take_a_worker_back():
     import pytest
     from mxhet import launcher
     from mxhet.errors import ConfigError
-    with pytest.raises(ConfigError, match="--max-restarts works in modes localsgd, esync, sync, nodelay, preduce, not 'async'"):
-        launcher.plan(["-n", "3", "--sync", "async", "--elastic", "--max-restarts", "1", "--", "python", "t.py"])
+    plan = launcher.plan(["-n", "3", "--sync", "async", "--elastic", "--max-restarts", "1", "--", "python", "t.py"])
+    [state] = [p for p in plan.processes if p.role == "state-server"]
+    assert "--until-stopped" in state.argv and state.argv[state.argv.index("--rules") + 1] == "membership"
+    with pytest.raises(ConfigError, match="--max-restarts works in modes localsgd, esync, sync, nodelay, async, "
+                                          "preduce, not 'dcasgd'"):
+        launcher.plan(["-n", "3", "--sync", "dcasgd", "--elastic", "--max-restarts", "1", "--", "python", "t.py"])
 
 
 def test_the_supervisor_records_each_exit_for_the_job_file_the_chief_and_the_live_view(tmp_path):
