@@ -372,6 +372,13 @@ class RoundRendezvous:
         self._record("late", rank, causes[-1] if causes else RESTARTED, None, now)
         return [(rank, token, Entered(round_, 0, 0, over=True))]
 
+    def note_left_loop(self, rank, now=None):
+        """``rank`` left its loop in a job without rounds (``async``), where its goodbye cannot be told from
+        its end (every worker ends on its own): the caller, who knows (the simulator's ``--events``),
+        records the leave, at ``now``. Nothing else changes: the goodbye that follows removes it."""
+        if rank in self.training and not self._held_rounds():
+            self._record("leave", rank, LEFT_ITS_LOOP, None, now)
+
     def note_round(self, round_):
         """A job whose rounds another rule counts (nodelay's transfers) started round ``round_``: a rank
         that stops before the job's stop then left its loop (the record), as in a job of rounds here."""

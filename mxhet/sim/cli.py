@@ -33,9 +33,10 @@ from ..policy.specs import executor_spec
 from ..train import _atomic_json, _validate, build_parser as train_parser, mode_options, optimizer_params
 from ..control.membership import ELASTIC_MODES
 
-SIM_EVENT_MODES = ELASTIC_MODES + ("preduce",)
-"""``--events`` accepts these: the round modes, and Partial Reduce, whose controller groups a device
-that joins again from its first READY (it starts from the latest complete group's model)."""
+SIM_EVENT_MODES = ELASTIC_MODES + ("preduce", "async")
+"""``--events`` accepts these: the round modes, Partial Reduce, whose controller groups a device
+that joins again from its first READY (it starts from the latest complete group's model), and async,
+where a device that joins again pulls the global model and pushes from its next iteration on."""
 from .engine import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_MS, DEFAULT_PER_KEY_MS, Network, SimJob
 from .events import parse_schedule
 from .members import MemberScores

@@ -445,8 +445,12 @@ class Simulation:
         that joins again starts)."""
         return (yield from self.request(dev, dev.message(m.Register, slot=dev.slot, signature="sim", round=0)))
 
-    def leave(self, dev):
+    def leave(self, dev, left_loop=False):
+        """``dev`` says goodbye; ``left_loop``: its ``--events`` leave, before the job's end."""
         dev.stopped = True
+        members = self.service.rule("membership")
+        if left_loop and members is not None:   # async: the goodbye alone reads as its end
+            members.rendezvous.note_left_loop(dev.rank, self.env.now)
         yield from self.request(dev, dev.message(m.Bye))
 
     def snapshotter(self):

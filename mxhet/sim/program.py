@@ -176,7 +176,7 @@ def run_program(sim, dev, program, trace=None):
             return
         if left:
             yield from _drain(sim, dev)
-        yield from sim.leave(dev)
+        yield from sim.leave(dev, left_loop=left)
         if not (left and (yield from _rejoin(sim, dev))):
             return
 

@@ -51,3 +51,24 @@ def test_a_device_that_joins_again_takes_part_in_later_rounds_and_ends_on_the_sa
     assert len([r for r in took if r >= join["round"]]) >= 2
     assert len({workers[s]["final_model_sha256"] for s in range(3)}) == 1
     assert summary["final_accuracy"] >= 0.4
+
+
+def test_an_async_device_that_leaves_and_joins_again_trains_on_the_global_model_after_its_join(tmp_path):
+    # async has no rounds: the record names none, and the device's goodbye alone would read as its end, so
+    # the simulator records the leave of its --events itself
+    common = ("-n", "3", "--sync", "async", "--slowdown", "2,1,1", "--base-iter", "0.05", "--time-budget", "3")
+    summary, workers = _sim(tmp_path, "rejoin-async", *common, "--events", "2:leave@0.6,2:join@1.5")
+    elastic = summary["elastic"]
+    assert 0.6 <= elastic["left_at_s"]["2"] < 1.5 <= elastic["joined_at_s"]["2"] < 1.6
+    events = elastic["membership"]["events"]
+    assert [(e["event"], e["rank"], e["cause"], e["round"]) for e in events] == [
+        ("leave", 2, "left its loop", None), ("join", 2, "restarted", None)]
+    assert events[0]["t"] == pytest.approx(elastic["left_at_s"]["2"], abs=0.01)
+    assert workers[2]["rejoined_at_round"] == 0 and workers[1]["rejoined_at_round"] is None
+    # slots 1 and 2 are equally fast: slot 2 misses the 0.85 virtual s it was away (about 17 iterations of
+    # 0.05 s) and trains the rest of the budget after its join
+    gap = workers[1]["iterations"] - workers[2]["iterations"]
+    assert 12 <= gap <= 22
+    assert workers[2]["iterations"] - 0.6 / 0.05 >= 20
+    assert len({w["final_model_sha256"] for w in workers.values()}) == 1
+    assert summary["final_accuracy"] >= 0.4
