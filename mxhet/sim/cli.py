@@ -33,10 +33,13 @@ from ..policy.specs import executor_spec
 from ..train import _atomic_json, _validate, build_parser as train_parser, mode_options, optimizer_params
 from ..control.membership import ELASTIC_MODES
 
-SIM_EVENT_MODES = ELASTIC_MODES + ("preduce", "async")
+SIM_EVENT_MODES = ELASTIC_MODES + ("preduce", "async", "gcada", "cada")
 """``--events`` accepts these: the round modes, Partial Reduce, whose controller groups a device
 that joins again from its first READY (it starts from the latest complete group's model), and async,
-where a device that joins again pulls the global model and pushes from its next iteration on."""
+where a device that joins again pulls the global model and pushes from its next iteration on; in gcada
+and cada devices only leave (their coordinator re-selects; it takes no worker back, as on the cluster,
+where ``--max-restarts`` is refused for them)."""
+SIM_LEAVE_ONLY_MODES = ("gcada", "cada")
 from .engine import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_MS, DEFAULT_PER_KEY_MS, Network, SimJob
 from .events import parse_schedule
 from .members import MemberScores
@@ -225,6 +228,9 @@ def _events(text, n, mode):
     leaves, joins = parse_schedule(text, n)
     if leaves and mode not in SIM_EVENT_MODES:
         raise ConfigError("--events: devices can leave in modes %s, not %s" % (", ".join(SIM_EVENT_MODES), mode))
+    if joins and mode in SIM_LEAVE_ONLY_MODES:
+        raise ConfigError("--events: a device cannot join again in %s (its coordinator takes no worker back; "
+                          "on the cluster --max-restarts is refused there too): leave events only" % mode)
     return {"leaves": leaves, "joins": joins}
 
 

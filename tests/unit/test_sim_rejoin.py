@@ -3,6 +3,7 @@ SLOT:leave@T,SLOT:join@T2``): the State Server's rule (mxhet.control.membership'
 take part from the next round boundary, with the global model; every device ends on the same model."""
 import pytest
 
+from mxhet.errors import ConfigError
 from mxhet.sim.events import parse_schedule
 
 from tests.unit.test_sim import _sim
@@ -72,3 +73,17 @@ def test_an_async_device_that_leaves_and_joins_again_trains_on_the_global_model_
     assert workers[2]["iterations"] - 0.6 / 0.05 >= 20
     assert len({w["final_model_sha256"] for w in workers.values()}) == 1
     assert summary["final_accuracy"] >= 0.4
+
+
+def test_a_gcada_device_that_leaves_is_dropped_by_its_group_and_a_join_is_refused(tmp_path):
+    common = ("-n", "4", "--sync", "gcada", "--slowdown", "1,1,1,2", "--base-iter", "0.05", "--time-budget", "3",
+              "--step-size", "0.0005")
+    summary, workers = _sim(tmp_path, "leave-gcada", *common, "--events", "1:leave@0.6")
+    events = summary["elastic"]["membership"]["events"]
+    assert [(e["event"], e["rank"], e["cause"]) for e in events] == [("leave", 1, "left its loop")]
+    # the others train the whole budget without it (its group re-selects), one model
+    assert 3.0 <= summary["train_time_s"] < 6.0
+    assert workers[1]["iterations"] < workers[0]["iterations"] // 2 and workers[0]["iterations"] >= 30
+    assert len({w["final_model_sha256"] for w in workers.values()}) == 1
+    with pytest.raises(ConfigError, match="cannot join again in gcada"):
+        _sim(tmp_path, "join-gcada", *common, "--events", "1:leave@0.6,1:join@1.5")
