@@ -72,6 +72,8 @@ SNAPSHOT_SHARE = 0.5
 DEFAULT_SWEEP = os.path.join(ROOT, "bench", "results", PRESET)
 """Where the open division's committed sweep (``sweep.json``) is looked for by default."""
 DEFAULT_OUT = os.path.join("bench", "results", "heterogeneity")
+DEFAULT_COSTS = os.path.join(ROOT, "bench", "results", "paper-sim", "estimate.json")
+"""Per-model CPU costs of an iteration, a snapshot and a run's fixed part (``mxhet-bench estimate``)."""
 TARGET = presets.PRESETS[PRESET].target_accuracy
 
 
@@ -187,6 +189,30 @@ def confirm_and_trim(keep_snapshots=False, ensure=None):
     return confirm_fn
 
 
+def predict(planned, preset, costs, budget=None):
+    """CPU seconds of each planned run on an idle core, at its whole budget, by :mod:`bench.estimate`'s
+    model (every device computing all the time, Sync one iteration per device a round; the snapshots on
+    this bench's grid; the confirmations) from per-model ``costs`` (``estimate.json``'s); a model without
+    costs is left out. Returns ``[{"run", "profiles", "iterations", "snapshots", "cpu_s"}]``."""
+    from . import estimate
+    rows = []
+    for name, (key, profs) in planned.items():
+        cost = costs.get(key.model)
+        if cost is None:
+            continue
+        spec = job_spec(key, preset, budget)
+        base = model_record(preset, key.model)["base_iteration_s"]
+        rate = estimate.iterations_per_s(spec.mode, spec.slowdowns, base)
+        iterations = int(rate * spec.time_budget)
+        snapshots = estimate.snapshot_count(preset, (1.0,), rate, spec.time_budget, base)   # the fast grid
+        cpu = (iterations * cost["iteration_cpu_s"] + cost["fixed_cpu_s"]
+               + (max(0, snapshots - cost["fixed_snapshots"])
+                  + estimate.CANDIDATES * estimate.CONFIRM_SNAPSHOTS) * cost["snapshot_cpu_s"])
+        rows.append({"run": name, "profiles": profs, "iterations": iterations, "snapshots": snapshots,
+                     "cpu_s": cpu})
+    return rows
+
+
 # -- results --------------------------------------------------------------------------------------------
 
 def rows_of(records, served, preset, out, stamp):
@@ -279,9 +305,8 @@ def cells(rows):
     """Every (model, profile, split) with runs: each variant's :func:`bench.report.cell`, the best
     alternative and the :func:`verdict`."""
     out = []
-    keys = sorted({(r["model"], r["profile"], r["dist"]) for r in rows if r["variant"] != "standalone"}
-                  | {(r["model"], r["profile"], "iid") for r in rows if r["variant"] == "standalone"}, key=lambda k: (k[0], k[2], -k[1]))
-    for model, profile, dist in keys:
+    keys = {(r["model"], r["profile"], "iid" if r["variant"] == "standalone" else r["dist"]) for r in rows}
+    for model, profile, dist in sorted(keys, key=lambda k: (k[0], k[2], -k[1])):
         variants = {v: report.cell(cell_runs(rows, model, profile, dist, v)) for v in VARIANTS
                     if cell_runs(rows, model, profile, dist, v)}
         best = best_alternative(rows, model, profile, dist)
@@ -436,13 +461,20 @@ def run_bench(models, profile_keys, variants, dists, seeds, out, seeds_best=Fals
 
 
 def _split(text, parse, known, what):
+    """The comma-separated values of ``--what``, each parsed and in ``known`` (a text for the message where
+    ``known`` is a range).
+
+    Raises:
+        ConfigError: naming the flag and the bad text.
+    """
     names = [x.strip() for x in text.split(",") if x.strip()]
     try:
         values = [parse(x) for x in names]
     except ValueError:
         values = None
     if not values or any(v not in known for v in values):
-        raise ConfigError("--%s %r: a comma-separated list of %s" % (what, text, ", ".join(map(str, known))))
+        allowed = "integers >= 0" if isinstance(known, range) else ", ".join(map(str, known))
+        raise ConfigError("--%s %r: a comma-separated list of %s" % (what, text, allowed))
     return list(dict.fromkeys(values))
 
 
@@ -474,7 +506,27 @@ def add_parser(sub):
                    help="wall minutes between a run's checkpoints (0: none; default %(default)s)")
     p.add_argument("--keep-snapshots", action="store_true", help="keep each run's snapshots once confirmed")
     p.add_argument("--out", default=DEFAULT_OUT, help="output directory (default %(default)s)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the runs with their predicted CPU cost (from --costs) and stop")
+    p.add_argument("--costs", default=DEFAULT_COSTS,
+                   help="per-model CPU costs measured by `mxhet-bench estimate` (default %(default)s)")
     return p
+
+
+def dry_run(planned, preset, costs_path, budget, jobs):
+    """Print every planned run's command-line name, the profiles it serves and its predicted CPU cost."""
+    from . import estimate
+    with open(costs_path) as f:
+        costs = json.load(f)["costs"]
+    rows = {r["run"]: r for r in predict(planned, preset, costs, budget)}
+    for name, (key, profs) in planned.items():
+        r = rows.get(name)
+        print("%-44s profiles %-10s %s" % (name, ",".join(map(str, profs)), "%6d iterations %3d snapshots "
+              "%6.1f CPU min" % (r["iterations"], r["snapshots"], r["cpu_s"] / 60) if r else "no measured cost"))
+    total = sum(r["cpu_s"] for r in rows.values())
+    span, _ = estimate.makespan([r["cpu_s"] for r in rows.values()], jobs)
+    print("%d run(s): %.1f CPU h on an idle machine, %.1f h at --jobs %d (a loaded machine takes longer)"
+          % (len(planned), total / 3600, span / 3600, jobs))
 
 
 def run(args):
@@ -487,6 +539,11 @@ def run(args):
     if args.jobs < 1 or (args.budget is not None and not args.budget > 0) or not args.checkpoint_every_min >= 0:
         raise ConfigError("--jobs must be >= 1, --budget > 0 and --checkpoint-every-min >= 0; got %r, %r and %r"
                           % (args.jobs, args.budget, args.checkpoint_every_min))
+    if args.dry_run:
+        preset, _ = learning_rates(preset, None if args.sweep == "none" else args.sweep)
+        dry_run(plan(models, profile_keys, variants, dists, seeds[:1] if args.seeds_best else seeds), preset,
+                args.costs, args.budget, args.jobs)
+        return 0
     started = time.monotonic()
     doc = run_bench(models, profile_keys, variants, dists, seeds, args.out, seeds_best=args.seeds_best,
                     jobs=args.jobs, resume=args.resume == "on", budget=args.budget,

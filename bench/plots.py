@@ -235,6 +235,7 @@ def heterogeneity(doc, path):
         ax.set_yscale("log")
         ax.set_xticks(sorted({c["profile"] for c in doc["cells"]}))
         ax.set_xticklabels(["%dx" % p for p in sorted({c["profile"] for c in doc["cells"]})])
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())
         ax.set_xlabel("largest slowdown of the profile")
         ax.set_ylabel("virtual s to %.2f (confirmed on all test images)" % doc["target_accuracy"])
         ax.set_title("%s, %s" % (model, "i.i.d." if dist == "iid" else "non-i.i.d."), fontsize=9)

@@ -84,7 +84,8 @@ def test_the_recommended_flags_are_flags_of_both_engines():
     from mxhet.sim import cli as sim_cli
     from mxhet.train import build_parser
 
-    options = resolve_args(build_parser().parse_args(["--sync", "esync", *presets.RECOMMENDED_ARGS]), "esync")
+    args = build_parser().parse_args(["--sync", "esync", "--metrics-out", "x", *presets.RECOMMENDED_ARGS])
+    options = resolve_args(args, "esync")
     assert options["round_deadline"] == 4.0
     key = het.RunKey("smallcnn", 10, "recommended", "iid", 0)
     argv = het.job_spec(key, presets.get(het.PRESET), budget=2.0).launch_argv("x")
@@ -155,9 +156,25 @@ def test_verdict_with_censored_runs_and_missing_sides():
 def test_bad_arguments_are_refused_by_name():
     parser = het.add_parser(__import__("argparse").ArgumentParser().add_subparsers(dest="experiment"))
     for flag, value in (("--profiles", "117,5"), ("--variants", "esync"), ("--models", "vgg"),
-                        ("--dists", "group")):
+                        ("--dists", "group"), ("--seeds", "0,-1")):
         args = parser.parse_args([flag, value])
         with pytest.raises(ConfigError, match=flag):
             het.run(args)
     with pytest.raises(ConfigError, match="sweep"):
         het.learning_rates(presets.get(het.PRESET), "/nonexistent")
+
+
+def test_the_predicted_cost_counts_every_device_s_iterations_at_the_whole_budget():
+    preset = presets.get(het.PRESET)
+    planned = het.plan(["resnet18_v1", "smallcnn"], [117, 10], ["paper", "standalone", "fast-only"], ["iid"], [0])
+    costs = {"resnet18_v1": {"iteration_cpu_s": 0.1, "snapshot_cpu_s": 1.0, "fixed_cpu_s": 10.0,
+                             "fixed_snapshots": 2}}
+    rows = {r["run"]: r for r in het.predict(planned, preset, costs)}
+    assert not any(name.startswith("smallcnn") for name in rows)      # no measured cost
+    fast = preset.budget_for("resnet18_v1") / preset.iteration_s["resnet18_v1"]   # one fast device's iterations
+    assert rows["resnet18_v1-standalone-iid"]["iterations"] == pytest.approx(fast, abs=1)
+    assert rows["resnet18_v1-fast-only4-iid"]["iterations"] == pytest.approx(4 * fast, abs=1)
+    assert rows["resnet18_v1-117x-paper-iid"]["iterations"] == pytest.approx((4 + 2 / 117) * fast, abs=1)
+    assert rows["resnet18_v1-10x-paper-iid"]["iterations"] == pytest.approx((2 + 2 / 10) * fast, abs=1)
+    r = rows["resnet18_v1-standalone-iid"]
+    assert r["cpu_s"] == pytest.approx(0.1 * r["iterations"] + 10.0 + (r["snapshots"] - 2 + 20) * 1.0)
