@@ -233,12 +233,13 @@ def rows_of(records, served, preset, out, stamp):
 
 def merge(old_rows, new_rows):
     """``old_rows`` with each ``(run, profile)`` of ``new_rows`` replaced or added; a run kept from an
-    earlier invocation with the same command (``resumed``) keeps the stamp of the one that made it."""
+    earlier invocation with the same command (``resumed``) keeps the stamp and the wall seconds (the whole
+    job's, not only the simulator's) of the one that made it."""
     by = {(r["run"], r["profile"]): r for r in old_rows}
     for r in new_rows:
         before = by.get((r["run"], r["profile"]))
         if before and r.get("resumed") and before.get("command") == r.get("command") and before.get("recorded"):
-            r = dict(r, recorded=before["recorded"])
+            r = dict(r, recorded=before["recorded"], wall_s=before.get("wall_s", r.get("wall_s")))
         by[(r["run"], r["profile"])] = r
     return sorted(by.values(), key=lambda r: (r["model"], r["dist"], -r["profile"], list(VARIANTS).index(r["variant"])
                                               if r["variant"] in VARIANTS else 99, r.get("seed", 0)))
@@ -251,8 +252,15 @@ def cell_runs(rows, model, profile, dist, variant):
 
 
 def best_alternative(rows, model, profile, dist):
-    """The cell's best alternative (:func:`bench.report.best_alternative` over :data:`ALTERNATIVES`), or None."""
+    """The cell's best alternative, or None without one: :func:`bench.report.best_alternative` over
+    :data:`ALTERNATIVES` where one reached the target on all its seeds; otherwise the one with the highest
+    mean final accuracy (the training times of runs that all went on to the budget rank nothing)."""
     mine = [dict(r, dist=dist) for v in ALTERNATIVES for r in cell_runs(rows, model, profile, dist, v)]
+    by = {}
+    for r in mine:
+        by.setdefault(r["variant"], []).append(r)
+    if not any(all(r["time_to_target_s"] is not None for r in runs) for runs in by.values()):
+        return max(by, key=lambda v: sum(r["final_accuracy"] for r in by[v]) / len(by[v]), default=None)
     return report.best_alternative(mine, model, dist, exclude=ESYNC_VARIANTS)
 
 
@@ -351,29 +359,35 @@ def markdown(doc):
               "over seeds with a 95%% Student-t interval; a seed that never reached it counts at its training "
               "time and makes the mean a lower bound (`>`, with how many reached). Final accuracy: the model at "
               "the budget on all test images. The best alternative is the variant of %s that reached the "
-              "target on all its seeds soonest (geometric mean); speedups are ratios of geometric means with "
+              "target on all its seeds soonest (geometric mean), or, where none did, the one with the highest "
+              "final accuracy; speedups are ratios of geometric means with "
               "Welch's interval on log times (bench/stats.py). A run without slow devices (standalone, "
-              "fast-only) is one run listed under every profile with as many fast devices." % (
+              "fast-only) is one run listed under every profile with as many fast devices. A run may train "
+              "past its budget: the simulator ends it once the round or push under way is done (column "
+              "`trained`)." % (
                   TARGET, ", ".join(ALTERNATIVES)), ""]
     lrs = doc["lrs"]
     for c in doc["cells"]:
         lines += ["## %s, %dx, %s" % (c["model"], c["profile"], c["dist"]), "",
                   "| variant | lr | seeds | reached | time to %.2f (virtual s) | confirmed | final accuracy | "
-                  "wall s per run |" % TARGET, "|---|---|---|---|---|---|---|---|"]
+                  "trained (virtual s) | wall s per run |" % TARGET, "|---|---|---|---|---|---|---|---|---|"]
         for v, cell in c["variants"].items():
             runs = cell_runs(doc["runs"], c["model"], c["profile"], c["dist"], v)
             walls = [r["wall_s"] for r in runs if r.get("wall_s") is not None]
-            lines.append("| %s%s | %s | %s | %d/%d | %s | %s | %s | %s |" % (
+            lines.append("| %s%s | %s | %s | %d/%d | %s | %s | %s | %.1f | %s |" % (
                 v, " (best alternative)" if v == c["best_alternative"] else "",
                 "%g" % lrs[c["model"]][v] if v in lrs.get(c["model"], {}) else "—",
                 ",".join(map(str, cell["seeds"])), cell["time_to_target"]["reached"] or 0, len(cell["seeds"]),
                 _interval(cell["time_to_target"], "%.1f"), "yes" if cell["confirmed"] else "no",
-                _interval(cell["final_accuracy"], "%.3f"),
+                _interval(cell["final_accuracy"], "%.3f"), cell["train_time_s"]["mean"],
                 "%.0f" % (sum(walls) / len(walls)) if walls else "—"))
         lines += ["", "Recommended against the best alternative (%s): %s" % (
             c["best_alternative"] or "none", c["verdict"]["text"]), ""]
     if doc.get("figure"):
         lines += ["## Time to %.2f against the degree of heterogeneity" % TARGET, "",
+                  "One panel per model and split, one line per variant: the mean over seeds with its 95% "
+                  "interval; hollow circle: not every seed reached the target (a lower bound); hollow "
+                  "triangle: none did (at the training time).", "",
                   "![time to target](%s)" % doc["figure"], ""]
     lines += ["## Failed runs (this invocation)", ""]
     lines += ["- `%s`: %s" % (f["run"], f["error"].splitlines()[0][:300]) for f in doc["failures"]] or ["None."]

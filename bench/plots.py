@@ -241,6 +241,4 @@ def heterogeneity(doc, path):
         ax.set_title("%s, %s" % (model, "i.i.d." if dist == "iid" else "non-i.i.d."), fontsize=9)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
-    fig.suptitle("Time to target against heterogeneity (hollow: not every seed reached it; "
-                 "triangle: none did, at the training time)", fontsize=8)
     return _save(fig, path)

@@ -178,3 +178,24 @@ def test_the_predicted_cost_counts_every_device_s_iterations_at_the_whole_budget
     assert rows["resnet18_v1-10x-paper-iid"]["iterations"] == pytest.approx((2 + 2 / 10) * fast, abs=1)
     r = rows["resnet18_v1-standalone-iid"]
     assert r["cpu_s"] == pytest.approx(0.1 * r["iterations"] + 10.0 + (r["snapshots"] - 2 + 20) * 1.0)
+
+
+def test_where_no_alternative_reached_the_target_the_best_is_the_most_accurate():
+    def row(variant, acc, t=None):
+        return {"model": "m", "profile": 10, "dist": "iid", "variant": variant, "mode": "x", "time_to_target_s": t,
+                "train_time_s": 100.0 if variant != "dylu" else 50.0, "final_accuracy": acc}
+    rows = [row("standalone", 0.70), row("async", 0.75), row("dylu", 0.6), row("recommended", 0.9, 10.0)]
+    assert het.best_alternative(rows, "m", 10, "iid") == "async"
+    rows.append(row("adsp", 0.5, 90.0))
+    assert het.best_alternative(rows, "m", 10, "iid") == "adsp"        # the only one that reached it
+    assert het.best_alternative(rows, "m", 117, "iid") is None
+
+
+def test_a_run_kept_from_an_earlier_invocation_keeps_its_stamp_and_wall_time():
+    old = {"run": "r", "profile": 2, "model": "m", "dist": "iid", "variant": "paper", "command": ["a"],
+           "recorded": {"commit": "old"}, "wall_s": 900.0, "resumed": False}
+    kept = dict(old, recorded={"commit": "new"}, wall_s=600.0, resumed=True)      # --resume found it finished
+    assert het.merge([old], [kept])[0]["recorded"] == {"commit": "old"}
+    assert het.merge([old], [kept])[0]["wall_s"] == 900.0
+    again = dict(kept, command=["b"])                                              # another command: run again
+    assert het.merge([old], [again])[0]["recorded"] == {"commit": "new"}
