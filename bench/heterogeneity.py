@@ -213,6 +213,25 @@ def predict(planned, preset, costs, budget=None):
     return rows
 
 
+def not_run(spec, run_dir, desc, position, leave):
+    """``--report-only``'s runner: a run not finished in ``--out`` is reported, not started."""
+    from .runner import JobFailed
+    raise JobFailed("not finished yet (--report-only runs nothing)")
+
+
+def recorded_confirmation(run_dir, summary):
+    """``--report-only``'s confirmation: the one the run recorded, else an error (scoring costs CPU).
+
+    Raises:
+        ConfigError: when the run has no confirmation of its own yet.
+    """
+    from .confirm import load
+    record = load(run_dir, summary)
+    if record is None:
+        raise ConfigError("%s finished but is not confirmed yet (--report-only scores nothing)" % run_dir)
+    return record
+
+
 # -- results --------------------------------------------------------------------------------------------
 
 def rows_of(records, served, preset, out, stamp):
@@ -389,7 +408,7 @@ def markdown(doc):
                   "interval; hollow circle: not every seed reached the target (a lower bound); hollow "
                   "triangle: none did (at the training time).", "",
                   "![time to target](%s)" % doc["figure"], ""]
-    lines += ["## Failed runs (this invocation)", ""]
+    lines += ["## Failed or unfinished runs (this invocation)", ""]
     lines += ["- `%s`: %s" % (f["run"], f["error"].splitlines()[0][:300]) for f in doc["failures"]] or ["None."]
     return "\n".join(lines) + "\n"
 
@@ -520,6 +539,9 @@ def add_parser(sub):
                    help="wall minutes between a run's checkpoints (0: none; default %(default)s)")
     p.add_argument("--keep-snapshots", action="store_true", help="keep each run's snapshots once confirmed")
     p.add_argument("--out", default=DEFAULT_OUT, help="output directory (default %(default)s)")
+    p.add_argument("--report-only", action="store_true",
+                   help="run and score nothing: write the JSON, report and figure from the runs finished and "
+                        "confirmed in --out (the others are listed as not finished)")
     p.add_argument("--dry-run", action="store_true",
                    help="list the runs with their predicted CPU cost (from --costs) and stop")
     p.add_argument("--costs", default=DEFAULT_COSTS,
@@ -560,11 +582,12 @@ def run(args):
         return 0
     started = time.monotonic()
     doc = run_bench(models, profile_keys, variants, dists, seeds, args.out, seeds_best=args.seeds_best,
-                    jobs=args.jobs, resume=args.resume == "on", budget=args.budget,
+                    jobs=args.jobs, resume=args.resume == "on" or args.report_only, budget=args.budget,
                     sweep=None if args.sweep == "none" else args.sweep,
                     command=["mxhet-bench"] + list(getattr(args, "argv", None) or sys.argv[1:]),
-                    checkpoint_every_min=args.checkpoint_every_min, keep_snapshots=args.keep_snapshots)
+                    checkpoint_every_min=args.checkpoint_every_min, keep_snapshots=args.keep_snapshots,
+                    **(dict(run=not_run, confirm_fn=recorded_confirmation) if args.report_only else {}))
     print(markdown(doc))
     print("wrote %s (%.0f min)" % (os.path.join(args.out, "heterogeneity.md"), (time.monotonic() - started) / 60),
           file=sys.stderr)
-    return 1 if doc["failures"] else 0
+    return 1 if doc["failures"] and not args.report_only else 0

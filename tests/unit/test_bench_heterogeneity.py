@@ -199,3 +199,15 @@ def test_a_run_kept_from_an_earlier_invocation_keeps_its_stamp_and_wall_time():
     assert het.merge([old], [kept])[0]["wall_s"] == 900.0
     again = dict(kept, command=["b"])                                              # another command: run again
     assert het.merge([old], [again])[0]["recorded"] == {"commit": "new"}
+
+
+def test_report_only_starts_and_scores_nothing(tmp_path):
+    from bench.runner import JobFailed
+    with pytest.raises(JobFailed, match="not finished"):
+        het.not_run(None, str(tmp_path), "", 0, False)
+    summary = {"curve": [[0.0, 0.1]], "train_time_s": 1.0}
+    with pytest.raises(ConfigError, match="not confirmed yet"):
+        het.recorded_confirmation(str(tmp_path), summary)
+    record = {"curve_points": 1, "train_time_s": 1.0, "time_to_target_s": None}
+    (tmp_path / confirm.FILE).write_text(json.dumps(record))
+    assert het.recorded_confirmation(str(tmp_path), summary) == record
