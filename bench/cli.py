@@ -27,7 +27,7 @@ from tqdm import tqdm
 from mxhet.errors import ConfigError
 from mxhet.sim.checkpoint import add_flags as add_checkpoint_flags
 
-from . import aggregation, presets, profiles
+from . import aggregation, heterogeneity, presets, profiles
 from . import nodelay as nodelay_bench
 from . import preduce as preduce_bench
 from . import gcada as gcada_bench
@@ -132,6 +132,7 @@ def build_parser():
     val.add_argument("--seed", type=int, default=0)
     val.add_argument("--out", default="runs/validate-sim", help="output directory (default %(default)s)")
     aggregation.add_parser(sub)
+    heterogeneity.add_parser(sub)
     nodelay_bench.add_parser(sub)
     preduce_bench.add_parser(sub)
     gcada_bench.add_parser(sub)
@@ -593,6 +594,7 @@ def main(argv=None):
     runners["preduce"] = preduce_bench.run
     runners["gcada"] = gcada_bench.run
     runners["faults"] = faults_bench.run
+    runners["heterogeneity"] = heterogeneity.run
     try:
         return runners.get(args.experiment, run_paper_experiment)(args)
     except ConfigError as exc:   # bad input an experiment found: a message, not a traceback

@@ -196,3 +196,49 @@ def members_plot(summary_path, path):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
     return _save(fig, path)
+
+
+def heterogeneity(doc, path):
+    """``mxhet-bench heterogeneity``'s figure: time to target against the profile's largest slowdown (log
+    x and y), one panel per model and data split, one line per variant: the mean over seeds with its 95%
+    interval; a hollow marker where some seed did not reach the target (a lower bound: the training time
+    counted), a hollow marker at the training time with an upward arrow where none did. Returns ``path``,
+    or None without cells."""
+    panels = list(dict.fromkeys((c["model"], c["dist"]) for c in doc["cells"]))
+    if not panels:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.0), squeeze=False)
+    variants = list(doc["variants"])
+    cmap = plt.get_cmap("tab10")
+    for ax, (model, dist) in zip(axes[0], panels):
+        for i, variant in enumerate(variants):
+            points = sorted((c["profile"], c["variants"][variant]["time_to_target"]) for c in doc["cells"]
+                            if (c["model"], c["dist"]) == (model, dist) and variant in c["variants"])
+            if not points:
+                continue
+            color = cmap(i % 10)
+            style = "-" if variant in ("recommended", "paper") else "--"
+            shown = [(p, s) for p, s in points if s["kind"] in ("measured", "lower_bound")]
+            ax.plot([p for p, _ in shown], [s["mean"] for _, s in shown], style, color=color, marker="o",
+                    label=variant)
+            for p, s in shown:
+                if s["low"] is not None:
+                    ax.errorbar([p], [s["mean"]], yerr=[[s["mean"] - max(s["low"], 1e-3)], [s["high"] - s["mean"]]],
+                                color=color, capsize=3, linewidth=1)
+                if s["kind"] == "lower_bound":
+                    ax.plot([p], [s["mean"]], "o", markerfacecolor="white", color=color)
+            for p, s in points:
+                if s["kind"] == "none_reached":
+                    ax.plot([p], [s["bound"]], "^", markerfacecolor="white", color=color)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xticks(sorted({c["profile"] for c in doc["cells"]}))
+        ax.set_xticklabels(["%dx" % p for p in sorted({c["profile"] for c in doc["cells"]})])
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())
+        ax.set_xlabel("largest slowdown of the profile")
+        ax.set_ylabel("virtual s to %.2f (confirmed on all test images)" % doc["target_accuracy"])
+        ax.set_title("%s, %s" % (model, "i.i.d." if dist == "iid" else "non-i.i.d."), fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    return _save(fig, path)

@@ -38,6 +38,13 @@ FAST_SYNC = "sync-fast"
 """Sync over the fastest devices of the profile only, the stragglers left out (a variant, run as ``sync``)."""
 VARIANTS = (STANDALONE, FAST_SYNC)
 """Table 1 variants that are not modes of their own."""
+RECOMMENDED_ARGS = ("--round-deadline", "4")
+"""ESync's recommended configuration (issue 31): flags that ``python -m mxhet.train`` and ``python -m
+mxhet.sim`` both take beside ``--sync esync``. A candidate being measured by ``mxhet-bench heterogeneity``:
+a round waits only for devices at most 4x slower than the fastest, so the fast devices aggregate every few
+of their iterations at 117x and 10x (bench/results/deadline: ResNet-18 at 117x, 13.5 virtual s to 0.80
+against 60.5 for the paper's ESync, one seed, unconfirmed). The deadline needs blocking ACKs and the plain
+mean, so the other aggregation options cannot join it."""
 USER_BASELINES = (STANDALONE, FAST_SYNC, "async", "dcasgd", "adsp", "localsgd")
 """What a user would run instead of ESync on a heterogeneous cluster: the fastest device alone, Sync without
 the stragglers, and the asynchronous and adaptive alternatives."""

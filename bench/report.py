@@ -50,16 +50,16 @@ def _log_mean_time(runs):
     return math.exp(sum(math.log(max(t, 1e-9)) for t in times) / len(times))
 
 
-def best_alternative(runs, model):
-    """The variant a user would pick instead of ESync for ``model``: of every other variant with runs, the
-    one that reached the target on all its seeds in the shortest (geometric) mean time; if none reached it
-    on every seed, the one with the shortest mean time counting censored runs at their training time
-    (None when there is no other variant)."""
+def best_alternative(runs, model, dist="iid", exclude=("esync",)):
+    """The variant a user would pick instead of ESync for ``model``: of every variant with runs on ``dist``
+    but those in ``exclude``, the one that reached the target on all its seeds in the shortest (geometric)
+    mean time; if none reached it on every seed, the one with the shortest mean time counting censored runs
+    at their training time (None when there is no other variant)."""
     candidates = []
-    for variant in dict.fromkeys(variant_of(r) for r in runs if r["model"] == model and r["dist"] == "iid"):
-        if variant == "esync":
+    for variant in dict.fromkeys(variant_of(r) for r in runs if r["model"] == model and r["dist"] == dist):
+        if variant in exclude:
             continue
-        mine = _find_all(runs, model, variant)
+        mine = _find_all(runs, model, variant, dist)
         all_reached = all(r["time_to_target_s"] is not None for r in mine)
         candidates.append(((not all_reached, _log_mean_time(mine)), variant))
     return min(candidates)[1] if candidates else None

@@ -342,7 +342,7 @@ def finished_run(spec, run_dir):
     return summary
 
 
-def execute(keys, spec_for, out, run=run_with_bar, jobs=1, resume=False, confirm_fn=None):
+def execute(keys, spec_for, out, run=run_with_bar, jobs=1, resume=False, confirm_fn=None, name=run_name):
     """Run every key once; returns ``(records, failures)``, both keyed by RunKey.
 
     Args:
@@ -353,6 +353,7 @@ def execute(keys, spec_for, out, run=run_with_bar, jobs=1, resume=False, confirm
         resume: keep a simulator run already finished with the same command.
         confirm_fn: ``(run_dir, summary) -> confirmation record`` (:func:`bench.confirm.ensure`),
             run after each run on its slot; the record goes into the summary as ``confirmation``.
+        name: ``key -> run name`` (its directory under ``out/runs``; default :func:`run_name`).
 
     Raises:
         ValueError: if ``jobs`` < 1.
@@ -360,7 +361,7 @@ def execute(keys, spec_for, out, run=run_with_bar, jobs=1, resume=False, confirm
     if jobs < 1:
         raise ValueError("jobs must be >= 1, got %r" % (jobs,))
     records, failures = {}, {}
-    width = max([len(run_name(k)) for k in keys] + [1])
+    width = max([len(name(k)) for k in keys] + [1])
     lock = threading.Lock()
     free_rows = list(range(jobs, 0, -1))  # tqdm rows under the overall bar
 
@@ -368,13 +369,13 @@ def execute(keys, spec_for, out, run=run_with_bar, jobs=1, resume=False, confirm
               bar_format="{desc} {bar} {n_fmt}/{total_fmt} runs [{elapsed} elapsed, ETA {remaining}]") as overall:
         def one(key):
             spec = spec_for(key)
-            run_dir = os.path.join(out, "runs", run_name(key))
+            run_dir = os.path.join(out, "runs", name(key))
             with lock:
                 row = free_rows.pop()
             try:
                 summary = finished_run(spec, run_dir) if resume else None
                 if summary is None:
-                    summary = run(spec, run_dir, run_name(key).ljust(width), row, False)
+                    summary = run(spec, run_dir, name(key).ljust(width), row, False)
                 if confirm_fn is not None:
                     summary["confirmation"] = confirm_fn(run_dir, summary)
                 with lock:
@@ -382,13 +383,13 @@ def execute(keys, spec_for, out, run=run_with_bar, jobs=1, resume=False, confirm
                     ttt = (summary["confirmation"] or {}).get("time_to_target_s") if "confirmation" in summary \
                         else summary["time_to_target_s"]
                     tqdm.write("%s: final accuracy %.4f, time to %.2f%s: %s" % (
-                        run_name(key), summary["final_accuracy"], spec.target_accuracy,
+                        name(key), summary["final_accuracy"], spec.target_accuracy,
                         " (confirmed on all test images)" if "confirmation" in summary else "",
                         "%.1f s" % ttt if ttt is not None else "not reached"))
             except (JobFailed, OSError, ValueError, KeyError, ConfigError) as exc:
                 with lock:
                     failures[key] = "%s: %s" % (type(exc).__name__, exc)
-                    tqdm.write("FAILED %s: %s" % (run_name(key), exc), file=sys.stderr)
+                    tqdm.write("FAILED %s: %s" % (name(key), exc), file=sys.stderr)
             finally:
                 with lock:
                     free_rows.append(row)

@@ -1,0 +1,593 @@
+"""``mxhet-bench heterogeneity``: ESync, recommended and as the paper has it, against every alternative a
+user has, at three degrees of heterogeneity, in the simulator (issue 31).
+
+Models x profiles x variants x data splits x seeds on the open division's settings (``paper-sim-open`` in
+:mod:`bench.presets`): plain SGD, batch 64, every run to a common budget of ``OPEN_EPOCHS`` passes of one
+fast device over the training set (no stop at the target), each variant at its best learning rate from the
+open division's sweep (``--sweep``; the preset's 0.1 where no sweep is committed), times to target confirmed
+on all 10,000 test images (:mod:`bench.confirm`), means and 95% intervals over seeds (:mod:`bench.stats`).
+The runs go through :func:`bench.suite.execute` (``--jobs``, ``--resume``, checkpoints, progress bars).
+
+Profiles, named by their largest slowdown:
+
+* ``117``: the paper's testbed, 2 devices at 117x beside 4 at 1x (the ``paper-sim`` profile);
+* ``10``: 2 at 10x beside 2 at 1x (the ``cpu`` profile);
+* ``2``: a mild mix, 2 at 2x beside 2 at 1x (the ``cpu`` profile's shape, so that 10 and 2 differ only in
+  the slowdown).
+
+A run that uses no slow device (``standalone``: the fastest device alone; ``fast-only``: Sync over the
+slowdown-1 devices) is the same run in every profile with as many fast devices: it runs once and is listed
+under each profile it serves (``shared_by``). A standalone device holds all the data, so its i.i.d. run
+serves the non-i.i.d. cells too.
+
+Snapshots lie on one grid for every variant: every half fast iteration or 10% of the time so far, whichever
+is longer, at least 20 real iterations apart. The preset's grid follows the slowest device (6.7 virtual s
+at 117x against the standalone run's 0.06 s), which would give the variants' times to target different
+resolutions.
+
+Output in ``--out``: ``heterogeneity.json`` (``recommended_args``, each variant's ``lrs``, every run with its
+``profile`` and ``variant``; runs recorded by earlier invocations are kept unless run again),
+``heterogeneity.md``, ``heterogeneity.png`` and the runs in ``runs/`` (snapshots and checkpoints removed
+once the run is confirmed, unless ``--keep-snapshots``: about 2 GB per ResNet-18 run).
+"""
+import collections
+import dataclasses
+import json
+import os
+import shlex
+import shutil
+import sys
+import time
+
+from mxhet.errors import ConfigError
+
+from . import aggregation, presets, profiles, report, runner, stats
+from .provenance import ROOT, provenance
+
+PRESET = "paper-sim-open"
+PROFILES = {
+    117: profiles.BUILTIN["paper-sim"],
+    10: profiles.BUILTIN["cpu"],
+    2: profiles.Profile("mild", tuple([profiles.Device("cpu", 2.0, "slow")] * 2
+                                      + [profiles.Device("cpu", 1.0, "fast")] * 2)),
+}
+"""The profiles, keyed by their largest slowdown (what every run's ``profile`` records)."""
+VARIANTS = {
+    "recommended": ("esync", presets.RECOMMENDED_ARGS),
+    "paper": ("esync", ()),
+    "standalone": (presets.STANDALONE, ()),
+    "fast-only": (presets.FAST_SYNC, ()),
+    "async": ("async", ()),
+    "dcasgd": ("dcasgd", ()),
+    "adsp": ("adsp", ()),
+    "dylu": ("dylu", ()),
+}
+"""variant -> (what :func:`bench.suite.job_spec` runs, extra flags of ``python -m mxhet.sim``)."""
+ALTERNATIVES = ("standalone", "fast-only", "async", "dcasgd", "adsp", "dylu")
+"""What a user could run instead of ESync; the best of them in a cell is what the recommended ESync must beat."""
+ESYNC_VARIANTS = ("recommended", "paper")
+NO_SLOW_DEVICE = ("standalone", "fast-only")
+SNAPSHOT_SHARE = 0.5
+"""Snapshots every this share of a fast device's iteration (or the preset's growth, whichever is longer)."""
+DEFAULT_SWEEP = os.path.join(ROOT, "bench", "results", PRESET)
+"""Where the open division's committed sweep (``sweep.json``) is looked for by default."""
+DEFAULT_OUT = os.path.join("bench", "results", "heterogeneity")
+DEFAULT_COSTS = os.path.join(ROOT, "bench", "results", "paper-sim", "estimate.json")
+"""Per-model CPU costs of an iteration, a snapshot and a run's fixed part (``mxhet-bench estimate``)."""
+TARGET = presets.PRESETS[PRESET].target_accuracy
+
+
+class RunKey(collections.namedtuple("RunKey", "model profile variant dist seed")):
+    """One run; ``mode`` and ``lr`` are what :func:`bench.suite.job_spec` and ``record_of`` read."""
+    __slots__ = ()
+    lr = None   # the preset's rate for the variant's mode (the sweep's where one is committed)
+
+    @property
+    def mode(self):
+        return VARIANTS[self.variant][0]
+
+
+def fast_devices(profile_key):
+    """How many devices of the profile have its smallest slowdown."""
+    slowdowns = PROFILES[profile_key].slowdowns
+    return slowdowns.count(min(slowdowns))
+
+
+def run_name(key):
+    """``model-117x-variant-dist``; a run without slow devices is named by what it runs
+    (``model-standalone-iid``, ``model-fast-only4-iid``); ``-seedN`` for seeds other than 0."""
+    if key.variant == "standalone":
+        where = "standalone"
+    elif key.variant == "fast-only":
+        where = "fast-only%d" % fast_devices(key.profile)
+    else:
+        where = "%dx-%s" % (key.profile, key.variant)
+    return "%s-%s-%s%s" % (key.model, where, key.dist, "-seed%d" % key.seed if key.seed else "")
+
+
+def plan(models, profile_keys, variants, dists, seeds):
+    """``{run name: (RunKey, [profiles it serves])}`` in running order: seed by seed (the first seed of
+    everything first), then model, data split, profile and variant."""
+    out = {}
+    for seed in seeds:
+        for model in models:
+            for dist in dists:
+                for p in profile_keys:
+                    for variant in variants:
+                        key = RunKey(model, p, variant, "iid" if variant == "standalone" else dist, seed)
+                        name = run_name(key)
+                        if name not in out:
+                            out[name] = (key, [p])
+                        elif p not in out[name][1]:
+                            out[name][1].append(p)
+    return out
+
+
+def model_record(preset, model):
+    """``{"base_iteration_s", "input_size"}`` of ``model``: the preset's fixed virtual iteration and input
+    size; the small CNN's from bench/aggregation.py (0.05 s at 28 px), for smoke runs.
+
+    Raises:
+        ConfigError: for a model with neither.
+    """
+    if model in preset.iteration_s:
+        return {"base_iteration_s": preset.iteration_s[model], "input_size": preset.input_sizes[model]}
+    if model in aggregation.BASE_ITER_S:
+        return {"base_iteration_s": aggregation.BASE_ITER_S[model],
+                "input_size": aggregation.MODELS[model]["input_size"]}
+    raise ConfigError("unknown model %r; known: %s" % (model, ", ".join(known_models(preset))))
+
+
+def known_models(preset):
+    return tuple(preset.iteration_s) + tuple(m for m in aggregation.BASE_ITER_S if m not in preset.iteration_s)
+
+
+def job_spec(key, preset, budget=None, checkpoint_every_min=0.0, resume=False):
+    """The :class:`bench.runner.JobSpec` of one run: :func:`bench.suite.job_spec`'s on the key's profile,
+    with the variant's flags and the common snapshot grid. ``budget``: virtual seconds of training
+    (default: the preset's common budget for the model). The round deadline is not kept by the simulator's
+    checkpoints: a recommended run interrupted starts again."""
+    from . import suite   # imports MXNet: not at the bench parser's import
+    extra = VARIANTS[key.variant][1]
+    record = model_record(preset, key.model)
+    checkpointable = "--round-deadline" not in extra
+    spec = suite.job_spec(key, preset, PROFILES[key.profile], record,
+                          budget or preset.budget_of(key.model, key.mode), engine="sim",
+                          checkpoint_every_min=checkpoint_every_min if checkpointable else 0, resume=resume)
+    return dataclasses.replace(spec, eval_interval=SNAPSHOT_SHARE * record["base_iteration_s"],
+                               extra_train_args=tuple(spec.extra_train_args) + tuple(extra))
+
+
+def learning_rates(preset, sweep):
+    """``(preset, source)``: ``preset`` with each variant's best rate from ``sweep/sweep.json`` and that
+    file's path, or ``preset`` unchanged and None when ``sweep`` is None or (the default directory) holds no
+    sweep.
+
+    Raises:
+        ConfigError: when a directory named explicitly holds no sweep of this preset.
+    """
+    from . import suite
+    if sweep is None:
+        return preset, None
+    if sweep == DEFAULT_SWEEP and not os.path.exists(os.path.join(sweep, "sweep.json")):
+        return preset, None
+    return suite.sweep_lrs(preset, sweep), os.path.join(sweep, "sweep.json")
+
+
+def confirm_and_trim(keep_snapshots=False, ensure=None):
+    """``(run_dir, summary) -> confirmation``: :func:`bench.confirm.ensure`, then the run's snapshots and
+    checkpoint removed (scored and confirmed; a ResNet-18 run's snapshots take about 2 GB)."""
+    if ensure is None:
+        from .confirm import ensure
+
+    def confirm_fn(run_dir, summary):
+        record = ensure(run_dir, summary)
+        if not keep_snapshots:
+            for sub in ("snapshots", "checkpoint"):
+                shutil.rmtree(os.path.join(run_dir, sub), ignore_errors=True)
+        return record
+    return confirm_fn
+
+
+def predict(planned, preset, costs, budget=None):
+    """CPU seconds of each planned run on an idle core, at its whole budget, by :mod:`bench.estimate`'s
+    model (every device computing all the time, Sync one iteration per device a round; the snapshots on
+    this bench's grid; the confirmations) from per-model ``costs`` (``estimate.json``'s); a model without
+    costs is left out. Returns ``[{"run", "profiles", "iterations", "snapshots", "cpu_s"}]``."""
+    from . import estimate
+    rows = []
+    for name, (key, profs) in planned.items():
+        cost = costs.get(key.model)
+        if cost is None:
+            continue
+        spec = job_spec(key, preset, budget)
+        base = model_record(preset, key.model)["base_iteration_s"]
+        rate = estimate.iterations_per_s(spec.mode, spec.slowdowns, base)
+        iterations = int(rate * spec.time_budget)
+        snapshots = estimate.snapshot_count(preset, (1.0,), rate, spec.time_budget, base)   # the fast grid
+        cpu = (iterations * cost["iteration_cpu_s"] + cost["fixed_cpu_s"]
+               + (max(0, snapshots - cost["fixed_snapshots"])
+                  + estimate.CANDIDATES * estimate.CONFIRM_SNAPSHOTS) * cost["snapshot_cpu_s"])
+        rows.append({"run": name, "profiles": profs, "iterations": iterations, "snapshots": snapshots,
+                     "cpu_s": cpu})
+    return rows
+
+
+def not_run(spec, run_dir, desc, position, leave):
+    """``--report-only``'s runner: a run not finished in ``--out`` is reported, not started."""
+    from .runner import JobFailed
+    raise JobFailed("not finished yet (--report-only runs nothing)")
+
+
+def recorded_confirmation(run_dir, summary):
+    """``--report-only``'s confirmation: the one the run recorded, else an error (scoring costs CPU).
+
+    Raises:
+        ConfigError: when the run has no confirmation of its own yet.
+    """
+    from .confirm import load
+    record = load(run_dir, summary)
+    if record is None:
+        raise ConfigError("%s finished but is not confirmed yet (--report-only scores nothing)" % run_dir)
+    return record
+
+
+# -- results --------------------------------------------------------------------------------------------
+
+def rows_of(records, served, preset, out, stamp):
+    """The JSON records of finished runs (``records``: :func:`bench.suite.execute`'s), one per profile a run
+    serves, with ``run``, ``profile``, ``variant``, ``shared_by`` and ``recorded`` (commit and date of the
+    invocation that recorded it)."""
+    from . import suite
+    rows = []
+    for key, (summary, spec, run_dir) in records.items():
+        name = run_name(key)
+        base = suite.record_of(summary, key, spec, model_record(preset, key.model), run_dir, out)
+        base.update(run=name, variant=key.variant, mode=spec.mode, extra_args=list(VARIANTS[key.variant][1]),
+                    recorded=stamp)
+        for p in served[name]:
+            rows.append(dict(base, profile=p, shared_by=sorted(served[name]) if len(served[name]) > 1 else []))
+    return rows
+
+
+def merge(old_rows, new_rows):
+    """``old_rows`` with each ``(run, profile)`` of ``new_rows`` replaced or added; a run kept from an
+    earlier invocation with the same command (``resumed``) keeps the stamp and the wall seconds (the whole
+    job's, not only the simulator's) of the one that made it."""
+    by = {(r["run"], r["profile"]): r for r in old_rows}
+    for r in new_rows:
+        before = by.get((r["run"], r["profile"]))
+        if before and r.get("resumed") and before.get("command") == r.get("command") and before.get("recorded"):
+            r = dict(r, recorded=before["recorded"], wall_s=before.get("wall_s", r.get("wall_s")))
+        by[(r["run"], r["profile"])] = r
+    return sorted(by.values(), key=lambda r: (r["model"], r["dist"], -r["profile"], list(VARIANTS).index(r["variant"])
+                                              if r["variant"] in VARIANTS else 99, r.get("seed", 0)))
+
+
+def cell_runs(rows, model, profile, dist, variant):
+    """The runs of one variant in one cell (the standalone device's i.i.d. runs serve every split)."""
+    return [r for r in rows if r["model"] == model and r["profile"] == profile and r["variant"] == variant
+            and (r["dist"] == dist or variant == "standalone")]
+
+
+def best_alternative(rows, model, profile, dist):
+    """The cell's best alternative, or None without one: :func:`bench.report.best_alternative` over
+    :data:`ALTERNATIVES` where one reached the target on all its seeds; otherwise the one with the highest
+    mean final accuracy (the training times of runs that all went on to the budget rank nothing)."""
+    mine = [dict(r, dist=dist) for v in ALTERNATIVES for r in cell_runs(rows, model, profile, dist, v)]
+    by = {}
+    for r in mine:
+        by.setdefault(r["variant"], []).append(r)
+    if not any(all(r["time_to_target_s"] is not None for r in runs) for runs in by.values()):
+        return max(by, key=lambda v: sum(r["final_accuracy"] for r in by[v]) / len(by[v]), default=None)
+    return report.best_alternative(mine, model, dist, exclude=ESYNC_VARIANTS)
+
+
+def verdict(recommended, best):
+    """Whether the recommended ESync reaches the target no later than the best alternative, from their runs.
+
+    Returns:
+        ``{"no_later", "speedup", "late_by_s", "accuracy_gap", "text"}``: ``no_later`` True, False or None
+        (undecided: censored runs on both sides or a bound that does not settle it, or a side missing);
+        ``speedup`` :func:`bench.stats.speedup` of recommended over the best alternative; ``late_by_s`` the
+        difference of mean times (censored runs at their training time) where it is later; ``accuracy_gap``
+        recommended's mean final accuracy minus the best alternative's.
+    """
+    out = {"no_later": None, "speedup": None, "late_by_s": None, "accuracy_gap": None}
+    if not recommended or not best:
+        return dict(out, text="not yet measured" if not recommended else "no alternative measured")
+    sp = report.speedup_over(recommended, best)
+    mine, theirs = (stats.time_to_target([r["time_to_target_s"] for r in runs], [r["train_time_s"] for r in runs])
+                    for runs in (recommended, best))
+    acc = [stats.mean_interval([r["final_accuracy"] for r in runs])["mean"] for runs in (recommended, best)]
+    out.update(speedup=sp, accuracy_gap=acc[0] - acc[1])
+    kind, value = sp["kind"], sp["value"]
+    if kind == "measured" or (kind == "lower_bound" and value >= 1) or (kind == "upper_bound" and value < 1):
+        out["no_later"] = value >= 1
+    if out["no_later"] is False and mine["mean"] is not None and theirs["mean"] is not None:
+        out["late_by_s"] = mine["mean"] - theirs["mean"]
+    if kind == "unknown":
+        text = "undecided: neither reached %.2f on every seed" % TARGET
+    elif out["no_later"] is None:
+        text = "undecided: %s (censored runs)" % stats.format_speedup(sp)
+    elif out["no_later"]:
+        text = "**no later**: %s as fast%s" % (stats.format_speedup(sp), _significance(sp, 1))
+    else:
+        text = "**later** by %s: %s as fast%s" % (
+            "%.1f s" % out["late_by_s"] if out["late_by_s"] is not None else "an unknown time",
+            stats.format_speedup(sp), _significance(sp, -1))
+    text += "; final accuracy %+.3f (%.3f vs %.3f)" % (out["accuracy_gap"], acc[0], acc[1])
+    return dict(out, text=text)
+
+
+def _significance(sp, sign):
+    if sp["low"] is None:
+        return " (no interval: a side has one seed)"
+    if (sign > 0 and sp["low"] > 1) or (sign < 0 and sp["high"] < 1):
+        return " (the 95% interval excludes 1)"
+    return " (within the 95% interval)"
+
+
+def cells(rows):
+    """Every (model, profile, split) with runs: each variant's :func:`bench.report.cell`, the best
+    alternative and the :func:`verdict`."""
+    out = []
+    keys = {(r["model"], r["profile"], "iid" if r["variant"] == "standalone" else r["dist"]) for r in rows}
+    for model, profile, dist in sorted(keys, key=lambda k: (k[0], k[2], -k[1])):
+        variants = {v: report.cell(cell_runs(rows, model, profile, dist, v)) for v in VARIANTS
+                    if cell_runs(rows, model, profile, dist, v)}
+        best = best_alternative(rows, model, profile, dist)
+        out.append({"model": model, "profile": profile, "dist": dist, "variants": variants,
+                    "best_alternative": best,
+                    "verdict": verdict(cell_runs(rows, model, profile, dist, "recommended"),
+                                       cell_runs(rows, model, profile, dist, best) if best else [])})
+    return out
+
+
+def _interval(summary, fmt):
+    return stats.format_interval(summary, fmt) if summary.get("n") else "—"
+
+
+def markdown(doc):
+    """The report: settings, then per model, profile and split each variant's time to target and final
+    accuracy over seeds and the verdict against the best alternative, the figure, costs and failures."""
+    prov = doc["provenance"]
+    lines = ["# mxhet-bench heterogeneity", "",
+             "ESync with the recommended flags (`%s`) and as the paper has it (`--sync esync`, no options) "
+             "against what a user could run instead, at three degrees of heterogeneity, in the simulator "
+             "(virtual seconds). Issue 31." % " ".join(doc["recommended_args"]), "",
+             "Provenance: commit `%s`%s, %s, seeds %s. Command: `%s`." % (
+                 (prov["commit"] or "unknown")[:12], " (with uncommitted changes)" if prov["dirty"] else "",
+                 prov["date"], ", ".join(map(str, prov["seeds"])) or "—",
+                 " ".join(shlex.quote(a) for a in prov["command"])), "",
+             "Machine: %s, %s cores, MXNet %s, Python %s." % (
+                 prov["machine"]["cpu"], prov["machine"]["cores"], prov["machine"]["mxnet"],
+                 prov["machine"]["python"]), "", "Profiles (slowdown per device; the fastest device's "
+             "iteration is the model's fixed virtual base iteration):", ""]
+    for p in doc["profiles"]:
+        lines.append("- **%dx** (`%s`): %s" % (p["profile"], p["name"], ", ".join(
+            "%g" % d["slowdown"] for d in p["devices"])))
+    lines += ["", "Settings: the open division's (`%s`): batch %d, plain SGD, every run to its budget (%s), "
+              "snapshots on one grid for every variant (every %.1f fast iteration or 10%% of the time so far, "
+              "whichever is longer, at least 20 real iterations apart), i.i.d. split unless the cell says "
+              "non-iid. Learning rates: %s." % (
+                  doc["preset"], doc["batch_size"], ", ".join("%s %.0f s" % kv for kv in
+                                                             sorted(doc["budgets_s"].items())),
+                  SNAPSHOT_SHARE, doc["lr_source"]), "",
+              "Time to %.2f: the first snapshot that holds on all 10,000 test images (bench/confirm.py), mean "
+              "over seeds with a 95%% Student-t interval; a seed that never reached it counts at its training "
+              "time and makes the mean a lower bound (`>`, with how many reached). Final accuracy: the model at "
+              "the budget on all test images. The best alternative is the variant of %s that reached the "
+              "target on all its seeds soonest (geometric mean), or, where none did, the one with the highest "
+              "final accuracy; speedups are ratios of geometric means with "
+              "Welch's interval on log times (bench/stats.py). A run without slow devices (standalone, "
+              "fast-only) is one run listed under every profile with as many fast devices. A run may train "
+              "past its budget: the simulator ends it once the round or push under way is done (column "
+              "`trained`)." % (
+                  TARGET, ", ".join(ALTERNATIVES)), ""]
+    lrs = doc["lrs"]
+    for c in doc["cells"]:
+        lines += ["## %s, %dx, %s" % (c["model"], c["profile"], c["dist"]), "",
+                  "| variant | lr | seeds | reached | time to %.2f (virtual s) | confirmed | final accuracy | "
+                  "trained (virtual s) | wall s per run |" % TARGET, "|---|---|---|---|---|---|---|---|---|"]
+        for v, cell in c["variants"].items():
+            runs = cell_runs(doc["runs"], c["model"], c["profile"], c["dist"], v)
+            walls = [r["wall_s"] for r in runs if r.get("wall_s") is not None]
+            lines.append("| %s%s | %s | %s | %d/%d | %s | %s | %s | %.1f | %s |" % (
+                v, " (best alternative)" if v == c["best_alternative"] else "",
+                "%g" % lrs[c["model"]][v] if v in lrs.get(c["model"], {}) else "—",
+                ",".join(map(str, cell["seeds"])), cell["time_to_target"]["reached"] or 0, len(cell["seeds"]),
+                _interval(cell["time_to_target"], "%.1f"), "yes" if cell["confirmed"] else "no",
+                _interval(cell["final_accuracy"], "%.3f"), cell["train_time_s"]["mean"],
+                "%.0f" % (sum(walls) / len(walls)) if walls else "—"))
+        lines += ["", "Recommended against the best alternative (%s): %s" % (
+            c["best_alternative"] or "none", c["verdict"]["text"]), ""]
+    if doc.get("figure"):
+        lines += ["## Time to %.2f against the degree of heterogeneity" % TARGET, "",
+                  "One panel per model and split, one line per variant: the mean over seeds with its 95% "
+                  "interval; hollow circle: not every seed reached the target (a lower bound); hollow "
+                  "triangle: none did (at the training time).", "",
+                  "![time to target](%s)" % doc["figure"], ""]
+    lines += ["## Failed or unfinished runs (this invocation)", ""]
+    lines += ["- `%s`: %s" % (f["run"], f["error"].splitlines()[0][:300]) for f in doc["failures"]] or ["None."]
+    return "\n".join(lines) + "\n"
+
+
+def write(out, doc):
+    """Write ``heterogeneity.json``, the figure and ``heterogeneity.md`` into ``out``."""
+    from . import plots, suite
+    figure = plots.heterogeneity(doc, os.path.join(out, "heterogeneity.png"))
+    doc["figure"] = os.path.basename(figure) if figure else None
+    suite.write_json(os.path.join(out, "heterogeneity.json"), doc)
+    with open(os.path.join(out, "heterogeneity.md"), "w") as f:
+        f.write(markdown(doc))
+
+
+# -- the bench ------------------------------------------------------------------------------------------
+
+def run_bench(models, profile_keys, variants, dists, seeds, out, seeds_best=False, jobs=1, resume=True,
+              budget=None, sweep=DEFAULT_SWEEP, command=None, run=runner.run_with_bar, confirm_fn=None,
+              checkpoint_every_min=10.0, keep_snapshots=False, log=print):
+    """Run the bench and write its results; returns the JSON document.
+
+    ``seeds_best``: every variant on the first seed, then the other seeds for the recommended ESync and
+    each cell's best alternative only. ``budget``: virtual seconds per run (default: the preset's per
+    model). ``confirm_fn``: as :func:`bench.suite.execute`'s (default :func:`confirm_and_trim`).
+
+    Raises:
+        ConfigError: for an unknown model, a sweep directory without a sweep.
+    """
+    from . import suite
+    preset, lr_path = learning_rates(presets.get(PRESET), sweep)
+    for model in models:
+        model_record(preset, model)
+    seeds = list(dict.fromkeys(seeds))
+    confirm_fn = confirm_fn or confirm_and_trim(keep_snapshots)
+    os.makedirs(out, exist_ok=True)
+    runner.share_cores(jobs, ["cpu"])
+    path = os.path.join(out, "heterogeneity.json")
+    rows = json.load(open(path))["runs"] if os.path.exists(path) else []
+    commit = provenance(command)
+    stamp = {"commit": commit["commit"], "dirty": commit["dirty"], "date": commit["date"]}
+    failures = []
+
+    def go(planned):
+        keys = [key for key, _ in planned.values()]
+        log("%d run(s): %s" % (len(keys), ", ".join(planned)))
+        served = {name: profs for name, (_, profs) in planned.items()}
+        records, failed = suite.execute(
+            keys, lambda k: job_spec(k, preset, budget, checkpoint_every_min, resume), out, run=run, jobs=jobs,
+            resume=resume, confirm_fn=confirm_fn, name=run_name)
+        failures.extend({"run": run_name(k), "error": e} for k, e in failed.items())
+        return merge(rows, rows_of(records, served, preset, out, stamp))
+
+    full = plan(models, profile_keys, variants, dists, seeds)
+    if seeds_best and len(seeds) > 1:
+        rows = go({n: kp for n, kp in full.items() if kp[0].seed == seeds[0]})
+        wanted = {(model, p, dist, v) for model in models for p in profile_keys for dist in dists
+                  for v in ("recommended", best_alternative(rows, model, p, dist))}
+
+        def chosen(key, profs):   # a standalone run serves the non-i.i.d. cells too
+            cell_dists = dists if key.variant == "standalone" else [key.dist]
+            return any((key.model, p, d, key.variant) in wanted for p in profs for d in cell_dists)
+        rows = go({n: (k, profs) for n, (k, profs) in full.items() if k.seed != seeds[0] and chosen(k, profs)})
+    else:
+        rows = go(full)
+    lrs = {m: {v: preset.lr_for(m, VARIANTS[v][0]) for v in VARIANTS} for m in sorted({r["model"] for r in rows})}
+    doc = {"experiment": "heterogeneity", "preset": PRESET, "division": preset.division,
+           "provenance": provenance(command, {r.get("seed", 0) for r in rows}),
+           "recommended_args": list(presets.RECOMMENDED_ARGS),
+           "variants": {v: {"mode": m, "args": list(a)} for v, (m, a) in VARIANTS.items()},
+           "alternatives": list(ALTERNATIVES),
+           "profiles": [dict(PROFILES[p].as_dict(), profile=p) for p in sorted(PROFILES, reverse=True)],
+           "lrs": lrs, "lr_source": ("each variant's best from %s (the recommended and the paper's ESync: "
+                                     "ESync's)" % os.path.relpath(lr_path, ROOT) if lr_path else
+                                     "the %s preset's %s for every variant (no sweep committed: `mxhet-bench "
+                                     "sweep --preset %s`)" % (PRESET, ", ".join(sorted(
+                                         {"%g" % x for per in lrs.values() for x in per.values()})), PRESET)),
+           "budgets_s": {m: budget or preset.budget_for(m) for m in sorted({r["model"] for r in rows})},
+           "batch_size": preset.batch_size, "target_accuracy": TARGET, "snapshot_share": SNAPSHOT_SHARE,
+           "runs": rows, "failures": failures}
+    doc["cells"] = cells(rows)
+    write(out, doc)
+    return doc
+
+
+def _split(text, parse, known, what):
+    """The comma-separated values of ``--what``, each parsed and in ``known`` (a text for the message where
+    ``known`` is a range).
+
+    Raises:
+        ConfigError: naming the flag and the bad text.
+    """
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    try:
+        values = [parse(x) for x in names]
+    except ValueError:
+        values = None
+    if not values or any(v not in known for v in values):
+        allowed = "integers >= 0" if isinstance(known, range) else ", ".join(map(str, known))
+        raise ConfigError("--%s %r: a comma-separated list of %s" % (what, text, allowed))
+    return list(dict.fromkeys(values))
+
+
+def add_parser(sub):
+    p = sub.add_parser("heterogeneity", help="ESync (recommended, paper) vs standalone, fast-only Sync, Async, "
+                                             "DC-ASGD, ADSP and DyLU at 117x, 10x and 2x (simulator)")
+    preset = presets.get(PRESET)
+    p.add_argument("--models", default=",".join(preset.default_models()),
+                   help="comma-separated models (default %(default)s; smallcnn for a smoke run)")
+    p.add_argument("--profiles", default="117,10,2", help="of 117, 10, 2: the largest slowdown of the profile "
+                                                        "(default %(default)s)")
+    p.add_argument("--variants", default=",".join(VARIANTS), help="of %(default)s (the default: all)")
+    p.add_argument("--dists", default="iid", help="iid, non-iid or both (default %(default)s)")
+    p.add_argument("--seeds", default=",".join(map(str, preset.seeds)), help="default %(default)s")
+    p.add_argument("--seeds-best", action="store_true",
+                   help="every variant on the first seed; the other seeds only for recommended and each cell's "
+                        "best alternative")
+    p.add_argument("--budget", type=float, default=None,
+                   help="virtual seconds of training per run (default: the open division's, %d passes of one "
+                        "fast device)" % presets.OPEN_EPOCHS)
+    p.add_argument("--sweep", default=DEFAULT_SWEEP,
+                   help="directory of the open division's sweep.json (each variant's learning rate; 'none': the "
+                        "preset's; default %(default)s where it exists)")
+    p.add_argument("--jobs", type=int, default=1, help="simulator runs at once (default %(default)s)")
+    p.add_argument("--resume", nargs="?", const="on", default="on", choices=("on", "off"),
+                   help="keep runs finished in --out with the same command and continue checkpointed ones "
+                        "(default %(default)s)")
+    p.add_argument("--checkpoint-every-min", type=float, default=10.0,
+                   help="wall minutes between a run's checkpoints (0: none; default %(default)s)")
+    p.add_argument("--keep-snapshots", action="store_true", help="keep each run's snapshots once confirmed")
+    p.add_argument("--out", default=DEFAULT_OUT, help="output directory (default %(default)s)")
+    p.add_argument("--report-only", action="store_true",
+                   help="run and score nothing: write the JSON, report and figure from the runs finished and "
+                        "confirmed in --out (the others are listed as not finished)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the runs with their predicted CPU cost (from --costs) and stop")
+    p.add_argument("--costs", default=DEFAULT_COSTS,
+                   help="per-model CPU costs measured by `mxhet-bench estimate` (default %(default)s)")
+    return p
+
+
+def dry_run(planned, preset, costs_path, budget, jobs):
+    """Print every planned run's command-line name, the profiles it serves and its predicted CPU cost."""
+    from . import estimate
+    with open(costs_path) as f:
+        costs = json.load(f)["costs"]
+    rows = {r["run"]: r for r in predict(planned, preset, costs, budget)}
+    for name, (key, profs) in planned.items():
+        r = rows.get(name)
+        print("%-44s profiles %-10s %s" % (name, ",".join(map(str, profs)), "%6d iterations %3d snapshots "
+              "%6.1f CPU min" % (r["iterations"], r["snapshots"], r["cpu_s"] / 60) if r else "no measured cost"))
+    total = sum(r["cpu_s"] for r in rows.values())
+    span, _ = estimate.makespan([r["cpu_s"] for r in rows.values()], jobs)
+    print("%d run(s): %.1f CPU h on an idle machine, %.1f h at --jobs %d (a loaded machine takes longer)"
+          % (len(planned), total / 3600, span / 3600, jobs))
+
+
+def run(args):
+    preset = presets.get(PRESET)
+    models = _split(args.models, str, known_models(preset), "models")
+    profile_keys = _split(args.profiles, int, tuple(PROFILES), "profiles")
+    variants = _split(args.variants, str, tuple(VARIANTS), "variants")
+    dists = _split(args.dists, str, ("iid", "non-iid"), "dists")
+    seeds = _split(args.seeds, int, range(0, 2 ** 31), "seeds")
+    if args.jobs < 1 or (args.budget is not None and not args.budget > 0) or not args.checkpoint_every_min >= 0:
+        raise ConfigError("--jobs must be >= 1, --budget > 0 and --checkpoint-every-min >= 0; got %r, %r and %r"
+                          % (args.jobs, args.budget, args.checkpoint_every_min))
+    if args.dry_run:
+        preset, _ = learning_rates(preset, None if args.sweep == "none" else args.sweep)
+        dry_run(plan(models, profile_keys, variants, dists, seeds[:1] if args.seeds_best else seeds), preset,
+                args.costs, args.budget, args.jobs)
+        return 0
+    started = time.monotonic()
+    doc = run_bench(models, profile_keys, variants, dists, seeds, args.out, seeds_best=args.seeds_best,
+                    jobs=args.jobs, resume=args.resume == "on" or args.report_only, budget=args.budget,
+                    sweep=None if args.sweep == "none" else args.sweep,
+                    command=["mxhet-bench"] + list(getattr(args, "argv", None) or sys.argv[1:]),
+                    checkpoint_every_min=args.checkpoint_every_min, keep_snapshots=args.keep_snapshots,
+                    **(dict(run=not_run, confirm_fn=recorded_confirmation) if args.report_only else {}))
+    print(markdown(doc))
+    print("wrote %s (%.0f min)" % (os.path.join(args.out, "heterogeneity.md"), (time.monotonic() - started) / 60),
+          file=sys.stderr)
+    return 1 if doc["failures"] and not args.report_only else 0

@@ -1,0 +1,213 @@
+"""``mxhet-bench heterogeneity`` without processes: its plan (shared runs, the variants' commands), the
+recommended flags on both engines' parsers, and the whole bench on fake runs (the JSON's fields, the best
+alternative, the verdict, --seeds-best, the report and the figure)."""
+import json
+import os
+
+import pytest
+
+from bench import confirm, heterogeneity as het, presets
+from mxhet.errors import ConfigError
+
+BUDGET = 300.0
+TIMES = {   # (profile, variant) -> virtual s to the target on seed 0 (None: never)
+    (117, "recommended"): 15.0, (117, "paper"): 60.0, (117, "async"): 40.0, (117, "dcasgd"): None,
+    (117, "adsp"): 90.0, (117, "dylu"): 35.0, (117, "fast-only"): 25.0,
+    (2, "recommended"): 14.0, (2, "paper"): 30.0, (2, "async"): 18.0, (2, "dcasgd"): 19.0,
+    (2, "adsp"): 40.0, (2, "dylu"): 16.0, (2, "fast-only"): 11.0,
+}
+STANDALONE_S = 20.0
+
+
+def _time(name, seed):
+    parts = name.split("-")   # model, then standalone | fast, only4 | 117x, variant
+    if parts[1] == "standalone":
+        t = STANDALONE_S
+    elif parts[1] == "fast":
+        t = TIMES[(117 if parts[2] == "only4" else 2, "fast-only")]
+    else:
+        t = TIMES[(int(parts[1][:-1]), parts[2])]
+    return None if t is None else t * (1 + 0.05 * seed)
+
+
+def _summary(spec, name):
+    t = _time(name, spec.seed)
+    n = 1 if spec.mode == "local" else len(spec.slowdowns)
+    curve = [[0.0, 0.1]] + ([[t, 0.81]] if t else []) + [[spec.time_budget, 0.86 if t else 0.7]]
+    workers = [{"slot": i, "samples": 64, "local_iters": [1], "iterations": 10, "compute_ratio": 0.5,
+                "bytes_pushed": 1, "bytes_pulled": 1, "slowdown": spec.slowdowns[i], "rounds": 1,
+                "context": "cpu", "overruns": 0} for i in range(n)]
+    return {"model": spec.model, "mode": spec.mode, "dist": spec.dist, "time_to_target_s": t,
+            "final_accuracy": curve[-1][1], "train_time_s": spec.time_budget, "curve": curve, "workers": workers,
+            "target_accuracy": spec.target_accuracy, "wall_s": 3.0}
+
+
+def _fake_confirm(run_dir, summary):   # every candidate holds on the whole test set
+    return confirm.confirm(summary, lambda i: summary["curve"][i][1])
+
+
+def test_runs_without_slow_devices_run_once_for_every_profile_they_serve():
+    planned = het.plan(["resnet18_v1"], [117, 10, 2], list(het.VARIANTS), ["iid", "non-iid"], [0])
+    assert planned["resnet18_v1-standalone-iid"][1] == [117, 10, 2]       # one device, all the data
+    assert "resnet18_v1-standalone-non-iid" not in planned
+    assert planned["resnet18_v1-fast-only4-iid"][1] == [117]              # the paper's 4 fast devices
+    assert planned["resnet18_v1-fast-only2-non-iid"][1] == [10, 2]        # 2 fast devices in both
+    assert planned["resnet18_v1-117x-recommended-non-iid"][1] == [117]
+    assert len(planned) == 1 + 2 * 2 + 2 * 3 * 6
+    seeds = het.plan(["resnet18_v1"], [2], ["recommended", "paper"], ["iid"], [0, 1])
+    assert list(seeds) == ["resnet18_v1-2x-recommended-iid", "resnet18_v1-2x-paper-iid",
+                           "resnet18_v1-2x-recommended-iid-seed1", "resnet18_v1-2x-paper-iid-seed1"]
+
+
+def test_each_variant_s_command_and_one_snapshot_grid():
+    preset = presets.get(het.PRESET)
+    planned = het.plan(["resnet18_v1"], [117, 10, 2], list(het.VARIANTS), ["iid"], [0])
+    specs = {name: het.job_spec(key, preset, checkpoint_every_min=10) for name, (key, _) in planned.items()}
+    assert {s.eval_interval for s in specs.values()} == {0.5 * preset.iteration_s["resnet18_v1"]}
+    assert {s.time_budget for s in specs.values()} == {preset.budget_for("resnet18_v1")}
+    rec = specs["resnet18_v1-117x-recommended-iid"].launch_argv("x")
+    assert rec[rec.index("--sync") + 1] == "esync" and rec[-len(presets.RECOMMENDED_ARGS):] == list(
+        presets.RECOMMENDED_ARGS)
+    assert "--checkpoint-every-min" not in rec      # the simulator's checkpoint does not keep the deadline
+    paper = specs["resnet18_v1-117x-paper-iid"].launch_argv("x")
+    assert "--checkpoint-every-min" in paper and "--round-deadline" not in paper
+    assert specs["resnet18_v1-2x-paper-iid"].slowdowns == (2.0, 2.0, 1.0, 1.0)
+    assert specs["resnet18_v1-10x-async-iid"].slowdowns == (10.0, 10.0, 1.0, 1.0)
+    fast = specs["resnet18_v1-fast-only2-iid"]
+    assert fast.mode == "sync" and fast.slowdowns == (1.0, 1.0)
+    assert specs["resnet18_v1-standalone-iid"].slowdowns == (1.0,)
+    assert "--stop-at-target" not in fast.sim_args          # every run goes on to its budget
+
+
+def test_the_recommended_flags_are_flags_of_both_engines():
+    from mxhet.policy.flags import resolve_args
+    from mxhet.sim import cli as sim_cli
+    from mxhet.train import build_parser
+
+    args = build_parser().parse_args(["--sync", "esync", "--metrics-out", "x", *presets.RECOMMENDED_ARGS])
+    options = resolve_args(args, "esync")
+    assert options["round_deadline"] == 4.0
+    key = het.RunKey("smallcnn", 10, "recommended", "iid", 0)
+    argv = het.job_spec(key, presets.get(het.PRESET), budget=2.0).launch_argv("x")
+    job = sim_cli.make_job(sim_cli.build_parser().parse_args(argv[3:]))
+    assert job.mode_options["round_deadline"] == 4.0
+
+
+def test_whole_bench_on_fake_runs_writes_fields_best_alternative_verdict_report_and_figure(tmp_path):
+    ran = []
+
+    def fake_run(spec, run_dir, desc, position, leave):
+        name = os.path.basename(run_dir)
+        ran.append(name)
+        return _summary(spec, name)
+
+    out = str(tmp_path / "het")
+    doc = het.run_bench(["resnet18_v1"], [117, 2], list(het.VARIANTS), ["iid"], [0, 1, 2], out, seeds_best=True,
+                        budget=BUDGET, sweep=None, command=["mxhet-bench", "heterogeneity"], run=fake_run,
+                        confirm_fn=_fake_confirm, log=lambda *_: None)
+    # seed 0 of everything (standalone once for both profiles), then seeds 1 and 2 of recommended and the
+    # best alternative of each cell only
+    assert len([n for n in ran if "seed" not in n]) == 1 + 2 + 2 * 6
+    assert sorted(n for n in ran if "seed" in n) == sorted(
+        "resnet18_v1-%s-iid-seed%d" % (v, s) for s in (1, 2)
+        for v in ("117x-recommended", "standalone", "2x-recommended", "fast-only2"))
+    saved = json.load(open(os.path.join(out, "heterogeneity.json")))
+    assert saved["recommended_args"] == list(presets.RECOMMENDED_ARGS)
+    assert saved["provenance"]["seeds"] == [0, 1, 2] and saved["provenance"]["date"]
+    assert {r["profile"] for r in saved["runs"]} == {117, 2}
+    assert {r["variant"] for r in saved["runs"]} == set(het.VARIANTS)
+    assert all(r["confirmation"] is not None for r in saved["runs"])
+    standalone = [r for r in saved["runs"] if r["run"] == "resnet18_v1-standalone-iid"]
+    assert sorted(r["profile"] for r in standalone) == [2, 117] and standalone[0]["shared_by"] == [2, 117]
+    assert saved["lrs"]["resnet18_v1"]["recommended"] == 0.1 and "no sweep committed" in saved["lr_source"]
+    cells = {(c["profile"], c["dist"]): c for c in doc["cells"]}
+    assert cells[(117, "iid")]["best_alternative"] == "standalone"        # 20 s, before fast-only's 25 s
+    v117 = cells[(117, "iid")]["verdict"]
+    assert v117["no_later"] is True and v117["speedup"]["value"] == pytest.approx(20 / 15)
+    assert cells[(117, "iid")]["variants"]["recommended"]["time_to_target"]["n"] == 3
+    assert cells[(117, "iid")]["variants"]["dcasgd"]["time_to_target"]["kind"] == "none_reached"
+    v2 = cells[(2, "iid")]["verdict"]
+    assert cells[(2, "iid")]["best_alternative"] == "fast-only" and v2["no_later"] is False
+    assert v2["late_by_s"] == pytest.approx(3.0 * 1.05) and v2["speedup"]["value"] == pytest.approx(11 / 14)
+    text = open(os.path.join(out, "heterogeneity.md")).read()
+    assert "## resnet18_v1, 117x, iid" in text and "standalone (best alternative)" in text
+    assert "**no later**" in text and "**later** by 3." in text and "`--round-deadline 4`" in text
+    assert "not reached (0/1" in text          # DC-ASGD at 117x
+    with open(os.path.join(out, "heterogeneity.png"), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    # a later invocation keeps the runs it does not run again
+    het.run_bench(["resnet18_v1"], [2], ["paper"], ["iid"], [0], out, budget=BUDGET, sweep=None, run=fake_run,
+                  confirm_fn=_fake_confirm, log=lambda *_: None)
+    again = json.load(open(os.path.join(out, "heterogeneity.json")))
+    assert len(again["runs"]) == len(saved["runs"])
+
+
+def test_verdict_with_censored_runs_and_missing_sides():
+    def runs(times, end=300.0):
+        return [{"time_to_target_s": t, "train_time_s": end, "final_accuracy": 0.85} for t in times]
+
+    later = het.verdict(runs([None, None]), runs([20.0, 22.0]))
+    assert later["no_later"] is False and later["late_by_s"] is None and "later" in later["text"]
+    assert het.verdict(runs([None]), runs([None]))["no_later"] is None
+    assert het.verdict(runs([10.0, 11.0]), runs([None, 30.0]))["no_later"] is True
+    assert het.verdict([], runs([1.0]))["text"] == "not yet measured"
+
+
+def test_bad_arguments_are_refused_by_name():
+    parser = het.add_parser(__import__("argparse").ArgumentParser().add_subparsers(dest="experiment"))
+    for flag, value in (("--profiles", "117,5"), ("--variants", "esync"), ("--models", "vgg"),
+                        ("--dists", "group"), ("--seeds", "0,-1")):
+        args = parser.parse_args([flag, value])
+        with pytest.raises(ConfigError, match=flag):
+            het.run(args)
+    with pytest.raises(ConfigError, match="sweep"):
+        het.learning_rates(presets.get(het.PRESET), "/nonexistent")
+
+
+def test_the_predicted_cost_counts_every_device_s_iterations_at_the_whole_budget():
+    preset = presets.get(het.PRESET)
+    planned = het.plan(["resnet18_v1", "smallcnn"], [117, 10], ["paper", "standalone", "fast-only"], ["iid"], [0])
+    costs = {"resnet18_v1": {"iteration_cpu_s": 0.1, "snapshot_cpu_s": 1.0, "fixed_cpu_s": 10.0,
+                             "fixed_snapshots": 2}}
+    rows = {r["run"]: r for r in het.predict(planned, preset, costs)}
+    assert not any(name.startswith("smallcnn") for name in rows)      # no measured cost
+    fast = preset.budget_for("resnet18_v1") / preset.iteration_s["resnet18_v1"]   # one fast device's iterations
+    assert rows["resnet18_v1-standalone-iid"]["iterations"] == pytest.approx(fast, abs=1)
+    assert rows["resnet18_v1-fast-only4-iid"]["iterations"] == pytest.approx(4 * fast, abs=1)
+    assert rows["resnet18_v1-117x-paper-iid"]["iterations"] == pytest.approx((4 + 2 / 117) * fast, abs=1)
+    assert rows["resnet18_v1-10x-paper-iid"]["iterations"] == pytest.approx((2 + 2 / 10) * fast, abs=1)
+    r = rows["resnet18_v1-standalone-iid"]
+    assert r["cpu_s"] == pytest.approx(0.1 * r["iterations"] + 10.0 + (r["snapshots"] - 2 + 20) * 1.0)
+
+
+def test_where_no_alternative_reached_the_target_the_best_is_the_most_accurate():
+    def row(variant, acc, t=None):
+        return {"model": "m", "profile": 10, "dist": "iid", "variant": variant, "mode": "x", "time_to_target_s": t,
+                "train_time_s": 100.0 if variant != "dylu" else 50.0, "final_accuracy": acc}
+    rows = [row("standalone", 0.70), row("async", 0.75), row("dylu", 0.6), row("recommended", 0.9, 10.0)]
+    assert het.best_alternative(rows, "m", 10, "iid") == "async"
+    rows.append(row("adsp", 0.5, 90.0))
+    assert het.best_alternative(rows, "m", 10, "iid") == "adsp"        # the only one that reached it
+    assert het.best_alternative(rows, "m", 117, "iid") is None
+
+
+def test_a_run_kept_from_an_earlier_invocation_keeps_its_stamp_and_wall_time():
+    old = {"run": "r", "profile": 2, "model": "m", "dist": "iid", "variant": "paper", "command": ["a"],
+           "recorded": {"commit": "old"}, "wall_s": 900.0, "resumed": False}
+    kept = dict(old, recorded={"commit": "new"}, wall_s=600.0, resumed=True)      # --resume found it finished
+    assert het.merge([old], [kept])[0]["recorded"] == {"commit": "old"}
+    assert het.merge([old], [kept])[0]["wall_s"] == 900.0
+    again = dict(kept, command=["b"])                                              # another command: run again
+    assert het.merge([old], [again])[0]["recorded"] == {"commit": "new"}
+
+
+def test_report_only_starts_and_scores_nothing(tmp_path):
+    from bench.runner import JobFailed
+    with pytest.raises(JobFailed, match="not finished"):
+        het.not_run(None, str(tmp_path), "", 0, False)
+    summary = {"curve": [[0.0, 0.1]], "train_time_s": 1.0}
+    with pytest.raises(ConfigError, match="not confirmed yet"):
+        het.recorded_confirmation(str(tmp_path), summary)
+    record = {"curve_points": 1, "train_time_s": 1.0, "time_to_target_s": None}
+    (tmp_path / confirm.FILE).write_text(json.dumps(record))
+    assert het.recorded_confirmation(str(tmp_path), summary) == record
