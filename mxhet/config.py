@@ -43,8 +43,8 @@ variables; the rest of the code receives a :class:`WorkerConfig`.
                        rank saves the deltas it pushed in that round to PATH (.npz) and
                        sends itself SIGKILL between its push and its pull (a death in the
                        exchange itself, :mod:`mxhet.modes.rounds`); empty = never
-``MXHET_TEST_KILL_COMPUTING`` tests only: ``RANK:ROUND[:PATH]`` -- the worker of that PS-LITE
-                       rank sends itself SIGKILL while it computes, its exchanges up to round
+``MXHET_TEST_KILL_COMPUTING`` tests only: ``RANK[,RANK...]:ROUND[:PATH]`` -- the worker of each
+                       PS-LITE rank named sends itself SIGKILL while it computes, its exchanges up to round
                        ROUND - 1 over and none of round ROUND begun (``sync``/``localsgd``:
                        before it enters round ROUND; ``nodelay``: as round ROUND - 1's merged
                        model arrives; ``preduce``: before its READY once it was in ROUND
@@ -232,7 +232,7 @@ class WorkerConfig:
     progress_file: str = ""
     exits_file: str = ""    # --elastic: the launcher's record of worker processes that ended (MXHET_EXITS_FILE)
     test_kill_after_push: str = ""   # tests only: RANK:ROUND[:PATH] (MXHET_TEST_KILL_AFTER_PUSH)
-    test_kill_computing: str = ""    # tests only: RANK:ROUND[:PATH] (MXHET_TEST_KILL_COMPUTING)
+    test_kill_computing: str = ""    # tests only: RANK[,RANK]:ROUND[:PATH] (MXHET_TEST_KILL_COMPUTING)
     elastic: bool = False   # mxhet-launch --elastic: a worker that dies leaves the job, the others train on
 
     def slowdown_at(self, seconds):

@@ -295,13 +295,13 @@ def _test_kill_after_push(spec, rank, round_index, sent):
 
 
 def _test_kill_computing(spec, rank, round_index):
-    """Tests only (``MXHET_TEST_KILL_COMPUTING=RANK:ROUND[:PATH]``): die by SIGKILL while computing, before
-    taking any part in round ``round_index`` (the caller's exchanges up to the round before are over), so
-    that a test can check a death the State Server's heartbeat watch alone releases -- no push, no done.
-    With PATH, only while PATH does not exist; it is created first (a process started again in this one's
-    place, which may be given the same rank, is not killed too)."""
+    """Tests only (``MXHET_TEST_KILL_COMPUTING=RANK[,RANK...]:ROUND[:PATH]``): die by SIGKILL while computing,
+    before taking any part in round ``round_index`` (the caller's exchanges up to the round before are over),
+    so that a test can check a death the State Server's heartbeat watch alone releases -- no push, no done;
+    several ranks die at the same point, at once. With PATH, only while PATH does not exist; it is created
+    first (a process started again in this one's place, which may be given the same rank, is not killed too)."""
     parts = spec.split(":", 2)
-    if (int(parts[0]), int(parts[1])) != (rank, round_index):
+    if rank not in {int(r) for r in parts[0].split(",")} or int(parts[1]) != round_index:
         return
     if len(parts) == 3:
         if os.path.exists(parts[2]):

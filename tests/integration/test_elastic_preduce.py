@@ -1,9 +1,8 @@
 """Partial Reduce under ``mxhet-launch --elastic`` on real processes: a worker killed between its push to
-its group's slot and its PUSHED releases the group (its partners keep their models), one killed while it
-computes is only taken out of the groups to come, the live workers form groups of fewer than P once
-fewer are left, the first that died is started again (``--max-restarts 1``), takes the latest complete
-group's model and is grouped again; every worker ends on one model. Below ``--min-workers`` the job
-fails with a clear error, exit 1, instead of hanging."""
+its group's slot and its PUSHED releases the group (its partner keeps its model), is started again
+(``--max-restarts 1``), takes the latest complete group's model and is grouped again; every worker ends
+on one model. Two killed at once while they compute release nothing: the live ones form groups of fewer
+than P. Below ``--min-workers`` the job fails with a clear error, exit 1, instead of hanging."""
 import json
 import re
 
@@ -23,7 +22,7 @@ def _run(tmp_path, child_pids, launcher_args, train_args, kill, env=None):
     out = tmp_path / "out"
     proc, job_file, err = start(tmp_path, LAUNCH + launcher_args,
                                 train_command(out, "--batch-size", "16", "--group-size", "2", *train_args),
-                                env={"MXHET_TEST_KILL_AFTER_PUSH": kill, **(env or {})})
+                                env=dict({"MXHET_TEST_KILL_AFTER_PUSH": kill} if kill else {}, **(env or {})))
     child_pids.add(proc.pid)
     try:
         wait_for(job_file, proc)
@@ -36,53 +35,65 @@ def _run(tmp_path, child_pids, launcher_args, train_args, kill, env=None):
     return code, (tmp_path / "launcher.err").read_text(), out
 
 
-def test_two_workers_dead_at_once_one_computing_one_between_push_and_pull_one_restarted(tmp_path, child_pids):
-    # 4 workers in groups of P = 3. PS-LITE rank 2 dies while it computes, in no group, before its READY
-    # after its 3rd group (MXHET_TEST_KILL_COMPUTING): only the State Server's heartbeat watch takes it out
-    # of the controller. Rank 1 pushes into its 4th group's slot, saves the push and dies before it says
-    # PUSHED (MXHET_TEST_KILL_AFTER_PUSH): its group is released. Once both are found dead, 2 live workers
-    # are left (--min-workers 2): groups of both, fewer than P. The first that died is started again (the
-    # file each hook writes marks it done: the replacement, whichever dead rank PS-LITE gives it, is not
-    # killed again), takes a complete group's model and is grouped again: groups of 3 from then on.
+def test_a_worker_killed_between_its_push_and_its_pull_is_released_restarted_and_ends_on_the_same_model(
+        tmp_path, child_pids):
+    # PS-LITE rank 1 pushes into its 4th group's slot, saves the push and sends itself SIGKILL before it
+    # says PUSHED (its replacement, which sees the file, is not killed again).
     stats = tmp_path / "state.json"
-    code, stderr, out = _run(tmp_path, child_pids, ["-n", "4", "--max-restarts", "1", "--min-workers", "2",
-                                                    "--state-stats", str(stats)],
-                             ["--max-rounds", "100", "--group-size", "3"], "1:3:%s" % (tmp_path / "victim-push.npz"),
-                             env={"MXHET_TEST_KILL_COMPUTING": "2:3:%s" % (tmp_path / "computing-killed")})
+    code, stderr, out = _run(tmp_path, child_pids, ["-n", "3", "--max-restarts", "1", "--state-stats", str(stats)],
+                             ["--max-rounds", "100"], "1:3:%s" % (tmp_path / "victim-push.npz"))
     assert code == 0, stderr[-4000:]
-    assert "SIGKILL" in stderr and stderr.count("starting it again in its slot") == 1, stderr[-3000:]
-    ranks = {int(s): int(r) for s, r in re.findall(r"slot (\d+) is PS-LITE rank (\d+)", stderr)[:4]}
-    job = json.loads((tmp_path / "job.json").read_text())
-    [restart] = job["worker_restarts"]
-    back = restart["slot"]
+    assert "SIGKILL" in stderr and "starting it again in its slot" in stderr, stderr[-3000:]
+    [restart] = json.loads((tmp_path / "job.json").read_text())["worker_restarts"]
+    victim = restart["slot"]
     assert "SIGKILL" in restart["cause"] and not restart.get("too_late")
-    dead = sorted(s for s, r in ranks.items() if r in (1, 2))
-    assert sorted(x["slot"] for x in job["worker_exits"]) == dead and back in dead
-    [gone] = set(dead) - {back}
-    assert not (out / ("worker-%d.json" % gone)).exists()
-    workers = {s: json.loads((out / ("worker-%d.json" % s)).read_text()) for s in range(4) if s != gone}
+    workers = {s: json.loads((out / ("worker-%d.json" % s)).read_text()) for s in range(3)}
     # the replacement started from a complete group's model and was grouped again until the end
-    assert workers[back]["rejoined_at_round"] is not None and workers[back]["rounds"] > 0, workers[back]
+    back = workers[victim]
+    assert back["rejoined_at_round"] is not None and back["rounds"] > 0, back
     digests = {w["final_model_sha256"] for w in workers.values()}
     assert len(digests) == 1 and "" not in digests, digests
     # the controller's record: rank 1 died before its push was in, so its group was released (its slot
-    # retired, its partners pulled nothing); rank 2 died in no group, so nothing was released for it; the
-    # two left formed groups of 2 until the replacement came back holding a complete group's slot
+    # retired, its partner pulled nothing); it came back holding a complete group's slot
     record = json.loads(stats.read_text())["preduce"]
-    deaths = {d["rank"]: d for d in record["deaths"]}
-    assert sorted(deaths) == [1, 2], record["deaths"]
-    assert deaths[1]["released"] and record["released"] == [deaths[1]["group"]], record
-    assert deaths[2]["group"] is None and not deaths[2]["released"], record
+    [death] = record["deaths"]
+    assert death["rank"] == 1 and death["released"] and record["released"] == [death["group"]], record
     assert len(record["retired_slots"]) == 1
     [join] = record["joins"]
-    assert join["rank"] in (1, 2) and join["model_slot"] is not None
-    assert join["model_slot"] not in record["retired_slots"]
-    small = record["small_groups"]
-    assert small and all(g["ranks"] == [0, 3] for g in small), small
+    assert join["rank"] == 1 and join["model_slot"] is not None and join["model_slot"] not in record["retired_slots"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["final_models"] == 3     # the replacement's final model counts: the average of 3
-    events = sorted((e["event"], e["slot"]) for e in summary["elastic"]["events"])
-    assert events == sorted([("leave", back), ("leave", gone), ("join", back)]), summary["elastic"]
+    events = [(e["event"], e["slot"]) for e in summary["elastic"]["events"]]
+    assert events == [("leave", victim), ("join", victim)], summary["elastic"]
+    assert not child_pids.alive()
+
+
+def test_two_workers_killed_at_once_while_they_compute_the_two_left_form_groups_of_two(tmp_path, child_pids):
+    # 4 workers in groups of P = 3; PS-LITE ranks 2 and 3 send themselves SIGKILL at once while they compute,
+    # in no group, before their READY after their 3rd group (MXHET_TEST_KILL_COMPUTING): no group is released,
+    # the two left wait for a third member until the State Server's heartbeat watch finds the dead ones,
+    # then form groups of both (fewer than P). --min-workers 2: they go on.
+    stats = tmp_path / "state.json"
+    code, stderr, out = _run(tmp_path, child_pids, ["-n", "4", "--min-workers", "2", "--state-stats", str(stats)],
+                             ["--max-rounds", "20", "--group-size", "3"], None,
+                             env={"MXHET_TEST_KILL_COMPUTING": "2,3:3"})
+    assert code == 0, stderr[-4000:]
+    assert stderr.count("the others train on") == 2, stderr[-3000:]
+    ranks = {int(r): int(s) for s, r in re.findall(r"slot (\d+) is PS-LITE rank (\d+)", stderr)}
+    killed, survivors = sorted([ranks[2], ranks[3]]), sorted([ranks[0], ranks[1]])
+    assert not any((out / ("worker-%d.json" % s)).exists() for s in killed)
+    workers = [json.loads((out / ("worker-%d.json" % s)).read_text()) for s in survivors]
+    assert workers[0]["final_model_sha256"] == workers[1]["final_model_sha256"] != ""
+    record = json.loads(stats.read_text())["preduce"]
+    assert sorted((d["rank"], d["group"], d["released"]) for d in record["deaths"]) == [
+        (2, None, False), (3, None, False)], record
+    assert record["released"] == [] and record["retired_slots"] == []
+    small = record["small_groups"]
+    assert small and all(g["ranks"] == [0, 1] for g in small), small
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["final_models"] == 2     # the average of the two models that reached the end
+    leaves = sorted((e["event"], e["slot"], e["cause"]) for e in summary["elastic"]["events"])
+    assert leaves == [("leave", s, "killed by signal 9 (SIGKILL)") for s in killed], leaves
     assert not child_pids.alive()
 
 
