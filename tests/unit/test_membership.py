@@ -61,8 +61,8 @@ def test_a_worker_dying_while_others_wait_at_the_entry_releases_them():
 
 
 def test_two_deaths_in_one_round_one_before_its_entry_one_after_its_push_leave_the_two_at_the_minimum():
-    # test_elastic_sync.py's job as a rule: rank 2 dies computing (the entry closes without it), rank 1 once
-    # it entered and pushed, before its done (the round closes incomplete); 2 left, --min-workers 2: go on
+    # rank 2 dies computing (the entry closes without it), rank 1 once it entered and pushed, before its done
+    # (the round closes incomplete); 2 left, --min-workers 2: go on
     r = RoundRendezvous(range(4), min_workers=2)
     for rank in range(4):
         r.enter(rank, 2, rank)

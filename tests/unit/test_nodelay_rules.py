@@ -165,8 +165,8 @@ def test_a_death_releases_a_due_announcement():
 
 
 def test_two_deaths_in_one_transfer_one_computing_one_before_its_report_leave_rounds_of_the_two_left():
-    # test_elastic_nodelay.py's job as a rule: 4 ranks; rank 2 dies as round 0's model arrives (no Merged,
-    # no push of its own in flight), rank 1 after its push of round 1, before its report
+    # 4 ranks; rank 2 dies as round 0's model arrives (no Merged, no push of its own in flight), rank 1
+    # after its push of round 1, before its report
     rule = TransferRule(range(4), min_workers=2)
     _requested(rule, [0, 1, 2, 3], 0)
     for r in range(3):
