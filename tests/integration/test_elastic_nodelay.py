@@ -76,13 +76,14 @@ def test_two_workers_killed_at_once_while_they_compute_the_next_transfer_goes_on
     # 4 workers; PS-LITE ranks 2 and 3 send themselves SIGKILL at once as round 2's merged model arrives
     # (MXHET_TEST_KILL_COMPUTING: no transfer of theirs is in flight), so round 3's request waits for their
     # arrival and announcement until the State Server's heartbeat watch finds them dead: it then goes to the
-    # other two alone. --min-workers 2: the 2 left go on. --base-iter 0.2 and 15 rounds.
-    out, rounds, round_ = tmp_path / "out", 15, 3
+    # other two alone. --min-workers 2: the 2 left go on. --base-iter 0.2 and 10 rounds, 100 test images.
+    out, rounds, round_ = tmp_path / "out", 10, 3
     stats = tmp_path / "state.json"
     proc, job_file, err = start(tmp_path, ["-n", "4", "-s", "1", "--sync", "nodelay", "--base-iter", "0.2",
                                            "--timeout", "200", "--elastic", "--min-workers", "2",
                                            "--heartbeat-timeout", "3", "--state-stats", str(stats)],
-                                train_command(out, "--max-rounds", str(rounds), "--batch-size", "16"),
+                                train_command(out, "--max-rounds", str(rounds), "--batch-size", "16",
+                                              "--eval-samples", "100", "--final-eval-samples", "100"),
                                 env={"MXHET_TEST_KILL_COMPUTING": "2,3:%d" % round_})
     child_pids.add(proc.pid)
     try:

@@ -72,10 +72,11 @@ def test_two_workers_killed_at_once_while_they_compute_the_two_left_form_groups_
     # 4 workers in groups of P = 3; PS-LITE ranks 2 and 3 send themselves SIGKILL at once while they compute,
     # in no group, before their READY after their 3rd group (MXHET_TEST_KILL_COMPUTING): no group is released,
     # the two left wait for a third member until the State Server's heartbeat watch finds the dead ones,
-    # then form groups of both (fewer than P). --min-workers 2: they go on.
+    # then form groups of both (fewer than P). --min-workers 2: they go on. 100 test images.
     stats = tmp_path / "state.json"
     code, stderr, out = _run(tmp_path, child_pids, ["-n", "4", "--min-workers", "2", "--state-stats", str(stats)],
-                             ["--max-rounds", "20", "--group-size", "3"], None,
+                             ["--max-rounds", "12", "--group-size", "3", "--eval-samples", "100",
+                              "--final-eval-samples", "100"], None,
                              env={"MXHET_TEST_KILL_COMPUTING": "2,3:3"})
     assert code == 0, stderr[-4000:]
     assert stderr.count("the others train on") == 2, stderr[-3000:]
