@@ -641,11 +641,12 @@ class Supervisor:
                     self.worker_restarts.append({
                         "slot": old.spec.slot, "cause": describe_exit(old.popen.returncode),
                         "died_s": round(seen - self._t0, 3), "restarted_s": round(at - self._t0, 3)})
-                env = self._progress_env(old.spec)
-                if old.spec.role == WORKER:
-                    self._note_starting(old.spec)
-                    env.update(_fresh_port(old.spec))
-                self.children[decision.index] = _start(old.spec, self.console, env)
+                spec = old.spec
+                if spec.role == WORKER:
+                    self._note_starting(spec)
+                    # (the job file's entry then names the port it listens on)
+                    spec = dataclasses.replace(spec, env=dict(spec.env, **_fresh_port(spec)))
+                self.children[decision.index] = _start(spec, self.console, self._progress_env(spec))
                 if old.spec.role == WORKER:
                     self._feed_events()
                 self.write_job_file("running", None)
