@@ -43,6 +43,13 @@ variables; the rest of the code receives a :class:`WorkerConfig`.
                        rank saves the deltas it pushed in that round to PATH (.npz) and
                        sends itself SIGKILL between its push and its pull (a death in the
                        exchange itself, :mod:`mxhet.modes.rounds`); empty = never
+``MXHET_TEST_KILL_COMPUTING`` tests only: ``RANK[,RANK...]:ROUND[:PATH]`` -- the worker of each
+                       PS-LITE rank named sends itself SIGKILL while it computes, its exchanges up to round
+                       ROUND - 1 over and none of round ROUND begun (``sync``/``localsgd``:
+                       before it enters round ROUND; ``nodelay``: as round ROUND - 1's merged
+                       model arrives; ``preduce``: before its READY once it was in ROUND
+                       groups); with PATH, only while PATH does not exist (it creates it
+                       first: a process started again in its place is not killed too)
 ``DMLC_NUM_SERVER``    number of parameter servers (PS-LITE's own variable)
 ``DMLC_ROLE``          PS-LITE role of this process
 =====================  ==========================================================
@@ -225,6 +232,7 @@ class WorkerConfig:
     progress_file: str = ""
     exits_file: str = ""    # --elastic: the launcher's record of worker processes that ended (MXHET_EXITS_FILE)
     test_kill_after_push: str = ""   # tests only: RANK:ROUND[:PATH] (MXHET_TEST_KILL_AFTER_PUSH)
+    test_kill_computing: str = ""    # tests only: RANK[,RANK]:ROUND[:PATH] (MXHET_TEST_KILL_COMPUTING)
     elastic: bool = False   # mxhet-launch --elastic: a worker that dies leaves the job, the others train on
 
     def slowdown_at(self, seconds):
@@ -286,6 +294,7 @@ def worker_config(env=None):
         progress_file=env.get("MXHET_PROGRESS_FILE", ""),
         exits_file=env.get("MXHET_EXITS_FILE", ""),
         test_kill_after_push=env.get("MXHET_TEST_KILL_AFTER_PUSH", ""),
+        test_kill_computing=env.get("MXHET_TEST_KILL_COMPUTING", ""),
         elastic=env.get("MXHET_ELASTIC", "") == "1",
     )
 

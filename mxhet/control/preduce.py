@@ -229,6 +229,7 @@ class PartialReduceController:
         self.complete = {}           # slot -> Group whose full sum it holds (not reused since)
         self.deaths = []             # (rank, id of the group it was in or None, released?) per death
         self.joins = []              # (rank, slot it took the model from or None) per return
+        self.small_groups = []       # (id, members) of each group of fewer than P (fewer live workers)
 
     # -- events ------------------------------------------------------------------
     def ready(self, rank, k):
@@ -473,6 +474,8 @@ class PartialReduceController:
         group = Group(id=self.next_id, slot=slot, members=tuple(members), weights=tuple(weights), k=max(ks),
                       intervened=intervened, fill=self.group_size - len(members))
         self.next_id += 1
+        if group.fill:
+            self.small_groups.append((group.id, group.members))
         self.groups[group.id] = group
         self.pushed[group.id] = set()
         self.slot_holders[slot] = set(members)
@@ -499,7 +502,8 @@ class PartialReduceController:
                 "max_concurrent": self.max_concurrent,
                 "released": sorted(self.released), "retired_slots": sorted(self.retired),
                 "deaths": [{"rank": r, "group": g, "released": rel} for r, g, rel in self.deaths],
-                "joins": [{"rank": r, "model_slot": s} for r, s in self.joins]}
+                "joins": [{"rank": r, "model_slot": s} for r, s in self.joins],
+                "small_groups": [{"group": g, "ranks": sorted(members)} for g, members in self.small_groups]}
 
 
 # -- Partial Reduce's wire records (the plugin: mxhet.control.rules.PartialReduceRule) --------

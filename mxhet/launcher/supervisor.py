@@ -218,6 +218,20 @@ def _command(argv):
     return [sys.executable, "-S", "-c", _DIE_WITH_LAUNCHER, str(os.getpid()), *argv]
 
 
+def _fresh_port(spec):
+    """A worker started again (``--max-restarts``) listens on a new PS-LITE port (``PORT``), not its slot's.
+    PS-LITE gives it the id of *a* dead worker -- with two dead, maybe the other slot's -- and every other
+    node connects that id to its address only if no node was connected at that address before
+    (ps-lite ``Van::ProcessAddNodeCommand``'s ``connected_nodes_``, keyed by host:port): at its slot's old
+    port, the other dead worker's, the server's answers to the new id would go to the dead process's address
+    and the replacement would wait for ever in its first request (``kv.set_optimizer``). A local worker only
+    (a remote one's environment is in its ssh command)."""
+    if spec.remote or "PORT" not in spec.env:
+        return {}
+    from .ports import find_free_port
+    return {"PORT": str(find_free_port(spec.host or "127.0.0.1"))}
+
+
 def _start(spec, console, extra_env=None):
     env = dict(os.environ)
     if not spec.remote:
@@ -627,9 +641,12 @@ class Supervisor:
                     self.worker_restarts.append({
                         "slot": old.spec.slot, "cause": describe_exit(old.popen.returncode),
                         "died_s": round(seen - self._t0, 3), "restarted_s": round(at - self._t0, 3)})
-                if old.spec.role == WORKER:
-                    self._note_starting(old.spec)
-                self.children[decision.index] = _start(old.spec, self.console, self._progress_env(old.spec))
+                spec = old.spec
+                if spec.role == WORKER:
+                    self._note_starting(spec)
+                    # (the job file's entry then names the port it listens on)
+                    spec = dataclasses.replace(spec, env=dict(spec.env, **_fresh_port(spec)))
+                self.children[decision.index] = _start(spec, self.console, self._progress_env(spec))
                 if old.spec.role == WORKER:
                     self._feed_events()
                 self.write_job_file("running", None)

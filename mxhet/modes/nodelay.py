@@ -53,7 +53,7 @@ from ..protocol import programs_groups
 from ..protocol.effects import Handover, ListeningCompute, Merged, ModelArrived, Notify, Poll, TakeIn, TransferAsked
 from .program import PreludeProgramMode
 from .registry import register
-from .rounds import ROUND_WAIT_S, _test_kill_after_push, elastic_record, keep_kvstore_alive
+from .rounds import ROUND_WAIT_S, _test_kill_after_push, _test_kill_computing, elastic_record, keep_kvstore_alive
 
 WAIT_SLICE_S = 0.05
 """Seconds of one wait for the model in flight or for the State Server's
@@ -377,6 +377,8 @@ class NoDelay(PreludeProgramMode):
 
     def _arrive(self, round_):
         """Lines 8-11: ``x_init = PS.x``, ``x = x_init + w.x``."""
+        if self.config.test_kill_computing:   # tests only: dies between two transfers, none in flight
+            _test_kill_computing(self.config.test_kill_computing, self.stats.rank, round_ + 1)
         weights = self.weights()
         for x, xi, t in zip(weights, self._xinit, self._tmp):
             mx.nd.elemwise_sub(x, xi, out=t)          # w.x: the steps since the transfer

@@ -57,7 +57,7 @@ from ..protocol.effects import Grouped, JoinReduce, Ready, Reduce
 from .model import model_digest
 from .program import PreludeProgramMode
 from .registry import register
-from .rounds import ElasticEnd, _test_kill_after_push, keep_kvstore_alive, leave_too_late
+from .rounds import ElasticEnd, _test_kill_after_push, _test_kill_computing, keep_kvstore_alive, leave_too_late
 
 WEIGHTINGS = specs.WEIGHTINGS
 
@@ -123,6 +123,8 @@ class PartialReduce(ElasticEnd, PreludeProgramMode):
                 return reply.k
             return None
         if isinstance(effect, Ready):
+            if self.config.test_kill_computing:   # tests only: dies in no group, before this READY
+                _test_kill_computing(self.config.test_kill_computing, self.channel.rank, self.stats.rounds)
             t0 = self.clock()
             reply = self.client.reduce_ready(effect.k, want_stop=effect.want_stop)
             self.stats.query_s += self.clock() - t0

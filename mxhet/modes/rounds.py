@@ -180,6 +180,8 @@ class RoundMembers:
         if len(extra_keys) > 1:
             raise ValueError("a membership round carries only the stop ballot, got %d control keys"
                              % len(extra_keys))
+        if self.config.test_kill_computing:
+            _test_kill_computing(self.config.test_kill_computing, self.channel.rank, round_index)
         ballot = float(extra_values[0].asscalar()) > 0 if extra_values else False
         t0 = self.clock()
         members, ballots = self.client.round_enter(round_index, ballot, timeout=ROUND_WAIT_S)
@@ -300,4 +302,21 @@ def _test_kill_after_push(spec, rank, round_index, sent):
         import numpy as np
         with open(parts[2], "wb") as f:
             np.savez(f, *[d.asnumpy() for d in sent])
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _test_kill_computing(spec, rank, round_index):
+    """Tests only (``MXHET_TEST_KILL_COMPUTING=RANK[,RANK...]:ROUND[:PATH]``): die by SIGKILL while computing,
+    before taking any part in round ``round_index`` (the caller's exchanges up to the round before are over),
+    so that a test can check a death the State Server's heartbeat watch alone releases -- no push, no done;
+    several ranks die at the same point, at once. With PATH, only while PATH does not exist; it is created
+    first (a process started again in this one's place, which may be given the same rank, is not killed too)."""
+    parts = spec.split(":", 2)
+    if rank not in {int(r) for r in parts[0].split(",")} or int(parts[1]) != round_index:
+        return
+    if len(parts) == 3:
+        if os.path.exists(parts[2]):
+            return
+        with open(parts[2], "w"):
+            pass
     os.kill(os.getpid(), signal.SIGKILL)

@@ -4,8 +4,9 @@ dies -- in the exchange itself, between its push and its pull, or while it compu
 holds up the merge; started again (``--max-restarts 1``) it takes part from the next transfer round
 and ends on the same model; a death below ``--min-workers`` fails the job with a clear error.
 
-Two launches (the small CNN, batches of 16: the behaviour is the rule's, not the model's)."""
+Three launches (the small CNN, batches of 16: the behaviour is the rule's, not the model's)."""
 import json
+import re
 
 import pytest
 
@@ -67,6 +68,49 @@ def test_a_worker_killed_between_its_push_and_its_pull_is_started_again_and_ends
     assert [r["ranks"] for r in record["requests"]][round_:round_ + 2] == [[0, 1, 2], [0, 2]]
     assert [(e["event"], e["slot"], e["round"]) for e in summary["elastic"]["events"]] == [
         ("leave", victim, round_ + 1), ("join", victim, first)]
+    assert not child_pids.alive()
+
+
+def test_two_workers_killed_at_once_while_they_compute_the_next_transfer_goes_on_without_them(
+        tmp_path, child_pids):
+    # 4 workers; PS-LITE ranks 2 and 3 send themselves SIGKILL at once as round 2's merged model arrives
+    # (MXHET_TEST_KILL_COMPUTING: no transfer of theirs is in flight), so round 3's request waits for their
+    # arrival and announcement until the State Server's heartbeat watch finds them dead: it then goes to the
+    # other two alone. --min-workers 2: the 2 left go on. --base-iter 0.2 and 10 rounds, 100 test images.
+    out, rounds, round_ = tmp_path / "out", 10, 3
+    stats = tmp_path / "state.json"
+    proc, job_file, err = start(tmp_path, ["-n", "4", "-s", "1", "--sync", "nodelay", "--base-iter", "0.2",
+                                           "--timeout", "200", "--elastic", "--min-workers", "2",
+                                           "--heartbeat-timeout", "3", "--state-stats", str(stats)],
+                                train_command(out, "--max-rounds", str(rounds), "--batch-size", "16",
+                                              "--eval-samples", "100", "--final-eval-samples", "100"),
+                                env={"MXHET_TEST_KILL_COMPUTING": "2,3:%d" % round_})
+    child_pids.add(proc.pid)
+    try:
+        wait_for(job_file, proc)
+        child_pids.add_job_file(job_file)
+        code = proc.wait(timeout=200)
+    finally:
+        err.close()
+    stderr = (tmp_path / "launcher.err").read_text()
+    assert code == 0, stderr[-4000:]
+    assert stderr.count("the others train on") == 2, stderr[-3000:]
+    ranks = {int(r): int(s) for s, r in re.findall(r"slot (\d+) is PS-LITE rank (\d+)", stderr)}
+    killed, survivors = sorted([ranks[2], ranks[3]]), sorted([ranks[0], ranks[1]])
+    assert not any((out / ("worker-%d.json" % s)).exists() for s in killed)
+    workers = [json.loads((out / ("worker-%d.json" % s)).read_text()) for s in survivors]
+    assert [len(w["round_end_s"]) for w in workers] == [rounds, rounds]
+    assert workers[0]["final_model_sha256"] == workers[1]["final_model_sha256"] != ""
+    summary = json.loads((out / "summary.json").read_text())
+    # round 3 is the two survivors' alone and complete: nobody it was requested from died
+    assert summary["round_members"] == [4] * round_ + [2] * (rounds - round_), summary["round_members"]
+    assert summary["incomplete_rounds"] == []
+    record = json.loads(stats.read_text())["nodelay"]
+    assert sorted(d["rank"] for d in record["departures"]) == [2, 3], record
+    assert {d["round"] for d in record["departures"]} == {round_} and record["incomplete_rounds"] == []
+    assert [r["ranks"] for r in record["requests"]][round_ - 1:round_ + 1] == [[0, 1, 2, 3], [0, 1]]
+    leaves = sorted((e["event"], e["slot"], e["round"], e["cause"]) for e in summary["elastic"]["events"])
+    assert leaves == [("leave", s, round_, "killed by signal 9 (SIGKILL)") for s in killed], leaves
     assert not child_pids.alive()
 
 

@@ -1,8 +1,10 @@
 """Partial Reduce under ``mxhet-launch --elastic`` on real processes: a worker killed between its push to
 its group's slot and its PUSHED releases the group (its partner keeps its model), is started again
 (``--max-restarts 1``), takes the latest complete group's model and is grouped again; every worker ends
-on one model. Below ``--min-workers`` the job fails with a clear error, exit 1, instead of hanging."""
+on one model. Two killed at once while they compute release nothing: the live ones form groups of fewer
+than P. Below ``--min-workers`` the job fails with a clear error, exit 1, instead of hanging."""
 import json
+import re
 
 import pytest
 
@@ -16,11 +18,11 @@ LAUNCH = ["-s", "1", "--sync", "preduce", "--base-iter", "0.2", "--timeout", "24
           "--heartbeat-timeout", "3"]
 
 
-def _run(tmp_path, child_pids, launcher_args, train_args, kill):
+def _run(tmp_path, child_pids, launcher_args, train_args, kill, env=None):
     out = tmp_path / "out"
     proc, job_file, err = start(tmp_path, LAUNCH + launcher_args,
                                 train_command(out, "--batch-size", "16", "--group-size", "2", *train_args),
-                                env={"MXHET_TEST_KILL_AFTER_PUSH": kill})
+                                env=dict({"MXHET_TEST_KILL_AFTER_PUSH": kill} if kill else {}, **(env or {})))
     child_pids.add(proc.pid)
     try:
         wait_for(job_file, proc)
@@ -63,6 +65,36 @@ def test_a_worker_killed_between_its_push_and_its_pull_is_released_restarted_and
     assert summary["final_models"] == 3     # the replacement's final model counts: the average of 3
     events = [(e["event"], e["slot"]) for e in summary["elastic"]["events"]]
     assert events == [("leave", victim), ("join", victim)], summary["elastic"]
+    assert not child_pids.alive()
+
+
+def test_two_workers_killed_at_once_while_they_compute_the_two_left_form_groups_of_two(tmp_path, child_pids):
+    # 4 workers in groups of P = 3; PS-LITE ranks 2 and 3 send themselves SIGKILL at once while they compute,
+    # in no group, before their READY after their 3rd group (MXHET_TEST_KILL_COMPUTING): no group is released,
+    # the two left wait for a third member until the State Server's heartbeat watch finds the dead ones,
+    # then form groups of both (fewer than P). --min-workers 2: they go on. 100 test images.
+    stats = tmp_path / "state.json"
+    code, stderr, out = _run(tmp_path, child_pids, ["-n", "4", "--min-workers", "2", "--state-stats", str(stats)],
+                             ["--max-rounds", "12", "--group-size", "3", "--eval-samples", "100",
+                              "--final-eval-samples", "100"], None,
+                             env={"MXHET_TEST_KILL_COMPUTING": "2,3:3"})
+    assert code == 0, stderr[-4000:]
+    assert stderr.count("the others train on") == 2, stderr[-3000:]
+    ranks = {int(r): int(s) for s, r in re.findall(r"slot (\d+) is PS-LITE rank (\d+)", stderr)}
+    killed, survivors = sorted([ranks[2], ranks[3]]), sorted([ranks[0], ranks[1]])
+    assert not any((out / ("worker-%d.json" % s)).exists() for s in killed)
+    workers = [json.loads((out / ("worker-%d.json" % s)).read_text()) for s in survivors]
+    assert workers[0]["final_model_sha256"] == workers[1]["final_model_sha256"] != ""
+    record = json.loads(stats.read_text())["preduce"]
+    assert sorted((d["rank"], d["group"], d["released"]) for d in record["deaths"]) == [
+        (2, None, False), (3, None, False)], record
+    assert record["released"] == [] and record["retired_slots"] == []
+    small = record["small_groups"]
+    assert small and all(g["ranks"] == [0, 1] for g in small), small
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["final_models"] == 2     # the average of the two models that reached the end
+    leaves = sorted((e["event"], e["slot"], e["cause"]) for e in summary["elastic"]["events"])
+    assert leaves == [("leave", s, "killed by signal 9 (SIGKILL)") for s in killed], leaves
     assert not child_pids.alive()
 
 

@@ -60,6 +60,24 @@ def test_a_worker_dying_while_others_wait_at_the_entry_releases_them():
     assert r.stats()["departures"][0]["round"] == 4
 
 
+def test_two_deaths_in_one_round_one_before_its_entry_one_after_its_push_leave_the_two_at_the_minimum():
+    # rank 2 dies computing (the entry closes without it), rank 1 once it entered and pushed, before its done
+    # (the round closes incomplete); 2 left, --min-workers 2: go on
+    r = RoundRendezvous(range(4), min_workers=2)
+    for rank in range(4):
+        r.enter(rank, 2, rank)
+    for rank in range(4):
+        r.done(rank, 2, rank)
+    for rank in (0, 1, 3):
+        assert r.enter(rank, 3, rank) == []
+    assert answers(r.depart(2, "died")) == {0: Entered(3, 3, 0), 1: Entered(3, 3, 0), 3: Entered(3, 3, 0)}
+    assert r.done(0, 3, 0) == [] and r.done(3, 3, 3) == []
+    assert answers(r.depart(1, "died")) == {0: Done(3, complete=False), 3: Done(3, complete=False)}
+    r.enter(0, 4, 0)
+    assert answers(r.enter(3, 4, 3)) == {0: Entered(4, 2, 0), 3: Entered(4, 2, 0)}
+    assert [(e["rank"], e["round"]) for e in r.events] == [(2, 3), (1, 4)] and r.failed is None
+
+
 def test_falling_below_the_minimum_fails_every_waiting_worker_and_every_later_request():
     r = RoundRendezvous(range(3), min_workers=2)
     r.enter(0, 0, "a")

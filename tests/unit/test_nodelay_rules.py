@@ -164,6 +164,29 @@ def test_a_death_releases_a_due_announcement():
     assert req.round == 0 and req.tokens == {0: 0, 1: 1, 3: 3}
 
 
+def test_two_deaths_in_one_transfer_one_computing_one_before_its_report_leave_rounds_of_the_two_left():
+    # 4 ranks; rank 2 dies as round 0's model arrives (no Merged, no push of its own in flight), rank 1
+    # after its push of round 1, before its report
+    rule = TransferRule(range(4), min_workers=2)
+    _requested(rule, [0, 1, 2, 3], 0)
+    for r in range(3):
+        assert rule.pushed(r, 0) is None
+    assert rule.pushed(3, 0).complete
+    for r in (0, 1, 3):
+        assert rule.merged(r, 0) is None and rule.notify(r, 1, token=r) is None
+    req, = rule.leave(2)   # the heartbeat watch: the arrival and the announcement stop waiting for it
+    assert req.round == 1 and req.tokens == {0: 0, 1: 1, 3: 3}
+    assert rule.pushed(0, 1, token="p0") is None and rule.pushed(3, 1, token="p3") is None
+    release, = rule.leave(1)   # 2 live: the minimum, the job goes on
+    assert release.round == 1 and not release.complete and release.tokens == {0: "p0", 3: "p3"}
+    for r in (0, 3):
+        rule.merged(r, 1)
+    assert rule.notify(0, 2) is None
+    assert rule.notify(3, 2).members == 2 and rule.failed is None
+    assert rule.stats()["departures"] == [{"rank": 2, "round": 1}, {"rank": 1, "round": 2}]
+    assert rule.incomplete == [1]
+
+
 def test_a_push_is_counted_once_and_only_from_a_member():
     rule = TransferRule(range(3))
     _requested(rule, [0, 1, 2], 0)

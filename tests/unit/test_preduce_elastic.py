@@ -75,6 +75,25 @@ def test_groups_have_min_p_live_members_and_the_stop_counts_the_live():
     assert sorted(ctl.want_stop()) == [] and ctl.stopping
 
 
+def test_two_ranks_dead_while_computing_leave_groups_of_the_two_live_ones_recorded_as_small():
+    # 4 workers, P = 3: ranks 1 and 2 die in no group (their last group's pushes all in, no READY since);
+    # the two ready ones wait for a third until the second death leaves only them, then form a group of 2
+    ctl = PartialReduceController(4, 3, avoid_frozen=False, spare_slots=4)
+    assert ctl.ready(0, 1) == [] and ctl.ready(1, 1) == []
+    (g,) = ctl.ready(3, 1)
+    for r in g.members:
+        ctl.push_done(r, g.id)
+    assert ctl.ready(0, 2) == [] and ctl.ready(3, 2) == []
+    assert ctl.depart(2) == ([], None)      # 3 live: still a group of P to wait for
+    (formed,), released = ctl.depart(1)
+    assert released is None and formed.members == (0, 3) and formed.fill == 1
+    record = ctl.stats()
+    assert record["deaths"] == [{"rank": 2, "group": None, "released": False},
+                                {"rank": 1, "group": None, "released": False}]
+    # the record names each group of fewer than P, and only those
+    assert record["small_groups"] == [{"group": formed.id, "ranks": [0, 3]}] and record["released"] == []
+
+
 def test_a_dead_rank_that_comes_back_takes_the_latest_complete_groups_slot_held_for_it():
     ctl = PartialReduceController(3, 2, avoid_frozen=False, spare_slots=3)
     first = _pair(ctl, 0, 1, k=4)
