@@ -31,7 +31,7 @@ def test_a_killed_worker_started_again_takes_part_in_later_rounds_and_ends_on_th
     # Delayed ACKs only: the rejoin is the same code whatever the ACK (RoundMembers.on_connect takes the
     # State Server's registered round, the launcher's restart and PS-LITE's recovery know nothing of ACKs), and
     # with delayed ACKs the dead worker has queries in flight when it dies, the case blocking ones never reach
-    # (a second launch with blocking ACKs proved nothing more; test_elastic_esync.py's kill_9 does the same).
+    # (a second launch with blocking ACKs proved nothing more).
     # measured: the restarted worker's first round was 40 on an idle machine, 71-78 at load 10; at 150 rounds a
     # loaded machine once ended the job before the replacement had started (the kill 1 s in, PS-LITE's and the
     # State Server's 3 s, the 2 s delay and a start-up, against 0.1-0.15 s rounds)
