@@ -290,10 +290,14 @@ class RoundRendezvous:
             counts.pop(rank, None)
         open_rounds = sorted(self.entries)
         self.departures.append((rank, cause, open_rounds[0] if open_rounds else None))
-        if (was_training and cause != "bye" and self.training
-                and len(self.training) < self.min_workers and self.failed is None):
+        # in async (no rounds) every worker ends on its own: a death found after the others finished their
+        # training (the heartbeat watch is seconds late) still left the job below its minimum for the end
+        # of it, so the ranks still in the job count there
+        left = len(self.training) if self.training or self._held_rounds() else len(self.ranks - self.gone)
+        if (was_training and cause != "bye" and (self.training or not self._held_rounds())
+                and left < self.min_workers and self.failed is None):
             return self._fail("worker rank %d %s; %d worker(s) still train, fewer than the job's minimum of %d"
-                              % (rank, cause, len(self.training), self.min_workers))
+                              % (rank, cause, left, self.min_workers))
         return self._close_entries(now) + self._close_rounds() + self._close_job()
 
     def join(self, rank, cause="restarted", not_before=0, now=None):

@@ -55,6 +55,20 @@ def test_a_death_below_the_minimum_ends_the_job_with_a_clear_error(tmp_path, chi
     assert not child_pids.alive()
 
 
+def test_an_async_death_below_the_minimum_ends_the_job_with_a_clear_error(tmp_path, child_pids):
+    # async has no round to refuse: the survivors train on and fail at their end (the State Server's finish
+    # barrier), exit 1 with the message; 2 workers, 4 s of steps padded to 0.05 s, killed 1 s in
+    out = tmp_path / "out"
+    code, stderr, _ = kill_and_wait(
+        tmp_path, child_pids, ["-n", "2", "-s", "1", "--sync", "async", "--base-iter", "0.05", "--timeout", "200",
+                               "--elastic", "--min-workers", "2"],
+        train_command(out, "--batch-size", "16", "--time-budget", "4"), out)
+    assert code == 1, stderr[-3000:]
+    assert "fewer than the job's minimum of 2" in stderr, stderr[-3000:]
+    assert not (out / "summary.json").exists()
+    assert not child_pids.alive()
+
+
 def test_kill_9_of_two_workers_at_once_with_elastic_the_survivors_finish_with_equal_models(tmp_path, child_pids):
     # One launch serves the single death and the simultaneous ones: each SIGKILL is its own departure to the
     # launcher and the State Server, and two at once add the case where the second lands while the first is

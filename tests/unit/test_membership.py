@@ -90,6 +90,21 @@ def test_falling_below_the_minimum_fails_every_waiting_worker_and_every_later_re
     assert answers(r.enter(0, 1, "again")) == {0: failure}
 
 
+def test_in_async_a_death_found_after_the_others_finished_still_fails_below_the_minimum():
+    # no rounds: the survivor ended its own training (and waits at the end) before the heartbeat watch found
+    # the death; the job still fell below its minimum, so the waiting survivor is failed
+    r = RoundRendezvous(range(2), min_workers=2)
+    assert r.finish(1, "f1") == []
+    got = answers(r.depart(0, "died"))
+    assert isinstance(got[1], TooFewWorkers) and "fewer than the job's minimum of 2" in got[1].message
+    # with rounds the rule is as before: once nobody trains, a death fails nothing
+    r = RoundRendezvous(range(2), min_workers=2)
+    r.enter(0, 0, "a")
+    r.enter(1, 0, "b")
+    assert r.finish(1, "f1") == []
+    assert answers(r.depart(0, "died")) == {1: Finished(chief=1)}   # (rank 1 takes over the chief's end)
+
+
 def test_goodbyes_and_finishing_never_count_against_the_minimum():
     r = RoundRendezvous(range(2), min_workers=2)
     assert r.finish(0, "f0") == []
