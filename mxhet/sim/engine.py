@@ -58,6 +58,11 @@ DEFAULT_BANDWIDTH_GBPS = 10.0
 """Bandwidth of a device's link to the servers, Gbit/s."""
 
 
+# modes without rounds, whose State Server rule cannot tell an --events leave from a worker's end: the
+# simulator records it (the others' rules do, at the goodbye)
+_LEAVES_RECORDED_HERE = ("async", "gcada", "cada")
+
+
 @dataclasses.dataclass(frozen=True)
 class Network:
     """Per-device link model: one-way latency in seconds, bandwidth in bytes/s,
@@ -445,11 +450,12 @@ class Simulation:
         that joins again starts)."""
         return (yield from self.request(dev, dev.message(m.Register, slot=dev.slot, signature="sim", round=0)))
 
-    def leave(self, dev, left_loop=False):
-        """``dev`` says goodbye; ``left_loop``: its ``--events`` leave, before the job's end."""
+    def leave(self, dev):
+        """``dev`` says goodbye (``dev.left_loop``: its ``--events`` leave, before the job's end)."""
         dev.stopped = True
         members = self.service.rule("membership")
-        if left_loop and members is not None:   # async: the goodbye alone reads as its end
+        if (getattr(dev, "left_loop", False) and members is not None
+                and self.job.mode in _LEAVES_RECORDED_HERE):   # the goodbye alone reads as its end there
             members.rendezvous.note_left_loop(dev.rank, self.env.now)
         yield from self.request(dev, dev.message(m.Bye))
 

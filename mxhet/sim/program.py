@@ -176,7 +176,8 @@ def run_program(sim, dev, program, trace=None):
             return
         if left:
             yield from _drain(sim, dev)
-        yield from sim.leave(dev, left_loop=left)
+        dev.left_loop = left   # (sim.leave records it where the State Server cannot tell it from the end)
+        yield from sim.leave(dev)
         if not (left and (yield from _rejoin(sim, dev))):
             return
 

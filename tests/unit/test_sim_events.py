@@ -26,9 +26,10 @@ def test_bad_events_are_refused(text, message):
 
 
 def test_events_need_a_mode_whose_rounds_the_state_server_names(tmp_path):
-    args = cli.build_parser().parse_args(["-n", "3", "--sync", "async", "--events", "2:leave@1", "--base-iter", "0.05",
+    args = cli.build_parser().parse_args(["-n", "3", "--sync", "ssp", "--events", "2:leave@1", "--base-iter", "0.05",
                                           "--metrics-out", str(tmp_path)])
-    with pytest.raises(ConfigError, match="devices can leave in modes localsgd, esync, sync, nodelay, preduce, not async"):
+    with pytest.raises(ConfigError, match="devices can leave in modes localsgd, esync, sync, nodelay, preduce, async, "
+                                          "gcada, cada, not ssp"):
         cli.run(args)
 
 

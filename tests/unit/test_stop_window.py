@@ -232,7 +232,7 @@ def test_the_cluster_worker_pushes_nothing_on_a_refused_round_and_notes_late(tmp
     progress = tmp_path / "progress"
     mode = types.SimpleNamespace(client=_RefusingClient(), clock=lambda: 1.0, stats=types.SimpleNamespace(query_s=0.0),
                                  channel=types.SimpleNamespace(rank=2, push=_NoDataPlane()),
-                                 config=types.SimpleNamespace(slot=2, progress_file=str(progress)),
+                                 config=types.SimpleNamespace(slot=2, progress_file=str(progress), test_kill_computing=""),
                                  aggregated=False, stopping=types.SimpleNamespace(ballot=lambda vote: ()))
     mode.exchange_deltas = lambda *a: RoundMembers.exchange_deltas(mode, *a)
     assert ProgramMode.carry_out(mode, Exchange(Payload.DELTAS, 5, 1.0)) is JOB_OVER
