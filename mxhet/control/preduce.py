@@ -203,6 +203,7 @@ class PartialReduceController:
         self.dynamic, self.alpha, self.avoid_frozen = bool(dynamic), float(alpha), bool(avoid_frozen)
         self.window = window or default_window(num_workers, group_size)
         self.num_slots = (num_slots or default_slots(num_workers, group_size)) + spare_slots
+        self.spare_slots = spare_slots   # > 0 under --elastic
         self.live = set(range(num_workers))
         self.queue = {}              # ranks in READY order (a dict keeps insertion order)
         self.k = {}                  # rank -> iteration number it reported
@@ -354,9 +355,8 @@ class PartialReduceController:
         self.graph = None       # rebuilt over the live ranks when next needed
         self._graph_changed()
         self._holding_head = None
-        slot = None
-        if self.complete:
-            slot = max(self.complete, key=lambda s: self.complete[s].id)
+        slot = self._newest_complete()
+        if slot is not None:
             holders = self.slot_holders.setdefault(slot, set())
             if not holders:
                 self.free_slots.remove(slot)   # a free slot: taken off the heap
@@ -365,6 +365,10 @@ class PartialReduceController:
             self.holding[rank] = slot
         self.joins.append((rank, slot))
         return slot
+
+    def _newest_complete(self):
+        """The slot holding the newest complete group's sum, or None."""
+        return max(self.complete, key=lambda s: self.complete[s].id) if self.complete else None
 
     def want_stop(self):
         """A worker wishes to end training. The job stops (:meth:`stop`) once
@@ -470,6 +474,11 @@ class PartialReduceController:
         ks = [self.k[r] for r in members]
         weights = dynamic_weights(ks, self.alpha) if self.dynamic else constant_weights(ks)
         slot = heapq.heappop(self.free_slots)
+        if self.spare_slots and self.free_slots and slot == self._newest_complete():
+            # under --elastic keep the newest complete sum readable while another slot is free: a rank
+            # started again takes its model from there (join), and reusing it left none to take
+            slot, other = heapq.heappop(self.free_slots), slot
+            heapq.heappush(self.free_slots, other)
         self.complete.pop(slot, None)   # its last group's sum is overwritten from now on
         group = Group(id=self.next_id, slot=slot, members=tuple(members), weights=tuple(weights), k=max(ks),
                       intervened=intervened, fill=self.group_size - len(members))

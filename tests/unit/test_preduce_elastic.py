@@ -124,6 +124,30 @@ def test_a_returning_rank_takes_a_free_slot_with_a_complete_sum_off_the_free_lis
     assert g.members == (0, 2) and g.slot != first.slot
 
 
+def test_the_newest_complete_sum_is_not_overwritten_while_another_slot_is_free():
+    # two survivors grouping again and again would take the lowest free slot -- the one they just pulled
+    # from -- and leave no complete sum for a rank that comes back while their next group reduces
+    ctl = PartialReduceController(3, 2, avoid_frozen=False, spare_slots=3)
+    ctl.depart(2)
+    g = _pair(ctl, 0, 1, k=1)
+    for k in range(2, 12):
+        for r in g.members:
+            ctl.push_done(r, g.id)
+        assert ctl.ready(0, k) == []
+        (h,) = ctl.ready(1, k)
+        assert h.slot != g.slot and ctl.complete[g.slot] == g   # the newest sum stays readable
+        g = h
+    assert ctl.join(2) is not None
+    # without spare slots (not --elastic) slots are taken lowest first, as before
+    plain = PartialReduceController(2, 2, avoid_frozen=False)
+    g = _pair(plain, 0, 1)
+    for r in g.members:
+        plain.push_done(r, g.id)
+    plain.ready(0, 2)
+    (h,) = plain.ready(1, 2)
+    assert h.slot == g.slot
+
+
 def test_no_group_completed_a_returning_rank_keeps_its_model():
     ctl = PartialReduceController(3, 2, avoid_frozen=False, spare_slots=3)
     ctl.depart(2)
