@@ -55,28 +55,20 @@ def test_a_death_below_the_minimum_ends_the_job_with_a_clear_error(tmp_path, chi
     assert not child_pids.alive()
 
 
-def test_an_esync_death_below_the_minimum_ends_the_job_with_a_clear_error(tmp_path, child_pids):
-    # ESync's rounds run on the same rendezvous as localsgd's (above), with the State Server's Algorithm 2
-    # beside it: the survivor's next round entry is refused. 2 workers, steps padded to 0.05 s, killed 1 s in
+@pytest.mark.parametrize("mode, budget", [
+    # ESync's rounds run on localsgd's rendezvous (above), Algorithm 2 beside it: the next entry is refused
+    ("esync", ("--max-rounds", "400")),
+    # async has no round to refuse: the survivor trains on and fails at its end (the finish barrier), also
+    # when the heartbeat watch finds the death only after it ended its training
+    ("async", ("--time-budget", "4")),
+])
+def test_a_death_below_the_minimum_ends_the_job_with_a_clear_error_in(mode, budget, tmp_path, child_pids):
+    # 2 workers, steps padded to 0.05 s, one killed 1 s in
     out = tmp_path / "out"
     code, stderr, _ = kill_and_wait(
-        tmp_path, child_pids, ["-n", "2", "-s", "1", "--sync", "esync", "--base-iter", "0.05", "--timeout", "200",
+        tmp_path, child_pids, ["-n", "2", "-s", "1", "--sync", mode, "--base-iter", "0.05", "--timeout", "200",
                                "--elastic", "--min-workers", "2"],
-        train_command(out, "--batch-size", "16", "--max-rounds", "400"), out)
-    assert code == 1, stderr[-3000:]
-    assert "fewer than the job's minimum of 2" in stderr, stderr[-3000:]
-    assert not (out / "summary.json").exists()
-    assert not child_pids.alive()
-
-
-def test_an_async_death_below_the_minimum_ends_the_job_with_a_clear_error(tmp_path, child_pids):
-    # async has no round to refuse: the survivors train on and fail at their end (the State Server's finish
-    # barrier), exit 1 with the message; 2 workers, 4 s of steps padded to 0.05 s, killed 1 s in
-    out = tmp_path / "out"
-    code, stderr, _ = kill_and_wait(
-        tmp_path, child_pids, ["-n", "2", "-s", "1", "--sync", "async", "--base-iter", "0.05", "--timeout", "200",
-                               "--elastic", "--min-workers", "2"],
-        train_command(out, "--batch-size", "16", "--time-budget", "4"), out)
+        train_command(out, "--batch-size", "16", *budget), out)
     assert code == 1, stderr[-3000:]
     assert "fewer than the job's minimum of 2" in stderr, stderr[-3000:]
     assert not (out / "summary.json").exists()
