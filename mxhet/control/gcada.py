@@ -127,7 +127,8 @@ class GroupRule:
         self.history = collections.deque(maxlen=max_delay)  # ‖θ^{k+1−d} − θ^{k−d}‖², newest first
         self.iteration = 0
         self.selected = lazy_selection(self.aoi, self.lhs, self.history, self.c, self.max_delay)
-        self.retired = set()   # groups whose every member left the job: never selected again
+        self.retired = set()   # groups whose every member left the job: not selected while retired
+        self.back = set()      # retired groups a member came back to: selected at the next iteration
         self.claims = {}       # group -> rank that uploads its gradient this iteration
         self.uploaded = set()  # groups whose upload reached the servers this iteration
         self.downloads = 0     # members told "selected" this iteration
@@ -157,6 +158,22 @@ class GroupRule:
         if group in self.selected and group not in self.uploaded:
             self.selected = [g for g in self.selected if g != group]
             self.claims.pop(group, None)
+
+    def unretire(self, group):
+        """A member of retired ``group`` is back (a worker started again): the group is
+        selected again from the next iteration on, and at that one whatever its age of
+        information (its last gradient on the servers is zero, or from before every member
+        left); the iteration in progress is left as it is. Returns True if the group was retired.
+
+        Raises:
+            ValueError: for a bad group.
+        """
+        self._check_group(group)
+        if group not in self.retired:
+            return False
+        self.retired.discard(group)
+        self.back.add(group)
+        return True
 
     def reopen(self, group):
         """The rank that claimed ``group``'s upload died before its upload was
@@ -259,6 +276,9 @@ class GroupRule:
         self.lhs = [float(x) for x in group_sq]
         self.iteration += 1
         self.selected = lazy_selection(self.aoi, self.lhs, self.history, self.c, self.max_delay, self.smoothness)
+        if self.back:
+            self.selected = sorted(set(self.selected) | self.back)
+            self.back = set()
         if self.retired:
             self.selected = [g for g in self.selected if g not in self.retired]
         self.claims, self.uploaded, self.downloads = {}, set(), 0
@@ -307,13 +327,17 @@ class GroupCoordinator:
         self.smoothness_from = {}   # group -> the first rank that sent its L_g
         self.group_of = {}   # rank -> its group, from its requests
         self.departed = {}   # group -> its ranks that left the job
-        self.dead = set()    # ranks found dead (mxhet-launch --elastic: the State Server's heartbeat watch)
+        self.dead = set()    # ranks found dead and not back (mxhet-launch --elastic: the State Server's heartbeat watch)
+        self.died = False    # a rank was found dead: a step a departure made due may wait for a trigger
         self.reopened = set()   # groups of this iteration whose dead claimant's claim is open again
         self.deaths = []     # the record: {"rank", "k", "group", "reopened", "retrigger"} per death
         # groups retired by a death or an --elastic finish: the next trigger zeroes their last gradient
         # (a leaver's goodbye zeroes its own group's)
         self.to_zero = set()
         self._zeroing = {}     # iteration -> the groups its trigger was told to zero
+        self.returning = {}    # rank registered again after it died or left -> its group, until its first GroupBegin
+        self.joined_from = {}  # rank taken back -> the first iteration it takes part in
+        self.joins = []        # the record: {"rank", "k", "group", "reopened_group"} per rank taken back
 
     def smoothness(self, rank, group, value):
         """A member of ``group`` sends L_g (with every ``GroupBegin``): the first
@@ -343,19 +367,56 @@ class GroupCoordinator:
 
     def begin(self, rank, seq, wanted, group, want_stop):
         self.group_of[rank] = group
+        if rank in self.returning:
+            self._take_back(rank, group)
+        first = self.joined_from.get(rank, 0)
+        joining = first > self.rule.iteration   # taken back during this iteration: it waits for the next
+        wanted = max(wanted, first)
         if want_stop and self.stop_at is None:
             self.stop_at = self.rule.iteration + 1
         stopped = self.stop_at is not None and self.rule.iteration >= self.stop_at
         if (wanted > self.rule.iteration and not stopped and not self._untriggered()
-                and not (group in self.reopened and self.rule.open_for(group))):
+                and (joining or not (group in self.reopened and self.rule.open_for(group)))):
             self.waiting[rank] = (seq, wanted, group)
             return None
         return self._assign(rank, seq, group)
 
+    def rejoin(self, rank, group, in_place_of=None):
+        """``rank``, which died or left, registered again as a member of ``group`` (a worker started
+        again under ``mxhet-launch --max-restarts``; the simulator's device back). It is no longer
+        counted gone; its group takes it back at its first :class:`GroupBegin` (:meth:`begin`), so a
+        process still starting up holds no iteration: from then on it is selected with its group from
+        the next iteration, and a retired group -- every member gone -- is selected again, at that
+        iteration whatever its age of information (:meth:`GroupRule.unretire`). ``in_place_of``: the
+        dead rank whose slot this process holds, when PS-LITE gave it another dead worker's id (two
+        dead at once); the two ranks then swap groups in the count of who is gone.
+
+        Raises:
+            ValueError: for a bad group.
+        """
+        self.rule._check_group(group)
+        old = self.group_of.get(rank)
+        if old is not None and old != group and in_place_of in self.departed.get(group, ()):
+            self.departed[group].discard(in_place_of)
+            self.departed.setdefault(old, set()).add(in_place_of)
+            self.group_of[in_place_of] = old
+        if old is not None:
+            self.departed.get(old, set()).discard(rank)
+        self.dead.discard(rank)
+        self.group_of[rank] = group
+        self.returning[rank] = group
+
+    def _take_back(self, rank, group):
+        """``rank``'s first request after it registered again: it takes part from the next iteration."""
+        del self.returning[rank]
+        reopened = self.rule.unretire(group)
+        first = self.joined_from[rank] = self.rule.iteration + 1
+        self.joins.append({"rank": rank, "k": first, "group": group, "reopened_group": reopened})
+
     def _untriggered(self):
         """True when a departure made the current iteration's step due and nobody triggers it yet
         (without departures the last upload, or the first request of an empty iteration, triggers it)."""
-        return (bool(self.rule.retired or self.dead) and self.rule.step_due
+        return (bool(self.rule.retired or self.died) and self.rule.step_due
                 and self.rule.iteration not in self.triggers)
 
     def leave(self, rank, zero=False):
@@ -364,6 +425,7 @@ class GroupCoordinator:
         and, if that makes the current step due, a waiting worker is told to
         trigger it. Returns True if the group was retired now."""
         self.waiting.pop(rank, None)
+        self.returning.pop(rank, None)
         group = self.group_of.get(rank)
         if group is None:
             return False
@@ -396,12 +458,14 @@ class GroupCoordinator:
         group = self.group_of.get(rank)
         claimed = group is not None and self.rule.claimant(group) == rank and group not in self.rule.uploaded
         self.dead.add(rank)
+        self.died = True
         self.leave(rank, zero=True)
         event = {"rank": rank, "k": k, "group": group, "reopened": False, "retrigger": False}
         if claimed and group not in self.rule.retired and self.rule.reopen(group):
             event["reopened"] = True
             self.reopened.add(group)
-            teammates = [r for r, (_, _, g) in self.waiting.items() if g == group]
+            teammates = [r for r, (_, _, g) in self.waiting.items()
+                         if g == group and self.joined_from.get(r, 0) <= k]   # (one taken back waits for k+1)
             if teammates:
                 waiter = min(teammates, key=lambda r: self.waiting[r][0])
                 wseq, _, wgroup = self.waiting.pop(waiter)
@@ -471,7 +535,8 @@ class GroupCoordinator:
         return {"groups": rule.groups, "max_delay": rule.max_delay, "c": rule.c, "group_size": rule.group_size,
                 "smoothness": list(rule.smoothness),
                 "iterations": rule.log, "totals": rule.totals(batch_size),
-                **({"deaths": list(self.deaths)} if self.deaths else {})}
+                **({"deaths": list(self.deaths)} if self.deaths else {}),
+                **({"joins": list(self.joins)} if self.joins else {})}
 
 
 def loads_of(workers, batch_size):

@@ -64,11 +64,13 @@ runs on this rendezvous' finish instead of PS-LITE's barrier, which counts the d
 whose controller releases a dead worker's group (:mod:`mxhet.control.preduce`) and whose end runs on
 this finish too, and ``gcada``/``cada``, whose coordinator hands a dead claimant's upload, or a dead
 trigger's step, to a live worker (:meth:`mxhet.control.gcada.GroupCoordinator.depart`); their end too."""
-RESTART_MODES = ELASTIC_MODES + ("async", "preduce")
+RESTART_MODES = ELASTIC_MODES + ("async", "preduce", "gcada", "cada")
 """``mxhet-launch --max-restarts`` accepts these: a restarted worker rejoins at a round boundary
 (nodelay: the next transfer round its master requests), or (``async``, which has no rounds) pulls the
 current global model and trains on from its first push after that pull, or
-(``preduce``) is grouped again from its first READY, starting from the latest complete group's model."""
+(``preduce``) is grouped again from its first READY, starting from the latest complete group's model, or
+(``gcada``, ``cada``) is taken back into its group from the iteration after its first request
+(:meth:`mxhet.control.gcada.GroupCoordinator.rejoin`)."""
 
 
 RESTARTED = "restarted"

@@ -648,7 +648,10 @@ class PartialReduceRule(RulePlugin):
 
 
 class GCADARule(RulePlugin):
-    """G-CADA's groups (:mod:`.gcada`), set up by the first GROUP_BEGIN."""
+    """G-CADA's groups (:mod:`.gcada`), set up by the first GROUP_BEGIN.
+
+    Under ``--elastic`` a rank found dead (:meth:`depart`) has its claim or its trigger handed on; one
+    that registers again (:meth:`rejoin`, from the service's registration) is taken back into its group."""
 
     NAME = "gcada"
     REQUESTS = (gcada.GroupBegin, gcada.GroupWatch, gcada.GroupDone, gcada.GroupUploaded, gcada.GroupStepped)
@@ -728,6 +731,20 @@ class GCADARule(RulePlugin):
         if c is not None:
             c.depart(rank)
             self._flush()
+
+    def rejoin(self, rank, slot):
+        """``rank``, gone, registered again for ``slot`` (a worker started again, ``--max-restarts``;
+        the simulator's device back): no longer counted dead, and taken back into the group of its
+        slot at its first GROUP_BEGIN (:meth:`.gcada.GroupCoordinator.rejoin`). When PS-LITE gave it
+        another dead worker's id, the rank that held that slot before is named with it."""
+        self.dead.discard(rank)
+        c = self.coordinator
+        if c is None or self.failed is not None:
+            return
+        host = self.host
+        in_place_of = next((r for r, s in host.slots.items() if s == slot and r != rank and r in host.left), None)
+        c.rejoin(rank, slot // c.rule.group_size, in_place_of)
+        self._flush()
 
     def stats(self):
         return self.coordinator.stats() if self.coordinator is not None else None

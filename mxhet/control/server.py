@@ -215,6 +215,10 @@ class StateService:
             self.table.set_present(req.rank, False)
             LOG.info("rank %d (slot %d) registered after the job's end", req.rank, req.slot)
             return m.Registered(seq=req.seq, round=self.table.record(req.rank).round, over=True)
+        groups = self.rule("gcada")
+        if back is not None and groups is not None:
+            # G-CADA takes it back into its slot's group; the rendezvous holds no rounds there (none named)
+            groups.rejoin(req.rank, req.slot)
         transfers = self.rule("nodelay")
         if back is not None and transfers is not None:
             # nodelay counts its own rounds (transfers): the one named is the next transfer requested.

@@ -94,7 +94,8 @@ def build_parser():
                        help="with --elastic: start a worker that died again on its host, in its slot, up to K times "
                             "in all; it takes PS-LITE's recovery of the dead node's rank, the current global model, "
                             "and joins at the next round boundary (preduce: the groups from its first READY; async: "
-                            "its first push after pulling the model); at "
+                            "its first push after pulling the model; gcada, cada: its group from the iteration after "
+                            "its first request); at "
                             "most 1: PS-LITE's scheduler serves one recovery per job; in modes %s (default: %%(default)s)"
                             % ", ".join(RESTART_MODES))
     state.add_argument("--restart-delay", type=float, default=None, metavar="SECONDS",
@@ -345,10 +346,6 @@ def parse_args(argv=None):
         parser.error("--max-restarts must be >= 0, got %d" % args.max_restarts)
     if args.max_restarts and not args.elastic:
         parser.error("--max-restarts %d needs --elastic" % args.max_restarts)
-    if args.max_restarts and args.sync in ("gcada", "cada"):
-        parser.error("--max-restarts works in modes %s, not %r: G-CADA's coordinator does not take a dead "
-                     "worker back (it would have to hand it a group's θ^k between two steps); --elastic alone "
-                     "goes on without it" % (", ".join(RESTART_MODES), args.sync))
     if args.max_restarts and args.sync not in RESTART_MODES:
         parser.error("--max-restarts works in modes %s, not %r (a restarted worker rejoins the job's "
                      "aggregation from the current global model)"

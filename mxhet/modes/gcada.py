@@ -32,6 +32,12 @@ its open claim to a teammate, or the step it was to trigger to a live worker
 (:meth:`mxhet.control.gcada.GroupCoordinator.depart`); the trigger then pushes
 k+1 and the servers step each parameter once per iteration; the end runs on
 the State Server's finish barrier, not PS-LITE's (which counts the dead).
+A worker started again (``--max-restarts 1``) takes the dead one's PS-LITE
+rank (its ``kv.init`` pushes nothing), ships no updater -- the servers'
+AMSGrad state and every group's last gradient stay --, and is taken back into
+its group from the iteration after its first request
+(:meth:`mxhet.control.gcada.GroupCoordinator.rejoin`); it downloads θ^k like
+any selected member, so it needs no model of its own.
 
 CADA is the same with groups of one (the servers then wait for every selected
 worker); with ``max_delay=1`` every worker is selected every iteration:
@@ -57,7 +63,7 @@ from ..policy import specs
 from ..protocol import programs_gcada
 from ..protocol.effects import BeginIteration, ClaimUpload, Download, Selection, StepServers, Upload
 from .program import PreludeProgramMode
-from .rounds import ElasticEnd, keep_kvstore_alive
+from .rounds import ElasticEnd, keep_kvstore_alive, leave_too_late
 from .registry import register
 
 WATCH_POLL_S = 0.005
@@ -94,6 +100,7 @@ class GCADA(ElasticEnd, PreludeProgramMode):
         self._dropped = False
         self._zero_groups = ()   # groups whose last gradient this worker's next trigger zeroes (--elastic)
         self._smoothness = 1.0 if self.opts["smoothness"] == "folded" else None   # L_g of this worker's group
+        self._rejoining = False   # started again after a death (--max-restarts): until its first selection
 
     @staticmethod
     def warn_optimizer_unused(optimizer, mode, step_size):
@@ -130,6 +137,10 @@ class GCADA(ElasticEnd, PreludeProgramMode):
                             rescale=1.0 / batch_size, once_per_iteration=elastic)
 
     def server_updater(self, batch_size):
+        if self._rejoining:
+            # the servers run GroupAMSGrad already and hold its state (h, v̂, every group's last gradient,
+            # the iterations stepped), which a second set_optimizer would replace with a fresh one
+            return None
         return self.updater_for(self.channel.num_workers, batch_size, None, self.opts,
                                 num_servers=self.config.num_servers, elastic=bool(self.config.elastic))
 
@@ -137,6 +148,9 @@ class GCADA(ElasticEnd, PreludeProgramMode):
         self.client = self.join_state_server()
         if self._elastic():
             keep_kvstore_alive(self.channel.kv)
+            if self.client.job_over:   # started again after every other worker stopped training
+                leave_too_late(self)
+            self._rejoining = bool(self.client.rejoined)
 
     # -- mxhet-launch --elastic: a death is the State Server's (GCADARule.depart: the dead claimant's
     # group is reopened, a dead trigger's step is triggered again); the end waits on the State Server's
@@ -177,6 +191,9 @@ class GCADA(ElasticEnd, PreludeProgramMode):
                               max_delay=self.opts["max_delay"], c=float(self.opts["c"]), want_stop=effect.want_stop,
                               smoothness=self._smoothness)
             self._zero_groups = reply.zero_groups
+            if self._rejoining and reply.ok:   # its first iteration back (the coordinator's next one)
+                self.stats.rejoined_at_round = reply.iteration
+                self._rejoining = False
             return Selection(reply.iteration, stop=reply.stop, target=int(reply.step_servers), ready=reply.download)
         if isinstance(effect, Download):
             self._download(effect.iteration)

@@ -35,11 +35,10 @@ from ..control.membership import ELASTIC_MODES
 
 SIM_EVENT_MODES = ELASTIC_MODES + ("preduce", "async", "gcada", "cada")
 """``--events`` accepts these: the round modes, Partial Reduce, whose controller groups a device
-that joins again from its first READY (it starts from the latest complete group's model), and async,
-where a device that joins again pulls the global model and pushes from its next iteration on; in gcada
-and cada devices only leave (their coordinator re-selects; it takes no worker back, as on the cluster,
-where ``--max-restarts`` is refused for them)."""
-SIM_LEAVE_ONLY_MODES = ("gcada", "cada")
+that joins again from its first READY (it starts from the latest complete group's model), async,
+where a device that joins again pulls the global model and pushes from its next iteration on, and
+gcada and cada, whose coordinator re-selects when a device leaves and takes it back into its group
+from the iteration after its first request (as on the cluster under ``--max-restarts``)."""
 from .engine import DEFAULT_BANDWIDTH_GBPS, DEFAULT_LATENCY_MS, DEFAULT_PER_KEY_MS, Network, SimJob
 from .events import parse_schedule
 from .members import MemberScores
@@ -228,9 +227,6 @@ def _events(text, n, mode):
     leaves, joins = parse_schedule(text, n)
     if leaves and mode not in SIM_EVENT_MODES:
         raise ConfigError("--events: devices can leave in modes %s, not %s" % (", ".join(SIM_EVENT_MODES), mode))
-    if joins and mode in SIM_LEAVE_ONLY_MODES:
-        raise ConfigError("--events: a device cannot join again in %s (its coordinator takes no worker back; "
-                          "on the cluster --max-restarts is refused there too): leave events only" % mode)
     return {"leaves": leaves, "joins": joins}
 
 

@@ -235,7 +235,7 @@ def test_restarts_are_taken_in_async_and_refused_in_modes_that_cannot_take_a_wor
     [state] = [p for p in plan.processes if p.role == "state-server"]
     assert "--until-stopped" in state.argv and state.argv[state.argv.index("--rules") + 1] == "membership"
     with pytest.raises(ConfigError, match="--max-restarts works in modes localsgd, esync, sync, nodelay, async, "
-                                          "preduce, not 'dcasgd'"):
+                                          "preduce, gcada, cada, not 'dcasgd'"):
         launcher.plan(["-n", "3", "--sync", "dcasgd", "--elastic", "--max-restarts", "1", "--", "python", "t.py"])
 
 

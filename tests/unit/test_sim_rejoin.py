@@ -75,15 +75,27 @@ def test_an_async_device_that_leaves_and_joins_again_trains_on_the_global_model_
     assert summary["final_accuracy"] >= 0.4
 
 
-def test_a_gcada_device_that_leaves_is_dropped_by_its_group_and_a_join_is_refused(tmp_path):
-    common = ("-n", "4", "--sync", "gcada", "--slowdown", "1,1,1,2", "--base-iter", "0.05", "--time-budget", "3",
-              "--step-size", "0.0005")
-    summary, workers = _sim(tmp_path, "leave-gcada", *common, "--events", "1:leave@0.6")
+@pytest.mark.parametrize("mode, groups", [("gcada", ("--groups", "2")), ("cada", ())])
+def test_a_gcada_device_that_leaves_and_joins_again_is_selected_with_its_group_and_ends_on_the_same_model(
+        tmp_path, mode, groups):
+    # cada: groups of one, so the device's group is retired while it is away and reopened at its return
+    common = ("-n", "4", "--sync", mode, *groups, "--slowdown", "1,1,1,2", "--base-iter", "0.05",
+              "--time-budget", "3", "--step-size", "0.0005", "--max-delay", "1")
+    summary, workers = _sim(tmp_path, "rejoin-" + mode, *common, "--events", "1:leave@0.6,1:join@1.5")
     events = summary["elastic"]["membership"]["events"]
-    assert [(e["event"], e["rank"], e["cause"]) for e in events] == [("leave", 1, "left its loop")]
-    # the others train the whole budget without it (its group re-selects), one model
-    assert 3.0 <= summary["train_time_s"] < 6.0
-    assert workers[1]["iterations"] < workers[0]["iterations"] // 2 and workers[0]["iterations"] >= 30
+    assert [(e["event"], e["rank"]) for e in events] == [("leave", 1), ("join", 1)], events
+    assert [e["round"] for e in events] == [None, None]          # the rendezvous holds no rounds here
+    [join] = summary["gcada"]["joins"]
+    assert join["rank"] == 1 and join["reopened_group"] == (mode == "cada")
+    back = workers[1]
+    assert back["rejoined_at_round"] == join["k"] > 0
+    iterations = summary["gcada"]["iterations"]
+    # gone, its group (cada) was not selected; from its first iteration back, with D = 1, in every one
+    group = join["group"]
+    if mode == "cada":
+        gone = min(it["k"] for it in iterations if group not in it["selected"])
+        assert 0.6 <= iterations[gone]["t"] and gone < join["k"] - 1
+        assert all(group not in it["selected"] for it in iterations[gone:join["k"]])
+    assert all(group in it["selected"] for it in iterations if it["k"] >= join["k"])
+    assert back["downloads"] > 0 and workers[0]["iterations"] >= 20
     assert len({w["final_model_sha256"] for w in workers.values()}) == 1
-    with pytest.raises(ConfigError, match="cannot join again in gcada"):
-        _sim(tmp_path, "join-gcada", *common, "--events", "1:leave@0.6,1:join@1.5")
