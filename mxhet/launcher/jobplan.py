@@ -47,7 +47,9 @@ class ProcessSpec:
     own environment. With ``remote`` (``--launcher ssh``) they are already part
     of ``argv``'s remote command and are *not* set on the local ssh process.
     ``slot`` is the worker slot or the server index; ``None`` for the scheduler
-    and the State Server.
+    and the State Server. ``cwd`` and ``command``: the directory and argv run on
+    the host (remote processes only), from which :func:`with_env` builds the ssh
+    command again.
     """
     role: str
     slot: Optional[int]
@@ -58,6 +60,8 @@ class ProcessSpec:
     slowdown: Optional[float] = None
     remote: bool = False
     ssh: tuple = ()               # the ssh client argv up to the host (remote processes only)
+    cwd: str = ""                 # remote processes only: the directory ...
+    command: tuple = ()           # ... and the argv run on the host (argv is the ssh command)
 
     @property
     def name(self):
@@ -207,10 +211,26 @@ def ssh_argv(ssh_command, host, cwd, env, argv, options=()):
     "cd CWD && echo __mxhet_remote_pid__=$$ >&2 && exec env K=V ... ARGV"]``,
     every part shell-quoted for the remote shell.
     """
+    return (*ssh_prefix(ssh_command, options), host, remote_command(cwd, env, argv))
+
+
+def remote_command(cwd, env, argv):
+    """The shell command an ssh client runs on the host: ``argv`` in ``cwd`` with ``env``, after
+    reporting its pid (:data:`REMOTE_PID_MARK`)."""
     assignments = " ".join(shlex.quote("%s=%s" % (key, env[key])) for key in sorted(env))
-    remote = "cd %s && echo %s$$ >&2 && exec env %s %s" % (shlex.quote(cwd), REMOTE_PID_MARK, assignments,
-                                                           shlex.join(argv))
-    return (*ssh_prefix(ssh_command, options), host, remote)
+    return "cd %s && echo %s$$ >&2 && exec env %s %s" % (shlex.quote(cwd), REMOTE_PID_MARK, assignments,
+                                                         shlex.join(argv))
+
+
+def with_env(spec, **env):
+    """``spec`` with ``env`` set in its environment on top of its own. A remote process's environment
+    is part of its ssh command (:func:`ssh_argv`), which is built again with it; a local one's is
+    set on the process by the supervisor."""
+    merged = dict(spec.env, **env)
+    if not spec.remote:
+        return dataclasses.replace(spec, env=merged)
+    return dataclasses.replace(spec, env=merged,
+                               argv=(*spec.ssh, spec.host, remote_command(spec.cwd, merged, spec.command)))
 
 
 #: Variables MXNet's ssh launcher (dmlc-tracker) passes to remote processes
@@ -323,6 +343,7 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
         argv = tuple(argv)
         ssh = ()
         if remote:
+            extra.update(cwd=cwd, command=argv)
             argv = ssh_argv(args.ssh_command, host, cwd, env, argv, options)
             ssh = ssh_prefix(args.ssh_command, options)
         return ProcessSpec(role=role, slot=slot, host=host, argv=argv, env=env, remote=remote, ssh=ssh, **extra)

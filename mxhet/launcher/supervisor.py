@@ -26,8 +26,8 @@ from typing import Optional
 
 from .jobplan import (DEFAULT_KILL_GRACE_S, DEFAULT_POLL_INTERVAL_S, DEFAULT_SERVER_GRACE_S,
                    DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_WORKER_GRACE_S, EXIT_FAILED, EXIT_OK, EXIT_SIGINT,
-                   EXIT_SIGTERM, EXIT_TIMEOUT, JOB_FILE_FORMAT, OUTPUT_DRAIN_S, REMOTE_PID_MARK,
-                   STDERR_TAIL_LINES, WORKER)
+                   EXIT_SIGTERM, EXIT_TIMEOUT, JOB_FILE_FORMAT, LOCAL_HOST, OUTPUT_DRAIN_S, REMOTE_PID_MARK,
+                   STDERR_TAIL_LINES, WORKER, with_env)
 from .codes import PROGRESS_LATE, PROGRESS_STARTED
 from .watch import (DEFAULT_HANG_GRACE_S, DEFAULT_LATE_GRACE_S, DEFAULT_ORPHAN_GRACE_S, DEFAULT_START_GRACE_S,
                     JobWatch, Observation, describe_exit, exit_cause)
@@ -224,12 +224,14 @@ def _fresh_port(spec):
     node connects that id to its address only if no node was connected at that address before
     (ps-lite ``Van::ProcessAddNodeCommand``'s ``connected_nodes_``, keyed by host:port): at its slot's old
     port, the other dead worker's, the server's answers to the new id would go to the dead process's address
-    and the replacement would wait for ever in its first request (``kv.set_optimizer``). A local worker only
-    (a remote one's environment is in its ssh command)."""
-    if spec.remote or "PORT" not in spec.env:
+    and the replacement would wait for ever in its first request (``kv.set_optimizer``). Set it with
+    :func:`~.jobplan.with_env`, which builds a remote worker's ssh command again with it. On a remote host
+    the port is, as the plan's are, a likely-free guess checked on this machine (PS-LITE binds another at
+    random if it is taken there)."""
+    if "PORT" not in spec.env:
         return {}
     from .ports import find_free_port
-    return {"PORT": str(find_free_port(spec.host or "127.0.0.1"))}
+    return {"PORT": str(find_free_port(LOCAL_HOST if spec.remote else spec.host or LOCAL_HOST))}
 
 
 def _start(spec, console, extra_env=None):
@@ -645,7 +647,7 @@ class Supervisor:
                 if spec.role == WORKER:
                     self._note_starting(spec)
                     # (the job file's entry then names the port it listens on)
-                    spec = dataclasses.replace(spec, env=dict(spec.env, **_fresh_port(spec)))
+                    spec = with_env(spec, **_fresh_port(spec))
                 self.children[decision.index] = _start(spec, self.console, self._progress_env(spec))
                 if old.spec.role == WORKER:
                     self._feed_events()
