@@ -457,7 +457,12 @@ class Simulation:
         if (getattr(dev, "left_loop", False) and members is not None
                 and self.job.mode in _LEAVES_RECORDED_HERE):   # the goodbye alone reads as its end there
             members.rendezvous.note_left_loop(dev.rank, self.env.now)
-        yield from self.request(dev, dev.message(m.Bye))
+        reply = yield from self.request(dev, dev.message(m.Bye))
+        if getattr(reply, "retired", False) and getattr(dev, "left_loop", False):
+            # G-CADA: an --events leave left its group without members (mxhet.modes.gcada's on_leave); at the
+            # job's end nobody trains on, and the zeroing would only add to the virtual time
+            from .program_gcada import zero_group
+            yield from zero_group(self, dev)
 
     def snapshotter(self):
         while True:

@@ -184,6 +184,16 @@ def _step_servers(sim, dev, effect):
     yield from _trigger(sim, gk, dev, effect.iteration, _group(sim, dev, gk))
 
 
+def zero_group(sim, dev):
+    """``dev`` left and its group has no member left (the goodbye's ``retired``): it zeroes the
+    group's last gradient on the servers, as the cluster's worker does at its goodbye, so their sum
+    no longer carries a shard nobody trains on."""
+    gk = _keys(sim)
+    yield sim.env.timeout(sim.job.network.transfer(dev.slot, gk.model_bytes, len(gk.grad_keys)))
+    for key, w in zip(gk.group_keys[_group(sim, dev, gk)], gk.trigger):
+        gk.store.apply(key, mx.nd.zeros(w.shape, dtype=w.dtype))
+
+
 HANDLERS = {BeginIteration: _begin, Download: _download, WatchedCompute: _watched_compute, ClaimUpload: _claim,
             Upload: _upload, StepServers: _step_servers}
 """The simulator's handlers of G-CADA's effects (added to :mod:`mxhet.sim.program`'s)."""
