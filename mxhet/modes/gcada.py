@@ -191,7 +191,7 @@ class GCADA(ElasticEnd, PreludeProgramMode):
                               max_delay=self.opts["max_delay"], c=float(self.opts["c"]), want_stop=effect.want_stop,
                               smoothness=self._smoothness)
             self._zero_groups = reply.zero_groups
-            if self._rejoining and reply.ok:   # its first iteration back (the coordinator's next one)
+            if self._rejoining and not reply.stop:   # its first iteration back (the coordinator's next one)
                 self.stats.rejoined_at_round = reply.iteration
                 self._rejoining = False
             return Selection(reply.iteration, stop=reply.stop, target=int(reply.step_servers), ready=reply.download)

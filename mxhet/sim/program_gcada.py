@@ -118,7 +118,7 @@ def _begin(sim, dev, effect):
     reply = yield from _ask(sim, dev, m.GroupBegin, iteration=effect.iteration, group=_group(sim, dev, gk),
                             want_stop=effect.want_stop, smoothness=dev.smoothness, **gk.rule)
     joined = getattr(dev, "joined_at", None)
-    if joined is not None and getattr(dev, "gcada_joined_at", None) != joined:
+    if joined is not None and getattr(dev, "gcada_joined_at", None) != joined and not reply.stop:
         # its first request after an --events join: the coordinator's next iteration is its first back
         dev.gcada_joined_at = joined
         dev.stats.rejoined_at_round = reply.iteration
