@@ -13,6 +13,7 @@ so the test can tell, from /proc, that none survives the launcher.
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -120,6 +121,16 @@ def _processes_with(token):
     return [pid for pid in found if pid_alive(pid)]
 
 
+def _environ_has(pid, *assignments):
+    """True if every ``NAME=VALUE`` of ``assignments`` is in process ``pid``'s environment."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as handle:
+            environ = handle.read().split(b"\0")
+    except OSError:
+        return False
+    return all(a.encode() in environ for a in assignments)
+
+
 def _launch(tmp_path, child_pids, sshd, behaviour, *extra):
     port, key = sshd
     src = tmp_path / "src"
@@ -177,3 +188,60 @@ def test_failed_ssh_job_leaves_no_remote_process(tmp_path, child_pids, sshd):
     # The launcher has returned: no process of the job may be left, remote ones included.
     assert _processes_with(token) == []
     assert not [pid for pid in remote if pid_alive(pid)]
+
+
+@pytest.mark.timeout(400)
+def test_a_remote_worker_killed_and_started_again_gets_a_new_port_over_ssh_and_rejoins(tmp_path, child_pids, sshd):
+    # localsgd over ssh, 3 workers on the two loopback hosts, --elastic --max-restarts 1. Slot 2 (127.0.0.2,
+    # PS-LITE rank 2: not the chief, which is slot 1 on 127.0.0.3) is killed on its "host" by its remote pid;
+    # the launcher starts it again over ssh with a command built again with a new PORT.
+    port, key = sshd
+    out = tmp_path / "out"
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("\n".join(HOSTS) + "\n")
+    token = "mxhet-ssh-test-%s" % uuid.uuid4().hex
+    job_file = tmp_path / "job.json"
+    argv = [sys.executable, os.path.join(ROOT, "tools", "launch.py"), "-n", "3", "-s", "1", "--sync", "localsgd",
+            "-H", str(hostfile), "--ssh-port", str(port), "--ssh-identity", key,
+            "--ssh-option", "StrictHostKeyChecking=no", "--ssh-option", "UserKnownHostsFile=/dev/null",
+            "--ssh-option", "LogLevel=ERROR", "--env", "MXHET_TEST_TOKEN", "--job-file", str(job_file),
+            "--timeout", "300", "--elastic", "--heartbeat-timeout", "3", "--max-restarts", "1",
+            "--base-iter", "0.05", "--", sys.executable, "-m", "mxhet.train", "--model", "smallcnn",
+            "--metrics-out", str(out), "--eval-samples", "200", "--final-eval-samples", "200",
+            "--max-rounds", "150", "--local-steps", "2"]
+    env = dict(os.environ, PYTHONPATH=ROOT, MXHET_TEST_TOKEN=token)
+    err = open(tmp_path / "launcher.err", "w")
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    child_pids.add(proc.pid)
+    try:
+        deadline = time.monotonic() + 180
+        while not (out / "snapshots" / "000000.params").exists():   # training has started
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "launcher.err").read_text()
+            time.sleep(0.2)
+        record = child_pids.add_job_file(str(job_file))
+        [victim] = [p for p in record["processes"] if p["role"] == "worker" and p["slot"] == 2]
+        assert victim["host"] == "127.0.0.2"
+        # the worker on its "host": the job's token, slot 2's variables (only the ssh command carries them)
+        [pid] = [p for p in _processes_with(token) if _environ_has(p, "MXHET_SLOT=2", "DMLC_ROLE=worker")]
+        child_pids.add(pid)
+        time.sleep(1.0)
+        os.kill(pid, signal.SIGKILL)
+        code = proc.wait(timeout=300)
+    finally:
+        err.close()
+        if job_file.exists():
+            record = child_pids.add_job_file(str(job_file))
+            child_pids.add(*(p.get("remote_pid") for p in record["processes"]))
+    stderr = (tmp_path / "launcher.err").read_text()
+    assert code == 0, stderr[-4000:]
+    record = json.loads(job_file.read_text())
+    [restart] = record["worker_restarts"]
+    assert restart["slot"] == 2, restart
+    [again] = [p for p in record["processes"] if p["role"] == "worker" and p["slot"] == 2]
+    assert again["remote_pid"] and again["remote_pid"] != pid
+    assert again["port"] != victim["port"]       # its ssh command carried the new PORT
+    workers = {s: json.loads((out / ("worker-%d.json" % s)).read_text()) for s in range(3)}
+    assert workers[2]["rejoined_at_round"] is not None and workers[2]["rejoined_at_round"] > 0
+    digests = {w["final_model_sha256"] for w in workers.values()}
+    assert len(digests) == 1 and "" not in digests, digests
+    assert _processes_with(token) == []
