@@ -128,3 +128,41 @@ def test_the_launcher_takes_restarts_in_gcada_and_cada():
                               "--", "python", "train.py"])
         [state] = [p for p in plan.processes if p.role == "state-server"]
         assert "--until-stopped" in state.argv and plan.worker_restarts == 1
+
+
+def _worker(monkeypatch, rejoined=False, job_over=False, replies=()):
+    """A gcada worker of slot 1 (of 4, 2 groups) with fakes of the State Server client and the channel."""
+    import types
+    from mxhet.config import WorkerConfig
+    from mxhet.modes import get_mode
+    mode = get_mode("gcada")(trainer=None, config=WorkerConfig(sync="gcada", elastic=True, state_server="tcp://x:1",
+                                                               slot=1, num_slots=4, num_servers=1), groups=2)
+    mode.channel = types.SimpleNamespace(rank=1, num_workers=4, kv=object())
+    answers = list(replies)
+    client = types.SimpleNamespace(rejoined=rejoined, job_over=job_over, ask=lambda cls, **fields: answers.pop(0))
+    monkeypatch.setattr(mode, "join_state_server", lambda: client)
+    return mode
+
+
+def test_a_restarted_gcada_worker_ships_no_updater_and_counts_its_first_iteration_back(monkeypatch):
+    from kvstore_ext.gcada import GroupAMSGrad
+    from mxhet.control.gcada import GroupSelection
+    from mxhet.protocol.effects import BeginIteration
+    first = _worker(monkeypatch)
+    first.on_connect()
+    assert isinstance(first.server_updater(16), GroupAMSGrad)
+    back = _worker(monkeypatch, rejoined=True, replies=[GroupSelection(seq=1, iteration=7, download=True)])
+    back.on_connect()
+    # the servers keep GroupAMSGrad and its state (a second set_optimizer would replace it)
+    assert back.server_updater(16) is None and back.stats.rejoined_at_round is None
+    selection = back.carry_out(BeginIteration(0, False))
+    assert selection.ready and back.stats.rejoined_at_round == 7
+
+
+def test_a_restarted_gcada_worker_after_the_jobs_end_leaves_at_once(monkeypatch):
+    from mxhet.modes import gcada
+    left = []
+    monkeypatch.setattr(gcada, "leave_too_late", left.append)
+    late = _worker(monkeypatch, job_over=True)
+    late.on_connect()
+    assert left == [late]
