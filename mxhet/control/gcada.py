@@ -327,7 +327,7 @@ class GroupCoordinator:
         self.smoothness_from = {}   # group -> the first rank that sent its L_g
         self.group_of = {}   # rank -> its group, from its requests
         self.departed = {}   # group -> its ranks that left the job
-        self.dead = set()    # ranks found dead and not back (mxhet-launch --elastic: the State Server's heartbeat watch)
+        self.dead = set()    # ranks found dead and not back (mxhet-launch --elastic: the heartbeat watch)
         self.died = False    # a rank was found dead: a step a departure made due may wait for a trigger
         self.reopened = set()   # groups of this iteration whose dead claimant's claim is open again
         self.deaths = []     # the record: {"rank", "k", "group", "reopened", "retrigger"} per death
