@@ -166,3 +166,13 @@ def test_a_restarted_gcada_worker_after_the_jobs_end_leaves_at_once(monkeypatch)
     late = _worker(monkeypatch, job_over=True)
     late.on_connect()
     assert left == [late]
+
+
+def test_the_state_server_names_the_dead_rank_whose_slot_a_swapped_rank_takes():
+    # two dead at once (slots 1 and 2, groups 0 and 1); PS-LITE gives slot 1's replacement rank 2's id
+    service, send = _service()
+    service.depart(1, "died (silent for over 5 s)")
+    service.depart(2, "died (silent for over 5 s)")
+    assert send(2, m.Register, incarnation=2, slot=1).rejoined
+    coord = service.rule("gcada").coordinator
+    assert coord.returning == {2: 0} and coord.departed == {0: set(), 1: {1}} and coord.group_of[1] == 1

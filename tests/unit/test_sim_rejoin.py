@@ -99,3 +99,23 @@ def test_a_gcada_device_that_leaves_and_joins_again_is_selected_with_its_group_a
     assert all(group in it["selected"] for it in iterations if it["k"] >= join["k"])
     assert back["downloads"] > 0 and workers[0]["iterations"] >= 20
     assert len({w["final_model_sha256"] for w in workers.values()}) == 1
+
+
+def test_a_cada_device_that_leaves_zeroes_its_groups_last_gradient_on_the_servers(tmp_path, monkeypatch):
+    # As the cluster's worker does at its goodbye when its group has no member left (ByeReply.retired): the
+    # servers' sum no longer carries a shard nobody trains on. The simulation is caught to read its servers.
+    from mxhet.sim import engine
+    caught = []
+
+    class Caught(engine.Simulation):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            caught.append(self)
+    monkeypatch.setattr(engine, "Simulation", Caught)
+    _sim(tmp_path, "leave-cada", "-n", "3", "--sync", "cada", "--base-iter", "0.05", "--time-budget", "1.5",
+         "--step-size", "0.0005", "--max-delay", "1", "--events", "1:leave@0.6")
+    [sim] = caught
+    last = sim.servers.updater._last     # (parameter, group) -> the group's last gradient
+    assert {g for _, g in last} == {0, 1, 2}
+    assert all(float(abs(v).sum().asscalar()) == 0 for (_, g), v in last.items() if g == 1)
+    assert all(float(abs(v).sum().asscalar()) > 0 for (_, g), v in last.items() if g == 0)
