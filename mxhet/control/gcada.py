@@ -162,8 +162,9 @@ class GroupRule:
     def unretire(self, group):
         """A member of retired ``group`` is back (a worker started again): the group is
         selected again from the next iteration on, and at that one whatever its age of
-        information (its last gradient on the servers is zero, or from before every member
-        left); the iteration in progress is left as it is. Returns True if the group was retired.
+        information (the servers hold a zero for its last gradient: its retirement's zeroing,
+        :attr:`GroupCoordinator.to_zero`, is kept); the iteration in progress is left as it is.
+        Returns True if the group was retired.
 
         Raises:
             ValueError: for a bad group.
