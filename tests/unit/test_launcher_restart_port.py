@@ -37,8 +37,9 @@ def _remote_command(spec):
 def test_a_remote_worker_started_again_gets_a_new_port_in_its_ssh_command(tmp_path):
     hosts = tmp_path / "hosts"
     hosts.write_text("10.0.0.7\n10.0.0.8\n")
-    plan = launcher.plan(["-n", "2", "-s", "1", "--sync", "esync", "-H", str(hosts), "--elastic", "--max-restarts",
-                          "1", "--ssh-port", "2222", "--", "python", "train.py", "--x", "a b"])
+    # --no-auth: an ssh job's keys would be made in the working directory
+    plan = launcher.plan(["-n", "2", "-s", "1", "--sync", "esync", "-H", str(hosts), "--no-auth", "--elastic",
+                          "--max-restarts", "1", "--ssh-port", "2222", "--", "python", "train.py", "--x", "a b"])
     worker = plan.by_role("worker")[1]
     assert worker.remote and worker.host == "10.0.0.8"
     cwd, env, argv = _remote_command(worker)
