@@ -35,7 +35,7 @@ def test_fast_workers_that_run_out_of_batches_first_end_with_the_global_model(tm
 def test_an_esync_worker_killed_between_its_push_and_its_pull_its_delta_is_in_the_model_once(
         tmp_path, child_pids, ack):
     # The worker of PS-LITE rank 1 (never the chief) saves what it pushed in round 5, then sends itself SIGKILL
-    # before it says done and pulls (MXHET_TEST_KILL_AFTER_PUSH, a test-only hook in mxhet.modes.rounds): the
+    # before it says done and pulls (MXHET_TEST_KILL_AFTER_PUSH, a test-only hook, mxhet.modes.killhook): the
     # same hook and the same outcome with either ACK -- the READY that sent it into the round was read (delayed:
     # picked up after an iteration, which it abandoned), the round's done is RoundMembers' whatever the ACK,
     # and the rule cannot know its push arrived. With delayed ACKs the survivors' queries are sent without

@@ -49,10 +49,10 @@ def test_a_killed_worker_started_again_takes_part_in_later_rounds_and_ends_on_th
 def test_a_localsgd_worker_killed_between_its_push_and_its_pull_is_started_again_and_ends_on_the_same_model(
         tmp_path, child_pids):
     # The death in the exchange itself and the rejoin in one launch: PS-LITE rank 1 sends itself SIGKILL once
-    # the servers applied its push of round 3, before it says done and pulls (MXHET_TEST_KILL_AFTER_PUSH, the
-    # hook mxhet.modes.rounds shares with esync and sync); the round closes incomplete once the State Server
-    # finds it dead, the next rounds have 2 members, and --max-restarts 1 brings it back at a round boundary
-    # (its rounds count past 3 then, so the hook does not fire twice).
+    # the servers applied its push of round 3, before it says done and pulls (MXHET_TEST_KILL_AFTER_PUSH,
+    # mxhet.modes.killhook); the round closes incomplete once the State Server finds it dead, the next rounds
+    # have 2 members, and --max-restarts 1 brings it back at a round boundary (its rounds count past 3 then,
+    # and the file the hook saved marks its first life: the hook does not fire twice).
     rounds, dying = 120, 3
     victim_push = tmp_path / "victim-push.npz"
     job = run_job(tmp_path, child_pids, elastic_args("localsgd", 3, 0.05, 300, "--max-restarts", "1"),

@@ -22,7 +22,7 @@ def test_the_slow_devices_deltas_enter_later_rounds_with_their_share_and_a_dead_
     # on-time device's first, warm-up iteration on a loaded machine must stay within the bound: at D = 2 over
     # 0.05 s one once did not, and was late in round 0.)
     # Under --elastic the worker of PS-LITE rank 1 (an on-time one, never the chief) dies between its push
-    # and its pull of round 2 (MXHET_TEST_KILL_AFTER_PUSH, a test-only hook in mxhet.modes.rounds): the
+    # and its pull of round 2 (MXHET_TEST_KILL_AFTER_PUSH, a test-only hook, mxhet.modes.killhook): the
     # round closes incomplete once the State Server finds it dead, and the job goes on with three.
     # Small batches: what is asserted (who pushes in which round, with what share) is the rule's, not the model's.
     job = run_job(tmp_path, child_pids, elastic_args("esync", 4, 0.2, 200, "--slowdown", "1,1,1,16"),
