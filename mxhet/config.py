@@ -39,17 +39,19 @@ variables; the rest of the code receives a :class:`WorkerConfig`.
 ``MXHET_EXITS_FILE``   ``--elastic``: where the launcher lists the workers whose process
                        ended while the job went on (JSON: slot, cause, Unix time), for the
                        chief's summary; empty = none
-``MXHET_TEST_KILL_AFTER_PUSH`` tests only: ``RANK:ROUND[:PATH]`` -- the worker of that PS-LITE
-                       rank saves the deltas it pushed in that round to PATH (.npz) and
-                       sends itself SIGKILL between its push and its pull (a death in the
-                       exchange itself, :mod:`mxhet.modes.rounds`); empty = never
+``MXHET_TEST_KILL_AFTER_PUSH`` tests only: ``RANK[,RANK...]:ROUND[:PATH]`` -- the worker of each
+                       PS-LITE rank named saves the deltas it pushed in that round to PATH
+                       (.npz) and sends itself SIGKILL between its push and its pull (a death
+                       in the exchange itself, :mod:`mxhet.modes.killhook`); with PATH, one
+                       rank and only while PATH does not exist; empty = never (``gcada``
+                       reads its own form, :mod:`mxhet.modes.gcada`)
 ``MXHET_TEST_KILL_COMPUTING`` tests only: ``RANK[,RANK...]:ROUND[:PATH]`` -- the worker of each
                        PS-LITE rank named sends itself SIGKILL while it computes, its exchanges up to round
                        ROUND - 1 over and none of round ROUND begun (``sync``/``localsgd``:
                        before it enters round ROUND; ``nodelay``: as round ROUND - 1's merged
                        model arrives; ``preduce``: before its READY once it was in ROUND
-                       groups); with PATH, only while PATH does not exist (it creates it
-                       first: a process started again in its place is not killed too)
+                       groups); with PATH, one rank and only while PATH does not exist (it
+                       creates it first: a process started again in its place is not killed too)
 ``DMLC_NUM_SERVER``    number of parameter servers (PS-LITE's own variable)
 ``DMLC_ROLE``          PS-LITE role of this process
 =====================  ==========================================================

@@ -26,8 +26,8 @@ from ..protocol import programs
 from .base import SyncMode
 from .program import ProgramMode
 from .registry import register
-from .rounds import (ElasticEnd, RoundMembers, _test_kill_after_push, keep_kvstore_alive, kill_due_once,
-                     leave_too_late)
+from .killhook import kill_due, kill_if_due
+from .rounds import ElasticEnd, RoundMembers, keep_kvstore_alive, leave_too_late
 
 
 class _GradientMode(SyncMode):
@@ -339,10 +339,10 @@ class Async(ElasticEnd, ProgramMode, _GradientMode):
 
     def push_pull(self, keys, values, outs):
         spec = self.config.test_kill_after_push
-        if spec and kill_due_once(spec, self.channel.rank, self._push_round):
+        if kill_due(spec, self.channel.rank, self._push_round):
             # tests only: die once the servers applied this push (it returns then), before the pull
             self.channel.push(keys, values)
-            _test_kill_after_push(spec, self.channel.rank, self._push_round, values)
+            kill_if_due(spec, self.channel.rank, self._push_round, values)
         super().push_pull(keys, values, outs)
 
 

@@ -53,7 +53,8 @@ from ..protocol import programs_groups
 from ..protocol.effects import Handover, ListeningCompute, Merged, ModelArrived, Notify, Poll, TakeIn, TransferAsked
 from .program import PreludeProgramMode
 from .registry import register
-from .rounds import ROUND_WAIT_S, _test_kill_after_push, _test_kill_computing, elastic_record, keep_kvstore_alive
+from .killhook import kill_if_due
+from .rounds import ROUND_WAIT_S, elastic_record, keep_kvstore_alive
 
 WAIT_SLICE_S = 0.05
 """Seconds of one wait for the model in flight or for the State Server's
@@ -137,8 +138,7 @@ class Courier:
         self.kv.push(self.keys, sends)
         for s in sends:   # the push reads the very array (a CPU comm buffer): writable once it is applied
             mx.base.check_call(mx.base._LIB.MXNDArrayWaitToWrite(s.handle))
-        if self.test_kill[0]:
-            _test_kill_after_push(self.test_kill[0], self.test_kill[1], round_, sends)
+        kill_if_due(self.test_kill[0], self.test_kill[1], round_, sends)
         self._pushed.put(round_)
         released = self._released.get()
         if released is None:
@@ -377,8 +377,8 @@ class NoDelay(PreludeProgramMode):
 
     def _arrive(self, round_):
         """Lines 8-11: ``x_init = PS.x``, ``x = x_init + w.x``."""
-        if self.config.test_kill_computing:   # tests only: dies between two transfers, none in flight
-            _test_kill_computing(self.config.test_kill_computing, self.stats.rank, round_ + 1)
+        # tests only: dies between two transfers, none in flight
+        kill_if_due(self.config.test_kill_computing, self.stats.rank, round_ + 1)
         weights = self.weights()
         for x, xi, t in zip(weights, self._xinit, self._tmp):
             mx.nd.elemwise_sub(x, xi, out=t)          # w.x: the steps since the transfer

@@ -43,7 +43,6 @@ reached the end (a dead worker's model is lost). A worker started again
 slot, whatever its rank's iteration number, and is grouped again.
 """
 import dataclasses
-import os
 
 import mxnet as mx
 
@@ -57,7 +56,8 @@ from ..protocol.effects import Grouped, JoinReduce, Ready, Reduce
 from .model import model_digest
 from .program import PreludeProgramMode
 from .registry import register
-from .rounds import ElasticEnd, _test_kill_after_push, _test_kill_computing, keep_kvstore_alive, leave_too_late
+from .killhook import kill_if_due
+from .rounds import ElasticEnd, keep_kvstore_alive, leave_too_late
 
 WEIGHTINGS = specs.WEIGHTINGS
 
@@ -123,8 +123,8 @@ class PartialReduce(ElasticEnd, PreludeProgramMode):
                 return reply.k
             return None
         if isinstance(effect, Ready):
-            if self.config.test_kill_computing:   # tests only: dies in no group, before this READY
-                _test_kill_computing(self.config.test_kill_computing, self.channel.rank, self.stats.rounds)
+            # tests only: dies in no group, before this READY
+            kill_if_due(self.config.test_kill_computing, self.channel.rank, self.stats.rounds)
             t0 = self.clock()
             reply = self.client.reduce_ready(effect.k, want_stop=effect.want_stop)
             self.stats.query_s += self.clock() - t0
@@ -156,8 +156,8 @@ class PartialReduce(ElasticEnd, PreludeProgramMode):
                 self.kv.push(keys, zeros)
             self.stats.bytes_pushed += fill * nbytes(zeros)
         mx.nd.waitall()   # a push completes once the server applied it
-        if self.config.test_kill_after_push:
-            _kill_in_first_life(self.config.test_kill_after_push, self.channel.rank, self.stats.rounds, self._send)
+        # tests only: dies between its push to the group's slot and its PUSHED
+        kill_if_due(self.config.test_kill_after_push, self.channel.rank, self.stats.rounds, self._send)
         t1 = self.clock()
         released = self.client.reduce_pushed(group)
         t2 = self.clock()
@@ -242,13 +242,3 @@ class PartialReduce(ElasticEnd, PreludeProgramMode):
         if self._elastic():
             fields["final_models"] = getattr(self, "final_models", None)
         return fields
-
-
-def _kill_in_first_life(spec, rank, round_index, sent):
-    """Tests only: :func:`mxhet.modes.rounds._test_kill_after_push` between this worker's push to its
-    group's slot and its PUSHED, in the process's first life only -- the file the hook saves
-    (``RANK:ROUND:PATH``) marks it done, so the worker started again in its place is not killed too."""
-    parts = spec.split(":", 2)
-    if len(parts) == 3 and os.path.exists(parts[2]):
-        return
-    _test_kill_after_push(spec, rank, round_index, sent)

@@ -27,7 +27,6 @@ else's. A dead worker leaves through the State Server's heartbeat watch
 import json
 import logging
 import os
-import signal
 import sys
 import time
 
@@ -37,6 +36,7 @@ from ..control.membership import job_events
 from ..dataplane import copy_all
 from ..errors import ConfigError, ProtocolError, StateServerTimeout
 from ..protocol.effects import JOB_OVER
+from .killhook import kill_if_due
 from .liveness import PROGRESS_LATE, note_progress
 
 LOG = logging.getLogger("mxhet.modes")
@@ -180,8 +180,7 @@ class RoundMembers:
         if len(extra_keys) > 1:
             raise ValueError("a membership round carries only the stop ballot, got %d control keys"
                              % len(extra_keys))
-        if self.config.test_kill_computing:
-            _test_kill_computing(self.config.test_kill_computing, self.channel.rank, round_index)
+        kill_if_due(self.config.test_kill_computing, self.channel.rank, round_index)
         ballot = float(extra_values[0].asscalar()) > 0 if extra_values else False
         t0 = self.clock()
         members, ballots = self.client.round_enter(round_index, ballot, timeout=ROUND_WAIT_S)
@@ -262,8 +261,7 @@ class RoundMembers:
         scaled deltas in ``_sends``, say done, pull the model once every member is done or gone,
         and account for the times; returns ``(t2, t4)``, the push's end and the pull's."""
         self.channel.push(self.keys, self._sends)
-        if self.config.test_kill_after_push:
-            _test_kill_after_push(self.config.test_kill_after_push, self.channel.rank, round_index, self._sends)
+        kill_if_due(self.config.test_kill_after_push, self.channel.rank, round_index, self._sends)
         t2 = self.clock()
         complete = self.client.round_done(round_index, timeout=ROUND_WAIT_S)
         t3 = self.clock()
@@ -277,46 +275,3 @@ class RoundMembers:
         if not complete:
             self.incomplete_rounds.append(round_index)
         return t2, t4
-
-
-def kill_due_once(spec, rank, round_index):
-    """Tests only: whether ``MXHET_TEST_KILL_AFTER_PUSH`` (``spec``) names this rank and round, in the
-    process's first life only, for the modes whose worker started again counts its rounds from 0
-    (``async``): the file the hook saves (``RANK:ROUND:PATH``) marks it done, so the replacement, which
-    PS-LITE gives the same rank, is not killed too."""
-    parts = spec.split(":", 2)
-    if (int(parts[0]), int(parts[1])) != (rank, round_index):
-        return False
-    return not (len(parts) == 3 and os.path.exists(parts[2]))
-
-
-def _test_kill_after_push(spec, rank, round_index, sent):
-    """Tests only (``MXHET_TEST_KILL_AFTER_PUSH=RANK:ROUND[:PATH]``): die by SIGKILL between the push and the
-    pull of that round -- after saving what was pushed to PATH -- so that a test can check the death in the
-    exchange itself."""
-    parts = spec.split(":", 2)
-    if (int(parts[0]), int(parts[1])) != (rank, round_index):
-        return
-    mx.nd.waitall()   # the push has left (and its deltas are final)
-    if len(parts) == 3:
-        import numpy as np
-        with open(parts[2], "wb") as f:
-            np.savez(f, *[d.asnumpy() for d in sent])
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _test_kill_computing(spec, rank, round_index):
-    """Tests only (``MXHET_TEST_KILL_COMPUTING=RANK[,RANK...]:ROUND[:PATH]``): die by SIGKILL while computing,
-    before taking any part in round ``round_index`` (the caller's exchanges up to the round before are over),
-    so that a test can check a death the State Server's heartbeat watch alone releases -- no push, no done;
-    several ranks die at the same point, at once. With PATH, only while PATH does not exist; it is created
-    first (a process started again in this one's place, which may be given the same rank, is not killed too)."""
-    parts = spec.split(":", 2)
-    if rank not in {int(r) for r in parts[0].split(",")} or int(parts[1]) != round_index:
-        return
-    if len(parts) == 3:
-        if os.path.exists(parts[2]):
-            return
-        with open(parts[2], "w"):
-            pass
-    os.kill(os.getpid(), signal.SIGKILL)

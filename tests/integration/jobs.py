@@ -8,6 +8,8 @@ import sys
 import textwrap
 import time
 
+import numpy as np
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -63,8 +65,7 @@ def check_mode_contract(summary, mode, workers):
     (start, initial), later = summary["curve"][0], summary["curve"][1:]
     assert start < 0.1 and initial < 0.3 and later, summary["curve"]
     assert summary["evaluation"]["batchnorm"] == "none in model"
-    digests = {w["final_model_sha256"] for w in summary["workers"]}
-    assert len(digests) == 1 and "" not in digests, "workers ended with different global models"
+    assert_one_model(summary["workers"])
 
 
 def start(tmp_path, launcher_args, command, env=None):
@@ -96,24 +97,165 @@ def worker_pid(job_file, slot):
     return next(p["pid"] for p in record["processes"] if p["role"] == "worker" and p["slot"] == slot)
 
 
-def kill_and_wait(tmp_path, child_pids, launcher_args, command, out, victims=1, signum=signal.SIGKILL,
-                  after=1.0, timeout=150, env=None):
-    """Start a job (:func:`start`), wait until it trains (the chief's first snapshot in ``out`` and the
-    job file), ``after`` seconds more, send ``signum`` to ``victims``, and wait for the launcher to end.
+def elastic_args(mode, workers, base_iter, timeout, *more, heartbeat_timeout=3):
+    """``mxhet-launch`` arguments of an elastic job on 127.0.0.1: ``workers`` workers and one server in
+    ``mode``, iterations padded to ``base_iter`` s by sleeping, the launcher's ``--timeout`` of ``timeout`` s,
+    ``--elastic`` with a ``--heartbeat-timeout`` of ``heartbeat_timeout`` s (None: the launcher's default);
+    ``more`` come last."""
+    args = ["-n", str(workers), "-s", "1", "--sync", mode, "--base-iter", str(base_iter), "--timeout", str(timeout),
+            "--elastic"]
+    if heartbeat_timeout is not None:
+        args += ["--heartbeat-timeout", str(heartbeat_timeout)]
+    return args + list(more)
 
-    ``victims``: a number of workers that are not PS-LITE rank 0 (:func:`non_chief_slots`), a list of
-    slots, or a role (``"state-server"``). Every pid is recorded in ``child_pids``. Returns
-    ``(code, stderr, killed)``: the launcher's exit status, its stderr and the slots (or the role) hit.
+
+def run_job(tmp_path, child_pids, launcher_args, command, timeout, env=None, during=None, out=None):
+    """Run a job to its end: :func:`start` it, record every pid of its job file in ``child_pids`` (once the
+    file appears and again at the end, when a worker started again is in it too), call
+    ``during(proc, job_file)`` once the file exists (what a test does while the job runs; its result is the
+    :class:`Job`'s ``during``) and wait up to ``timeout`` s for the launcher to end. ``out``: where the
+    command writes its reports (default ``tmp_path/out``).
+
+    Returns a :class:`Job`.
     """
     proc, job_file, err = start(tmp_path, launcher_args, command, env=env)
     child_pids.add(proc.pid)
     try:
-        wait_for(out / "snapshots" / "000000.params", proc)   # training has started
         wait_for(job_file, proc)
-        record = child_pids.add_job_file(job_file)
+        child_pids.add_job_file(job_file)
+        done = during(proc, job_file) if during else None
+        code = proc.wait(timeout=timeout)
+    finally:
+        err.close()
+        if job_file.exists():
+            child_pids.add_job_file(job_file)
+    return Job(tmp_path, code, done, out=out)
+
+
+class Job:
+    """A launch that ended: the launcher's exit ``code`` and ``stderr``, ``during``'s result, and readers of
+    what the job wrote: the job file, the worker reports and ``summary.json`` of ``python -m mxhet.train``
+    in ``out`` (:func:`train_command`; by default ``tmp_path/out``), the State Server's ``--state-stats`` in
+    ``tmp_path/state.json`` (:data:`STATE_STATS`)."""
+
+    def __init__(self, tmp_path, code, during=None, out=None):
+        self.tmp_path, self.code, self.during = tmp_path, code, during
+        self.out = tmp_path / "out" if out is None else out
+        self.stderr = (tmp_path / "launcher.err").read_text()
+
+    @property
+    def record(self):
+        """The launcher's job file (``processes``, ``worker_exits``, ``worker_restarts``)."""
+        return json.loads((self.tmp_path / "job.json").read_text())
+
+    @property
+    def summary(self):
+        return load_summary(self.out)
+
+    def state(self, mode):
+        """The State Server's record of ``mode`` (``--state-stats``, :data:`STATE_STATS`)."""
+        return json.loads((self.tmp_path / STATE_STATS).read_text())[mode]
+
+    def has_report(self, slot):
+        return (self.out / ("worker-%d.json" % slot)).exists()
+
+    def report(self, slot):
+        """``worker-<slot>.json``."""
+        return json.loads((self.out / ("worker-%d.json" % slot)).read_text())
+
+    def reports(self, slots):
+        """``{slot: worker-<slot>.json}`` in the order of ``slots``."""
+        return {s: self.report(s) for s in slots}
+
+    def dumps(self, slots, round_index):
+        """The ``--dump-rounds`` files of ``round_index``, one per slot, in the order of ``slots``."""
+        return [np.load(self.out / "dump" / ("slot%d_round%d.npz" % (s, round_index))) for s in slots]
+
+    def ranks(self):
+        """``(slot, rank)`` of every worker's ``slot S is PS-LITE rank R`` line, in order (a worker started
+        again adds one)."""
+        return ranks_logged(self.stderr)
+
+    def slots_of(self, ranks):
+        """The sorted slots of the workers that PS-LITE first gave ``ranks``."""
+        slot_of = {rank: slot for slot, rank in reversed(self.ranks())}
+        return sorted(slot_of[r] for r in ranks)
+
+
+STATE_STATS = "state.json"
+"""Where in ``tmp_path`` a test has the State Server write its record (``--state-stats``)."""
+
+
+def state_stats(tmp_path):
+    """The launcher's ``--state-stats`` arguments for :meth:`Job.state`."""
+    return ["--state-stats", str(tmp_path / STATE_STATS)]
+
+
+def ranks_logged(text):
+    """``(slot, rank)`` (ints) of every ``slot S is PS-LITE rank R`` line of the workers' log, in order."""
+    return [(int(s), int(r)) for s, r in re.findall(r"slot (\d+) is PS-LITE rank (\d+)", text)]
+
+
+def wait_for_ranks(err_path, proc, count, timeout=150):
+    """The first ``count`` :func:`ranks_logged` of the launcher's stderr file, waiting for them (seconds);
+    fails if the job ends first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = ranks_logged(err_path.read_text())
+        if len(seen) >= count:
+            return seen
+        assert proc.poll() is None, "the job ended after %d workers were set up" % len(seen)
+        assert time.monotonic() < deadline, "only %d workers were set up" % len(seen)
+        time.sleep(0.2)
+
+
+def assert_one_model(reports, key="final_model_sha256"):
+    """Every report (``worker-<slot>.json``, or :data:`LEAVING_SCRIPT`'s with ``key="digest"``) ends on one
+    model, and has one."""
+    digests = {r[key] for r in reports}
+    assert len(digests) == 1 and "" not in digests, digests
+
+
+def assert_round_moved(dumps, members, pushed=None):
+    """A member round's model move, from its members' ``--dump-rounds`` files (``dumps``): every member
+    started from one model and pulled one; the move is the members' deltas / ``members`` -- plus, with
+    ``pushed`` (the ``.npz`` the kill hook saved), a dead member's push exactly once: neither never nor
+    twice, for at least one key it moved."""
+    keys = len([f for f in dumps[0].files if f.startswith("after_")])
+    assert keys > 0 and (pushed is None or len(pushed.files) == keys), (keys, None if pushed is None else pushed.files)
+    moved = 0
+    for i in range(keys):
+        before, after = dumps[0]["before_%d" % i], dumps[0]["after_%d" % i]
+        for d in dumps[1:]:
+            assert np.array_equal(after, d["after_%d" % i]) and np.array_equal(before, d["before_%d" % i])
+        theirs = before + sum(d["delta_%d" % i] / float(members) for d in dumps)
+        if pushed is None:
+            np.testing.assert_allclose(after, theirs, rtol=1e-4, atol=1e-6)
+            continue
+        np.testing.assert_allclose(after, theirs + pushed["arr_%d" % i], rtol=1e-4, atol=1e-6)
+        if np.abs(pushed["arr_%d" % i]).max() > 1e-4:   # a key the victim moved: once, neither never nor twice
+            assert not np.allclose(after, theirs, rtol=1e-4, atol=1e-6)
+            assert not np.allclose(after, theirs + 2 * pushed["arr_%d" % i], rtol=1e-4, atol=1e-6)
+            moved += 1
+    assert pushed is None or moved > 0
+
+
+def kill_job(tmp_path, child_pids, launcher_args, command, victims=1, signum=signal.SIGKILL, after=1.0, timeout=150,
+             env=None, out=None):
+    """Run a job (:func:`run_job`) and, once it trains (the chief's first snapshot in ``out``, by default
+    ``tmp_path/out``) and ``after`` seconds more, send ``signum`` to ``victims``: a number of workers that
+    are not PS-LITE rank 0 (:func:`non_chief_slots`), a list of slots, or a role (``"state-server"``).
+
+    Returns the :class:`Job`; its ``during`` is the slots (or the role) hit.
+    """
+    out = tmp_path / "out" if out is None else out
+
+    def kill(proc, job_file):
+        wait_for(out / "snapshots" / "000000.params", proc)   # training has started
         time.sleep(after)
         if isinstance(victims, str):
             killed = victims
+            record = json.loads(job_file.read_text())
             pids = [p["pid"] for p in record["processes"] if p["role"] == victims]
         else:
             killed = non_chief_slots(tmp_path / "launcher.err", victims) if isinstance(victims, int) else victims
@@ -122,19 +264,24 @@ def kill_and_wait(tmp_path, child_pids, launcher_args, command, out, victims=1, 
         assert pids, killed
         for pid in pids:
             os.kill(pid, signum)
-        code = proc.wait(timeout=timeout)
-    finally:
-        err.close()
-        if job_file.exists():
-            child_pids.add_job_file(job_file)   # a restarted process is in it too
-    return code, (tmp_path / "launcher.err").read_text(), killed
+        return killed
+
+    return run_job(tmp_path, child_pids, launcher_args, command, timeout, env=env, during=kill, out=out)
+
+
+def kill_and_wait(tmp_path, child_pids, launcher_args, command, out, victims=1, signum=signal.SIGKILL,
+                  after=1.0, timeout=150, env=None):
+    """:func:`kill_job` with the chief's snapshots in ``out``; returns ``(code, stderr, killed)``: the
+    launcher's exit status, its stderr and the slots (or the role) hit."""
+    job = kill_job(tmp_path, child_pids, launcher_args, command, victims=victims, signum=signum, after=after,
+                   timeout=timeout, env=env, out=out)
+    return job.code, job.stderr, job.during
 
 
 def non_chief_slots(err_path, count):
     """Up to ``count`` slots whose worker is not PS-LITE rank 0 (the chief writes summary.json), from the
     workers' log lines."""
-    found = re.findall(r"slot (\d+) is PS-LITE rank (\d+)", err_path.read_text())
-    return sorted({int(slot) for slot, rank in found if rank != "0"})[:count]
+    return sorted({slot for slot, rank in ranks_logged(err_path.read_text()) if rank != 0})[:count]
 
 
 # An ordinary loop that just ends: no trainer.finish(), no stop condition; the only mxhet line is the Trainer's.

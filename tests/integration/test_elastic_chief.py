@@ -4,66 +4,51 @@ takes over the chief's end-of-job duties (the final evaluation, ``summary.json``
 import json
 import os
 import re
-import time
+import sys
 
 import pytest
 
-from .jobs import start, train_command, wait_for, worker_pid
+from .jobs import assert_one_model, elastic_args, launch, run_job, train_command, wait_for, wait_for_ranks, worker_pid
 
 pytestmark = pytest.mark.timeout(400)
 
 
-def _chief_slot(err_path, proc, timeout=120):
-    """The slot whose worker is PS-LITE rank 0, from the workers' log lines."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = re.search(r"slot (\d+) is PS-LITE rank 0\b", err_path.read_text())
-        if found:
-            return int(found.group(1))
-        assert proc.poll() is None and time.monotonic() < deadline, "no worker said it is rank 0"
-        time.sleep(0.2)
-
-
-# mode -> (launcher arguments, trainer arguments, rounds): the round modes share one end (RoundMembers' barrier,
+# mode -> (trainer arguments, rounds): the round modes share one end (RoundMembers' barrier,
 # localsgd here), async has its own (gradient.Async's barrier on the same rendezvous). --base-iter pins an
 # iteration to at least 0.05 s: 40 rounds of 2 steps, or 150 async steps, outlast the kill (>= 4 s).
 CHIEF_JOBS = {
-    "localsgd": (["--sync", "localsgd"], ["--local-steps", "2"], 40),
-    "async": (["--sync", "async"], [], 150),
+    "localsgd": (["--local-steps", "2"], 40),
+    "async": ([], 150),
 }
 
 
 @pytest.mark.parametrize("mode", sorted(CHIEF_JOBS))
 def test_kill_9_of_the_chief_a_survivor_writes_the_summary_with_the_chiefs_death(tmp_path, child_pids, mode):
     out = tmp_path / "out"
-    launcher_args, trainer_args, rounds = CHIEF_JOBS[mode]
-    # the kill comes once the chief indexed a snapshot taken in training (--eval-interval 0.5)
-    proc, job_file, err = start(tmp_path, ["-n", "3", "-s", "1", "--base-iter", "0.05", "--timeout", "300",
-                                           "--elastic", "--heartbeat-timeout", "3", *launcher_args],
-                                train_command(out, "--max-rounds", str(rounds), "--eval-interval", "0.5",
-                                              *trainer_args))
-    child_pids.add(proc.pid)
-    try:
-        wait_for(job_file, proc)
-        child_pids.add_job_file(job_file)
-        chief = _chief_slot(tmp_path / "launcher.err", proc)
+    trainer_args, rounds = CHIEF_JOBS[mode]
+
+    def kill_the_chief(proc, job_file):
+        # once every worker is set up, and the chief indexed a snapshot taken in training (--eval-interval 0.5)
+        [chief] = [slot for slot, rank in wait_for_ranks(tmp_path / "launcher.err", proc, 3) if rank == 0]
         wait_for(out / "snapshots" / "000001.params", proc)
         index = out / "snapshots" / "index.json"
         wait_for(index, proc)
         indexed = len(json.loads(index.read_text())["snapshots"])
         os.kill(worker_pid(job_file, chief), 9)
-        code = proc.wait(timeout=300)
-    finally:
-        err.close()
-    stderr = (tmp_path / "launcher.err").read_text()
-    assert code == 0, stderr[-4000:]
+        return chief, indexed
+
+    job = run_job(tmp_path, child_pids, elastic_args(mode, 3, 0.05, 300),
+                  train_command(out, "--max-rounds", str(rounds), "--eval-interval", "0.5", *trainer_args),
+                  timeout=300, during=kill_the_chief)
+    chief, indexed = job.during
+    stderr = job.stderr
+    assert job.code == 0, stderr[-4000:]
     survivors = sorted(set(range(3)) - {chief})
-    workers = [json.loads((out / ("worker-%d.json" % s)).read_text()) for s in survivors]
-    assert not (out / ("worker-%d.json" % chief)).exists()
-    digests = {w["final_model_sha256"] for w in workers}
-    assert len(digests) == 1 and "" not in digests, digests
+    workers = list(job.reports(survivors).values())
+    assert not job.has_report(chief)
+    assert_one_model(workers)
     assert [w["rounds"] for w in workers] == [rounds, rounds]
-    summary = json.loads((out / "summary.json").read_text())
+    summary = job.summary
     # written by the lowest rank left, one of the survivors, which says it took over
     by = summary["written_by"]
     writer = min(workers, key=lambda w: w["rank"])
@@ -121,8 +106,6 @@ time.sleep(linger)
 
 
 def test_a_worker_started_again_after_the_jobs_end_is_told_so_and_leaves_with_exit_0(tmp_path, child_pids):
-    import sys
-    from .jobs import launch
     script = tmp_path / "late.py"
     script.write_text(LATE_SCRIPT)
     # the replacement starts 3 + 2 s after the death (--heartbeat-timeout 3), when the survivors have long

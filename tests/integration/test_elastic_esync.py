@@ -4,12 +4,10 @@ train on, on real processes. The same mechanism as localsgd's
 (test_elastic_leave.py): the State Server names each round's members, the
 servers add every push (dist_async); Algorithm 2 looks for the slowest among
 the devices still training."""
-import json
-
 import numpy as np
 import pytest
 
-from .jobs import run_leaving_job, start, train_command, wait_for
+from .jobs import assert_one_model, assert_round_moved, elastic_args, run_job, run_leaving_job, train_command
 from .test_elastic_leave import assert_deaths_recorded
 
 pytestmark = pytest.mark.timeout(300)
@@ -29,8 +27,7 @@ def test_fast_workers_that_run_out_of_batches_first_end_with_the_global_model(tm
     # the fast workers left after a few rounds; the slow one aggregated on alone
     assert max(r["rounds"] for r in results[:2]) < slow["rounds"]
     assert slow["members"][0] == 3 and slow["members"][-1] == 1, slow["members"]
-    digests = {r["digest"] for r in results}
-    assert len(digests) == 1 and "" not in digests, results
+    assert_one_model(results, key="digest")
     assert not child_pids.alive()
 
 
@@ -38,34 +35,25 @@ def test_fast_workers_that_run_out_of_batches_first_end_with_the_global_model(tm
 def test_an_esync_worker_killed_between_its_push_and_its_pull_its_delta_is_in_the_model_once(
         tmp_path, child_pids, ack):
     # The worker of PS-LITE rank 1 (never the chief) saves what it pushed in round 5, then sends itself SIGKILL
-    # before it says done and pulls (MXHET_TEST_KILL_AFTER_PUSH, a test-only hook in mxhet.modes.rounds): the
+    # before it says done and pulls (MXHET_TEST_KILL_AFTER_PUSH, a test-only hook, mxhet.modes.killhook): the
     # same hook and the same outcome with either ACK -- the READY that sent it into the round was read (delayed:
     # picked up after an iteration, which it abandoned), the round's done is RoundMembers' whatever the ACK,
     # and the rule cannot know its push arrived. With delayed ACKs the survivors' queries are sent without
     # waiting right after the round (the Algorithm 2 records then drop the dead rank). A kill -9 from outside
     # at any moment, queries in flight, is test_elastic_rejoin.py's (delayed ACKs).
-    out, victim_push, round_ = tmp_path / "out", tmp_path / "victim-push.npz", 5
-    proc, job_file, err = start(tmp_path, ["-n", "3", "-s", "1", "--sync", "esync", "--base-iter", "0.05",
-                                           "--timeout", "200", "--elastic", "--heartbeat-timeout", "3"],
-                                train_command(out, "--max-rounds", "12", "--ack", ack,
-                                              "--dump-rounds", str(round_ + 1)),
-                                env={"MXHET_TEST_KILL_AFTER_PUSH": "1:%d:%s" % (round_, victim_push)})
-    child_pids.add(proc.pid)
-    try:
-        wait_for(job_file, proc)
-        child_pids.add_job_file(job_file)
-        code = proc.wait(timeout=150)
-    finally:
-        err.close()
-    stderr = (tmp_path / "launcher.err").read_text()
-    assert code == 0, stderr[-4000:]
+    victim_push, round_ = tmp_path / "victim-push.npz", 5
+    job = run_job(tmp_path, child_pids, elastic_args("esync", 3, 0.05, 200),
+                  train_command(tmp_path / "out", "--max-rounds", "12", "--ack", ack, "--dump-rounds", str(round_ + 1)),
+                  timeout=150, env={"MXHET_TEST_KILL_AFTER_PUSH": "1:%d:%s" % (round_, victim_push)})
+    stderr = job.stderr
+    assert job.code == 0, stderr[-4000:]
     assert "SIGKILL" in stderr and "the others train on" in stderr, stderr[-3000:]
-    summary = json.loads((out / "summary.json").read_text())
+    summary = job.summary
     [victim] = summary["departed_slots"]
     survivors = sorted(set(range(3)) - {victim})
-    assert not (out / ("worker-%d.json" % victim)).exists()
-    workers = [json.loads((out / ("worker-%d.json" % s)).read_text()) for s in survivors]
-    assert workers[0]["final_model_sha256"] == workers[1]["final_model_sha256"] != ""
+    assert not job.has_report(victim)
+    workers = list(job.reports(survivors).values())
+    assert_one_model(workers)
     assert workers[0]["rounds"] == workers[1]["rounds"] == 12
     # the rule's view: the victim was a member of round 5 and never said done, so the round closed incomplete
     # once the State Server found it dead; from round 6 on the rounds have 2 members
@@ -77,20 +65,5 @@ def test_an_esync_worker_killed_between_its_push_and_its_pull_its_delta_is_in_th
     assert_deaths_recorded(summary, [victim], 12, survivors, tmp_path / "job.json")
     # the data plane's view: round 5 moved the global model by exactly the members' pushes, the victim's once
     # (esync's defaults: ε = 1, mean: a member pushes its delta / 3)
-    dumps = [np.load(out / "dump" / ("slot%d_round%d.npz" % (s, round_))) for s in survivors]
-    pushed = np.load(victim_push)
-    keys, moved = len(pushed.files), 0
-    assert keys == len([f for f in dumps[0].files if f.startswith("after_")]) > 0
-    for i in range(keys):
-        before, after = dumps[0]["before_%d" % i], dumps[0]["after_%d" % i]
-        assert np.array_equal(after, dumps[1]["after_%d" % i]) and np.array_equal(before, dumps[1]["before_%d" % i])
-        expected = before + sum(d["delta_%d" % i] / 3.0 for d in dumps) + pushed["arr_%d" % i]
-        np.testing.assert_allclose(after, expected, rtol=1e-4, atol=1e-6)
-        without = before + sum(d["delta_%d" % i] / 3.0 for d in dumps)
-        twice = expected + pushed["arr_%d" % i]
-        if np.abs(pushed["arr_%d" % i]).max() > 1e-4:   # a key the victim moved: once, neither never nor twice
-            assert not np.allclose(after, without, rtol=1e-4, atol=1e-6)
-            assert not np.allclose(after, twice, rtol=1e-4, atol=1e-6)
-            moved += 1
-    assert moved > 0
+    assert_round_moved(job.dumps(survivors, round_), 3, np.load(victim_push))
     assert not child_pids.alive()

@@ -6,13 +6,12 @@ the servers add every push (dist_async), the workers scale theirs by the
 member count (mxhet.modes.rounds)."""
 import json
 import os
-import re
 import signal
-import time
 
 import pytest
 
-from .jobs import kill_and_wait, run_leaving_job, start, train_command, wait_for, worker_pid
+from .jobs import (assert_one_model, elastic_args, kill_job, run_job, run_leaving_job, train_command,
+                   wait_for_ranks, worker_pid)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -29,19 +28,15 @@ def test_workers_that_leave_their_loop_at_different_steps_end_with_the_global_mo
     assert [r["rounds"] for r in results] == [3, 6, 9]
     assert results[2]["members"] == [3, 3, 3, 2, 2, 2, 1, 1, 1]
     assert all(r["departed"] for r in results)
-    digests = {r["digest"] for r in results}
-    assert len(digests) == 1 and "" not in digests, results
+    assert_one_model(results, key="digest")
     assert not child_pids.alive()
 
 
-def _kill_one(tmp_path, child_pids, elastic_args, victims=1, workers=3):
-    out = tmp_path / "out"
+def _kill_one(tmp_path, child_pids, launcher_args, victims=1, workers=3):
     # --base-iter pins an iteration to at least 0.05 s: the 20 rounds of 4 steps (4 s or more) outlast the kill
-    code, stderr, killed = kill_and_wait(
-        tmp_path, child_pids, ["-n", str(workers), "-s", "1", "--sync", "localsgd", "--base-iter", "0.05",
-                               "--timeout", "200", *elastic_args],
-        train_command(out, "--max-rounds", str(ROUNDS), "--local-steps", "4"), out, victims=victims)
-    return code, out, stderr, killed
+    return kill_job(
+        tmp_path, child_pids, elastic_args("localsgd", workers, 0.05, 200, *launcher_args, heartbeat_timeout=None),
+        train_command(tmp_path / "out", "--max-rounds", str(ROUNDS), "--local-steps", "4"), victims=victims)
 
 
 # A SIGKILL without --elastic ends the job: test_failures.py's kill -9 (a launch of its own here proved nothing
@@ -49,9 +44,9 @@ def _kill_one(tmp_path, child_pids, elastic_args, victims=1, workers=3):
 
 
 def test_a_death_below_the_minimum_ends_the_job_with_a_clear_error(tmp_path, child_pids):
-    code, _, stderr, _ = _kill_one(tmp_path, child_pids, ["--elastic", "--min-workers", "3"])
-    assert code == 1, stderr[-3000:]
-    assert "fewer than the job's minimum of 3" in stderr, stderr[-3000:]
+    job = _kill_one(tmp_path, child_pids, ["--min-workers", "3"])
+    assert job.code == 1, job.stderr[-3000:]
+    assert "fewer than the job's minimum of 3" in job.stderr, job.stderr[-3000:]
     assert not child_pids.alive()
 
 
@@ -64,14 +59,11 @@ def test_a_death_below_the_minimum_ends_the_job_with_a_clear_error(tmp_path, chi
 ])
 def test_a_death_below_the_minimum_ends_the_job_with_a_clear_error_in(mode, budget, tmp_path, child_pids):
     # 2 workers, steps padded to 0.05 s, one killed 1 s in
-    out = tmp_path / "out"
-    code, stderr, _ = kill_and_wait(
-        tmp_path, child_pids, ["-n", "2", "-s", "1", "--sync", mode, "--base-iter", "0.05", "--timeout", "200",
-                               "--elastic", "--min-workers", "2"],
-        train_command(out, "--batch-size", "16", *budget), out)
-    assert code == 1, stderr[-3000:]
-    assert "fewer than the job's minimum of 2" in stderr, stderr[-3000:]
-    assert not (out / "summary.json").exists()
+    job = kill_job(tmp_path, child_pids, elastic_args(mode, 2, 0.05, 200, "--min-workers", "2", heartbeat_timeout=None),
+                   train_command(tmp_path / "out", "--batch-size", "16", *budget))
+    assert job.code == 1, job.stderr[-3000:]
+    assert "fewer than the job's minimum of 2" in job.stderr, job.stderr[-3000:]
+    assert not (job.out / "summary.json").exists()
     assert not child_pids.alive()
 
 
@@ -79,15 +71,16 @@ def test_kill_9_of_two_workers_at_once_with_elastic_the_survivors_finish_with_eq
     # One launch serves the single death and the simultaneous ones: each SIGKILL is its own departure to the
     # launcher and the State Server, and two at once add the case where the second lands while the first is
     # being handled (this once took a launch of 3 workers with 1 killed beside this one).
-    code, out, stderr, killed = _kill_one(tmp_path, child_pids, ["--elastic"], victims=2, workers=4)
-    assert code == 0, stderr[-4000:]
-    assert stderr.count("the others train on") >= 2 and "SIGKILL" in stderr, stderr[-3000:]
+    job = _kill_one(tmp_path, child_pids, [], victims=2, workers=4)
+    killed = job.during
+    assert job.code == 0, job.stderr[-4000:]
+    assert job.stderr.count("the others train on") >= 2 and "SIGKILL" in job.stderr, job.stderr[-3000:]
     survivors = sorted(set(range(4)) - set(killed))
-    workers = [json.loads((out / ("worker-%d.json" % s)).read_text()) for s in survivors]
-    assert not any((out / ("worker-%d.json" % s)).exists() for s in killed)
-    assert len({w["final_model_sha256"] for w in workers}) == 1 and workers[0]["final_model_sha256"]
+    workers = list(job.reports(survivors).values())
+    assert not any(job.has_report(s) for s in killed)
+    assert_one_model(workers)
     assert [w["rounds"] for w in workers] == [ROUNDS, ROUNDS]
-    summary = json.loads((out / "summary.json").read_text())
+    summary = job.summary
     assert summary["round_members"][0] == 4 and summary["round_members"][-1] == 2
     assert summary["departed_slots"] == killed
     assert_deaths_recorded(summary, killed, ROUNDS, survivors, tmp_path / "job.json")
@@ -120,49 +113,42 @@ def test_async_elastic_a_worker_killed_after_its_push_rejoins_and_two_killed_at_
     # runs on the State Server's finish barrier (PS-LITE's would wait for the dead). --base-iter pads a step
     # to 0.2 s by sleeping; the 40 s budget outlasts the death, the 3 + 2 s restart delay and the
     # replacement's start-up (13-20 s on 2 loaded cores), and the replacement trains 40 s of its own.
-    out = tmp_path / "out"
     victim_push = tmp_path / "victim-push.npz"
-    err_path = tmp_path / "launcher.err"
-    proc, job_file, err = start(tmp_path, ["-n", "4", "-s", "1", "--sync", "async", "--base-iter", "0.2", "--timeout",
-                                           "240", "--elastic", "--heartbeat-timeout", "3", "--max-restarts", "1"],
-                                train_command(out, "--batch-size", "16", "--time-budget", "40"),
-                                env={"MXHET_TEST_KILL_AFTER_PUSH": "1:3:%s" % victim_push})
-    child_pids.add(proc.pid)
-    try:
-        wait_for(job_file, proc)
-        child_pids.add_job_file(job_file)
-        seen = _ranks_seen(err_path, proc, 5)   # the four workers, then the replacement (after its setup)
-        slot_of = {int(r): int(s) for s, r in seen[:4]}
+
+    def kill_two(proc, job_file):
+        # the four workers, then the replacement (after its setup)
+        seen = wait_for_ranks(tmp_path / "launcher.err", proc, 5)
         child_pids.add_job_file(job_file)   # the replacement too
+        slot_of = {r: s for s, r in seen[:4]}
         gone = sorted(slot_of[r] for r in (2, 3))
         for slot in gone:
             os.kill(worker_pid(job_file, slot), signal.SIGKILL)
-        code = proc.wait(timeout=220)
-    finally:
-        err.close()
-        if job_file.exists():
-            child_pids.add_job_file(job_file)
-    stderr = err_path.read_text()
-    assert code == 0, stderr[-4000:]
+        return seen, slot_of, gone
+
+    job = run_job(tmp_path, child_pids, elastic_args("async", 4, 0.2, 240, "--max-restarts", "1"),
+                  train_command(tmp_path / "out", "--batch-size", "16", "--time-budget", "40"), timeout=220,
+                  env={"MXHET_TEST_KILL_AFTER_PUSH": "1:3:%s" % victim_push}, during=kill_two)
+    seen, slot_of, gone = job.during
+    stderr = job.stderr
+    assert job.code == 0, stderr[-4000:]
     victim = slot_of[1]
     assert victim_push.exists()   # it died after its push, before its pull
-    assert seen[4] == (str(victim), "1"), seen   # the replacement: its slot, rank 1 again
+    assert seen[4] == (victim, 1), seen   # the replacement: its slot, rank 1 again
     assert stderr.count("starting it again in its slot") == 1, stderr[-3000:]
     # the server was sent the optimizer by the four first workers only: the replacement kept it (and its state)
     assert stderr.count("server updater set to ServerOptimizer") == 4, stderr[-3000:]
-    record = json.loads(job_file.read_text())
+    record = job.record
     [restart] = record["worker_restarts"]
     assert restart["slot"] == victim and "SIGKILL" in restart["cause"] and not restart.get("too_late"), restart
     assert sorted(x["slot"] for x in record["worker_exits"]) == sorted([victim] + gone)
-    workers = {s: json.loads((out / ("worker-%d.json" % s)).read_text()) for s in (slot_of[0], victim)}
-    assert not any((out / ("worker-%d.json" % s)).exists() for s in gone)
+    workers = job.reports((slot_of[0], victim))
+    assert not any(job.has_report(s) for s in gone)
     # the replacement rejoined with its first push after the pull (its step 0) and trained on
     back = workers[victim]
     assert back["rejoined_at_round"] == 0 and back["rounds"] > 0 and back["bytes_pushed"] > 0, back
     assert workers[slot_of[0]]["rejoined_at_round"] is None
-    digests = {w["final_model_sha256"] for w in workers.values()}
-    assert len(digests) == 1 and "" not in digests, digests
-    summary = json.loads((out / "summary.json").read_text())
+    assert_one_model(workers.values())
+    summary = job.summary
     assert summary["departed_slots"] == gone
     # no rounds: no round named for a leave or the join
     sigkill = "killed by signal 9 (SIGKILL)"
@@ -170,15 +156,3 @@ def test_async_elastic_a_worker_killed_after_its_push_rejoins_and_two_killed_at_
         [("leave", victim, None, sigkill), ("join", victim, None, "restarted")]
         + [("leave", s, None, sigkill) for s in gone]), summary["elastic"]
     assert not child_pids.alive()
-
-
-def _ranks_seen(err_path, proc, count, timeout=150):
-    """The first ``count`` ``(slot, rank)`` pairs the workers logged once set up (strings), waiting for them."""
-    deadline = time.monotonic() + timeout
-    while True:
-        seen = re.findall(r"slot (\d+) is PS-LITE rank (\d+)", err_path.read_text())
-        if len(seen) >= count:
-            return seen
-        assert proc.poll() is None, "the job ended after %d workers were set up" % len(seen)
-        assert time.monotonic() < deadline, "only %d workers were set up" % len(seen)
-        time.sleep(0.2)

@@ -5,12 +5,9 @@ holds up the merge; started again (``--max-restarts 1``) it takes part from the 
 and ends on the same model; a death below ``--min-workers`` fails the job with a clear error.
 
 Three launches (the small CNN, batches of 16: the behaviour is the rule's, not the model's)."""
-import json
-import re
-
 import pytest
 
-from .jobs import kill_and_wait, start, train_command, wait_for
+from .jobs import assert_one_model, elastic_args, kill_job, run_job, state_stats, train_command
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -22,29 +19,18 @@ def test_a_worker_killed_between_its_push_and_its_pull_is_started_again_and_ends
     # and 90 rounds (about 27 s; the padding sleeps, the CPU goes to the start-ups) outlast PS-LITE's and the
     # State Server's 3 s, the launcher's 2 s and the replacement's start-up (measured at 0.25 s and 70 rounds:
     # it rejoined at round 27, 7 s after its restart; a loaded machine's start-up takes longer).
-    out, rounds, round_ = tmp_path / "out", 90, 3
-    stats = tmp_path / "state.json"
-    proc, job_file, err = start(tmp_path, ["-n", "3", "-s", "1", "--sync", "nodelay", "--base-iter", "0.3",
-                                           "--timeout", "250", "--elastic", "--max-restarts", "1",
-                                           "--heartbeat-timeout", "3", "--state-stats", str(stats)],
-                                train_command(out, "--max-rounds", str(rounds), "--batch-size", "16"),
-                                env={"MXHET_TEST_KILL_AFTER_PUSH": "1:%d" % round_})
-    child_pids.add(proc.pid)
-    try:
-        wait_for(job_file, proc)
-        child_pids.add_job_file(job_file)
-        code = proc.wait(timeout=250)
-    finally:
-        err.close()
-        if job_file.exists():
-            child_pids.add_job_file(job_file)   # the restarted process is in it too
-    stderr = (tmp_path / "launcher.err").read_text()
-    assert code == 0, stderr[-4000:]
+    rounds, round_ = 90, 3
+    job = run_job(tmp_path, child_pids, elastic_args("nodelay", 3, 0.3, 250, "--max-restarts", "1",
+                                                     *state_stats(tmp_path)),
+                  train_command(tmp_path / "out", "--max-rounds", str(rounds), "--batch-size", "16"), timeout=250,
+                  env={"MXHET_TEST_KILL_AFTER_PUSH": "1:%d" % round_})
+    stderr = job.stderr
+    assert job.code == 0, stderr[-4000:]
     assert "SIGKILL" in stderr and "starting it again in its slot" in stderr, stderr[-3000:]
-    [restart] = json.loads(job_file.read_text())["worker_restarts"]
+    [restart] = job.record["worker_restarts"]
     victim = restart["slot"]
     assert not restart.get("too_late"), restart
-    workers = {s: json.loads((out / ("worker-%d.json" % s)).read_text()) for s in range(3)}
+    workers = job.reports(range(3))
     back = workers[victim]
     first = back["rejoined_at_round"]
     # started again, it takes part in every transfer from the round the State Server named to the last
@@ -52,16 +38,15 @@ def test_a_worker_killed_between_its_push_and_its_pull_is_started_again_and_ends
     assert back["rounds"] == rounds and len(back["round_end_s"]) == rounds - first
     others = [workers[s] for s in range(3) if s != victim]
     assert all(w["rejoined_at_round"] is None and len(w["round_end_s"]) == rounds for w in others)
-    digests = {w["final_model_sha256"] for w in workers.values()}
-    assert len(digests) == 1 and "" not in digests, digests
+    assert_one_model(workers.values())
     # the master's view: the victim was a member of round 3 and never reported its push, so that round's
     # merge went on without it once the State Server found it dead (incomplete: its push arrived whole, but
     # the rule cannot know); the rounds after it had 2 members until it joined again, 3 from then on
-    summary = json.loads((out / "summary.json").read_text())
+    summary = job.summary
     members = summary["round_members"]
     assert members[round_] == 3 and members[round_ + 1] == 2 and set(members[first:]) == {3}, members
     assert summary["incomplete_rounds"] == [round_]
-    record = json.loads(stats.read_text())["nodelay"]
+    record = job.state("nodelay")
     assert record["incomplete_rounds"] == [round_]
     assert record["departures"] == [{"rank": 1, "round": round_ + 1}]
     assert record["joins"] == [{"rank": 1, "round": first}]
@@ -77,35 +62,24 @@ def test_two_workers_killed_at_once_while_they_compute_the_next_transfer_goes_on
     # (MXHET_TEST_KILL_COMPUTING: no transfer of theirs is in flight), so round 3's request waits for their
     # arrival and announcement until the State Server's heartbeat watch finds them dead: it then goes to the
     # other two alone. --min-workers 2: the 2 left go on. --base-iter 0.2 and 10 rounds, 100 test images.
-    out, rounds, round_ = tmp_path / "out", 10, 3
-    stats = tmp_path / "state.json"
-    proc, job_file, err = start(tmp_path, ["-n", "4", "-s", "1", "--sync", "nodelay", "--base-iter", "0.2",
-                                           "--timeout", "200", "--elastic", "--min-workers", "2",
-                                           "--heartbeat-timeout", "3", "--state-stats", str(stats)],
-                                train_command(out, "--max-rounds", str(rounds), "--batch-size", "16",
-                                              "--eval-samples", "100", "--final-eval-samples", "100"),
-                                env={"MXHET_TEST_KILL_COMPUTING": "2,3:%d" % round_})
-    child_pids.add(proc.pid)
-    try:
-        wait_for(job_file, proc)
-        child_pids.add_job_file(job_file)
-        code = proc.wait(timeout=200)
-    finally:
-        err.close()
-    stderr = (tmp_path / "launcher.err").read_text()
-    assert code == 0, stderr[-4000:]
-    assert stderr.count("the others train on") == 2, stderr[-3000:]
-    ranks = {int(r): int(s) for s, r in re.findall(r"slot (\d+) is PS-LITE rank (\d+)", stderr)}
-    killed, survivors = sorted([ranks[2], ranks[3]]), sorted([ranks[0], ranks[1]])
-    assert not any((out / ("worker-%d.json" % s)).exists() for s in killed)
-    workers = [json.loads((out / ("worker-%d.json" % s)).read_text()) for s in survivors]
+    rounds, round_ = 10, 3
+    job = run_job(tmp_path, child_pids, elastic_args("nodelay", 4, 0.2, 200, "--min-workers", "2",
+                                                     *state_stats(tmp_path)),
+                  train_command(tmp_path / "out", "--max-rounds", str(rounds), "--batch-size", "16",
+                                "--eval-samples", "100", "--final-eval-samples", "100"), timeout=200,
+                  env={"MXHET_TEST_KILL_COMPUTING": "2,3:%d" % round_})
+    assert job.code == 0, job.stderr[-4000:]
+    assert job.stderr.count("the others train on") == 2, job.stderr[-3000:]
+    killed, survivors = job.slots_of([2, 3]), job.slots_of([0, 1])
+    assert not any(job.has_report(s) for s in killed)
+    workers = list(job.reports(survivors).values())
     assert [len(w["round_end_s"]) for w in workers] == [rounds, rounds]
-    assert workers[0]["final_model_sha256"] == workers[1]["final_model_sha256"] != ""
-    summary = json.loads((out / "summary.json").read_text())
+    assert_one_model(workers)
+    summary = job.summary
     # round 3 is the two survivors' alone and complete: nobody it was requested from died
     assert summary["round_members"] == [4] * round_ + [2] * (rounds - round_), summary["round_members"]
     assert summary["incomplete_rounds"] == []
-    record = json.loads(stats.read_text())["nodelay"]
+    record = job.state("nodelay")
     assert sorted(d["rank"] for d in record["departures"]) == [2, 3], record
     assert {d["round"] for d in record["departures"]} == {round_} and record["incomplete_rounds"] == []
     assert [r["ranks"] for r in record["requests"]][round_ - 1:round_ + 1] == [[0, 1, 2, 3], [0, 1]]
@@ -118,13 +92,9 @@ def test_a_kill_9_below_the_minimum_ends_the_job_with_a_clear_error(tmp_path, ch
     # A plain SIGKILL from outside while the workers train (announcements pending, no push of its own in
     # flight, most likely): the death leaves 2 workers training, fewer than --min-workers 3, so every survivor
     # is told so by its next request and the job ends, exit 1, never a hang.
-    out = tmp_path / "out"
-    code, stderr, killed = kill_and_wait(tmp_path, child_pids, ["-n", "3", "-s", "1", "--sync", "nodelay",
-                                                                "--base-iter", "0.25", "--timeout", "200",
-                                                                "--elastic", "--min-workers", "3",
-                                                                "--heartbeat-timeout", "3"],
-                                         train_command(out, "--max-rounds", "200", "--batch-size", "16"), out,
-                                         after=0.5)
-    assert code == 1, stderr[-3000:]
+    job = kill_job(tmp_path, child_pids, elastic_args("nodelay", 3, 0.25, 200, "--min-workers", "3"),
+                   train_command(tmp_path / "out", "--max-rounds", "200", "--batch-size", "16"), after=0.5)
+    stderr = job.stderr
+    assert job.code == 1, stderr[-3000:]
     assert "2 worker(s) still train, fewer than the job's minimum of 3 (--min-workers)" in stderr, stderr[-3000:]
     assert not child_pids.alive()

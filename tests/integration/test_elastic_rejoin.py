@@ -2,29 +2,12 @@
 on real processes: PS-LITE's recovery gives it the dead worker's rank, the State Server's
 round rendezvous takes it back from the next round boundary, it trains in the later rounds
 and ends on the same global model as the others."""
-import json
-
 import numpy as np
 import pytest
 
-from .jobs import kill_and_wait, start, train_command, wait_for
+from .jobs import assert_one_model, assert_round_moved, elastic_args, kill_job, run_job, train_command
 
 pytestmark = pytest.mark.timeout(400)
-
-
-def _kill_and_restart(tmp_path, child_pids, mode_args, rounds):
-    out = tmp_path / "out"
-    # --base-iter pins an iteration to at least 0.05 s: the rounds outlast the kill and the restart delay.
-    # --heartbeat-timeout 3 (PS-LITE's own is 3 s): the launcher starts a dead worker again after 3 + 2 s, not 5 + 2
-    code, stderr, killed = kill_and_wait(tmp_path, child_pids, ["-n", "3", "-s", "1", "--base-iter", "0.05",
-                                                                "--timeout", "300", "--heartbeat-timeout", "3",
-                                                                "--elastic", "--max-restarts", "1", *mode_args[0]],
-                                         train_command(out, "--max-rounds", str(rounds), *mode_args[1]), out,
-                                         timeout=280)
-    record = json.loads((tmp_path / "job.json").read_text())["worker_restarts"]
-    assert [r["slot"] for r in record] == killed and "SIGKILL" in record[0]["cause"]
-    assert 0 < record[0]["died_s"] < record[0]["restarted_s"]
-    return code, out, stderr, killed[0]
 
 
 def test_a_killed_worker_started_again_takes_part_in_later_rounds_and_ends_on_the_same_model(tmp_path, child_pids):
@@ -36,11 +19,19 @@ def test_a_killed_worker_started_again_takes_part_in_later_rounds_and_ends_on_th
     # loaded machine once ended the job before the replacement had started (the kill 1 s in, PS-LITE's and the
     # State Server's 3 s, the 2 s delay and a start-up, against 0.1-0.15 s rounds)
     rounds = 200
-    mode_args = (("--sync", "esync", "--slowdown", "1,1,2"), ("--ack", "delayed"))
-    code, out, stderr, victim = _kill_and_restart(tmp_path, child_pids, mode_args, rounds)
-    assert code == 0, stderr[-4000:]
+    # --base-iter pins an iteration to at least 0.05 s: the rounds outlast the kill and the restart delay.
+    # --heartbeat-timeout 3 (PS-LITE's own is 3 s): the launcher starts a dead worker again after 3 + 2 s, not 5 + 2
+    job = kill_job(tmp_path, child_pids,
+                   elastic_args("esync", 3, 0.05, 300, "--max-restarts", "1", "--slowdown", "1,1,2"),
+                   train_command(tmp_path / "out", "--max-rounds", str(rounds), "--ack", "delayed"), timeout=280)
+    stderr, killed = job.stderr, job.during
+    assert job.code == 0, stderr[-4000:]
+    record = job.record["worker_restarts"]
+    assert [r["slot"] for r in record] == killed and "SIGKILL" in record[0]["cause"]
+    assert 0 < record[0]["died_s"] < record[0]["restarted_s"]
+    [victim] = killed
     assert "SIGKILL" in stderr and "starting it again in its slot" in stderr, stderr[-3000:]
-    workers = {s: json.loads((out / ("worker-%d.json" % s)).read_text()) for s in range(3)}
+    workers = job.reports(range(3))
     back = workers[victim]
     first = back["rejoined_at_round"]
     assert first is not None and 0 < first < rounds
@@ -49,68 +40,41 @@ def test_a_killed_worker_started_again_takes_part_in_later_rounds_and_ends_on_th
     others = [workers[s] for s in range(3) if s != victim]
     assert all(w["rejoined_at_round"] is None and len(w["round_end_s"]) == rounds for w in others)
     # the chief's record: rounds of 3 members, of 2 while it was gone, of 3 again from its first round on
-    members = json.loads((out / "summary.json").read_text())["round_members"]
+    members = job.summary["round_members"]
     assert members[0] == 3 and 2 in members[:first] and set(members[first:]) == {3}, members
-    digests = {w["final_model_sha256"] for w in workers.values()}
-    assert len(digests) == 1 and "" not in digests, digests
+    assert_one_model(workers.values())
     assert not child_pids.alive()
 
 
 def test_a_localsgd_worker_killed_between_its_push_and_its_pull_is_started_again_and_ends_on_the_same_model(
         tmp_path, child_pids):
     # The death in the exchange itself and the rejoin in one launch: PS-LITE rank 1 sends itself SIGKILL once
-    # the servers applied its push of round 3, before it says done and pulls (MXHET_TEST_KILL_AFTER_PUSH, the
-    # hook mxhet.modes.rounds shares with esync and sync); the round closes incomplete once the State Server
-    # finds it dead, the next rounds have 2 members, and --max-restarts 1 brings it back at a round boundary
-    # (its rounds count past 3 then, so the hook does not fire twice).
+    # the servers applied its push of round 3, before it says done and pulls (MXHET_TEST_KILL_AFTER_PUSH,
+    # mxhet.modes.killhook); the round closes incomplete once the State Server finds it dead, the next rounds
+    # have 2 members, and --max-restarts 1 brings it back at a round boundary (its rounds count past 3 then,
+    # and the file the hook saved marks its first life: the hook does not fire twice).
     rounds, dying = 120, 3
-    out = tmp_path / "out"
     victim_push = tmp_path / "victim-push.npz"
-    proc, job_file, err = start(tmp_path, ["-n", "3", "-s", "1", "--sync", "localsgd", "--base-iter", "0.05",
-                                           "--timeout", "300", "--heartbeat-timeout", "3", "--elastic",
-                                           "--max-restarts", "1"],
-                                train_command(out, "--max-rounds", str(rounds), "--local-steps", "2",
-                                              "--dump-rounds", str(dying + 1)),
-                                env={"MXHET_TEST_KILL_AFTER_PUSH": "1:%d:%s" % (dying, victim_push)})
-    child_pids.add(proc.pid)
-    try:
-        wait_for(job_file, proc)
-        child_pids.add_job_file(job_file)
-        code = proc.wait(timeout=280)
-    finally:
-        err.close()
-        if job_file.exists():
-            child_pids.add_job_file(job_file)   # the restarted worker is in it too
-    stderr = (tmp_path / "launcher.err").read_text()
-    assert code == 0, stderr[-4000:]
-    assert "starting it again in its slot" in stderr, stderr[-3000:]
-    workers = {s: json.loads((out / ("worker-%d.json" % s)).read_text()) for s in range(3)}
+    job = run_job(tmp_path, child_pids, elastic_args("localsgd", 3, 0.05, 300, "--max-restarts", "1"),
+                  train_command(tmp_path / "out", "--max-rounds", str(rounds), "--local-steps", "2",
+                                "--dump-rounds", str(dying + 1)), timeout=280,
+                  env={"MXHET_TEST_KILL_AFTER_PUSH": "1:%d:%s" % (dying, victim_push)})
+    assert job.code == 0, job.stderr[-4000:]
+    assert "starting it again in its slot" in job.stderr, job.stderr[-3000:]
+    workers = job.reports(range(3))
     [victim] = [s for s, w in workers.items() if w["rejoined_at_round"] is not None]
-    [restart] = json.loads((tmp_path / "job.json").read_text())["worker_restarts"]
+    [restart] = job.record["worker_restarts"]
     assert restart["slot"] == victim and "SIGKILL" in restart["cause"]
     first = workers[victim]["rejoined_at_round"]
     assert dying < first < rounds
     assert all(w["rounds"] == rounds for w in workers.values())
-    summary = json.loads((out / "summary.json").read_text())
+    summary = job.summary
     members = summary["round_members"]
     assert summary["incomplete_rounds"] == [dying]
     assert members[:dying + 1] == [3] * (dying + 1) and set(members[dying + 1:first]) == {2}, members
     assert set(members[first:]) == {3} and len(members) == rounds, members
-    digests = {w["final_model_sha256"] for w in workers.values()}
-    assert len(digests) == 1 and "" not in digests, digests
+    assert_one_model(workers.values())
     # the round moved the global model by exactly its members' pushes, the victim's once (each pushes Δ/3)
     survivors = sorted(set(workers) - {victim})
-    dumps = [np.load(out / "dump" / ("slot%d_round%d.npz" % (s, dying))) for s in survivors]
-    pushed = np.load(victim_push)
-    moved = 0
-    for i in range(len(pushed.files)):
-        before, after = dumps[0]["before_%d" % i], dumps[0]["after_%d" % i]
-        assert np.array_equal(after, dumps[1]["after_%d" % i])
-        theirs = before + sum(d["delta_%d" % i] / 3.0 for d in dumps)
-        np.testing.assert_allclose(after, theirs + pushed["arr_%d" % i], rtol=1e-4, atol=1e-6)
-        if np.abs(pushed["arr_%d" % i]).max() > 1e-4:   # a key the victim moved: once, neither never nor twice
-            assert not np.allclose(after, theirs, rtol=1e-4, atol=1e-6)
-            assert not np.allclose(after, theirs + 2 * pushed["arr_%d" % i], rtol=1e-4, atol=1e-6)
-            moved += 1
-    assert moved > 0
+    assert_round_moved(job.dumps(survivors, dying), 3, np.load(victim_push))
     assert not child_pids.alive()

@@ -6,12 +6,9 @@ stays gone. The replacement is given the first dead worker id the scheduler find
 ``UpdateLocalID``), which may be the *other* dead worker's rank: the State Server takes a rank that
 left back for another slot, and the process keeps its own slot (data shard, slowdown, metrics file).
 It takes part in later rounds and ends on the survivors' model."""
-import json
-import re
-
 import pytest
 
-from .jobs import kill_and_wait, train_command
+from .jobs import assert_one_model, elastic_args, kill_job, train_command
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -19,33 +16,30 @@ ROUNDS = 250
 
 
 def test_two_workers_killed_at_once_one_restarts_the_other_stays_gone_one_model(tmp_path, child_pids):
-    out = tmp_path / "out"
     # 4 workers: after two deaths 2 still train (the default minimum is 1). --base-iter pins an iteration to
     # at least 0.05 s, the slowest's to 0.1 s: the 250 rounds outlast the kill and the restart (5 s + start-up)
-    code, stderr, killed = kill_and_wait(tmp_path, child_pids, ["-n", "4", "-s", "1", "--sync", "esync", "--base-iter",
-                                                                "0.05", "--slowdown", "1,1,1,2", "--timeout", "300",
-                                                                "--elastic", "--max-restarts", "1",
-                                                                "--heartbeat-timeout", "3"],
-                                         train_command(out, "--max-rounds", str(ROUNDS), "--ack", "blocking"), out,
-                                         victims=2, timeout=280)
-    assert code == 0, stderr[-4000:]
+    job = kill_job(tmp_path, child_pids, elastic_args("esync", 4, 0.05, 300, "--slowdown", "1,1,1,2",
+                                                      "--max-restarts", "1"),
+                   train_command(tmp_path / "out", "--max-rounds", str(ROUNDS), "--ack", "blocking"), victims=2,
+                   timeout=280)
+    stderr, killed = job.stderr, job.during
+    assert job.code == 0, stderr[-4000:]
     back, gone = killed   # the launcher restarts the first slot that died (in slot order)
     assert stderr.count("starting it again in its slot") == 1, stderr[-3000:]
-    record = json.loads((tmp_path / "job.json").read_text())
+    record = job.record
     assert [r["slot"] for r in record["worker_restarts"]] == [back]
     assert sorted(x["slot"] for x in record["worker_exits"]) == killed
     # the replacement holds one of the two dead ranks (whichever PS-LITE found first)
-    seen = re.findall(r"slot (\d+) is PS-LITE rank (\d+)", stderr)
-    before = {int(s): int(r) for s, r in seen[:4]}
-    assert [int(s) for s, _ in seen[4:]] == [back] and int(seen[4][1]) in {before[s] for s in killed}, seen
-    workers = {s: json.loads((out / ("worker-%d.json" % s)).read_text()) for s in range(4) if s != gone}
-    assert not (out / ("worker-%d.json" % gone)).exists()
+    seen = job.ranks()
+    before = dict(seen[:4])
+    assert [s for s, _ in seen[4:]] == [back] and seen[4][1] in {before[s] for s in killed}, seen
+    workers = job.reports(s for s in range(4) if s != gone)
+    assert not job.has_report(gone)
     first = workers[back]["rejoined_at_round"]
     assert first is not None and 0 < first < ROUNDS
     assert workers[back]["rounds"] == ROUNDS and len(workers[back]["round_end_s"]) == ROUNDS - first
-    digests = {w["final_model_sha256"] for w in workers.values()}
-    assert len(digests) == 1 and "" not in digests, digests
-    summary = json.loads((out / "summary.json").read_text())
+    assert_one_model(workers.values())
+    summary = job.summary
     members = summary["round_members"]
     assert members[0] == 4 and 2 in members[:first] and set(members[first:]) == {3}, members
     events = summary["elastic"]["events"]

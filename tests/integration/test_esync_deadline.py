@@ -2,12 +2,11 @@
 fastest's iteration; the slow device's deltas enter later rounds with a staleness-discounted share; under
 ``--elastic`` a member killed in a deadline round is released like any dead member."""
 import collections
-import json
 
 import numpy as np
 import pytest
 
-from .jobs import start, train_command, wait_for
+from .jobs import assert_one_model, elastic_args, run_job, train_command
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -23,33 +22,21 @@ def test_the_slow_devices_deltas_enter_later_rounds_with_their_share_and_a_dead_
     # on-time device's first, warm-up iteration on a loaded machine must stay within the bound: at D = 2 over
     # 0.05 s one once did not, and was late in round 0.)
     # Under --elastic the worker of PS-LITE rank 1 (an on-time one, never the chief) dies between its push
-    # and its pull of round 2 (MXHET_TEST_KILL_AFTER_PUSH, a test-only hook in mxhet.modes.rounds): the
+    # and its pull of round 2 (MXHET_TEST_KILL_AFTER_PUSH, a test-only hook, mxhet.modes.killhook): the
     # round closes incomplete once the State Server finds it dead, and the job goes on with three.
     # Small batches: what is asserted (who pushes in which round, with what share) is the rule's, not the model's.
-    out = tmp_path / "out"
-    proc, job_file, err = start(tmp_path, ["-n", "4", "-s", "1", "--sync", "esync", "--slowdown", "1,1,1,16",
-                                           "--base-iter", "0.2", "--timeout", "200", "--elastic",
-                                           "--heartbeat-timeout", "3"],
-                                train_command(out, "--max-rounds", str(ROUNDS), "--time-budget", "100",
-                                              "--batch-size", "16", "--round-deadline", "4",
-                                              "--global-lr", str(GLOBAL_LR), "--dump-rounds", str(ROUNDS),
-                                              "--eval-samples", "100", "--final-eval-samples", "100"),
-                                env={"MXHET_TEST_KILL_AFTER_PUSH": "1:%d" % KILLED_ROUND})
-    child_pids.add(proc.pid)
-    try:
-        wait_for(job_file, proc)
-        child_pids.add_job_file(job_file)
-        code = proc.wait(timeout=180)
-    finally:
-        err.close()
-    stderr = (tmp_path / "launcher.err").read_text()
-    assert code == 0, stderr[-4000:]
-    summary = json.loads((out / "summary.json").read_text())
+    job = run_job(tmp_path, child_pids, elastic_args("esync", 4, 0.2, 200, "--slowdown", "1,1,1,16"),
+                  train_command(tmp_path / "out", "--max-rounds", str(ROUNDS), "--time-budget", "100",
+                                "--batch-size", "16", "--round-deadline", "4", "--global-lr", str(GLOBAL_LR),
+                                "--dump-rounds", str(ROUNDS), "--eval-samples", "100", "--final-eval-samples", "100"),
+                  timeout=180, env={"MXHET_TEST_KILL_AFTER_PUSH": "1:%d" % KILLED_ROUND})
+    assert job.code == 0, job.stderr[-4000:]
+    summary = job.summary
     [victim] = summary["departed_slots"]
     assert victim != 3, "PS-LITE gave rank 1 to the slow slot: the kill must hit an on-time device"
     workers = {w["slot"]: w for w in summary["workers"]}
     assert sorted(workers) == sorted({0, 1, 2, 3} - {victim})
-    assert len({w["final_model_sha256"] for w in workers.values()}) == 1   # one model at the end
+    assert_one_model(workers.values())   # one model at the end
 
     pushes = [(slot, r, share) for slot, w in workers.items() for r, share in w["deadline_pushes"]]
     by_round = collections.defaultdict(dict)
@@ -83,7 +70,7 @@ def test_the_slow_devices_deltas_enter_later_rounds_with_their_share_and_a_dead_
     # member's share·m·Δ, so by ε times their mean -- from the model the on-time members started from (the late
     # device's own replica started rounds earlier), and every member pulled the same model
     for r, _ in late:
-        dumps = {s: np.load(out / "dump" / ("slot%d_round%d.npz" % (s, r))) for s in by_round[r]}
+        dumps = dict(zip(by_round[r], job.dumps(by_round[r], r)))
         keys = len([f for f in dumps[3].files if f.startswith("after_")])
         assert keys > 0
         for i in range(keys):

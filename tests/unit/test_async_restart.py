@@ -1,7 +1,8 @@
 """``async`` under ``mxhet-launch --elastic --max-restarts 1``, the worker's side, with fakes of the State
 Server client and the kvstore channel: a worker started again takes the servers' optimizer as it is (it ships
 none, so their state survives), says it rejoined, and leaves at once after the job's end; the test-only hook
-``MXHET_TEST_KILL_AFTER_PUSH`` kills the first life of a rank after its push, before its pull."""
+``MXHET_TEST_KILL_AFTER_PUSH`` kills a rank after its push, before its pull (the hook itself:
+test_kill_hook.py)."""
 import types
 
 import pytest
@@ -10,7 +11,6 @@ from mxhet.config import WorkerConfig
 from mxhet.modes import get_mode
 from mxhet.modes import gradient
 from mxhet.modes.base import SyncMode
-from mxhet.modes.rounds import kill_due_once
 
 
 class _Channel:
@@ -57,21 +57,13 @@ def test_a_restarted_async_worker_after_the_jobs_end_leaves_at_once(monkeypatch)
     assert left == [late]
 
 
-def test_the_kill_hook_names_a_rank_and_step_in_the_first_life_only(tmp_path):
-    saved = tmp_path / "push.npz"
-    assert kill_due_once("1:4", 1, 4) and not kill_due_once("1:4", 2, 4) and not kill_due_once("1:4", 1, 5)
-    assert kill_due_once("1:4:%s" % saved, 1, 4)
-    saved.write_bytes(b"")   # the first life saved its push and died: its replacement is not killed
-    assert not kill_due_once("1:4:%s" % saved, 1, 4)
-
-
 def test_an_async_worker_dies_after_its_push_was_applied_and_before_its_pull(monkeypatch):
     class Killed(Exception):
         pass
 
     def kill(spec, rank, round_index, sent):
         raise Killed((spec, rank, round_index))
-    monkeypatch.setattr(gradient, "_test_kill_after_push", kill)
+    monkeypatch.setattr(gradient, "kill_if_due", kill)
     mode = _async(monkeypatch, kill="1:4")
     mode._push_round = 3
     mode.push_pull([0, 1], ["g0", "g1"], ["w0", "w1"])
