@@ -24,11 +24,16 @@ def test_two_workers_killed_at_once_one_restarts_the_other_stays_gone_one_model(
                    timeout=280)
     stderr, killed = job.stderr, job.during
     assert job.code == 0, stderr[-4000:]
-    back, gone = killed   # the launcher restarts the first slot that died (in slot order)
     assert stderr.count("starting it again in its slot") == 1, stderr[-3000:]
     record = job.record
-    assert [r["slot"] for r in record["worker_restarts"]] == [back]
+    # the launcher restarts the death it saw first (slot order within one poll): the two SIGKILLs may land in
+    # different polls under load, so which slot comes back is read from the record, then checked against it
+    [back] = [r["slot"] for r in record["worker_restarts"]]
+    assert back in killed, (back, killed)
+    [gone] = [s for s in killed if s != back]
     assert sorted(x["slot"] for x in record["worker_exits"]) == killed
+    died = {x["slot"]: x["died_s"] for x in record["worker_exits"]}
+    assert died[back] < died[gone] or (died[back] == died[gone] and back < gone), died
     # the replacement holds one of the two dead ranks (whichever PS-LITE found first)
     seen = job.ranks()
     before = dict(seen[:4])
