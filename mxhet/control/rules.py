@@ -127,6 +127,10 @@ class ESyncRule(RulePlugin):
             self.host.released.append((r, reply))
         self._late_seq = {r: s for r, s in self._late_seq.items() if r == rank}
 
+    def deferred_late(self):
+        """The late ranks whose READY waits for the round their delta enters to close (sorted)."""
+        return sorted(self._late_seq)
+
     def named_members(self, round_):
         """Under ``--round-deadline``, round ``round_``'s members once its membership closed (the
         on-time devices and the late ones whose delta enters it); None otherwise (every worker

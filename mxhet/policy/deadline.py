@@ -143,6 +143,14 @@ class RoundBook:
         done = self._closed[round_] = Membership(round_, members, late)
         return done
 
+    def pending_ranks(self):
+        """The ranks whose late delta waits for a round that has not closed."""
+        return sorted(self._entered)
+
+    def last_closed(self):
+        """The latest round closed so far (None before the first)."""
+        return max(self._closed, default=None)
+
     def due(self, rank):
         """The round ``rank``'s late delta waits for (None when it has none pending)."""
         return self._entered.get(rank)

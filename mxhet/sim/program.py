@@ -647,7 +647,9 @@ def _deadline_aggregate(sim, dev, effect):
     if index not in sim._rounds:
         sim._rounds[index] = _MemberRound(sim.env, sim.servers, keys, effect.members, len(sim.devices))
     scale = effect.weight * effect.members
-    deltas = [d * scale for d in sim.deltas(dev)]
+    deltas = sim.deltas(dev)
+    if not sim.replaying:   # (replaying to a checkpoint: only the sizes count)
+        deltas = [d * scale for d in deltas]
     result, _ = yield from sim.exchange(dev, index, deltas, keys)
     sim.take_global(dev, result)
     sim.deadline_log.append((dev.slot, effect.round, effect.weight))
