@@ -535,6 +535,8 @@ def _answered(dev, reply):
 
 
 def _iterate(sim, dev, effect):
+    if effect.warmup:   # virtual iteration times have no warm-up
+        return Iterated(0.0)
     t0 = sim.env.now
     duration = dev.iteration_time(t0, sim.job.base_iter_s, sim.job.jitter)
     if effect.abortable:
