@@ -38,10 +38,11 @@ def dylu(opts, stats):
         while step < steps:
             yield Compute(local_step=True)
             step += 1
-            if first:
+            if first:   # the first round's H_i, from this device's first iteration and the others' so far
                 first = False
                 once = stats.compute_s - compute0
-                steps = local_steps_for(base, once, fastest((yield ShareSpeed(once))))
+                times = yield ShareSpeed(once)
+                steps = local_steps_for(base, once, fastest(times))
         done = stats.iterations - iterations0
         if done > 0:
             speed.update((stats.compute_s - compute0) / done)
