@@ -145,15 +145,13 @@ def known_models(preset):
 def job_spec(key, preset, budget=None, checkpoint_every_min=0.0, resume=False):
     """The :class:`bench.runner.JobSpec` of one run: :func:`bench.suite.job_spec`'s on the key's profile,
     with the variant's flags and the common snapshot grid. ``budget``: virtual seconds of training
-    (default: the preset's common budget for the model). The round deadline is not kept by the simulator's
-    checkpoints: a recommended run interrupted starts again."""
+    (default: the preset's common budget for the model)."""
     from . import suite   # imports MXNet: not at the bench parser's import
     extra = VARIANTS[key.variant][1]
     record = model_record(preset, key.model)
-    checkpointable = "--round-deadline" not in extra
     spec = suite.job_spec(key, preset, PROFILES[key.profile], record,
                           budget or preset.budget_of(key.model, key.mode), engine="sim",
-                          checkpoint_every_min=checkpoint_every_min if checkpointable else 0, resume=resume)
+                          checkpoint_every_min=checkpoint_every_min, resume=resume)
     return dataclasses.replace(spec, eval_interval=SNAPSHOT_SHARE * record["base_iteration_s"],
                                extra_train_args=tuple(spec.extra_train_args) + tuple(extra))
 

@@ -22,6 +22,7 @@ A plugin reaches the service only through the few things it is given:
 """
 import dataclasses
 import json
+import math
 import time
 
 from ..errors import ProtocolError
@@ -37,7 +38,7 @@ from .membership import RESTARTED, Done, Entered, Finished, RoundRendezvous, Too
 from .nodelay import TransferRule
 from .preduce import PartialReduceController
 from .state_rule import LazyHeap
-from ..policy.deadline import RoundBook, check_deadline, waited
+from ..policy.deadline import RoundBook, check_deadline, training_start, waited
 
 
 class RulePlugin:
@@ -101,6 +102,7 @@ class ESyncRule(RulePlugin):
         self.deadline = check_deadline(round_deadline)
         self.book = RoundBook() if self.deadline else None
         self._late_seq = {}       # late rank -> seq of its deferred READY (released when its round closes)
+        self._start = None        # where an unmeasured device's running time counts from (deadline.training_start)
 
     def handle(self, req, now):
         if req.TYPE == state_rule.Query.TYPE:
@@ -126,6 +128,10 @@ class ESyncRule(RulePlugin):
             reply = state_rule.QueryReply(seq=seq, round=records[r].round, stop=True)
             self.host.released.append((r, reply))
         self._late_seq = {r: s for r, s in self._late_seq.items() if r == rank}
+
+    def deferred_late(self):
+        """The late ranks whose READY waits for the round their delta enters to close (sorted)."""
+        return sorted(self._late_seq)
 
     def named_members(self, round_):
         """Under ``--round-deadline``, round ``round_``'s members once its membership closed (the
@@ -171,8 +177,9 @@ class ESyncRule(RulePlugin):
         stopped training (it left its loop, :class:`MembershipRule`) is none of them."""
         table = self.host.table
         records, present = table.records, [r for r in self.host.present if table.is_present(r)]
+        start = -math.inf if self._start is None else self._start
         return waited({r: records[r].capability for r in present}, self.deadline,
-                      {r: now - records[r].last_finish for r in present})
+                      {r: now - max(records[r].last_finish, start) for r in present})
 
     def _deadline_query(self, req, now):
         """QUERY-STATE under a deadline. A device the rounds wait for is answered
@@ -186,6 +193,8 @@ class ESyncRule(RulePlugin):
         record = host.registered(rank)
         if round_ != record.round:
             raise ProtocolError("query for round %d, rank %d is in round %d" % (round_, rank, record.round))
+        if self._start is None and req.k == 0:   # the first test batch reported
+            self._start = training_start(record.last_finish, now - req.since_finish, req.c)
         if any(stop and t >= round_ for t, stop in self.stop_decisions.items()):
             # the job stops after a round this device has not passed: it never pushes again
             self.book.forget(rank)

@@ -49,6 +49,9 @@ reported with k = 0 (always NOT-READY), so the State Server knows every
 device's capability before the first one asks to aggregate. Its time counts in
 ``compute_s`` (and ``test_batch_s``), not as an iteration (``iterations``,
 ``samples``, ``local_iters``). A worker resumed from a checkpoint runs one too.
+Under ``--round-deadline`` the test batch is the second ``step()``: the first,
+MXNet's warm-up, is dropped the same way, without emulated slowdown and not
+reported (the deadline judges devices by the test batch's time).
 
 Optimizer state at a round boundary: kept by default (momentum or Adam moments
 carry on, as if the local optimizer ran continuously on the replica); with
@@ -153,7 +156,8 @@ class ESync(RoundMembers, ProgramMode):
             # The test batch is no iteration: its time is the first capability (k = 0).
             self.stats.iterations -= 1
             self.stats.samples -= batch_size
-            self.stats.test_batch_s = capability
+            if not effect.warmup:
+                self.stats.test_batch_s = capability
         self._compute_end = compute_end
         self._take(self.client.poll())   # the job's stop may have come meanwhile (RESET's answer)
         self._advance(Iterated(capability))
@@ -173,6 +177,8 @@ class ESync(RoundMembers, ProgramMode):
 
     def emulate_slowdown(self, seconds):
         effect = self._iteration()
+        if effect is not None and effect.warmup:   # not an iteration of the profile: the machine's time only
+            return
         if effect is None or not effect.abortable:
             self.sleep(seconds)
             return

@@ -77,6 +77,28 @@ def waited(capabilities, deadline, running=None):
             if (c <= bound if c is not None and math.isfinite(c) else running.get(r, 0.0) <= bound)}
 
 
+def training_start(origin, test_end, test_c):
+    """Where the running time of a device not measured yet counts from, on the
+    State Server's clock: its own start (``origin``) unless the first test batch
+    reported -- it ended at ``test_end`` (the query's t_e) and lasted ``test_c``
+    (its capability) -- began more than ``test_c`` after it; then that test
+    batch's start, ``test_end - test_c``.
+
+    Why: :func:`waited` bounds an unmeasured device's test batch by the time it
+    has been running. In the simulator every device starts with the State
+    Server (a test batch begins one registration round trip after it, less
+    than its c, which includes that round trip), so the State Server's start
+    stays the origin and nothing changes. On the cluster the workers start,
+    load their data and join PS-LITE seconds after the State Server: counted
+    from its start, a fast device whose test batch was reported a moment after
+    another's would be late in round 0. Their test batches begin together,
+    after the start-up barrier, so the first one's start is where they all
+    begin.
+    """
+    begun = test_end - test_c
+    return begun if begun - origin > test_c else origin
+
+
 @dataclasses.dataclass(frozen=True)
 class Membership:
     """A closed round: its ``members`` (rank -> share of the combined delta, summing
@@ -142,6 +164,14 @@ class RoundBook:
             del self._entered[r]
         done = self._closed[round_] = Membership(round_, members, late)
         return done
+
+    def pending_ranks(self):
+        """The ranks whose late delta waits for a round that has not closed."""
+        return sorted(self._entered)
+
+    def last_closed(self):
+        """The latest round closed so far (None before the first)."""
+        return max(self._closed, default=None)
 
     def due(self, rank):
         """The round ``rank``'s late delta waits for (None when it has none pending)."""

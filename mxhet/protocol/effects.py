@@ -312,11 +312,17 @@ class Iterate(Compute):
     ``abortable``: a ``wake`` of the :class:`Listen`-ed answers meanwhile
     ends it (simulator: at once; cluster: during the emulated slowdown, else
     after forward and backward, before the update), nothing of it applied.
+    ``warmup`` (with ``test``): a warm-up before the test batch, neither
+    reported nor timed by the profile: on the cluster MXNet's first iteration
+    (lazy initialisation, memory allocation; no emulated slowdown added), in
+    the simulator, whose iteration times have no warm-up, nothing (no virtual
+    time, no batch).
 
     Returns: :class:`Iterated`.
     """
     test: bool = False
     abortable: bool = False
+    warmup: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,8 +18,11 @@ def dylu(opts, stats):
     device's seconds per iteration (its ``stats.compute_s`` over its
     ``stats.iterations`` during the round, smoothed) are shared, the delta
     pushed asynchronously and H_i set for the next round from the fastest
-    known device. The first round runs H steps (nothing measured yet). Each
-    worker stops alone, right after a push, as the asynchronous modes do.
+    known device. The first round's H_i comes from the device's first
+    iteration, shared as soon as it ends: a device v times slower would
+    otherwise run H of its iterations (H·v of the fastest's) before its first
+    push, and a run would end that long after its budget, since each worker
+    stops alone, right after a push, as the asynchronous modes do.
 
     Raises:
         ConfigError: for invalid options (:func:`mxhet.policy.dylu.check_options`).
@@ -28,10 +31,18 @@ def dylu(opts, stats):
     base = opts["local_steps"]
     speed = MovingAverage()
     steps = base
+    first = opts["dynamic"]
     while True:
         compute0, iterations0 = stats.compute_s, stats.iterations
-        for _ in range(steps):
+        step = 0
+        while step < steps:
             yield Compute(local_step=True)
+            step += 1
+            if first:   # the first round's H_i, from this device's first iteration and the others' so far
+                first = False
+                once = stats.compute_s - compute0
+                times = yield ShareSpeed(once)
+                steps = local_steps_for(base, once, fastest(times))
         done = stats.iterations - iterations0
         if done > 0:
             speed.update((stats.compute_s - compute0) / done)

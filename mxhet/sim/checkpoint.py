@@ -120,8 +120,7 @@ def check_args(args, mode):
     if mode not in MODES:
         raise ConfigError("--checkpoint-every-min: mode %s cannot be checkpointed (modes %s)"
                           % (mode, ", ".join(MODES)))
-    for flag, value in (("--events", args.events), ("--score-members", args.score_members),
-                        ("--round-deadline", getattr(args, "round_deadline", None))):
+    for flag, value in (("--events", args.events), ("--score-members", args.score_members)):
         if value:
             raise ConfigError("--checkpoint-every-min cannot keep a run with %s %s" % (flag, value))
 
@@ -146,13 +145,31 @@ def record(sim):
     def rng(state):
         return [state[0], hashlib.sha256(np.ascontiguousarray(state[1]).tobytes()).hexdigest(),
                 int(state[2]), int(state[3]), float(state[4])]
-    return json.loads(json.dumps({
+    state = {
         "events": sim.events, "virtual_s": repr(sim.env.now), "in_flight": sim.in_flight,
         "iterations": sim.tally[0], "decisions": sim.decisions, "snapshots": len(sim.snapshots),
         "target_reached_at": sim.target_reached_at, "capped_at": sim.capped_at,
         "devices": [{"stats": dev.stats.as_dict(), "rng": rng(dev.rng.get_state()),
                      "batches": dev.batches.state_dict(), "seq": dev.seq, "stopped": dev.stopped,
-                     "losses": len(dev.loss_log)} for dev in sim.devices]}, default=repr))
+                     "losses": len(dev.loss_log)} for dev in sim.devices]}
+    deadline = _deadline_record(sim)
+    if deadline is not None:   # (only then: a checkpoint of another run's record has no such key)
+        state["deadline"] = deadline
+    return json.loads(json.dumps(state, default=repr))
+
+
+def _deadline_record(sim):
+    """Under ``--round-deadline``, the State Server's round book-keeping a replay must rebuild: the
+    late deltas due in a round not closed yet (rank -> round), the deferred READYs, the last round
+    closed, and every push so far (its log hashed); None without a deadline."""
+    rule = sim.service.rule("esync")
+    if rule is None or rule.book is None:
+        return None
+    book = rule.book
+    log = hashlib.sha256(json.dumps(sim.deadline_log).encode()).hexdigest()
+    return {"due": {str(r): book.due(r) for r in book.pending_ranks()},
+            "deferred": rule.deferred_late(), "closed": book.last_closed(),
+            "pushes": len(sim.deadline_log), "log": log}
 
 
 def _difference(a, b, where=""):

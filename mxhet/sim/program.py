@@ -535,6 +535,8 @@ def _answered(dev, reply):
 
 
 def _iterate(sim, dev, effect):
+    if effect.warmup:   # virtual iteration times have no warm-up
+        return Iterated(0.0)
     t0 = sim.env.now
     duration = dev.iteration_time(t0, sim.job.base_iter_s, sim.job.jitter)
     if effect.abortable:
@@ -647,7 +649,9 @@ def _deadline_aggregate(sim, dev, effect):
     if index not in sim._rounds:
         sim._rounds[index] = _MemberRound(sim.env, sim.servers, keys, effect.members, len(sim.devices))
     scale = effect.weight * effect.members
-    deltas = [d * scale for d in sim.deltas(dev)]
+    deltas = sim.deltas(dev)
+    if not sim.replaying:   # (replaying to a checkpoint: only the sizes count)
+        deltas = [d * scale for d in deltas]
     result, _ = yield from sim.exchange(dev, index, deltas, keys)
     sim.take_global(dev, result)
     sim.deadline_log.append((dev.slot, effect.round, effect.weight))

@@ -26,7 +26,8 @@ def test_dylu_learns_and_the_slow_worker_runs_fewer_local_steps(tmp_path, child_
     assert summary["final_accuracy"] >= 0.4            # chance is 0.1
     for w in workers.values():
         assert w["rounds"] >= 2 and sum(w["local_iters"]) == w["iterations"]
-        assert w["local_iters"][0] == 8                # nothing measured before the first push: H
+        # the first round's H_i from the first iteration: MXNet's warm-up makes it anything up to H
+        assert 1 <= w["local_iters"][0] <= 8
     assert workers[0]["iterations"] > workers[2]["iterations"]   # nobody waits for the slow worker
     slow, fast = workers[2]["local_iters"][1:], workers[0]["local_iters"][1:] + workers[1]["local_iters"][1:]
     assert max(slow) < 8 and 8 in fast

@@ -28,6 +28,16 @@ def test_every_closed_division_mode_runs_with_checkpoints_and_resumes(tmp_path, 
     assert checkpoint.without_checkpoint_flags(argv) == _spec(mode).launch_argv(str(tmp_path))
 
 
+def test_the_heterogeneity_bench_s_deadline_run_is_checkpointed_and_resumed(tmp_path):
+    """``mxhet-bench heterogeneity``'s recommended ESync (``--round-deadline``): a run cut short continues."""
+    from bench import heterogeneity as het
+    key, _ = het.plan(["resnet18_v1"], [117], ["recommended"], ["iid"], [0])["resnet18_v1-117x-recommended-iid"]
+    argv = het.job_spec(key, presets.get(het.PRESET), checkpoint_every_min=10, resume=True).launch_argv(str(tmp_path))
+    assert "--round-deadline" in argv and argv[argv.index("--checkpoint-every-min") + 1] == "10" and "--resume" in argv
+    args = cli.build_parser().parse_args(argv[3:])
+    cli.make_job(args)   # the simulator takes the checkpoint flags with the deadline
+
+
 def test_no_checkpoint_flags_where_they_do_not_apply(tmp_path):
     assert "--checkpoint-every-min" not in _spec("nodelay", checkpoint_every_min=10).launch_argv(str(tmp_path))
     assert "--checkpoint-every-min" not in _spec("esync", checkpoint_every_min=0).launch_argv(str(tmp_path))

@@ -154,20 +154,25 @@ def _drive(opts, iteration_s, others_s, rounds):
     return effects, stats
 
 
-def test_the_program_runs_h_then_steps_by_speed_and_pushes_deltas():
+def test_the_program_steps_by_speed_from_its_first_iteration_and_pushes_deltas():
     effects, stats = _drive({"local_steps": 8}, 0.4, (0.1, 0.1), rounds=3)
-    assert stats.local_iters == [8, 2, 2] and stats.rounds == 3 and stats.iterations == 12
+    assert stats.local_iters == [2, 2, 2] and stats.rounds == 3 and stats.iterations == 6
     shares = [e for e in effects if isinstance(e, ShareSpeed)]
-    assert [s.iteration_s for s in shares] == pytest.approx([0.4, 0.4, 0.4])
+    assert [s.iteration_s for s in shares] == pytest.approx([0.4, 0.4, 0.4, 0.4])
     assert [e for e in effects if isinstance(e, PushAsync)] == [PushAsync(Payload.DELTAS, r) for r in range(3)]
     assert all(e.local_step for e in effects if isinstance(e, Compute))
-    # the order of a round: the computes, the speeds, the push, then the wish to stop
-    assert [type(e) for e in effects[8:12]] == [ShareSpeed, PushAsync, WantsStop, Compute]
+    # the first iteration's speed is shared at once: the first round's H_i follows it
+    assert [type(e) for e in effects[:6]] == [Compute, ShareSpeed, Compute, ShareSpeed, PushAsync, WantsStop]
+    # the order of a later round: the computes, the speeds, the push, then the wish to stop
+    assert [type(e) for e in effects[6:11]] == [Compute, Compute, ShareSpeed, PushAsync, WantsStop]
 
 
 def test_the_fastest_keeps_h_and_dynamic_off_keeps_h_everywhere():
     _, fast = _drive({"local_steps": 8}, 0.1, (0.4, 0.1), rounds=3)
     assert fast.local_iters == [8, 8, 8]
+    # the first to finish an iteration knows no faster device: H
+    _, first = _drive({"local_steps": 8}, 0.4, (0.0, 0.0), rounds=1)
+    assert first.local_iters == [8]
     effects, slow = _drive({"local_steps": 8, "dynamic": False}, 0.4, (0.1, 0.1), rounds=3)
     assert slow.local_iters == [8, 8, 8] and not any(isinstance(e, ShareSpeed) for e in effects)
 
@@ -196,20 +201,31 @@ def test_small_cnn_learns_and_the_slow_device_runs_fewer_local_steps(tmp_path):
     assert summary["final_accuracy"] >= 0.5                          # chance: 0.1
     assert len({w["final_model_sha256"] for w in workers.values()}) == 1
     assert workers[0]["local_iters"] == workers[1]["local_iters"] == [8] * workers[0]["rounds"]
-    assert workers[2]["local_iters"][0] == 8 and set(workers[2]["local_iters"][1:]) == {2}   # 8 / 4
+    assert set(workers[2]["local_iters"]) == {2}   # 8 / 4, from the first round on
     _, fixed = _sim(tmp_path, "fixed", *common, "--dynamic-local-steps", "off")
     assert set(fixed[2]["local_iters"]) == {8}
 
 
 def test_resnet18_learns_with_a_4x_slower_device(tmp_path):
     summary, workers = _sim(tmp_path, "resnet", "-n", "3", "--sync", "dylu", "--slowdown", "1,1,4",
-                            "--base-iter", "0.1", "--time-budget", "2.4", "--local-steps", "4",
+                            "--base-iter", "0.1", "--time-budget", "2.8", "--local-steps", "4",
                             "--model", "resnet18_v1", "--input-size", "32", "--batch-size", "16", "--lr", "0.05",
                             "--eval-interval", "0.8", "--bn-batches", "2", "--seed", "0")
     assert max(acc for _, acc in summary["curve"]) >= 0.3            # chance: 0.1
     assert len({w["final_model_sha256"] for w in workers.values()}) == 1
     assert set(workers[0]["local_iters"]) == {4}
-    assert workers[2]["local_iters"][0] == 4 and set(workers[2]["local_iters"][1:]) == {1}
+    assert set(workers[2]["local_iters"]) == {1}
+
+
+def test_a_run_ends_within_one_round_of_its_slowest_device_after_the_budget(tmp_path):
+    """A device 16x slower runs one step a round from its first (H = 8 of its steps, 6.4 s, would end the
+    run 3.4 s after its 3 s budget); each device stops after the round under way, as in ``async``."""
+    summary, workers = _sim(tmp_path, "overrun", "-n", "3", "--sync", "dylu", "--slowdown", "1,1,16",
+                            "--base-iter", "0.05", "--time-budget", "3", "--model", "smallcnn", "--batch-size", "16",
+                            "--eval-interval", "1", "--seed", "0")
+    slow_iteration = 16 * 0.05
+    assert set(workers[2]["local_iters"]) == {1} and set(workers[0]["local_iters"]) == {8}
+    assert 3 <= summary["sim"]["virtual_s"] <= 3 + slow_iteration + 0.1   # one slow round and its push
 
 
 def test_the_cluster_mode_refuses_bad_options_before_connecting():

@@ -386,6 +386,29 @@ def test_esync_with_delayed_acks_the_device_named_slowest_waits_for_its_answer()
     assert [q.c for q in queries] == [pytest.approx(0.102)] * 3
 
 
+def test_esync_under_a_deadline_reports_the_test_batch_after_a_warm_up():
+    """--round-deadline: the first iteration (MXNet's warm-up on the cluster) is run and dropped
+    unreported; the test batch after it is the capability the first query reports."""
+    from mxhet.protocol import effects as e
+
+    class WarmUp(_EsyncScript):
+        def __call__(self, effect):
+            if isinstance(effect, e.Iterate) and effect.warmup:
+                return e.Iterated(2.5)   # far longer than any iteration
+            return super().__call__(effect)
+
+    stats = _esync_stats()
+    trace = _run(programs.esync(_esync_opts(round_deadline=4.0), stats), WarmUp(stats, ready_at=2))
+    effects = [effect for effect, _ in trace]
+    assert effects[1:3] == [e.Iterate(test=True, warmup=True), e.Iterate(test=True)]
+    first = next(q for q in effects if isinstance(q, e.StateQuery))
+    assert first.k == 0 and first.c == pytest.approx(0.1 + 0.002)   # the test batch and the round trip
+    assert sum(isinstance(a, e.Iterate) and a.warmup for a in effects) == 1
+    plain = [effect for effect, _ in _run(programs.esync(_esync_opts(), _esync_stats()),
+                                          _EsyncScript(_esync_stats(), ready_at=2))]
+    assert not any(isinstance(a, e.Iterate) and a.warmup for a in plain)   # the paper's ESync: no warm-up
+
+
 def test_esync_checks_its_options_on_both_engines():
     with pytest.raises(ConfigError, match="ack"):
         Session(programs.esync(_esync_opts(ack="sometimes"), _esync_stats())).advance()

@@ -6,7 +6,7 @@ import pytest
 from mxhet.control import messages as m
 from mxhet.control.server import StateService
 from mxhet.errors import ConfigError
-from mxhet.policy.deadline import RoundBook, check_deadline, staleness_weight, waited
+from mxhet.policy.deadline import RoundBook, check_deadline, staleness_weight, training_start, waited
 
 
 # -- the pure rule ------------------------------------------------------------------------------
@@ -39,6 +39,16 @@ def test_a_test_batch_running_past_the_bound_is_late_before_it_reports():
     caps = {0: 0.01, 1: math.inf}
     assert waited(caps, 4.0, {1: 0.03}) == {0, 1}
     assert waited(caps, 4.0, {1: 0.05}) == {0}
+
+
+def test_running_time_counts_from_the_first_test_batch_only_when_it_began_long_after_the_server():
+    # the simulator: the test batch begins one registration round trip (0.002 s) after the State Server's
+    # start and its c (0.01 s + that round trip) includes it: the State Server's start stays the origin
+    assert training_start(0.0, 0.001 + 0.012, 0.012) == 0.0
+    assert training_start(0.0, 0.024, 0.012) == 0.0            # began exactly one c after: still the origin
+    # the cluster: the workers' test batches began 6.6 s after the State Server (start-up, data, PS-LITE)
+    assert training_start(0.0, 6.8, 0.2) == pytest.approx(6.6)
+    assert training_start(100.0, 106.8, 0.2) == pytest.approx(106.6)
 
 
 def test_the_staleness_weight_is_one_over_one_plus_the_rounds_missed():
@@ -151,6 +161,22 @@ def test_the_first_round_does_not_wait_for_a_test_batch_past_the_bound():
     # rank 2's test batch has run 0.02 s (< 4 x 0.01): waited for; at 0.05 s it is late
     assert not _q(svc, 0, 3, 0, 1, 0.01, 0.02).ready
     assert _q(svc, 0, 4, 0, 2, 0.01, 0.05).ready and _q(svc, 1, 3, 0, 1, 0.01, 0.05).ready
+
+
+def test_a_test_batch_reported_a_moment_after_another_is_not_late_when_workers_start_after_the_server():
+    """The cluster: the State Server starts 6.6 s before the workers (their start-up); their test batches
+    begin together. Rank 1's is reported 0.3 s after rank 0's: it is waited for, while rank 2 (16x) is
+    late once its test batch has run past D x 0.2 s since then."""
+    svc = _service(4.0)
+    assert not _q(svc, 0, 2, 0, 0, 0.2, 6.8).ready
+    rule = svc.rule("esync")
+    assert rule.waited_ranks(7.0) == {0, 1, 2}           # 0.4 s into the test batches: within 4 x 0.2
+    assert not _q(svc, 0, 3, 0, 1, 0.2, 7.0).ready       # rank 1 not measured yet: the slowest, waited for
+    assert not _q(svc, 1, 2, 0, 0, 0.2, 7.1).ready
+    assert rule.waited_ranks(7.2) == {0, 1, 2}
+    assert rule.waited_ranks(7.5) == {0, 1}               # rank 2's test batch has run 0.9 s > 0.8
+    a, b = _q(svc, 0, 4, 0, 2, 0.2, 7.5), _q(svc, 1, 3, 0, 1, 0.2, 7.5)
+    assert a.ready and b.ready and a.target == b.target == 2   # round 0 of the two fast devices, both on time
 
 
 def test_without_a_deadline_the_rule_is_algorithm_2():

@@ -86,6 +86,25 @@ def test_a_resumed_run_ends_with_the_uninterrupted_runs_model_curve_and_files(tm
     _check_resumed(tmp_path, _job(mode, "--stop-at-target", "--target-accuracy", "0.99", *extra), 1.5)
 
 
+# With slot 2 4x slower and D = 2 it is late: stopped at 0.42 virtual s, its delta waits (a deferred
+# READY) for the next round to close; at 1.5 nothing is pending.
+@pytest.mark.parametrize("at, pending", [(0.42, True), (1.5, False)])
+def test_a_round_deadline_run_resumes_with_its_rounds_and_pushes(tmp_path, at, pending):
+    """``--round-deadline``: the replay rebuilds the State Server's round book (late deltas due,
+    deferred READYs, rounds closed) and the log of pushes; the late delta is pushed after the resume."""
+    argv = _job("esync", "--round-deadline", "2", "--stop-at-target", "--target-accuracy", "0.99")
+    _stopped(tmp_path / "probe", argv, at)
+    with open(str(tmp_path / "probe" / "checkpoint" / checkpoint.FILE), "rb") as f:
+        book = pickle.load(f)["record"]["deadline"]
+    assert (book["due"], book["deferred"]) == (({"2": book["closed"] + 1}, [2]) if pending else ({}, []))
+    whole, resumed = _check_resumed(tmp_path, argv, at)
+    assert resumed["sim"]["deadline_pushes"] == whole["sim"]["deadline_pushes"]
+    pushes = whole["sim"]["deadline_pushes"]
+    late = [r for slot, r, _ in pushes if slot == 2]
+    assert len(late) >= 3 and len({r for _, r, _ in pushes}) > 3 * len(late)   # fast rounds between late pushes
+    assert len([r for r in late if r > book["closed"]]) >= 2                     # pushed after the resume
+
+
 def test_sync_over_the_fast_devices_only_resumes_too(tmp_path):
     """The bench's sync-fast variant: Sync over the two fast devices, the straggler left out."""
     argv = ["-n", "2", "--sync", "sync", "--slowdown", "1", "--time-budget", "2", *SMALL]
@@ -187,7 +206,6 @@ def test_a_run_without_resume_starts_afresh(saved, tmp_path):
     (_job("esync") + ["--checkpoint-every-min", "-1"], "--checkpoint-every-min must be >= 0"),
     (_job("esync") + ["--checkpoint-every-min", "5", "--score-members", "50"], "--score-members"),
     (_job("localsgd") + ["--checkpoint-every-min", "5", "--events", "2:leave@1"], "--events"),
-    (_job("esync") + ["--checkpoint-every-min", "5", "--round-deadline", "2"], "--round-deadline"),
 ])
 def test_what_a_checkpoint_cannot_keep_is_refused(tmp_path, argv, message):
     args = cli.build_parser().parse_args(argv + ["--metrics-out", str(tmp_path)])
