@@ -124,7 +124,8 @@ class PartialReduce(ElasticEnd, PreludeProgramMode):
             return None
         if isinstance(effect, Ready):
             # tests only: dies in no group, before this READY
-            kill_if_due(self.config.test_kill_computing, self.channel.rank, self.stats.rounds)
+            if self.config.test_kill_computing:   # tests only (parity stand-ins have no rank)
+                kill_if_due(self.config.test_kill_computing, self.channel.rank, self.stats.rounds)
             t0 = self.clock()
             reply = self.client.reduce_ready(effect.k, want_stop=effect.want_stop)
             self.stats.query_s += self.clock() - t0
@@ -157,7 +158,8 @@ class PartialReduce(ElasticEnd, PreludeProgramMode):
             self.stats.bytes_pushed += fill * nbytes(zeros)
         mx.nd.waitall()   # a push completes once the server applied it
         # tests only: dies between its push to the group's slot and its PUSHED
-        kill_if_due(self.config.test_kill_after_push, self.channel.rank, self.stats.rounds, self._send)
+        if self.config.test_kill_after_push:   # tests only (parity stand-ins have no rank)
+            kill_if_due(self.config.test_kill_after_push, self.channel.rank, self.stats.rounds, self._send)
         t1 = self.clock()
         released = self.client.reduce_pushed(group)
         t2 = self.clock()

@@ -180,7 +180,8 @@ class RoundMembers:
         if len(extra_keys) > 1:
             raise ValueError("a membership round carries only the stop ballot, got %d control keys"
                              % len(extra_keys))
-        kill_if_due(self.config.test_kill_computing, self.channel.rank, round_index)
+        if self.config.test_kill_computing:   # tests only (parity stand-ins have no rank)
+            kill_if_due(self.config.test_kill_computing, self.channel.rank, round_index)
         ballot = float(extra_values[0].asscalar()) > 0 if extra_values else False
         t0 = self.clock()
         members, ballots = self.client.round_enter(round_index, ballot, timeout=ROUND_WAIT_S)
@@ -261,7 +262,8 @@ class RoundMembers:
         scaled deltas in ``_sends``, say done, pull the model once every member is done or gone,
         and account for the times; returns ``(t2, t4)``, the push's end and the pull's."""
         self.channel.push(self.keys, self._sends)
-        kill_if_due(self.config.test_kill_after_push, self.channel.rank, round_index, self._sends)
+        if self.config.test_kill_after_push:   # tests only (parity stand-ins have no rank)
+            kill_if_due(self.config.test_kill_after_push, self.channel.rank, round_index, self._sends)
         t2 = self.clock()
         complete = self.client.round_done(round_index, timeout=ROUND_WAIT_S)
         t3 = self.clock()
