@@ -39,6 +39,11 @@ variables; the rest of the code receives a :class:`WorkerConfig`.
 ``MXHET_EXITS_FILE``   ``--elastic``: where the launcher lists the workers whose process
                        ended while the job went on (JSON: slot, cause, Unix time), for the
                        chief's summary; empty = none
+``MXHET_SPARE_RANKS``  ``--max-restarts K`` above 1: the PS-LITE ranks held by the job's spare
+                       worker processes (comma-separated); a worker's rank as mxhet and its
+                       script see it skips them (:mod:`mxhet.spares`)
+``MXHET_SPARE_FILE``   set in a spare worker process only: the file through which the launcher
+                       hands it a dead worker's slot (or the job's end)
 ``MXHET_TEST_KILL_AFTER_PUSH`` tests only: ``RANK:ROUND[:PATH]`` -- the worker of that PS-LITE
                        rank saves the deltas it pushed in that round to PATH (.npz) and
                        sends itself SIGKILL between its push and its pull (a death in the
@@ -306,6 +311,37 @@ def launched_worker_mode(env=None):
     if env.get("DMLC_ROLE") != "worker":
         return None
     return env.get("MXHET_SYNC", "") or None
+
+
+@dataclasses.dataclass(frozen=True)
+class SpareSetup:
+    """A launched worker's view of the job's spare worker processes (``--max-restarts`` above 1).
+
+    ``spare_ranks``: the PS-LITE ranks the spares hold; ``num_workers``: the job's workers without
+    them (``MXHET_NUM_SLOTS``); ``spare_file``: set in a spare itself, where its orders arrive."""
+    spare_ranks: tuple
+    num_workers: int
+    spare_file: str = ""
+
+
+def spare_setup(env=None):
+    """The launched worker's :class:`SpareSetup`, or None when the job has no spares.
+
+    Raises:
+        ConfigError: ``MXHET_SPARE_RANKS`` is malformed.
+    """
+    env = os.environ if env is None else env
+    raw = env.get("MXHET_SPARE_RANKS", "")
+    if env.get("DMLC_ROLE") != "worker" or not raw:
+        return None
+    try:
+        ranks = tuple(sorted(int(r) for r in raw.split(",")))
+    except ValueError:
+        raise ConfigError("MXHET_SPARE_RANKS must be comma-separated ranks, got %r" % raw) from None
+    if any(r < 0 for r in ranks):
+        raise ConfigError("MXHET_SPARE_RANKS must hold ranks >= 0, got %r" % raw)
+    return SpareSetup(spare_ranks=ranks, num_workers=_int(env, "MXHET_NUM_SLOTS", 1, 1),
+                      spare_file=env.get("MXHET_SPARE_FILE", ""))
 
 
 def data_dir(env=None):

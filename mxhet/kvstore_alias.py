@@ -42,7 +42,7 @@ def install_for_launched_worker(env=None):
     """In a worker ``mxhet-launch`` started for a ``dist_async`` mode, install
     the alias; elsewhere (the launcher, servers, the State Server, a script run
     alone, the ``dist_sync`` modes, for which ``'dist'`` already fits) do nothing."""
-    from .config import launched_worker_mode
+    from .config import launched_worker_mode, spare_setup
     from .errors import UnknownModeError
     from .policy import get_spec
     mode = launched_worker_mode(env)
@@ -51,6 +51,17 @@ def install_for_launched_worker(env=None):
     try:
         kvstore_type = get_spec(mode).kvstore
     except UnknownModeError:   # the Trainer reports it, with the known modes
+        return
+    setup = spare_setup(env)
+    if setup is not None:
+        # A job with spare workers (--max-restarts above 1, only under --elastic): every worker's kvstore
+        # reports the job's rank and size, and a spare waits here for a slot (mxhet/spares.py).
+        import mxnet as mx
+        from .policy.specs import executor_spec
+        from .spares import install as install_spares
+        current = mx.kvstore.create
+        install_spares(setup, executor_spec(mode, elastic=True).kvstore,
+                       getattr(current, "__wrapped__", current))
         return
     if kvstore_type == "dist_async":
         install(kvstore_type)

@@ -1,0 +1,99 @@
+"""``mxhet-launch --elastic --max-restarts K`` with K > 1, on real processes: the launcher starts K spare
+PS-LITE workers with the job, and each death is served by one of them (MXNet 1.9.1's PS-LITE serves one
+recovery per job). The same slot killed twice is taken over by two spares in turn; the last one trains in
+the later rounds and ends on the others' model."""
+import json
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from .jobs import start, train_command, wait_for
+
+pytestmark = pytest.mark.timeout(400)
+
+
+def _wait_until(predicate, proc, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        assert proc.poll() is None, "the job ended before %s" % what
+        time.sleep(0.2)
+    raise AssertionError("timed out waiting for %s" % what)
+
+
+def _registrations(err_path, slot):
+    return len(re.findall(r"rank \d+ \(slot %d\) registered" % slot, err_path.read_text()))
+
+
+@pytest.mark.parametrize("mode_args", [("--sync", "localsgd"), ("--sync", "esync")], ids=["localsgd", "esync"])
+def test_the_same_slot_killed_twice_is_taken_over_by_two_spares_and_ends_on_the_same_model(
+        tmp_path, child_pids, mode_args):
+    # measured (localsgd, 2 shared cores at load ~3): each spare registered ~1-3 s after the restart delay,
+    # the job took ~60 s; 600 rounds of >= 0.05 s iterations outlast two deaths, two 5 s delays and two start-ups
+    rounds, victim = 600, 1
+    out = tmp_path / "out"
+    err_path = tmp_path / "launcher.err"
+    proc, job_file, err = start(tmp_path, ["-n", "3", "-s", "1", "--base-iter", "0.05", "--timeout", "300",
+                                           "--heartbeat-timeout", "3", "--elastic", "--max-restarts", "2",
+                                           *mode_args],
+                                train_command(out, "--max-rounds", str(rounds)))
+    child_pids.add(proc.pid)
+    try:
+        wait_for(out / "snapshots" / "000000.params", proc)   # training has started
+        wait_for(job_file, proc)
+        record = child_pids.add_job_file(job_file)
+        processes = record["processes"]
+        assert [p["slot"] for p in processes if p["role"] == "spare"] == [0, 1]
+        first = next(p["pid"] for p in processes if p["role"] == "worker" and p["slot"] == victim)
+        time.sleep(1.0)
+        os.kill(first, signal.SIGKILL)
+        # the first spare takes the slot over and registers for it with the State Server
+        _wait_until(lambda: _registrations(err_path, victim) >= 2, proc, 120, "the first spare's registration")
+        time.sleep(2.0)   # it trains a few rounds
+        restarts = json.loads(job_file.read_text())["worker_restarts"]
+        assert [(r["slot"], r["spare"]) for r in restarts] == [(victim, 0)], restarts
+        os.kill(restarts[0]["spare_pid"], signal.SIGKILL)
+        _wait_until(lambda: _registrations(err_path, victim) >= 3, proc, 120, "the second spare's registration")
+        code = proc.wait(timeout=280)
+    finally:
+        err.close()
+        if job_file.exists():
+            child_pids.add_job_file(job_file)
+    stderr = err_path.read_text()
+    assert code == 0, stderr[-4000:]
+    assert "spare 0 takes over its slot" in stderr and "spare 1 takes over its slot" in stderr, stderr[-3000:]
+    job = json.loads(job_file.read_text())
+    restarts = job["worker_restarts"]
+    assert [(r["slot"], r["spare"]) for r in restarts] == [(victim, 0), (victim, 1)], restarts
+    assert all("SIGKILL" in r["cause"] and 0 < r["died_s"] < r["restarted_s"] for r in restarts), restarts
+    assert "SIGKILL" in restarts[0]["ended"] and restarts[1]["ended"] == "exit code 0", restarts
+    assert restarts[0]["restarted_s"] < restarts[1]["died_s"]
+    # every process ended by itself with 0 but the two killed; the spares now carry the slot
+    ends = [(p["role"], p["slot"], p["exit_code"]) for p in job["processes"] if p["role"] in ("worker", "spare")]
+    assert sorted(ends) == sorted([("worker", 0, 0), ("worker", victim, -9), ("worker", 2, 0),
+                                   ("worker", victim, -9), ("worker", victim, 0)]), ends
+    workers = {s: json.loads((out / ("worker-%d.json" % s)).read_text()) for s in range(3)}
+    back = workers[victim]
+    done = workers[0]["rounds"]   # the workers' time budget ends the job, not --max-rounds
+    joined = back["rejoined_at_round"]
+    assert joined is not None and 0 < joined < done
+    assert all(w["rounds"] == done for w in workers.values())
+    assert all(workers[s]["rejoined_at_round"] is None for s in (0, 2))
+    summary = json.loads((out / "summary.json").read_text())
+    members = summary["round_members"]
+    # rounds of 3, of 2 while the slot was empty (twice), of 3 from the last spare's first round on
+    assert len(members) == done and members[0] == 3 and set(members[joined:]) == {3}, members
+    drops = [i for i in range(1, joined) if members[i] == 2 and members[i - 1] == 3]
+    assert len(drops) == 2, members
+    events = summary["elastic"]["events"]
+    assert [(e["event"], e["slot"], e["rank"]) for e in events] == [
+        ("leave", victim, victim), ("join", victim, victim), ("leave", victim, victim), ("join", victim, victim)]
+    assert events[1]["round"] < events[2]["round"] and events[3]["round"] == joined, events
+    assert set(members[events[1]["round"]:events[2]["round"]]) == {3}, members   # the first spare took part
+    digests = {w["final_model_sha256"] for w in workers.values()}
+    assert len(digests) == 1 and "" not in digests, digests
+    assert not child_pids.alive()
