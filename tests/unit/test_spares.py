@@ -1,0 +1,164 @@
+"""Spare workers for ``mxhet-launch --elastic --max-restarts K``, K > 1: the plan (how many, where, their
+PS-LITE ranks and the job's), the launcher's rule that hands a dead worker's slot to an idle spare, and
+the worker side's pure parts (rank mapping, orders, configuration)."""
+import pytest
+
+from mxhet.launcher.watch import Observation, JobWatch
+
+SERVICES = [Observation(name="scheduler", role="scheduler"), Observation(name="server 0", role="server"),
+            Observation(name="state-server", role="state-server")]
+
+
+def _plan(*args):
+    from mxhet import launcher
+    return launcher.plan(["-n", "3", "-s", "1", "--sync", "localsgd", "--elastic", *args, "--", "python", "t.py"])
+
+
+# -- the plan -----------------------------------------------------------------------------------------------
+
+def test_max_restarts_above_one_plans_one_spare_per_restart_counted_by_pslite_and_above_every_worker_port():
+    plan = _plan("--max-restarts", "2")
+    spares = plan.by_role("spare")
+    workers = plan.by_role("worker")
+    assert [s.slot for s in spares] == [0, 1] and [s.name for s in spares] == ["spare 0", "spare 1"]
+    assert all(p.env["DMLC_NUM_WORKER"] == "5" for p in plan.processes if "DMLC_NUM_WORKER" in p.env)
+    assert {p.role for p in plan.processes if "DMLC_NUM_WORKER" in p.env} == {"scheduler", "server", "worker",
+                                                                             "spare"}
+    assert max(int(w.env["PORT"]) for w in workers) < min(int(s.env["PORT"]) for s in spares)
+    assert all(p.env["MXHET_SPARE_RANKS"] == "3,4" for p in workers + spares)
+    assert plan.slot_ranks == (0, 1, 2)
+    assert all(s.env["DMLC_ROLE"] == "worker" and s.argv == workers[0].argv for s in spares)
+    # the State Server counts the job's workers, not the spares
+    state = plan.by_role("state-server")[0].argv
+    assert state[state.index("--num-workers") + 1] == "3"
+
+
+@pytest.mark.parametrize("restarts", [[], ["--max-restarts", "1"]], ids=["none", "one"])
+def test_without_more_than_one_restart_there_are_no_spares(restarts):
+    plan = _plan(*restarts)
+    assert not plan.by_role("spare") and plan.slot_ranks == ()
+    assert all(p.env.get("DMLC_NUM_WORKER", "3") == "3" and "MXHET_SPARE_RANKS" not in p.env
+               for p in plan.processes)
+
+
+def test_spares_need_the_local_launcher(tmp_path):
+    from mxhet import launcher
+    from mxhet.errors import ConfigError
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("a\nb\n")
+    with pytest.raises(ConfigError, match="--max-restarts 2: above 1 the restarts take spare workers"):
+        launcher.plan(["-n", "2", "--sync", "esync", "--elastic", "--max-restarts", "2", "-H", str(hostfile),
+                       "--", "python", "t.py"])
+
+
+def test_pslite_ranks_sort_hosts_in_decreasing_order_then_ports_and_the_job_rank_skips_the_spares():
+    from mxhet.launcher.jobplan import ps_worker_ranks
+    from mxhet.spares import job_rank
+    nodes = [("a", 5), ("b", 3), ("a", 2), ("b", 9)]   # workers a:2, b:3 ... spares last in the list
+    assert ps_worker_ranks(nodes) == [3, 0, 2, 1]
+    spare_ranks = (1, 3)   # e.g. spare ("b", 9) is PS-LITE rank 1: worker ("a", 2) is the job's rank 1
+    assert [job_rank(r, spare_ranks) for r in (0, 2)] == [0, 1]
+
+
+# -- the launcher's rule --------------------------------------------------------------------------------------
+
+def _job(workers, spares, hosts=None):
+    hosts = hosts or {}
+    obs = [Observation(name="worker %d" % i, role="worker", returncode=c, host=hosts.get(("worker", i), "h"))
+           for i, c in enumerate(workers)]
+    obs += [Observation(name="spare %d" % j, role=r, returncode=c, host=hosts.get(("spare", j), "h"))
+            for j, (r, c) in enumerate(spares)]
+    return SERVICES + obs
+
+
+def _watch(restarts=2, delay=7.0):
+    return JobWatch(server_grace=10, worker_grace=5, elastic=True, worker_restarts=restarts,
+                    worker_restart_delay=delay)
+
+
+def test_a_death_is_served_by_an_idle_spare_after_the_delay_and_a_second_by_the_next():
+    w = _watch()
+    idle = [("spare", None), ("spare", None)]
+    assert w.decide(_job([None, -9, None], idle), 0).action == "continue"
+    assert w.decide(_job([None, -9, None], idle), 6.9).action == "continue"
+    d = w.decide(_job([None, -9, None], idle), 7.0)
+    assert (d.action, d.index, d.spare) == ("activate", 4, 6)
+    assert "spare 0 takes over its slot (1 worker restart(s) left)" in d.note
+    # spare 0 now runs as worker 1 (the supervisor relabels it); the dead worker 1 is never served again
+    taken = [("worker", None), ("spare", None)]
+    for t in (8.0, 20.0):
+        assert w.decide(_job([None, -9, None], taken), t).action == "continue"
+    # the same slot dies again: spare 1 takes it over
+    taken_dead = [("worker", -9), ("spare", None)]
+    assert w.decide(_job([None, -9, None], taken_dead), 30.0).action == "continue"
+    d = w.decide(_job([None, -9, None], taken_dead), 37.0)
+    assert (d.action, d.index, d.spare) == ("activate", 6, 7)
+    assert w.spares_used == [(4, 6), (6, 7)] and w.departures == [(4, 0), (6, 30.0)]
+    # no restart left: a third death is a departure; all done -> draining, exit 0
+    both = [("worker", -9), ("worker", -9)]
+    d = w.decide(_job([None, None, -9], both), 40.0)
+    assert d.action == "continue" and "others train on" in d.note
+    assert w.decide(_job([None, None, -9], both), 60.0).action == "continue"
+    w.decide(_job([0, -9, -9], [("worker", -9), ("worker", 0)]), 61.0)
+    assert w.phase == "draining"
+
+
+def test_the_spare_on_the_dead_workers_host_is_taken_first_else_any():
+    hosts = {("worker", 1): "b", ("spare", 0): "a", ("spare", 1): "b", ("spare", 2): "a"}
+    w = _watch(restarts=3, delay=0)
+    d = w.decide(_job([None, -9, None], [("spare", None)] * 3, hosts), 0)
+    assert (d.action, d.spare) == ("activate", 7)   # spare 1, on host b
+    hosts[("worker", 2)] = "c"
+    d = w.decide(_job([None, -9, -9], [("spare", None), ("worker", None), ("spare", None)], hosts), 1)
+    assert (d.action, d.index, d.spare) == ("activate", 5, 6)   # none on c: the first idle one
+
+
+def test_with_no_idle_spare_left_the_worker_is_started_again_itself():
+    w = _watch(restarts=2, delay=0)
+    d = w.decide(_job([None, -9, None], [("worker", None)]), 0)
+    assert (d.action, d.index) == ("restart", 4)
+
+
+def test_a_spare_that_fails_fails_the_job_and_idle_spares_hold_the_drain():
+    w = _watch()
+    d = w.decide(_job([None, None, None], [("spare", 1), ("spare", None)]), 0)
+    assert d.action == "finish" and d.exit_code == 1 and d.failures == ((6, "exited with code 1"),)
+    w = _watch()
+    d = w.decide(_job([0, 0, 0], [("spare", None), ("spare", None)]), 0)
+    assert d.action == "continue" and w.phase == "draining"   # the supervisor now releases the spares
+    services_done = [Observation(name=o.name, role=o.role, returncode=0) for o in SERVICES]
+    rest = _job([0, 0, 0], [("spare", None), ("spare", 0)])[3:]
+    assert w.decide(services_done + rest, 1).action == "continue"   # spare 0 still running
+    rest = _job([0, 0, 0], [("spare", 0), ("spare", 0)])[3:]
+    d = w.decide(services_done + rest, 2)
+    assert (d.action, d.exit_code) == ("finish", 0)
+
+
+# -- the worker side ------------------------------------------------------------------------------------------
+
+def test_orders_are_written_atomically_and_waited_for(tmp_path):
+    from mxhet.spares import read_order, wait_for_order, write_order
+    path = str(tmp_path / "spare-0")
+    assert read_order(path) is None
+    naps = []
+
+    def sleep(seconds):
+        naps.append(seconds)
+        if len(naps) == 3:
+            write_order(path, {"slot": 1, "rank": 1, "env": {"MXHET_SLOT": "1"}})
+    assert wait_for_order(path, poll_s=0.5, sleep=sleep) == {"slot": 1, "rank": 1, "env": {"MXHET_SLOT": "1"}}
+    assert naps == [0.5, 0.5, 0.5]
+    write_order(path, {"over": True})
+    assert read_order(path) == {"over": True}
+
+
+def test_the_spare_setup_is_read_from_the_environment():
+    from mxhet.config import spare_setup
+    from mxhet.errors import ConfigError
+    assert spare_setup({"DMLC_ROLE": "worker"}) is None
+    assert spare_setup({"DMLC_ROLE": "server", "MXHET_SPARE_RANKS": "3"}) is None
+    got = spare_setup({"DMLC_ROLE": "worker", "MXHET_SPARE_RANKS": "4,3", "MXHET_NUM_SLOTS": "3",
+                       "MXHET_SPARE_FILE": "/x/spare-0"})
+    assert (got.spare_ranks, got.num_workers, got.spare_file) == ((3, 4), 3, "/x/spare-0")
+    with pytest.raises(ConfigError, match="MXHET_SPARE_RANKS"):
+        spare_setup({"DMLC_ROLE": "worker", "MXHET_SPARE_RANKS": "x"})
