@@ -545,10 +545,14 @@ class Supervisor:
         ``too_late`` (it came after the job's end and left with exit 0, its progress note says so:
         :func:`mxhet.modes.rounds.leave_too_late`). Returns True when a record changed."""
         changed = False
-        for record, index in zip(self.worker_restarts, self._restart_index):
+        for k, record in enumerate(self.worker_restarts):
             if "ended" in record:
                 continue
-            child = self.children[index]
+            if k < len(self._restart_index):
+                child = self.children[self._restart_index[k]]
+            else:   # a record made without the index: the slot's newest process
+                child = next((c for c in reversed(self.children)
+                              if c.spec.role == WORKER and c.spec.slot == record["slot"]), None)
             if child is None or child.popen.returncode is None:
                 continue
             record["ended"] = exit_cause(child.popen.returncode)
