@@ -97,3 +97,55 @@ def test_the_same_slot_killed_twice_is_taken_over_by_two_spares_and_ends_on_the_
     digests = {w["final_model_sha256"] for w in workers.values()}
     assert len(digests) == 1 and "" not in digests, digests
     assert not child_pids.alive()
+
+
+# mode -> (launcher arguments, trainer arguments): every mode that takes --max-restarts, but the two above
+TWO_SLOT_JOBS = {
+    "esync-delayed": (["--sync", "esync", "--base-iter", "0.05"], ["--ack", "delayed"]),
+    "sync": (["--sync", "sync", "--base-iter", "0.2"], ["--batch-size", "16"]),
+    "nodelay": (["--sync", "nodelay", "--base-iter", "0.2"], ["--batch-size", "16"]),
+    "async": (["--sync", "async", "--base-iter", "0.2"], ["--batch-size", "16"]),
+    "preduce": (["--sync", "preduce", "--base-iter", "0.2"], ["--batch-size", "16", "--group-size", "2"]),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(TWO_SLOT_JOBS))
+def test_two_slots_killed_one_after_the_other_are_each_taken_over_by_a_spare(tmp_path, child_pids, mode):
+    # measured at load ~3 on 2 cores: each spare registered 6-9 s after its slot's death; a 40 s time budget
+    # outlasts both deaths and takeovers
+    launcher_args, train_args = TWO_SLOT_JOBS[mode]
+    out = tmp_path / "out"
+    err_path = tmp_path / "launcher.err"
+    proc, job_file, err = start(tmp_path, ["-n", "3", "-s", "1", "--timeout", "300", "--heartbeat-timeout", "3",
+                                           "--elastic", "--max-restarts", "2", *launcher_args],
+                                train_command(out, "--max-rounds", "100000", "--time-budget", "40", *train_args))
+    child_pids.add(proc.pid)
+    try:
+        wait_for(out / "snapshots" / "000000.params", proc)
+        wait_for(job_file, proc)
+        processes = child_pids.add_job_file(job_file)["processes"]
+        time.sleep(1.0)
+        for victim in (1, 2):
+            pid = next(p["pid"] for p in processes if p["role"] == "worker" and p["slot"] == victim)
+            os.kill(pid, signal.SIGKILL)
+            _wait_until(lambda: _registrations(err_path, victim) >= 2, proc, 120,
+                        "the spare's registration for slot %d" % victim)
+        code = proc.wait(timeout=280)
+    finally:
+        err.close()
+        if job_file.exists():
+            child_pids.add_job_file(job_file)
+    stderr = err_path.read_text()
+    assert code == 0, stderr[-4000:]
+    restarts = json.loads(job_file.read_text())["worker_restarts"]
+    assert [r["slot"] for r in restarts] == [1, 2] and sorted(r["spare"] for r in restarts) == [0, 1], restarts
+    assert all(r["ended"] == "exit code 0" and not r["too_late"] for r in restarts), restarts
+    workers = {s: json.loads((out / ("worker-%d.json" % s)).read_text()) for s in range(3)}
+    assert workers[0]["rejoined_at_round"] is None
+    assert all(workers[s]["rejoined_at_round"] is not None and workers[s]["rounds"] > 0 for s in (1, 2)), workers
+    summary = json.loads((out / "summary.json").read_text())
+    events = [(e["event"], e["slot"]) for e in summary["elastic"]["events"]]
+    assert events == [("leave", 1), ("join", 1), ("leave", 2), ("join", 2)], events
+    digests = {w["final_model_sha256"] for w in workers.values()}
+    assert len(digests) == 1 and "" not in digests, digests
+    assert not child_pids.alive()
