@@ -15,6 +15,7 @@ Trainer with a clear error (:func:`mxhet.dataplane.channel.check_kvstore`).
 import functools
 
 GENERIC = "dist"
+ELASTIC_KVSTORE = "dist_async"   # the kvstore of every mode under --elastic --max-restarts
 
 
 def install(kvstore_type):
@@ -57,11 +58,11 @@ def install_for_launched_worker(env=None):
         # A job with spare workers (--max-restarts above 1, only under --elastic): every worker's kvstore
         # reports the job's rank and size, and a spare waits here for a slot (mxhet/spares.py).
         import mxnet as mx
-        from .policy.specs import executor_spec
         from .spares import install as install_spares
         current = mx.kvstore.create
-        install_spares(setup, executor_spec(mode, elastic=True).kvstore,
-                       getattr(current, "__wrapped__", current))
+        # every mode that takes --max-restarts runs dist_async servers under --elastic (nodelay too,
+        # whose spec says dist_sync: its elastic executor switches), so a spare creates that type
+        install_spares(setup, ELASTIC_KVSTORE, getattr(current, "__wrapped__", current))
         return
     if kvstore_type == "dist_async":
         install(kvstore_type)

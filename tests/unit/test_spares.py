@@ -162,3 +162,13 @@ def test_the_spare_setup_is_read_from_the_environment():
     assert (got.spare_ranks, got.num_workers, got.spare_file) == ((3, 4), 3, "/x/spare-0")
     with pytest.raises(ConfigError, match="MXHET_SPARE_RANKS"):
         spare_setup({"DMLC_ROLE": "worker", "MXHET_SPARE_RANKS": "x"})
+
+
+def test_every_restart_mode_runs_the_spares_kvstore_type_under_elastic():
+    # a spare creates its kvstore knowing only the mode: the type must be the one the mode's elastic executor
+    # checks (nodelay's class says dist_sync and its elastic instance switches: test_elastic_spares.py[nodelay])
+    from mxhet.control.membership import RESTART_MODES
+    from mxhet.kvstore_alias import ELASTIC_KVSTORE
+    from mxhet.modes import get_mode
+    types = {mode: get_mode(mode, elastic=True).kvstore_type for mode in RESTART_MODES if mode != "nodelay"}
+    assert set(types.values()) == {ELASTIC_KVSTORE}, types
