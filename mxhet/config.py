@@ -239,6 +239,7 @@ class WorkerConfig:
     test_kill_after_push: str = ""   # tests only: RANK:ROUND[:PATH] (MXHET_TEST_KILL_AFTER_PUSH)
     test_kill_computing: str = ""    # tests only: RANK[,RANK]:ROUND[:PATH] (MXHET_TEST_KILL_COMPUTING)
     elastic: bool = False   # mxhet-launch --elastic: a worker that dies leaves the job, the others train on
+    spare_workers: int = 0  # --max-restarts above 1: the spare worker processes of the job (MXHET_SPARE_RANKS)
 
     def slowdown_at(self, seconds):
         """The slowdown factor ``seconds`` after training started."""
@@ -301,6 +302,7 @@ def worker_config(env=None):
         test_kill_after_push=env.get("MXHET_TEST_KILL_AFTER_PUSH", ""),
         test_kill_computing=env.get("MXHET_TEST_KILL_COMPUTING", ""),
         elastic=env.get("MXHET_ELASTIC", "") == "1",
+        spare_workers=len([r for r in env.get("MXHET_SPARE_RANKS", "").split(",") if r]),
     )
 
 

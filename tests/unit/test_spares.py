@@ -172,3 +172,9 @@ def test_every_restart_mode_runs_the_spares_kvstore_type_under_elastic():
     from mxhet.modes import get_mode
     types = {mode: get_mode(mode, elastic=True).kvstore_type for mode in RESTART_MODES if mode != "nodelay"}
     assert set(types.values()) == {ELASTIC_KVSTORE}, types
+
+
+def test_a_worker_config_counts_the_spares_for_preduces_spare_slots():
+    from mxhet.config import worker_config
+    assert worker_config({"MXHET_SPARE_RANKS": "3,4"}).spare_workers == 2
+    assert worker_config({}).spare_workers == 0
