@@ -42,6 +42,8 @@ variables; the rest of the code receives a :class:`WorkerConfig`.
 ``MXHET_SPARE_RANKS``  ``--max-restarts K`` above 1: the PS-LITE ranks held by the job's spare
                        worker processes (comma-separated); a worker's rank as mxhet and its
                        script see it skips them (:mod:`mxhet.spares`)
+``MXHET_TAKEOVERS_FILE`` ``--max-restarts`` above 1, local workers: where the launcher lists which
+                       spare took over which slot when (the summary's ``elastic`` record names them)
 ``MXHET_SPARE_FILE``   set in a spare worker process only: the file through which the launcher
                        hands it a dead worker's slot (or the job's end)
 ``MXHET_TEST_KILL_AFTER_PUSH`` tests only: ``RANK:ROUND[:PATH]`` -- the worker of that PS-LITE
@@ -236,6 +238,7 @@ class WorkerConfig:
     live_dir: str = ""
     progress_file: str = ""
     exits_file: str = ""    # --elastic: the launcher's record of worker processes that ended (MXHET_EXITS_FILE)
+    takeovers_file: str = ""   # --max-restarts above 1: the launcher's record of the spares' takeovers
     test_kill_after_push: str = ""   # tests only: RANK:ROUND[:PATH] (MXHET_TEST_KILL_AFTER_PUSH)
     test_kill_computing: str = ""    # tests only: RANK[,RANK]:ROUND[:PATH] (MXHET_TEST_KILL_COMPUTING)
     elastic: bool = False   # mxhet-launch --elastic: a worker that dies leaves the job, the others train on
@@ -299,6 +302,7 @@ def worker_config(env=None):
         live_dir=env.get("MXHET_LIVE_DIR", ""),
         progress_file=env.get("MXHET_PROGRESS_FILE", ""),
         exits_file=env.get("MXHET_EXITS_FILE", ""),
+        takeovers_file=env.get("MXHET_TAKEOVERS_FILE", ""),
         test_kill_after_push=env.get("MXHET_TEST_KILL_AFTER_PUSH", ""),
         test_kill_computing=env.get("MXHET_TEST_KILL_COMPUTING", ""),
         elastic=env.get("MXHET_ELASTIC", "") == "1",

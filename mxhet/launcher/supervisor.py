@@ -476,6 +476,8 @@ class Supervisor:
         env = {"MXHET_PROGRESS_FILE": os.path.join(self.progress_dir, "worker-%d" % spec.slot)}
         if self.plan.elastic:
             env["MXHET_EXITS_FILE"] = self._exits_path()
+        if getattr(self.plan, "slot_ranks", ()):
+            env["MXHET_TAKEOVERS_FILE"] = os.path.join(self.progress_dir, "takeovers.json")
         return env
 
     def _spare_path(self, spec):
@@ -506,6 +508,12 @@ class Supervisor:
         except OSError as exc:
             self.console.say("cannot hand %s its order: %s" % (spare.spec.name, exc))
         spare.spec = dataclasses.replace(slot_spec, host=spare.spec.host, env=dict(spare.spec.env, **env))
+        takeovers = [{"slot": r["slot"], "spare": r["spare"], "unix": round(self.started + r["restarted_s"], 3)}
+                     for r in self.worker_restarts if "spare" in r]
+        try:
+            _write_json_atomic(env["MXHET_TAKEOVERS_FILE"], takeovers)
+        except (KeyError, OSError) as exc:
+            self.console.say("cannot write the record of the spares' takeovers: %s" % exc)
         self._feed_events()
         self.write_job_file("running", None)
 

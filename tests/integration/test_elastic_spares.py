@@ -93,6 +93,7 @@ def test_the_same_slot_killed_twice_is_taken_over_by_two_spares_and_ends_on_the_
     assert [(e["event"], e["slot"], e["rank"]) for e in events] == [
         ("leave", victim, victim), ("join", victim, victim), ("leave", victim, victim), ("join", victim, victim)]
     assert events[1]["round"] < events[2]["round"] and events[3]["round"] == joined, events
+    assert [e.get("spare") for e in events] == [None, 0, None, 1], events
     assert set(members[events[1]["round"]:events[2]["round"]]) == {3}, members   # the first spare took part
     digests = {w["final_model_sha256"] for w in workers.values()}
     assert len(digests) == 1 and "" not in digests, digests

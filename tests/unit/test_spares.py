@@ -178,3 +178,18 @@ def test_a_worker_config_counts_the_spares_for_preduces_spare_slots():
     from mxhet.config import worker_config
     assert worker_config({"MXHET_SPARE_RANKS": "3,4"}).spare_workers == 2
     assert worker_config({}).spare_workers == 0
+
+
+def test_the_summarys_joins_name_the_spare_that_took_the_slot_over():
+    from mxhet.control.membership import job_events
+    record = {"slots": {"0": 0, "1": 1},
+              "events": [{"event": "leave", "rank": 1, "cause": "died", "round": 3, "t": 1004.0},
+                         {"event": "join", "rank": 1, "cause": "restarted", "round": 6, "t": 1009.0},
+                         {"event": "leave", "rank": 1, "cause": "died", "round": 9, "t": 1014.0},
+                         {"event": "join", "rank": 1, "cause": "restarted", "round": 12, "t": 1019.0}],
+              "rounds_by_rank": {"0": list(range(20)), "1": list(range(3)) + list(range(6, 9)) + list(range(12, 20))}}
+    takeovers = [{"slot": 1, "spare": 1, "unix": 1017.5}, {"slot": 1, "spare": 0, "unix": 1007.5}]
+    got = job_events(record, [], origin=1000.0, takeovers=takeovers)["events"]
+    assert [(e["event"], e.get("spare")) for e in got] == [("leave", None), ("join", 0), ("leave", None),
+                                                           ("join", 1)]
+    assert all("spare" not in e for e in job_events(record, [], origin=1000.0)["events"])
