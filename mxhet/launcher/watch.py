@@ -54,6 +54,14 @@ train on), and the job succeeds once every worker has exited and at least one
 of them exited 0; it fails only when none did (e.g. every survivor stopped
 because the job fell below its minimum of live workers).
 
+Under ``--max-restarts`` a departed worker is started again after the delay
+while another worker trains; with spares (``--max-restarts`` above 1, processes
+of role ``spare``) the decision is ``activate`` instead: an idle spare on the
+dead worker's host, else the first idle one, takes over its slot, and the dead
+worker is never served again. Spares are not workers for rules 2 to 6; one that
+exits non-zero fails the job (rule 1), and the drain waits for the idle ones,
+which the supervisor tells to exit.
+
 Rules 3 to 5 need the worker's CPU time (read from /proc, on the worker's
 host over ssh for a remote one); where it is unknown (no /proc, or the probe
 failed) rule 3 goes by output alone and rules 4 and 5 do not apply. Rule 5
@@ -109,8 +117,8 @@ class Observation:
 class Decision:
     """``action`` is ``continue``, ``restart`` (``index``: the process to
     start again), ``activate`` (``index``: a dead worker whose slot the idle
-    spare ``spare`` takes over, ``--max-restarts`` above 1), ``end`` (``index``: a worker started again too late, rule 6)
-    or ``finish`` (``exit_code``; ``failures``: (index, why)
+    spare ``spare`` takes over, ``--max-restarts`` above 1), ``end``
+    (``index``: a worker started again too late, rule 6) or ``finish`` (``exit_code``; ``failures``: (index, why)
     pairs; ``note``: a line for the console)."""
     action: str
     exit_code: Optional[int] = None
