@@ -193,3 +193,49 @@ def test_the_summarys_joins_name_the_spare_that_took_the_slot_over():
     assert [(e["event"], e.get("spare")) for e in got] == [("leave", None), ("join", 0), ("leave", None),
                                                            ("join", 1)]
     assert all("spare" not in e for e in job_events(record, [], origin=1000.0)["events"])
+
+
+# -- the supervisor: an activation and the release, on fake processes ------------------------------------------
+
+def _child(role, slot, returncode, env, pid):
+    import types
+    from mxhet.launcher.jobplan import ProcessSpec
+    spec = ProcessSpec(role=role, slot=slot, host="127.0.0.1", argv=("python", "t.py"), env=env)
+    return types.SimpleNamespace(spec=spec, pid=pid, popen=types.SimpleNamespace(returncode=returncode),
+                                 drain=lambda timeout: None)
+
+
+def test_the_supervisor_hands_the_slot_to_the_spare_relabels_it_records_it_and_releases_the_idle_ones(tmp_path):
+    import json
+    import types
+    from mxhet.launcher.supervisor import Supervisor
+    from mxhet.launcher.watch import Decision
+    from mxhet.spares import read_order
+    plan = types.SimpleNamespace(elastic=True, worker_restarts=2, worker_restart_delay=0.0, live_dir="",
+                                 slot_ranks=(0, 1), job_file=None)
+    sup = Supervisor(plan)
+    sup.progress_dir = str(tmp_path)
+    sup.console = types.SimpleNamespace(say=lambda text: None, write=lambda stream, text: None)
+    worker_env = {"MXHET_SLOT": "1", "MXHET_SLOWDOWN": "4.0", "PORT": "7001", "DMLC_NODE_HOST": "127.0.0.1"}
+    spare_env = {"MXHET_SLOT": "0", "MXHET_SLOWDOWN": "1.0", "PORT": "7009", "DMLC_NODE_HOST": "127.0.0.1"}
+    sup.children = [_child("worker", 0, None, dict(worker_env, MXHET_SLOT="0"), 10),
+                    _child("worker", 1, -9, worker_env, 11),
+                    _child("spare", 0, None, spare_env, 12), _child("spare", 1, None, spare_env, 13)]
+    sup.watch.restarts.append((1, sup._t0 + 1.0, sup._t0 + 8.0))
+    sup._activate_spare(Decision("activate", index=1, spare=2))
+    order = read_order(str(tmp_path / "spare-0"))
+    assert order["slot"] == 1 and order["rank"] == 1
+    env = order["env"]
+    assert env["MXHET_SLOT"] == "1" and env["MXHET_SLOWDOWN"] == "4.0" and "PORT" not in env
+    assert env["MXHET_PROGRESS_FILE"] == str(tmp_path / "worker-1")
+    assert (tmp_path / "worker-1").read_text() == "started"
+    taken = sup.children[2].spec
+    assert (taken.role, taken.slot, taken.env["PORT"]) == ("worker", 1, "7009")   # its own PS-LITE port
+    [record] = sup.worker_restarts
+    assert (record["slot"], record["spare"], record["spare_pid"], record["died_s"]) == (1, 0, 12, 1.0)
+    takeovers = json.loads((tmp_path / "takeovers.json").read_text())
+    assert [(t["slot"], t["spare"]) for t in takeovers] == [(1, 0)]
+    assert read_order(str(tmp_path / "spare-1")) is None
+    sup._release_spares()
+    assert read_order(str(tmp_path / "spare-1")) == {"over": True}
+    assert read_order(str(tmp_path / "spare-0"))["slot"] == 1   # the taken-over one is a worker now
