@@ -97,10 +97,9 @@ def adapt(kv, rank, num_workers, skip_init=False):
     return kv
 
 
-def _answer_barriers(kv):
-    from .gluon_private import kvstore_barrier
+def _answer_barriers(kv, barrier):
     while True:
-        kvstore_barrier(kv)
+        barrier(kv)
 
 
 def install(setup, kvstore_type, original_create):
@@ -116,8 +115,10 @@ def install(setup, kvstore_type, original_create):
         return adapt(kv, job_rank(kv.rank, setup.spare_ranks), setup.num_workers)
 
     if setup.spare_file:
+        from .gluon_private import kvstore_barrier   # imported here: the thread runs while mxhet is imported
         kv = original_create(kvstore_type)
-        threading.Thread(target=_answer_barriers, args=(kv,), name="mxhet-spare-barriers", daemon=True).start()
+        threading.Thread(target=_answer_barriers, args=(kv, kvstore_barrier), name="mxhet-spare-barriers",
+                         daemon=True).start()
         order = wait_for_order(setup.spare_file)
         if order.get("over"):
             os._exit(0)   # PS-LITE's exit barrier would count the dead

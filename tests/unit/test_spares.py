@@ -239,3 +239,20 @@ def test_the_supervisor_hands_the_slot_to_the_spare_relabels_it_records_it_and_r
     sup._release_spares()
     assert read_order(str(tmp_path / "spare-1")) == {"over": True}
     assert read_order(str(tmp_path / "spare-0"))["slot"] == 1   # the taken-over one is a worker now
+
+
+def test_the_adapter_reports_the_jobs_rank_and_size_and_a_taken_over_spare_skips_init():
+    import mxnet as mx
+    from mxhet.spares import adapt
+    from mxhet.dataplane import is_dist_kvstore
+    kv = adapt(mx.kv.create("local"), 2, 3)
+    assert (kv.rank, kv.num_workers) == (2, 3) and isinstance(kv, mx.kv.KVStore)
+    kv.init(0, mx.nd.ones((2,)))
+    out = mx.nd.zeros((2,))
+    kv.pull(0, out=out)
+    assert out.asnumpy().tolist() == [1.0, 1.0]
+    spare = adapt(mx.kv.create("local"), 1, 3, skip_init=True)
+    spare.init(0, mx.nd.ones((2,)))   # nothing: on the cluster the key is on the servers already
+    with pytest.raises(mx.base.MXNetError):
+        spare.pull(0, out=out)
+    assert not is_dist_kvstore(spare)   # still what it was (a local store here), same handle
