@@ -298,7 +298,8 @@ class JobWatch:
             if self.phase == "running":
                 self.phase = "draining"
                 self._drain_deadline = now + self.server_grace
-                note = "all %d workers finished" % len(workers)
+                # (by slot: a slot a spare took over has its dead worker too)
+                note = "all %d workers finished" % len({observations[i].name for i in workers})
             else:
                 note = ""
             running = [o.name for o in observations if o.role in (SCHEDULER, SERVER, SPARE) and o.returncode is None]

@@ -66,8 +66,10 @@ def _job(workers, spares, hosts=None):
     hosts = hosts or {}
     obs = [Observation(name="worker %d" % i, role="worker", returncode=c, host=hosts.get(("worker", i), "h"))
            for i, c in enumerate(workers)]
-    obs += [Observation(name="spare %d" % j, role=r, returncode=c, host=hosts.get(("spare", j), "h"))
-            for j, (r, c) in enumerate(spares)]
+    # a spare entry: (role, code) or, taken over, ("worker", code, slot) -- the supervisor renames it
+    obs += [Observation(name="spare %d" % j if len(e) == 2 else "worker %d" % e[2], role=e[0], returncode=e[1],
+                        host=hosts.get(("spare", j), "h"))
+            for j, e in enumerate(spares)]
     return SERVICES + obs
 
 
@@ -85,22 +87,22 @@ def test_a_death_is_served_by_an_idle_spare_after_the_delay_and_a_second_by_the_
     assert (d.action, d.index, d.spare) == ("activate", 4, 6)
     assert "spare 0 takes over its slot (1 worker restart(s) left)" in d.note
     # spare 0 now runs as worker 1 (the supervisor relabels it); the dead worker 1 is never served again
-    taken = [("worker", None), ("spare", None)]
+    taken = [("worker", None, 1), ("spare", None)]
     for t in (8.0, 20.0):
         assert w.decide(_job([None, -9, None], taken), t).action == "continue"
     # the same slot dies again: spare 1 takes it over
-    taken_dead = [("worker", -9), ("spare", None)]
+    taken_dead = [("worker", -9, 1), ("spare", None)]
     assert w.decide(_job([None, -9, None], taken_dead), 30.0).action == "continue"
     d = w.decide(_job([None, -9, None], taken_dead), 37.0)
     assert (d.action, d.index, d.spare) == ("activate", 6, 7)
     assert w.spares_used == [(4, 6), (6, 7)] and w.departures == [(4, 0), (6, 30.0)]
     # no restart left: a third death is a departure; all done -> draining, exit 0
-    both = [("worker", -9), ("worker", -9)]
-    d = w.decide(_job([None, None, -9], both), 40.0)
+    both = [("worker", -9, 1), ("worker", None, 1)]
+    d = w.decide(_job([None, -9, -9], both), 40.0)
     assert d.action == "continue" and "others train on" in d.note
-    assert w.decide(_job([None, None, -9], both), 60.0).action == "continue"
-    w.decide(_job([0, -9, -9], [("worker", -9), ("worker", 0)]), 61.0)
-    assert w.phase == "draining"
+    assert w.decide(_job([None, -9, -9], both), 60.0).action == "continue"
+    d = w.decide(_job([0, -9, -9], [("worker", -9, 1), ("worker", 0, 1)]), 61.0)
+    assert w.phase == "draining" and d.note == "all 3 workers finished"   # slots, not processes
 
 
 def test_the_spare_on_the_dead_workers_host_is_taken_first_else_any():
