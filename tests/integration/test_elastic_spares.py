@@ -161,3 +161,31 @@ def test_two_slots_killed_one_after_the_other_or_at_once_are_each_taken_over_by_
     digests = {w["final_model_sha256"] for w in workers.values()}
     assert len(digests) == 1 and "" not in digests, digests
     assert not child_pids.alive()
+
+
+def test_spares_never_needed_exit_0_at_the_jobs_end_and_count_nowhere(tmp_path, child_pids):
+    out = tmp_path / "out"
+    proc, job_file, err = start(tmp_path, ["-n", "2", "-s", "1", "--sync", "localsgd", "--base-iter", "0.05",
+                                           "--timeout", "200", "--heartbeat-timeout", "3", "--elastic",
+                                           "--max-restarts", "2"],
+                                train_command(out, "--max-rounds", "100000", "--time-budget", "8"))
+    child_pids.add(proc.pid)
+    try:
+        wait_for(job_file, proc)
+        child_pids.add_job_file(job_file)
+        code = proc.wait(timeout=180)
+    finally:
+        err.close()
+    stderr = (tmp_path / "launcher.err").read_text()
+    assert code == 0, stderr[-4000:]
+    assert "all 2 workers finished" in stderr
+    job = json.loads(job_file.read_text())
+    spares = [p for p in job["processes"] if p["role"] == "spare"]
+    assert [(p["slot"], p["exit_code"], p["ended_by_launcher"]) for p in spares] == [(0, 0, False), (1, 0, False)]
+    assert job["worker_restarts"] == []
+    workers = [json.loads((out / ("worker-%d.json" % s)).read_text()) for s in range(2)]
+    assert [w["rank"] for w in workers] == [0, 1]   # the job's ranks, the spares' PS-LITE ranks skipped
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["round_members"]) == {2}, summary["round_members"]   # no round counted a spare
+    assert {w["final_model_sha256"] for w in workers} == {summary["workers"][0]["final_model_sha256"]}
+    assert not child_pids.alive()
