@@ -39,6 +39,13 @@ variables; the rest of the code receives a :class:`WorkerConfig`.
 ``MXHET_EXITS_FILE``   ``--elastic``: where the launcher lists the workers whose process
                        ended while the job went on (JSON: slot, cause, Unix time), for the
                        chief's summary; empty = none
+``MXHET_SPARE_RANKS``  ``--max-restarts K`` above 1: the PS-LITE ranks held by the job's spare
+                       worker processes (comma-separated); a worker's rank as mxhet and its
+                       script see it skips them (:mod:`mxhet.spares`)
+``MXHET_TAKEOVERS_FILE`` ``--max-restarts`` above 1, local workers: where the launcher lists which
+                       spare took over which slot when (the summary's ``elastic`` record names them)
+``MXHET_SPARE_FILE``   set in a spare worker process only: the file through which the launcher
+                       hands it a dead worker's slot (or the job's end)
 ``MXHET_TEST_KILL_AFTER_PUSH`` tests only: ``RANK[,RANK...]:ROUND[:PATH]`` -- the worker of each
                        PS-LITE rank named saves the deltas it pushed in that round to PATH
                        (.npz) and sends itself SIGKILL between its push and its pull (a death
@@ -233,9 +240,11 @@ class WorkerConfig:
     live_dir: str = ""
     progress_file: str = ""
     exits_file: str = ""    # --elastic: the launcher's record of worker processes that ended (MXHET_EXITS_FILE)
+    takeovers_file: str = ""   # --max-restarts above 1: the launcher's record of the spares' takeovers
     test_kill_after_push: str = ""   # tests only: RANK:ROUND[:PATH] (MXHET_TEST_KILL_AFTER_PUSH)
     test_kill_computing: str = ""    # tests only: RANK[,RANK]:ROUND[:PATH] (MXHET_TEST_KILL_COMPUTING)
     elastic: bool = False   # mxhet-launch --elastic: a worker that dies leaves the job, the others train on
+    spare_workers: int = 0  # --max-restarts above 1: the spare worker processes of the job (MXHET_SPARE_RANKS)
 
     def slowdown_at(self, seconds):
         """The slowdown factor ``seconds`` after training started."""
@@ -295,9 +304,11 @@ def worker_config(env=None):
         live_dir=env.get("MXHET_LIVE_DIR", ""),
         progress_file=env.get("MXHET_PROGRESS_FILE", ""),
         exits_file=env.get("MXHET_EXITS_FILE", ""),
+        takeovers_file=env.get("MXHET_TAKEOVERS_FILE", ""),
         test_kill_after_push=env.get("MXHET_TEST_KILL_AFTER_PUSH", ""),
         test_kill_computing=env.get("MXHET_TEST_KILL_COMPUTING", ""),
         elastic=env.get("MXHET_ELASTIC", "") == "1",
+        spare_workers=len([r for r in env.get("MXHET_SPARE_RANKS", "").split(",") if r]),
     )
 
 
@@ -308,6 +319,37 @@ def launched_worker_mode(env=None):
     if env.get("DMLC_ROLE") != "worker":
         return None
     return env.get("MXHET_SYNC", "") or None
+
+
+@dataclasses.dataclass(frozen=True)
+class SpareSetup:
+    """A launched worker's view of the job's spare worker processes (``--max-restarts`` above 1).
+
+    ``spare_ranks``: the PS-LITE ranks the spares hold; ``num_workers``: the job's workers without
+    them (``MXHET_NUM_SLOTS``); ``spare_file``: set in a spare itself, where its orders arrive."""
+    spare_ranks: tuple
+    num_workers: int
+    spare_file: str = ""
+
+
+def spare_setup(env=None):
+    """The launched worker's :class:`SpareSetup`, or None when the job has no spares.
+
+    Raises:
+        ConfigError: ``MXHET_SPARE_RANKS`` is malformed.
+    """
+    env = os.environ if env is None else env
+    raw = env.get("MXHET_SPARE_RANKS", "")
+    if env.get("DMLC_ROLE") != "worker" or not raw:
+        return None
+    try:
+        ranks = tuple(sorted(int(r) for r in raw.split(",")))
+    except ValueError:
+        raise ConfigError("MXHET_SPARE_RANKS must be comma-separated ranks, got %r" % raw) from None
+    if any(r < 0 for r in ranks):
+        raise ConfigError("MXHET_SPARE_RANKS must hold ranks >= 0, got %r" % raw)
+    return SpareSetup(spare_ranks=ranks, num_workers=_int(env, "MXHET_NUM_SLOTS", 1, 1),
+                      spare_file=env.get("MXHET_SPARE_FILE", ""))
 
 
 def data_dir(env=None):

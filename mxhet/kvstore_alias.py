@@ -15,6 +15,7 @@ Trainer with a clear error (:func:`mxhet.dataplane.channel.check_kvstore`).
 import functools
 
 GENERIC = "dist"
+ELASTIC_KVSTORE = "dist_async"   # the kvstore of every mode under --elastic --max-restarts
 
 
 def install(kvstore_type):
@@ -42,7 +43,7 @@ def install_for_launched_worker(env=None):
     """In a worker ``mxhet-launch`` started for a ``dist_async`` mode, install
     the alias; elsewhere (the launcher, servers, the State Server, a script run
     alone, the ``dist_sync`` modes, for which ``'dist'`` already fits) do nothing."""
-    from .config import launched_worker_mode
+    from .config import launched_worker_mode, spare_setup
     from .errors import UnknownModeError
     from .policy import get_spec
     mode = launched_worker_mode(env)
@@ -51,6 +52,17 @@ def install_for_launched_worker(env=None):
     try:
         kvstore_type = get_spec(mode).kvstore
     except UnknownModeError:   # the Trainer reports it, with the known modes
+        return
+    setup = spare_setup(env)
+    if setup is not None:
+        # A job with spare workers (--max-restarts above 1, only under --elastic): every worker's kvstore
+        # reports the job's rank and size, and a spare waits here for a slot (mxhet/spares.py).
+        import mxnet as mx
+        from .spares import install as install_spares
+        current = mx.kvstore.create
+        # every mode that takes --max-restarts runs dist_async servers under --elastic (nodelay too,
+        # whose spec says dist_sync: its elastic executor switches), so a spare creates that type
+        install_spares(setup, ELASTIC_KVSTORE, getattr(current, "__wrapped__", current))
         return
     if kvstore_type == "dist_async":
         install(kvstore_type)

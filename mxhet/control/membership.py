@@ -510,7 +510,7 @@ def rounds_as_ranges(rounds):
     return out
 
 
-def job_events(record, exits=(), origin=0.0):
+def job_events(record, exits=(), origin=0.0, takeovers=()):
     """The leaves and joins of a job for its summary, from the round rendezvous' record and the launcher's.
 
     Args:
@@ -519,6 +519,8 @@ def job_events(record, exits=(), origin=0.0):
         exits: the launcher's record of workers whose process ended while the job went on: dicts with
             ``slot``, ``cause`` ("killed by signal 9", "exit code 3") and ``unix`` (when it saw it).
         origin: the Unix time the summary's seconds count from (the run's start).
+        takeovers: ``--max-restarts`` above 1, the launcher's record of the spares that took over a slot:
+            dicts with ``slot``, ``spare`` and ``unix``; the slot's joins, in time order, get ``spare``.
 
     Returns:
         ``{"events": [...], "rounds_by_slot": {slot: [[first, last], ...]}}``; each event has ``t_s``
@@ -551,6 +553,11 @@ def job_events(record, exits=(), origin=0.0):
     events += [{"t_s": round(x["unix"] - origin, 3), "event": "leave", "slot": x["slot"],
                 "rank": ranks.get(x["slot"]), "round": None, "cause": x["cause"]} for x in unused]
     events.sort(key=lambda e: float("inf") if e["t_s"] is None else e["t_s"])
+    for slot in {t["slot"] for t in takeovers}:
+        joins = [e for e in events if e["slot"] == slot and e["event"] in ("join", "late")]
+        for event, taken in zip(joins, sorted((t for t in takeovers if t["slot"] == slot),
+                                              key=lambda t: t["unix"])):
+            event["spare"] = taken["spare"]
     # A rank may come back for another slot (two workers restarted at once swap ranks): its rounds from
     # each join on belong to the slot that joined.
     by_slot = {}

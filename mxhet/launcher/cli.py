@@ -95,8 +95,9 @@ def build_parser():
                             "in all; it takes PS-LITE's recovery of the dead node's rank, the current global model, "
                             "and joins at the next round boundary (preduce: the groups from its first READY; async: "
                             "its first push after pulling the model; gcada, cada: its group from the iteration after "
-                            "its first request); at "
-                            "most 1: PS-LITE's scheduler serves one recovery per job; in modes %s (default: %%(default)s)"
+                            "its first request); above 1 (--launcher local only) the launcher "
+                            "starts K spare workers with the job, idle until one takes a dead worker's slot "
+                            "(PS-LITE's scheduler serves one recovery per job); in modes %s (default: %%(default)s)"
                             % ", ".join(RESTART_MODES))
     state.add_argument("--restart-delay", type=float, default=None, metavar="SECONDS",
                        help="with --max-restarts: the least seconds between a worker's death and its restart "
@@ -358,10 +359,10 @@ def parse_args(argv=None):
             parser.error("--restart-delay must be a finite number of seconds >= %g (PS-LITE and the State Server "
                          "must count the dead worker dead before its replacement connects), got %r"
                          % (least, args.restart_delay))
-    if args.max_restarts > PS_MAX_RECOVERIES:
-        parser.error("--max-restarts %d: MXNet 1.9.1's PS-LITE serves %d worker recovery per job (its scheduler "
-                     "aborts at the second: van.cc checks its never-cleared list of recovered nodes holds one); "
-                     "use --max-restarts %d" % (args.max_restarts, PS_MAX_RECOVERIES, PS_MAX_RECOVERIES))
+    if args.max_restarts > PS_MAX_RECOVERIES and (args.launcher or ("ssh" if args.hostfile else "local")) != "local":
+        parser.error("--max-restarts %d: above %d the restarts take spare workers started with the job, which "
+                     "the launcher hands a slot through a local file: --launcher local only (with ssh, use "
+                     "--max-restarts %d)" % (args.max_restarts, PS_MAX_RECOVERIES, PS_MAX_RECOVERIES))
     if args.elastic and args.sync not in CLUSTER_ELASTIC_MODES:
         parser.error("--elastic works in modes %s, not %r (a death there fails the job fast: its servers or "
                      "rules count a fixed number of workers)" % (", ".join(CLUSTER_ELASTIC_MODES), args.sync))

@@ -4,6 +4,7 @@ SCHEDULER = "scheduler"
 SERVER = "server"
 STATE_SERVER = "state-server"
 WORKER = "worker"
+SPARE = "spare"   # --max-restarts above 1: a worker process held idle until it takes a dead worker's slot
 
 PROGRESS_STARTED = "started"
 """The progress note the launcher writes for a worker it starts again (``--max-restarts``), before the

@@ -4,6 +4,7 @@
 and environment variable.
 """
 import dataclasses
+import functools
 import ipaddress
 import os
 import shlex
@@ -12,7 +13,7 @@ from typing import Optional
 
 from ..errors import ConfigError
 from .codes import (EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_STATE_SERVER_SILENT_WORKER,  # noqa: F401
-                    EXIT_TIMEOUT, EXIT_USAGE, SCHEDULER, SERVER, STATE_SERVER, WORKER)
+                    EXIT_TIMEOUT, EXIT_USAGE, SCHEDULER, SERVER, SPARE, STATE_SERVER, WORKER)
 from .ports import find_free_port
 from .watch import DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S, DEFAULT_START_GRACE_S
 
@@ -90,7 +91,40 @@ PS_MAX_RECOVERIES = 1
 """``--max-restarts``: worker restarts PS-LITE's recovery serves in one job. MXNet 1.9.1's scheduler keeps
 every recovered node in one list it never clears and checks that the list holds one node
 (``van.cc``: ``CHECK_EQ(recovery_nodes->control.node.size(), 1)``): a second recovery aborts the
-scheduler, and with it the job (seen with two workers killed at once and ``--max-restarts 2``)."""
+scheduler, and with it the job (seen with two workers killed at once and ``--max-restarts 2``). Above it the
+launcher reserves spare workers instead (:func:`spare_count`)."""
+
+
+def spare_count(max_restarts):
+    """Spare worker processes started with the job for ``--max-restarts K``: none for K <= 1 (PS-LITE's
+    recovery serves the one restart), else K, one per restart (every restart then takes a spare: one
+    mechanism for the whole job, and no restart depends on PS-LITE's recovery list)."""
+    return max_restarts if max_restarts > PS_MAX_RECOVERIES else 0
+
+
+def ps_worker_ranks(nodes):
+    """PS-LITE's worker ranks of ``nodes``, a list of ``(DMLC_NODE_HOST, PORT)``, in that order: MXNet
+    1.9.1's scheduler sorts the nodes by host in decreasing string order, then by increasing port
+    (``van.cc``, ``ProcessAddNodeCommandAtScheduler``), and numbers them in that order."""
+    order = sorted(range(len(nodes)), key=lambda i: (_Descending(nodes[i][0]), nodes[i][1]))
+    ranks = [0] * len(nodes)
+    for rank, i in enumerate(order):
+        ranks[i] = rank
+    return ranks
+
+
+@functools.total_ordering
+class _Descending:
+    def __init__(self, text):
+        self.text = text
+
+    def __eq__(self, other):
+        return self.text == other.text
+
+    def __lt__(self, other):
+        return self.text > other.text
+
+
 """``--elastic`` without ``--heartbeat-timeout``: seconds of silence after
 which the State Server drops a worker as dead (workers send a heartbeat every
 second, also while they compute or wait)."""
@@ -128,6 +162,9 @@ class Plan:
     #: worker writes its live state to (``MXHET_LIVE_DIR``); None and "" without
     live_view: Optional[tuple] = None
     live_dir: str = ""
+    #: ``--max-restarts`` above 1: each slot's rank in the job (what its worker's ``kv.rank`` reports, the
+    #: State Server's rank), handed to the spare that takes the slot over; () without spares
+    slot_ranks: tuple = ()
 
     def by_role(self, role):
         """The process specs of one role, in start order."""
@@ -326,12 +363,13 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
 
     root_port = None
     dmlc = {}
+    spares = spare_count(getattr(args, "max_restarts", 0) or 0) if dist and getattr(args, "elastic", False) else 0
     if dist:
         root_port = port(args.root_port)
         dmlc = {
             "DMLC_PS_ROOT_URI": first,
             "DMLC_PS_ROOT_PORT": str(root_port),
-            "DMLC_NUM_WORKER": str(n),
+            "DMLC_NUM_WORKER": str(n + spares),   # PS-LITE counts the spares as workers
             "DMLC_NUM_SERVER": str(num_servers),
         }
         if getattr(args, "max_restarts", 0):
@@ -396,7 +434,18 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
         processes.append(spec(STATE_SERVER, None, first, argv, {**base, **passed, "OMP_NUM_THREADS": "1"}))
 
     worker_hosts = [hosts[slot % len(hosts)] for slot in range(n)]
-    worker_ports = slot_ports(n, port) if dist else []
+    used_hosts = list(dict.fromkeys(worker_hosts))
+    spare_hosts = [used_hosts[j % len(used_hosts)] for j in range(spares)]   # round-robin over the workers' hosts
+    # a spare's port is above every worker's: on each host the workers keep their ranks in slot order
+    worker_ports = slot_ports(n + spares, port) if dist else []
+    spare_ports, worker_ports = worker_ports[n:], worker_ports[:n]
+    slot_ranks = ()
+    spare_env = {}
+    if spares:
+        ranks = ps_worker_ranks(list(zip(worker_hosts + spare_hosts, worker_ports + spare_ports)))
+        spare_ranks = ranks[n:]
+        slot_ranks = tuple(r - sum(1 for s in spare_ranks if s < r) for r in ranks[:n])
+        spare_env["MXHET_SPARE_RANKS"] = ",".join(str(r) for r in sorted(spare_ranks))
     for slot, host in enumerate(worker_hosts):
         threads = args.omp_threads or max(1, cpu_count // worker_hosts.count(host))
         env = {**base, **passed, "OMP_NUM_THREADS": str(threads), **env_worker,
@@ -414,9 +463,16 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
             env["MXHET_LIVE_DIR"] = args.live_dir
         if dist:
             # PORT: PS-LITE's rank follows the slot on each host (slot_ports)
-            env.update(dmlc, DMLC_ROLE=WORKER, DMLC_NODE_HOST=host, PORT=str(worker_ports[slot]))
+            env.update(dmlc, DMLC_ROLE=WORKER, DMLC_NODE_HOST=host, PORT=str(worker_ports[slot]), **spare_env)
         processes.append(spec(WORKER, slot, host, args.command, env,
                               context=args.contexts[slot], slowdown=args.slowdowns[slot]))
+    workers = list(processes[-n:]) if n else []
+    for j, host in enumerate(spare_hosts):
+        # a spare idles until the launcher gives it a dead worker's slot (mxhet/spares.py); its env is a
+        # worker's of its host until then, its PS-LITE identity its own
+        like = next(w for w in workers if w.host == host)
+        env = dict(like.env, DMLC_NODE_HOST=host, PORT=str(spare_ports[j]))
+        processes.append(spec(SPARE, j, host, args.command, env))
 
     return Plan(mode=args.sync, kvstore=args.kvstore_type, launcher=args.launcher,
                 root_uri=first if dist else None, root_port=root_port,
@@ -433,4 +489,4 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
                 start_grace=getattr(args, "start_grace", DEFAULT_START_GRACE_S),
                 scratch=tuple(d for d in (getattr(args, "control_keys", ""), getattr(args, "live_dir", "")) if d),
                 live_view=getattr(args, "dashboard_address", None) if getattr(args, "live_dir", "") else None,
-                live_dir=getattr(args, "live_dir", ""))
+                live_dir=getattr(args, "live_dir", ""), slot_ranks=slot_ranks)

@@ -28,7 +28,7 @@ from .jobplan import (DEFAULT_KILL_GRACE_S, DEFAULT_POLL_INTERVAL_S, DEFAULT_SER
                    DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_WORKER_GRACE_S, EXIT_FAILED, EXIT_OK, EXIT_SIGINT,
                    EXIT_SIGTERM, EXIT_TIMEOUT, JOB_FILE_FORMAT, LOCAL_HOST, OUTPUT_DRAIN_S, REMOTE_PID_MARK,
                    STDERR_TAIL_LINES, WORKER, with_env)
-from .codes import PROGRESS_LATE, PROGRESS_STARTED
+from .codes import PROGRESS_LATE, PROGRESS_STARTED, SPARE
 from .watch import (DEFAULT_HANG_GRACE_S, DEFAULT_LATE_GRACE_S, DEFAULT_ORPHAN_GRACE_S, DEFAULT_START_GRACE_S,
                     JobWatch, Observation, describe_exit, exit_cause)
 
@@ -426,6 +426,8 @@ class Supervisor:
         self.worker_exits = []        # --elastic: one dict per worker process that ended while the job went on
         self._exit_rounds = []        # --dashboard: per worker exit, the rounds its last live report counted
         self._cpu = {}                # id(child) -> (cpu_s, read at)
+        self._restart_index = []      # per worker_restarts entry: the index of the process started (or activated)
+        self._spares_released = False
 
     # -- helpers ---------------------------------------------------------------
     def _hook(self, method, *args):
@@ -469,12 +471,63 @@ class Supervisor:
     def _progress_env(self, spec):
         """``MXHET_PROGRESS_FILE`` for a local worker (a remote one's note could not be read here), and
         under ``--elastic`` ``MXHET_EXITS_FILE`` (the record of :meth:`_note_exits`)."""
+        if spec.role == SPARE and not spec.remote and self.progress_dir:
+            return {"MXHET_SPARE_FILE": self._spare_path(spec)}
         if spec.role != WORKER or spec.remote or not self.progress_dir:
             return {}
         env = {"MXHET_PROGRESS_FILE": os.path.join(self.progress_dir, "worker-%d" % spec.slot)}
         if self.plan.elastic:
             env["MXHET_EXITS_FILE"] = self._exits_path()
+        if getattr(self.plan, "slot_ranks", ()):
+            env["MXHET_TAKEOVERS_FILE"] = os.path.join(self.progress_dir, "takeovers.json")
         return env
+
+    def _spare_path(self, spec):
+        """Where spare ``spec.slot`` reads the launcher's order (:mod:`mxhet.spares`)."""
+        return os.path.join(self.progress_dir, "spare-%d" % spec.slot)
+
+    def _activate_spare(self, decision):
+        """Hand the dead worker's slot to an idle spare (``--max-restarts`` above 1): the spare takes the
+        slot's environment (its data shard, slowdown, progress note; its PS-LITE identity stays its own)
+        and the slot's rank in the job, and from then on is the slot's worker at its own index."""
+        from ..spares import write_order
+        dead, spare = self.children[decision.index], self.children[decision.spare]
+        dead.drain(OUTPUT_DRAIN_S)
+        self.console.say("%s (pid %d) %s" % (dead.spec.name, dead.pid, decision.note))
+        _, seen, at = self.watch.restarts[-1]
+        self.worker_restarts.append({
+            "slot": dead.spec.slot, "cause": describe_exit(dead.popen.returncode),
+            "died_s": round(seen - self._t0, 3), "restarted_s": round(at - self._t0, 3),
+            "spare": spare.spec.slot, "spare_pid": spare.pid})
+        self._restart_index.append(decision.spare)
+        slot_spec = dead.spec
+        self._note_starting(slot_spec)
+        env = {k: v for k, v in slot_spec.env.items() if not k.startswith("DMLC_") and k != "PORT"}
+        env.update(self._progress_env(slot_spec))
+        try:
+            write_order(self._spare_path(spare.spec), {"slot": slot_spec.slot, "env": env,
+                                                       "rank": self.plan.slot_ranks[slot_spec.slot]})
+        except OSError as exc:
+            self.console.say("cannot hand %s its order: %s" % (spare.spec.name, exc))
+        spare.spec = dataclasses.replace(slot_spec, host=spare.spec.host, env=dict(spare.spec.env, **env))
+        takeovers = [{"slot": r["slot"], "spare": r["spare"], "unix": round(self.started + r["restarted_s"], 3)}
+                     for r in self.worker_restarts if "spare" in r]
+        try:
+            _write_json_atomic(env["MXHET_TAKEOVERS_FILE"], takeovers)
+        except (KeyError, OSError) as exc:
+            self.console.say("cannot write the record of the spares' takeovers: %s" % exc)
+        self._feed_events()
+        self.write_job_file("running", None)
+
+    def _release_spares(self):
+        """Tell every idle spare the job's workers are done: it exits 0 (:mod:`mxhet.spares`)."""
+        from ..spares import write_order
+        for child in self.children:
+            if child.spec.role == SPARE and child.popen.returncode is None and self.progress_dir:
+                try:
+                    write_order(self._spare_path(child.spec), {"over": True})
+                except OSError as exc:
+                    self.console.say("cannot release %s: %s" % (child.spec.name, exc))
 
     def _exits_path(self):
         return os.path.join(self.progress_dir, "exits.json")
@@ -502,11 +555,14 @@ class Supervisor:
         ``too_late`` (it came after the job's end and left with exit 0, its progress note says so:
         :func:`mxhet.modes.rounds.leave_too_late`). Returns True when a record changed."""
         changed = False
-        for record in self.worker_restarts:
+        for k, record in enumerate(self.worker_restarts):
             if "ended" in record:
                 continue
-            child = next((c for c in reversed(self.children)
-                          if c.spec.role == WORKER and c.spec.slot == record["slot"]), None)
+            if k < len(self._restart_index):
+                child = self.children[self._restart_index[k]]
+            else:   # a record made without the index: the slot's newest process
+                child = next((c for c in reversed(self.children)
+                              if c.spec.role == WORKER and c.spec.slot == record["slot"]), None)
             if child is None or child.popen.returncode is None:
                 continue
             record["ended"] = exit_cause(child.popen.returncode)
@@ -588,7 +644,7 @@ class Supervisor:
             observations.append(Observation(
                 name=child.spec.name, role=child.spec.role, returncode=child.popen.returncode,
                 last_output=child.last_output, exception=child.exception,
-                cpu_s=self._cpu_of(child, now) if needs_cpu else None, progress=progress))
+                cpu_s=self._cpu_of(child, now) if needs_cpu else None, progress=progress, host=child.spec.host))
         return observations
 
     def _interrupted(self, deadline):
@@ -634,6 +690,12 @@ class Supervisor:
             if self._note_restart_ends():
                 self.write_job_file("running", None)
             self._hook("polled", self)
+            if self.watch.phase == "draining" and not self._spares_released:
+                self._spares_released = True
+                self._release_spares()
+            if decision.action == "activate":
+                self._activate_spare(decision)
+                continue
             if decision.action == "restart":
                 old = self.children[decision.index]
                 old.drain(OUTPUT_DRAIN_S)
@@ -643,6 +705,7 @@ class Supervisor:
                     self.worker_restarts.append({
                         "slot": old.spec.slot, "cause": describe_exit(old.popen.returncode),
                         "died_s": round(seen - self._t0, 3), "restarted_s": round(at - self._t0, 3)})
+                    self._restart_index.append(decision.index)
                 spec = old.spec
                 if spec.role == WORKER:
                     self._note_starting(spec)

@@ -54,6 +54,14 @@ train on), and the job succeeds once every worker has exited and at least one
 of them exited 0; it fails only when none did (e.g. every survivor stopped
 because the job fell below its minimum of live workers).
 
+Under ``--max-restarts`` a departed worker is started again after the delay
+while another worker trains; with spares (``--max-restarts`` above 1, processes
+of role ``spare``) the decision is ``activate`` instead: an idle spare on the
+dead worker's host, else the first idle one, takes over its slot, and the dead
+worker is never served again. Spares are not workers for rules 2 to 6; one that
+exits non-zero fails the job (rule 1), and the drain waits for the idle ones,
+which the supervisor tells to exit.
+
 Rules 3 to 5 need the worker's CPU time (read from /proc, on the worker's
 host over ssh for a remote one); where it is unknown (no /proc, or the probe
 failed) rule 3 goes by output alone and rules 4 and 5 do not apply. Rule 5
@@ -65,7 +73,7 @@ import dataclasses
 from typing import Optional
 
 from .codes import (EXIT_FAILED, EXIT_OK, EXIT_STATE_SERVER_SILENT_WORKER, EXIT_USAGE, PROGRESS_STARTED,
-                    PROGRESS_TRAINER, SCHEDULER, SERVER, STATE_SERVER, WORKER)
+                    PROGRESS_TRAINER, SCHEDULER, SERVER, SPARE, STATE_SERVER, WORKER)
 
 #: Seconds a worker whose output ends in an uncaught exception may stay silent
 #: and idle before the job is declared failed.
@@ -102,19 +110,22 @@ class Observation:
     exception: bool = False
     cpu_s: Optional[float] = None
     progress: Optional[str] = None
+    host: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
     """``action`` is ``continue``, ``restart`` (``index``: the process to
-    start again), ``end`` (``index``: a worker started again too late, rule 6)
-    or ``finish`` (``exit_code``; ``failures``: (index, why)
+    start again), ``activate`` (``index``: a dead worker whose slot the idle
+    spare ``spare`` takes over, ``--max-restarts`` above 1), ``end``
+    (``index``: a worker started again too late, rule 6) or ``finish`` (``exit_code``; ``failures``: (index, why)
     pairs; ``note``: a line for the console)."""
     action: str
     exit_code: Optional[int] = None
     failures: tuple = ()
     index: Optional[int] = None
     note: str = ""
+    spare: Optional[int] = None
 
 
 CONTINUE = Decision("continue")
@@ -184,6 +195,8 @@ class JobWatch:
         self._starting = {}         # worker index -> when it was started again, until it trains, ends or is ended
         self._alone_since = {}      # worker index -> when rule 6 first found every other worker gone
         self.late_ends = []         # (index, at) per replacement ended as too late (rule 6), for the record
+        self._replaced = set()      # dead workers whose slot a spare took over (each is served once)
+        self.spares_used = []       # (dead worker index, spare index) per activation, for the record
         self.departures = []        # (index, seen at) per worker exit the job went on after (elastic), for the record
         self.phase = "running"
         self._early = None          # (index of a service that exited 0 early, deadline)
@@ -199,7 +212,7 @@ class JobWatch:
         """Rule 1 under ``--max-restarts``: a departed worker is started again once the delay
         after its death has passed, while another worker still trains; returns the Decision or None."""
         running = [i for i in workers if observations[i].returncode is None]
-        for i in sorted(spared):
+        for i in sorted(spared - self._replaced):
             if self.worker_restarts_left <= 0 or not running:
                 return None
             seen = self._dead_since.setdefault(i, now)
@@ -208,14 +221,32 @@ class JobWatch:
                 del self._dead_since[i]
                 if i not in self._departed:   # restarted at the poll that saw it end (no delay)
                     self.departures.append((i, seen))
-                self.restarted(i)
                 self.restarts.append((i, seen, now))
+                spare = self._idle_spare(observations, observations[i].host)
+                if spare is not None:
+                    # the spare becomes the slot's worker at its own index; the dead one stays departed
+                    self._departed.add(i)
+                    self._replaced.add(i)
+                    self.spares_used.append((i, spare))
+                    self._starting[spare] = now
+                    return Decision("activate", index=i, spare=spare,
+                                    note="%s %s; %s takes over its slot (%d worker restart(s) left)"
+                                    % (observations[i].name, describe_exit(observations[i].returncode),
+                                       observations[spare].name, self.worker_restarts_left))
+                self.restarted(i)
                 self._starting[i] = now
                 return Decision("restart", index=i,
                                 note="%s %s; starting it again in its slot (%d worker restart(s) left)"
                                 % (observations[i].name, describe_exit(observations[i].returncode),
                                    self.worker_restarts_left))
         return None
+
+    def _idle_spare(self, observations, host):
+        """An idle spare (``--max-restarts`` above 1) to serve a death on ``host``: one on that host if there
+        is one, else any; the lowest index first. None when no spare is left (the worker is started again
+        itself, through PS-LITE's recovery)."""
+        idle = [j for j, o in enumerate(observations) if o.role == SPARE and o.returncode is None]
+        return next((j for j in idle if observations[j].host == host), idle[0] if idle else None)
 
     def _idle_since(self, index, obs, now):
         """Since when process ``index`` has used no CPU (None if unknown)."""
@@ -267,10 +298,11 @@ class JobWatch:
             if self.phase == "running":
                 self.phase = "draining"
                 self._drain_deadline = now + self.server_grace
-                note = "all %d workers finished" % len(workers)
+                # (by slot: a slot a spare took over has its dead worker too)
+                note = "all %d workers finished" % len({observations[i].name for i in workers})
             else:
                 note = ""
-            running = [o.name for o in observations if o.role in (SCHEDULER, SERVER) and o.returncode is None]
+            running = [o.name for o in observations if o.role in (SCHEDULER, SERVER, SPARE) and o.returncode is None]
             if not running:
                 return self._finish(EXIT_OK, (), note)
             if now >= self._drain_deadline:

@@ -82,9 +82,10 @@ class PartialReduce(ElasticEnd, PreludeProgramMode):
         return PartialReduceSum(num_workers, opts["group_size"])
 
     def spare_slots(self):
-        """Slots beyond N-P+1: under ``--elastic`` one per death the job may see (N), since a
+        """Slots beyond N-P+1: under ``--elastic`` one per death the job may see (N, plus one per spare
+        worker under ``--max-restarts`` above 1: each restart brings a worker that may die), since a
         group released by a death retires its slot."""
-        return self.channel.num_workers if self.config.elastic else 0
+        return self.channel.num_workers + self.config.spare_workers if self.config.elastic else 0
 
     def on_connect(self):
         check_options(self.opts, self.channel.num_workers)

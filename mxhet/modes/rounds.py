@@ -58,15 +58,21 @@ def elastic_record(mode):
     except (ProtocolError, StateServerTimeout) as exc:
         LOG.warning("the membership record could not be fetched: %s", exc)
         return None
-    exits = []
+    exits, takeovers = [], []
     if mode.config.exits_file:   # the launcher's sight of the processes that ended (local workers)
         try:
             with open(mode.config.exits_file) as f:
                 exits = json.load(f)
         except (OSError, ValueError):
             exits = []
+    if mode.config.takeovers_file:   # --max-restarts above 1: which spare took over which slot
+        try:
+            with open(mode.config.takeovers_file) as f:
+                takeovers = json.load(f)
+        except (OSError, ValueError):
+            takeovers = []
     started = mode.timer.t_start if mode.timer.t_start is not None else mode.clock()
-    return job_events(record, exits, origin=time.time() - (mode.clock() - started))
+    return job_events(record, exits, origin=time.time() - (mode.clock() - started), takeovers=takeovers)
 
 
 def take_registered_round(mode):

@@ -35,6 +35,7 @@ ALLOWED = {
     "launcher": {"config", "control", "errors", "observe", "policy"},
     "sim": {"config", "control", "dataplane", "errors", "gluon_private", "modes", "policy", "protocol", "train"},
     "kvstore_alias": {"errors"},
+    "spares": {"errors"},
 }
 
 # What the simulator takes from the cluster's executors, each named: the one mode registry (a mode's
