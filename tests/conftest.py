@@ -100,3 +100,22 @@ def module_child_pids():
     pids = ChildPids()
     yield pids
     pids.end_all()
+
+
+EXTENDED_ENV = "MXHET_EXTENDED_TESTS"
+"""Set to 1 to run the tests marked ``extended`` too: more real-process launches of a behaviour that
+``make test`` already covers in one or two modes (the other modes' launches, each a minute of mostly
+sleeping processes), kept out of the default run so that it stays within its time budget."""
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "extended: a further real-process launch, run only with %s=1" % EXTENDED_ENV)
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get(EXTENDED_ENV) == "1":
+        return
+    skip = pytest.mark.skip(reason="an extended launch: run with %s=1" % EXTENDED_ENV)
+    for item in items:
+        if "extended" in item.keywords:
+            item.add_marker(skip)

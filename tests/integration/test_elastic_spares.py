@@ -29,7 +29,8 @@ def _registrations(err_path, slot):
     return len(re.findall(r"rank \d+ \(slot %d\) registered" % slot, err_path.read_text()))
 
 
-@pytest.mark.parametrize("mode_args", [("--sync", "localsgd"), ("--sync", "esync")], ids=["localsgd", "esync"])
+@pytest.mark.parametrize("mode_args", [pytest.param(("--sync", "localsgd"), marks=pytest.mark.extended),
+                                       ("--sync", "esync")], ids=["localsgd", "esync"])
 def test_the_same_slot_killed_twice_is_taken_over_by_two_spares_and_ends_on_the_same_model(
         tmp_path, child_pids, mode_args):
     # measured (localsgd, 2 shared cores at load ~3): each spare registered ~1-3 s after the restart delay,
@@ -100,19 +101,25 @@ def test_the_same_slot_killed_twice_is_taken_over_by_two_spares_and_ends_on_the_
     assert not child_pids.alive()
 
 
-# mode -> (launcher arguments, trainer arguments): every mode that takes --max-restarts, but the two above
+# mode -> (launcher arguments, trainer arguments): every mode that takes --max-restarts, but the two above.
+# make test launches the modes with code of their own on this path (nodelay's kvstore type, preduce's
+# N + K rendezvous slots) and the deaths at once; the others are extended launches (MXHET_EXTENDED_TESTS=1)
+EXTENDED = {"esync-delayed", "sync", "async", "cada"}
 TWO_SLOT_JOBS = {
     "esync-delayed": (["--sync", "esync", "--base-iter", "0.05"], ["--ack", "delayed"]),
     "sync": (["--sync", "sync", "--base-iter", "0.2"], ["--batch-size", "16"]),
     "nodelay": (["--sync", "nodelay", "--base-iter", "0.2"], ["--batch-size", "16"]),
     "async": (["--sync", "async", "--base-iter", "0.2"], ["--batch-size", "16"]),
     "preduce": (["--sync", "preduce", "--base-iter", "0.2"], ["--batch-size", "16", "--group-size", "2"]),
+    "cada": (["--sync", "cada", "--base-iter", "0.05"], ["--model", "linear", "--max-delay", "1", "--batch-size", "16",
+                                                        "--step-size", "0.01"]),
     # both at once: PS-LITE's recovery would serve one (the other's rank possibly swapped); each takes a spare
     "esync-at-once": (["--sync", "esync", "--base-iter", "0.05"], []),
 }
 
 
-@pytest.mark.parametrize("mode", sorted(TWO_SLOT_JOBS))
+@pytest.mark.parametrize("mode", [pytest.param(m, marks=pytest.mark.extended) if m in EXTENDED else m
+                                  for m in sorted(TWO_SLOT_JOBS)])
 def test_two_slots_killed_one_after_the_other_or_at_once_are_each_taken_over_by_a_spare(tmp_path, child_pids, mode):
     # measured at load ~3 on 2 cores: each spare registered 6-9 s after its slot's death; a 40 s time budget
     # outlasts both deaths and takeovers
