@@ -53,10 +53,12 @@ def test_a_death_below_the_minimum_ends_the_job_with_a_clear_error(tmp_path, chi
 @pytest.mark.parametrize("mode, budget", [
     # ESync's rounds run on localsgd's rendezvous (above), Algorithm 2 beside it: the next entry is refused
     ("esync", ("--max-rounds", "400")),
+    # delayed ACKs: the same refusal, reached with a query in flight
+    ("esync", ("--max-rounds", "400", "--ack", "delayed")),
     # async has no round to refuse: the survivor trains on and fails at its end (the finish barrier), also
     # when the heartbeat watch finds the death only after it ended its training
     ("async", ("--time-budget", "4")),
-])
+], ids=["esync", "esync-delayed", "async"])
 def test_a_death_below_the_minimum_ends_the_job_with_a_clear_error_in(mode, budget, tmp_path, child_pids):
     # 2 workers, steps padded to 0.05 s, one killed 1 s in
     job = kill_job(tmp_path, child_pids, elastic_args(mode, 2, 0.05, 200, "--min-workers", "2", heartbeat_timeout=None),

@@ -29,8 +29,9 @@ def _registrations(err_path, slot):
     return len(re.findall(r"rank \d+ \(slot %d\) registered" % slot, err_path.read_text()))
 
 
-@pytest.mark.parametrize("mode_args", [pytest.param(("--sync", "localsgd"), marks=pytest.mark.extended),
-                                       ("--sync", "esync")], ids=["localsgd", "esync"])
+# extended (MXHET_EXTENDED_TESTS=1): make test's launch of two restarts in one job is the deaths at once below
+@pytest.mark.extended
+@pytest.mark.parametrize("mode_args", [("--sync", "localsgd"), ("--sync", "esync")], ids=["localsgd", "esync"])
 def test_the_same_slot_killed_twice_is_taken_over_by_two_spares_and_ends_on_the_same_model(
         tmp_path, child_pids, mode_args):
     # measured (localsgd, 2 shared cores at load ~3): each spare registered ~1-3 s after the restart delay,
@@ -102,9 +103,10 @@ def test_the_same_slot_killed_twice_is_taken_over_by_two_spares_and_ends_on_the_
 
 
 # mode -> (launcher arguments, trainer arguments): every mode that takes --max-restarts, but the two above.
-# make test launches the modes with code of their own on this path (nodelay's kvstore type, preduce's
-# N + K rendezvous slots) and the deaths at once; the others are extended launches (MXHET_EXTENDED_TESTS=1)
-EXTENDED = {"esync-delayed", "sync", "async", "cada"}
+# make test launches the deaths at once (two spares serving two restarts in one job: PS-LITE's recovery would
+# abort at the second); the others are extended launches (MXHET_EXTENDED_TESTS=1), nodelay's and preduce's
+# included (their own code on this path: the kvstore type, N + K rendezvous slots)
+EXTENDED = {"esync-delayed", "sync", "async", "cada", "nodelay", "preduce"}
 TWO_SLOT_JOBS = {
     "esync-delayed": (["--sync", "esync", "--base-iter", "0.05"], ["--ack", "delayed"]),
     "sync": (["--sync", "sync", "--base-iter", "0.2"], ["--batch-size", "16"]),
@@ -114,7 +116,8 @@ TWO_SLOT_JOBS = {
     "cada": (["--sync", "cada", "--base-iter", "0.05"], ["--model", "linear", "--max-delay", "1", "--batch-size", "16",
                                                         "--step-size", "0.01"]),
     # both at once: PS-LITE's recovery would serve one (the other's rank possibly swapped); each takes a spare
-    "esync-at-once": (["--sync", "esync", "--base-iter", "0.05"], []),
+    # (with delayed ACKs: test_elastic_restart_two has the blocking ones' two deaths at once)
+    "esync-at-once": (["--sync", "esync", "--base-iter", "0.05"], ["--ack", "delayed"]),
 }
 
 

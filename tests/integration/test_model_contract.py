@@ -73,12 +73,13 @@ def _check_contract(summary, mode, model, workers, learns=False):
     assert summary["evaluation"]["final_samples"] == 300
     if learns:
         # chance is 0.1 (the initial model scores 0.12 on these 300 images, sd 0.017 at chance); the
-        # BatchNorm-path runs ended on 0.25-0.40 with these round counts (nodelay once on 0.167 after 3 rounds: 5 now)
+        # BatchNorm-path runs ended on 0.25-0.40 with these round counts; a nodelay transfer round holds fewer
+        # iterations on a loaded machine (it scored 0.167 after 5 once), so it runs 8
         assert summary["final_accuracy"] >= 0.2, summary["curve"]
 
 
 @pytest.mark.parametrize("mode, rounds, learns", [
-    ("sync", 6, True), ("localsgd", 2, True), ("nodelay", 5, True),
+    ("sync", 6, True), ("localsgd", 2, True), ("nodelay", 8, True),
     # gcada's rounds on ResNet-18 cost seconds each (AMSGrad on the servers, a download per member): it
     # scored 0.21-0.25, 0.24 and 0.28 after 2, 3 and 4 rounds, at 19-49 s a job; 2 rounds and equal models here,
     # its learning at its defaults is test_mode_contract.py's

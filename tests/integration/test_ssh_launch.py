@@ -190,6 +190,8 @@ def test_failed_ssh_job_leaves_no_remote_process(tmp_path, child_pids, sshd):
     assert not [pid for pid in remote if pid_alive(pid)]
 
 
+# extended (MXHET_EXTENDED_TESTS=1): make test has the new port's unit tests (test_launcher_restart_port.py)
+@pytest.mark.extended
 @pytest.mark.timeout(400)
 def test_a_remote_worker_killed_and_started_again_gets_a_new_port_over_ssh_and_rejoins(tmp_path, child_pids, sshd):
     # localsgd over ssh, 3 workers on the two loopback hosts, --elastic --max-restarts 1. Slot 2 (127.0.0.2,
