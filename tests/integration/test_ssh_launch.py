@@ -321,8 +321,15 @@ def test_a_remote_worker_killed_is_taken_over_by_a_spare_on_its_host_over_ssh(tm
                            ("worker", 2, HOSTS[0], False), ("worker", 2, HOSTS[0], True),
                            ("spare", 1, HOSTS[1], True)]), ends
     workers = {s: json.loads((out / ("worker-%d.json" % s)).read_text()) for s in range(3)}
-    assert workers[2]["rejoined_at_round"] is not None and workers[2]["rejoined_at_round"] > 0
+    joined = workers[2]["rejoined_at_round"]
+    assert joined is not None and joined > 0
     digests = {w["final_model_sha256"] for w in workers.values()}
     assert len(digests) == 1 and "" not in digests, digests
+    summary = json.loads((out / "summary.json").read_text())   # the chief's: slot 1, on 127.0.0.3
+    assert set(summary["round_members"][joined:]) == {3}, summary["round_members"]
+    events = summary["elastic"]["events"]
+    assert [(e["event"], e["slot"], e["rank"]) for e in events] == [("leave", 2, 2), ("join", 2, 2)], events
+    # a remote chief reads neither the launcher's exits nor its takeovers (both local to the launcher)
+    assert events[0]["cause"] == "heartbeat timeout" and "spare" not in events[1], events
     assert not any(os.path.exists(f) or os.path.exists(f + ".tmp") for f in orders)   # each spare removed its order
     assert _processes_with(token) == []
