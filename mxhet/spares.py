@@ -18,11 +18,14 @@ slot. The PS-LITE side of it, kept in this one module:
   the rank the launcher names (the dead worker's: the State Server takes that rank back).
 
 The launcher's side is :mod:`mxhet.launcher.jobplan` (placement, ranks) and
-:mod:`mxhet.launcher.supervisor` (the orders in ``MXHET_SPARE_FILE``).
+:mod:`mxhet.launcher.supervisor` (the orders in ``MXHET_SPARE_FILE``: a file in the launcher's progress
+directory for a local spare; for a remote one (``--launcher ssh``) a file on the spare's host, which the
+launcher writes over ssh with :func:`remote_write_command`). A spare removes its order file once read.
 """
 import functools
 import json
 import os
+import shlex
 import threading
 import time
 
@@ -51,15 +54,32 @@ def read_order(path):
 def write_order(path, order):
     """Write ``order`` (see :func:`read_order`) atomically."""
     with open(path + ".tmp", "w") as f:
-        json.dump(order, f)
+        f.write(order_text(order))
     os.replace(path + ".tmp", path)
 
 
+def remote_write_command(path):
+    """The shell command that writes an order read from its stdin to ``path`` on a remote spare's host,
+    as atomically as :func:`write_order` (a rename in the same directory): the spare never reads half of
+    one. Its exit status is 0 only once the order is in place."""
+    return "cat > {tmp} && mv -f {tmp} {path}".format(tmp=shlex.quote(path + ".tmp"), path=shlex.quote(path))
+
+
+def order_text(order):
+    """``order`` as :func:`write_order` writes it (and :func:`remote_write_command` takes it on stdin)."""
+    return json.dumps(order)
+
+
 def wait_for_order(path, poll_s=ORDER_POLL_S, sleep=time.sleep):
-    """Block until the launcher's order arrives; returns it."""
+    """Block until the launcher's order arrives; returns it and removes its file (on a remote host
+    nothing else would: the launcher's progress directory is not there)."""
     while True:
         order = read_order(path)
         if order is not None:
+            try:
+                os.remove(path)
+            except OSError:
+                pass
             return order
         sleep(poll_s)
 

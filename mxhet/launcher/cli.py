@@ -11,7 +11,7 @@ from ..control.membership import CLUSTER_ELASTIC_MODES, RESTART_MODES
 from ..errors import ConfigError
 from ..observe import launch as live_view
 from ..policy.flags import add_mode_arguments, resolve_args
-from .jobplan import (DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_SYNC, EXIT_OK, EXIT_USAGE, PS_MAX_RECOVERIES, _lookup_mode,
+from .jobplan import (DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_SYNC, EXIT_OK, EXIT_USAGE, _lookup_mode,
                       build_plan, minimum_restart_delay, read_hostfile)
 from .supervisor import run_plan
 from .watch import DEFAULT_HANG_GRACE_S, DEFAULT_ORPHAN_GRACE_S, DEFAULT_START_GRACE_S
@@ -95,7 +95,7 @@ def build_parser():
                             "in all; it takes PS-LITE's recovery of the dead node's rank, the current global model, "
                             "and joins at the next round boundary (preduce: the groups from its first READY; async: "
                             "its first push after pulling the model; gcada, cada: its group from the iteration after "
-                            "its first request); above 1 (--launcher local only) the launcher "
+                            "its first request); above 1 the launcher "
                             "starts K spare workers with the job, idle until one takes a dead worker's slot "
                             "(PS-LITE's scheduler serves one recovery per job); in modes %s (default: %%(default)s)"
                             % ", ".join(RESTART_MODES))
@@ -359,10 +359,6 @@ def parse_args(argv=None):
             parser.error("--restart-delay must be a finite number of seconds >= %g (PS-LITE and the State Server "
                          "must count the dead worker dead before its replacement connects), got %r"
                          % (least, args.restart_delay))
-    if args.max_restarts > PS_MAX_RECOVERIES and (args.launcher or ("ssh" if args.hostfile else "local")) != "local":
-        parser.error("--max-restarts %d: above %d the restarts take spare workers started with the job, which "
-                     "the launcher hands a slot through a local file: --launcher local only (with ssh, use "
-                     "--max-restarts %d)" % (args.max_restarts, PS_MAX_RECOVERIES, PS_MAX_RECOVERIES))
     if args.elastic and args.sync not in CLUSTER_ELASTIC_MODES:
         parser.error("--elastic works in modes %s, not %r (a death there fails the job fast: its servers or "
                      "rules count a fixed number of workers)" % (", ".join(CLUSTER_ELASTIC_MODES), args.sync))

@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import ipaddress
 import os
+import secrets
 import shlex
 import sysconfig
 from typing import Optional
@@ -93,6 +94,19 @@ every recovered node in one list it never clears and checks that the list holds 
 (``van.cc``: ``CHECK_EQ(recovery_nodes->control.node.size(), 1)``): a second recovery aborts the
 scheduler, and with it the job (seen with two workers killed at once and ``--max-restarts 2``). Above it the
 launcher reserves spare workers instead (:func:`spare_count`)."""
+
+
+#: ``--launcher ssh``: the directory on a remote spare's host that holds the file it reads the launcher's
+#: order from (``MXHET_SPARE_FILE``; :func:`remote_spare_file`). The launcher's own temporary directory is
+#: not on that host; ``/tmp`` is on every POSIX host and local to it (no network file system's caching
+#: between the launcher's write and the spare's poll).
+REMOTE_SPARE_DIR = "/tmp"
+
+
+def remote_spare_file(token, index):
+    """Where remote spare ``index`` of the job ``token`` (random, one per plan: other jobs and users on the
+    host cannot guess or collide with it) reads its order on its host."""
+    return "%s/mxhet-spare-%s-%d" % (REMOTE_SPARE_DIR, token, index)
 
 
 def spare_count(max_restarts):
@@ -467,11 +481,14 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
         processes.append(spec(WORKER, slot, host, args.command, env,
                               context=args.contexts[slot], slowdown=args.slowdowns[slot]))
     workers = list(processes[-n:]) if n else []
+    spare_token = secrets.token_hex(8) if spares and remote else ""
     for j, host in enumerate(spare_hosts):
         # a spare idles until the launcher gives it a dead worker's slot (mxhet/spares.py); its env is a
         # worker's of its host until then, its PS-LITE identity its own
         like = next(w for w in workers if w.host == host)
         env = dict(like.env, DMLC_NODE_HOST=host, PORT=str(spare_ports[j]))
+        if remote:   # a local spare's order file is in the launcher's progress directory (the supervisor's)
+            env["MXHET_SPARE_FILE"] = remote_spare_file(spare_token, j)
         processes.append(spec(SPARE, j, host, args.command, env))
 
     return Plan(mode=args.sync, kvstore=args.kvstore_type, launcher=args.launcher,

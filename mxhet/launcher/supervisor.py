@@ -41,6 +41,9 @@ REMOTE_CPU_PROBE_INTERVAL_S = 5.0
 REMOTE_PROBE_TIMEOUT_S = 5.0
 #: Seconds an ssh call that ends remote processes may take.
 REMOTE_KILL_TIMEOUT_S = 15.0
+#: Seconds the ssh call that writes a remote spare's order on its host may take (``--max-restarts`` above 1,
+#: ``--launcher ssh``); past it the order counts as not delivered.
+REMOTE_ORDER_TIMEOUT_S = 15.0
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Warning)\b")
 
 
@@ -483,14 +486,45 @@ class Supervisor:
         return env
 
     def _spare_path(self, spec):
-        """Where spare ``spec.slot`` reads the launcher's order (:mod:`mxhet.spares`)."""
+        """Where spare ``spec.slot`` reads the launcher's order (:mod:`mxhet.spares`): in the progress
+        directory for a local spare, on its host (the plan's ``MXHET_SPARE_FILE``) for a remote one."""
+        if spec.remote:
+            return spec.env["MXHET_SPARE_FILE"]
         return os.path.join(self.progress_dir, "spare-%d" % spec.slot)
+
+    def _deliver_order(self, spec, order, timeout=REMOTE_ORDER_TIMEOUT_S):
+        """Put ``order`` where spare ``spec`` reads it, atomically; None once it is there, else why not.
+        A remote spare's is written on its host through the plan's ssh client, bounded by ``timeout`` s."""
+        from ..spares import order_text, remote_write_command, write_order
+        path = self._spare_path(spec)
+        if not spec.remote:
+            try:
+                write_order(path, order)
+            except OSError as exc:
+                return "cannot write %s: %s" % (path, exc)
+            return None
+        argv = [*spec.ssh, spec.host, remote_write_command(path)]
+        try:
+            call = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    text=True, start_new_session=True)
+        except OSError as exc:
+            return "cannot run %s: %s" % (argv[0], exc)
+        try:
+            _, err = call.communicate(order_text(order), timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(call.pid, signal.SIGKILL)   # the ssh client and anything it started here
+            call.communicate()
+            return "writing %s on %s over ssh took over %g s" % (path, spec.host, timeout)
+        if call.returncode != 0:
+            return "writing %s on %s over ssh: %s%s" % (path, spec.host, describe_exit(call.returncode),
+                                                        ": " + err.strip() if err.strip() else "")
+        return None
 
     def _activate_spare(self, decision):
         """Hand the dead worker's slot to an idle spare (``--max-restarts`` above 1): the spare takes the
         slot's environment (its data shard, slowdown, progress note; its PS-LITE identity stays its own)
-        and the slot's rank in the job, and from then on is the slot's worker at its own index."""
-        from ..spares import write_order
+        and the slot's rank in the job, and from then on is the slot's worker at its own index. Returns
+        None, or why the spare's order could not be delivered (the job then fails: the spare would idle)."""
         dead, spare = self.children[decision.index], self.children[decision.spare]
         dead.drain(OUTPUT_DRAIN_S)
         self.console.say("%s (pid %d) %s" % (dead.spec.name, dead.pid, decision.note))
@@ -504,30 +538,35 @@ class Supervisor:
         self._note_starting(slot_spec)
         env = {k: v for k, v in slot_spec.env.items() if not k.startswith("DMLC_") and k != "PORT"}
         env.update(self._progress_env(slot_spec))
-        try:
-            write_order(self._spare_path(spare.spec), {"slot": slot_spec.slot, "env": env,
-                                                       "rank": self.plan.slot_ranks[slot_spec.slot]})
-        except OSError as exc:
-            self.console.say("cannot hand %s its order: %s" % (spare.spec.name, exc))
-        spare.spec = dataclasses.replace(slot_spec, host=spare.spec.host, env=dict(spare.spec.env, **env))
-        takeovers = [{"slot": r["slot"], "spare": r["spare"], "unix": round(self.started + r["restarted_s"], 3)}
-                     for r in self.worker_restarts if "spare" in r]
-        try:
-            _write_json_atomic(env["MXHET_TAKEOVERS_FILE"], takeovers)
-        except (KeyError, OSError) as exc:
-            self.console.say("cannot write the record of the spares' takeovers: %s" % exc)
+        failed = self._deliver_order(spare.spec, {"slot": slot_spec.slot, "env": env,
+                                                  "rank": self.plan.slot_ranks[slot_spec.slot]})
+        if failed:
+            return "could not be handed %s's slot: %s" % (slot_spec.name, failed)
+        # from here on it is the slot's worker on its own host; started again itself (no spare left), it
+        # must not wait for an order as a spare
+        own = {k: v for k, v in spare.spec.env.items() if k != "MXHET_SPARE_FILE"}
+        spare.spec = dataclasses.replace(slot_spec, host=spare.spec.host, ssh=spare.spec.ssh, env=dict(own, **env))
+        if "MXHET_TAKEOVERS_FILE" in env:   # local workers only: a remote chief's summary names no spare
+            takeovers = [{"slot": r["slot"], "spare": r["spare"],
+                          "unix": round(self.started + r["restarted_s"], 3)}
+                         for r in self.worker_restarts if "spare" in r]
+            try:
+                _write_json_atomic(env["MXHET_TAKEOVERS_FILE"], takeovers)
+            except OSError as exc:
+                self.console.say("cannot write the record of the spares' takeovers: %s" % exc)
         self._feed_events()
         self.write_job_file("running", None)
+        return None
 
     def _release_spares(self):
-        """Tell every idle spare the job's workers are done: it exits 0 (:mod:`mxhet.spares`)."""
-        from ..spares import write_order
+        """Tell every idle spare the job's workers are done: it exits 0 (:mod:`mxhet.spares`). One not told
+        is ended with the services once the drain's grace is over."""
         for child in self.children:
-            if child.spec.role == SPARE and child.popen.returncode is None and self.progress_dir:
-                try:
-                    write_order(self._spare_path(child.spec), {"over": True})
-                except OSError as exc:
-                    self.console.say("cannot release %s: %s" % (child.spec.name, exc))
+            if child.spec.role == SPARE and child.popen.returncode is None and (child.spec.remote
+                                                                               or self.progress_dir):
+                failed = self._deliver_order(child.spec, {"over": True})
+                if failed:
+                    self.console.say("cannot release %s: %s" % (child.spec.name, failed))
 
     def _exits_path(self):
         return os.path.join(self.progress_dir, "exits.json")
@@ -694,7 +733,10 @@ class Supervisor:
                 self._spares_released = True
                 self._release_spares()
             if decision.action == "activate":
-                self._activate_spare(decision)
+                failed = self._activate_spare(decision)
+                if failed:
+                    self.report_failure(self.children[decision.spare], failed)
+                    return EXIT_FAILED
                 continue
             if decision.action == "restart":
                 old = self.children[decision.index]

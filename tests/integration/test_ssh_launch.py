@@ -247,3 +247,91 @@ def test_a_remote_worker_killed_and_started_again_gets_a_new_port_over_ssh_and_r
     digests = {w["final_model_sha256"] for w in workers.values()}
     assert len(digests) == 1 and "" not in digests, digests
     assert _processes_with(token) == []
+
+
+def _spare_files(token):
+    """The order files (``MXHET_SPARE_FILE``) of the job's spare processes on their hosts."""
+    files = set()
+    for pid in _processes_with(token):
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as handle:
+                environ = handle.read().split(b"\0")
+        except OSError:
+            continue
+        files.update(a.split(b"=", 1)[1].decode() for a in environ if a.startswith(b"MXHET_SPARE_FILE="))
+    return files
+
+
+@pytest.mark.extended
+@pytest.mark.timeout(400)
+def test_a_remote_worker_killed_is_taken_over_by_a_spare_on_its_host_over_ssh(tmp_path, child_pids, sshd):
+    # localsgd over ssh, 3 workers on the two loopback hosts, --elastic --max-restarts 2: two spares, spare 0
+    # on 127.0.0.2 and spare 1 on 127.0.0.3. Slot 2 (127.0.0.2) is killed on its "host"; the launcher writes
+    # spare 0's order on 127.0.0.2 over ssh, spare 0 trains as slot 2, spare 1 is released at the end.
+    port, key = sshd
+    out = tmp_path / "out"
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("\n".join(HOSTS) + "\n")
+    token = "mxhet-ssh-test-%s" % uuid.uuid4().hex
+    job_file = tmp_path / "job.json"
+    argv = [sys.executable, os.path.join(ROOT, "tools", "launch.py"), "-n", "3", "-s", "1", "--sync", "localsgd",
+            "-H", str(hostfile), "--ssh-port", str(port), "--ssh-identity", key,
+            "--ssh-option", "StrictHostKeyChecking=no", "--ssh-option", "UserKnownHostsFile=/dev/null",
+            "--ssh-option", "LogLevel=ERROR", "--env", "MXHET_TEST_TOKEN", "--job-file", str(job_file),
+            "--timeout", "300", "--elastic", "--heartbeat-timeout", "3", "--max-restarts", "2",
+            "--base-iter", "0.05", "--", sys.executable, "-m", "mxhet.train", "--model", "smallcnn",
+            "--metrics-out", str(out), "--eval-samples", "200", "--final-eval-samples", "200",
+            "--max-rounds", "150", "--local-steps", "2"]
+    env = dict(os.environ, PYTHONPATH=ROOT, MXHET_TEST_TOKEN=token)
+    err = open(tmp_path / "launcher.err", "w")
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    child_pids.add(proc.pid)
+    try:
+        deadline = time.monotonic() + 180
+        while not (out / "snapshots" / "000000.params").exists():   # training has started
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "launcher.err").read_text()
+            time.sleep(0.2)
+        record = child_pids.add_job_file(str(job_file))
+        child_pids.add(*(p.get("remote_pid") for p in record["processes"]))
+        spares = [p for p in record["processes"] if p["role"] == "spare"]
+        assert [(p["slot"], p["host"]) for p in spares] == [(0, HOSTS[0]), (1, HOSTS[1])]
+        orders = _spare_files(token)   # on the spares' hosts, named in their ssh commands
+        assert len(orders) == 2 and not any(os.path.exists(f) for f in orders)
+        [victim] = [p for p in record["processes"] if p["role"] == "worker" and p["slot"] == 2]
+        assert victim["host"] == HOSTS[0]
+        [pid] = [p for p in _processes_with(token) if _environ_has(p, "MXHET_SLOT=2", "DMLC_ROLE=worker")]
+        child_pids.add(pid)
+        time.sleep(1.0)
+        os.kill(pid, signal.SIGKILL)
+        code = proc.wait(timeout=300)
+    finally:
+        err.close()
+        if job_file.exists():
+            record = child_pids.add_job_file(str(job_file))
+            child_pids.add(*(p.get("remote_pid") for p in record["processes"]))
+    stderr = (tmp_path / "launcher.err").read_text()
+    assert code == 0, stderr[-4000:]
+    assert "spare 0 takes over its slot" in stderr, stderr[-3000:]
+    record = json.loads(job_file.read_text())
+    [restart] = record["worker_restarts"]
+    assert (restart["slot"], restart["spare"]) == (2, 0), restart
+    assert restart["ended"] == "exit code 0", restart
+    # spare 0 now carries slot 2 on its own host; spare 1, never needed, was released and exited 0 by itself
+    ends = sorted((p["role"], p["slot"], p["host"], p["exit_code"] == 0) for p in record["processes"]
+                  if p["role"] in ("worker", "spare"))
+    assert ends == sorted([("worker", 0, HOSTS[0], True), ("worker", 1, HOSTS[1], True),
+                           ("worker", 2, HOSTS[0], False), ("worker", 2, HOSTS[0], True),
+                           ("spare", 1, HOSTS[1], True)]), ends
+    workers = {s: json.loads((out / ("worker-%d.json" % s)).read_text()) for s in range(3)}
+    joined = workers[2]["rejoined_at_round"]
+    assert joined is not None and joined > 0
+    digests = {w["final_model_sha256"] for w in workers.values()}
+    assert len(digests) == 1 and "" not in digests, digests
+    summary = json.loads((out / "summary.json").read_text())   # the chief's: slot 1, on 127.0.0.3
+    assert set(summary["round_members"][joined:]) == {3}, summary["round_members"]
+    events = summary["elastic"]["events"]
+    assert [(e["event"], e["slot"], e["rank"]) for e in events] == [("leave", 2, 2), ("join", 2, 2)], events
+    # a remote chief reads neither the launcher's exits nor its takeovers (both local to the launcher)
+    assert events[0]["cause"] == "heartbeat timeout" and "spare" not in events[1], events
+    assert not any(os.path.exists(f) or os.path.exists(f + ".tmp") for f in orders)   # each spare removed its order
+    assert _processes_with(token) == []

@@ -41,16 +41,6 @@ def test_without_more_than_one_restart_there_are_no_spares(restarts):
                for p in plan.processes)
 
 
-def test_spares_need_the_local_launcher(tmp_path):
-    from mxhet import launcher
-    from mxhet.errors import ConfigError
-    hostfile = tmp_path / "hosts"
-    hostfile.write_text("a\nb\n")
-    with pytest.raises(ConfigError, match="--max-restarts 2: above 1 the restarts take spare workers"):
-        launcher.plan(["-n", "2", "--sync", "esync", "--elastic", "--max-restarts", "2", "-H", str(hostfile),
-                       "--", "python", "t.py"])
-
-
 def test_pslite_ranks_sort_hosts_in_decreasing_order_then_ports_and_the_job_rank_skips_the_spares():
     from mxhet.launcher.jobplan import ps_worker_ranks
     from mxhet.spares import job_rank
