@@ -468,15 +468,22 @@ def run(args, config=None):
         # them is lost. This worker holds the job's final model (finish() pulled it).
         LOG.warning("rank %d (slot %d) writes the summary in place of the chief (rank 0), which left the job",
                     rank, config.slot)
-        snapshots[:], losses[:] = read_snapshot_index(snap_dir)
+        record = read_snapshot_record(snap_dir)
+        if record is not None:
+            snapshots[:], losses[:] = record["snapshots"], record["train_loss"]
+            if record["started_unix"] is not None:   # this worker's times onto the job's clock (the chief's)
+                offset = start_unix - record["started_unix"]
         chief_until = round(snapshots[-1][0], 3) if snapshots else None
         os.makedirs(snap_dir, exist_ok=True)
         final = os.path.join(snap_dir, "final-rank%d.params" % rank)
         trainer.save_global(final)
-        snapshots.append((time.monotonic() - start, final))
+        snapshots.append((time.monotonic() - start + offset, final))
         extra = trainer.mode.summary_fields()
+        extra["elastic"] = shift_event_times(extra.get("elastic"), offset)
         extra["written_by"] = {"rank": rank, "slot": config.slot, "took_over": True,
                                "chief_curve_until_s": chief_until}
+        if record is not None and record["chief_restarts"]:
+            extra["written_by"]["chief_restarts"] = record["chief_restarts"]
     elif writes_summary:
         extra["written_by"] = {"rank": rank, "slot": config.slot, "took_over": False, "chief_curve_until_s": None}
         if chief_back:
