@@ -25,7 +25,7 @@ import traceback
 import numpy as np
 
 from .config import worker_config
-from .errors import ConfigError
+from .errors import ConfigError, ProtocolError, StateServerTimeout
 from .evaluation import DEFAULT_BN_BATCHES
 from .gluon_private import trainer_params
 from .policy.flags import add_mode_arguments, resolve_args
@@ -166,27 +166,95 @@ def context_digests(trainer, contexts, keys):
 
 SNAPSHOT_INDEX = "index.json"
 """The chief's list of its snapshots (seconds, file name) and loss points, rewritten after each
-snapshot, in the snapshot directory: what a survivor that takes over the chief's end-of-job
-duties (``--elastic``) scores."""
+snapshot, in the snapshot directory, with the Unix time its training started (``started_unix``, the
+job's clock) and the chief's restarts so far: what a survivor that takes over the chief's end-of-job
+duties (``--elastic``) scores, and what a chief started again continues."""
 
 
-def write_snapshot_index(snap_dir, snapshots, losses):
-    """Record the chief's ``snapshots`` ([(seconds, path), ...]) and ``losses`` so far (atomically)."""
+def write_snapshot_index(snap_dir, snapshots, losses, started_unix=None, restarts=()):
+    """Record the chief's ``snapshots`` ([(seconds, path), ...]) and ``losses`` so far (atomically),
+    the Unix time ``started_unix`` its seconds count from, and ``restarts`` (dicts, see
+    :func:`continue_chief_record`)."""
     _atomic_json(os.path.join(snap_dir, SNAPSHOT_INDEX),
-                 {"snapshots": [[t, os.path.basename(path)] for t, path in snapshots], "train_loss": losses})
+                 {"snapshots": [[t, os.path.basename(path)] for t, path in snapshots], "train_loss": losses,
+                  "started_unix": started_unix, "chief_restarts": list(restarts)})
 
 
-def read_snapshot_index(snap_dir):
-    """The chief's snapshots ([(seconds, path), ...]) and loss points as its index last listed them;
-    ([], []) when it wrote none (it died before its first snapshot) or the index cannot be read."""
+def read_snapshot_record(snap_dir):
+    """The chief's index as it last wrote it: a dict with ``snapshots`` ([(seconds, path), ...], those
+    whose file still exists), ``train_loss``, ``started_unix`` (None if the index has none) and
+    ``chief_restarts``; None when it wrote none (it died before its first snapshot) or the index cannot
+    be read."""
     try:
         with open(os.path.join(snap_dir, SNAPSHOT_INDEX)) as f:
             index = json.load(f)
         snapshots = [(float(t), os.path.join(snap_dir, name)) for t, name in index["snapshots"]]
         losses = [list(point) for point in index["train_loss"]]
-    except (OSError, ValueError, KeyError, TypeError):
-        return [], []
-    return [(t, path) for t, path in snapshots if os.path.exists(path)], losses
+        started = index.get("started_unix")
+        started = None if started is None else float(started)
+        restarts = [dict(r) for r in index.get("chief_restarts", ())]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return {"snapshots": [(t, path) for t, path in snapshots if os.path.exists(path)], "train_loss": losses,
+            "started_unix": started, "chief_restarts": restarts}
+
+
+def read_snapshot_index(snap_dir):
+    """The chief's snapshots ([(seconds, path), ...]) and loss points as its index last listed them;
+    ([], []) when it wrote none (it died before its first snapshot) or the index cannot be read."""
+    record = read_snapshot_record(snap_dir)
+    return ([], []) if record is None else (record["snapshots"], record["train_loss"])
+
+
+def next_snapshot_number(snapshots):
+    """The number of the next ``NNNNNN.params`` after every one in ``snapshots`` ([(seconds, path), ...])."""
+    numbers = [int(stem) for stem in (os.path.splitext(os.path.basename(p))[0] for _, p in snapshots)
+               if stem.isdigit()]
+    return max(numbers) + 1 if numbers else 0
+
+
+def continue_chief_record(record, started_unix, first_round=None, slot=0):
+    """A chief started again (``--max-restarts``) continues the dead chief's record: from its index
+    ``record`` (:func:`read_snapshot_record`, or None) and the Unix time its own training started.
+
+    Returns:
+        ``(offset_s, snapshots, losses, job_started_unix, restarts)``: the seconds to add to this
+        process's times to put them on the job's clock (its training start; 0 when the index names
+        none: the curve then starts again at this process's start), the snapshots and loss points kept,
+        the job's start and the chief's restarts with this one appended (``t_s`` on the job's clock,
+        ``round``: its first round, None where the mode names none, ``slot``, ``curve_kept_until_s``:
+        the last snapshot kept).
+    """
+    if record is None or record["started_unix"] is None:
+        snapshots, losses, job_started, restarts = [], [], started_unix, []
+        if record is not None:   # an index of before started_unix was recorded: its times are on no known clock
+            restarts = list(record["chief_restarts"])
+    else:
+        snapshots, losses = list(record["snapshots"]), [list(p) for p in record["train_loss"]]
+        job_started, restarts = record["started_unix"], list(record["chief_restarts"])
+    offset = max(0.0, started_unix - job_started)
+    restarts.append({"t_s": round(offset, 3), "round": first_round, "slot": slot,
+                     "curve_kept_until_s": round(snapshots[-1][0], 3) if snapshots else None})
+    return offset, snapshots, losses, job_started, restarts
+
+
+def job_round_members(record_members, own, first_round):
+    """``round_members`` of a chief started again: the member count of each round before its
+    ``first_round`` from the State Server's record (``record_members``: round -> ranks; the dead
+    chief's own list died with it), then its own list ``own`` (from ``first_round`` on)."""
+    before = sorted((int(r), len(ranks)) for r, ranks in (record_members or {}).items()
+                    if int(r) < first_round)
+    return [n for _, n in before] + list(own)
+
+
+def shift_event_times(elastic, offset_s):
+    """The ``elastic`` record (:func:`mxhet.control.membership.job_events`) with every known ``t_s``
+    moved by ``offset_s`` (onto the job's clock); None stays None."""
+    if not elastic:
+        return elastic
+    events = [dict(e, t_s=None if e["t_s"] is None else round(e["t_s"] + offset_s, 3))
+              for e in elastic.get("events", ())]
+    return dict(elastic, events=events)
 
 
 def _atomic_json(path, obj):
@@ -293,29 +361,46 @@ def run(args, config=None):
 
     snap_dir = os.path.join(args.metrics_out, "snapshots")
     snapshots = []
+    losses = []
     start = time.monotonic()
+    start_unix = time.time()
+    # The chief started again into a running job (--max-restarts): it continues the dead chief's record
+    # on the job's clock (offset: seconds from the job's training start to its own) instead of its own.
+    chief_back = is_chief and bool(getattr(trainer.mode.client, "rejoined", False))
+    offset, job_started, chief_restarts = 0.0, start_unix, []
     observer = WorkerObserver(mode, config.slot, live_dir=config.live_dir, tensorboard_dir=args.tensorboard,
                               chief=is_chief)
-    if is_chief:
+    if chief_back:
+        os.makedirs(snap_dir, exist_ok=True)
+        offset, snapshots[:], losses[:], job_started, chief_restarts = continue_chief_record(
+            read_snapshot_record(snap_dir), start_unix, trainer.stats.rejoined_at_round, config.slot)
+        LOG.warning("rank 0 (slot %d) started again: it continues the chief's record, %d snapshots kept, "
+                    "%.1f s into the job", config.slot, len(snapshots), offset)
+    elif is_chief:
         os.makedirs(snap_dir, exist_ok=True)
         for old in glob.glob(os.path.join(snap_dir, "*.params")) + glob.glob(os.path.join(snap_dir, SNAPSHOT_INDEX)):
             os.remove(old)
+    next_number = [next_snapshot_number(snapshots)]
 
     def snapshot(arrays=None):
-        t = time.monotonic() - start if arrays is None else 0.0
-        path = os.path.join(snap_dir, "%06d.params" % len(snapshots))
+        t = time.monotonic() - start + offset if arrays is None else 0.0
+        path = os.path.join(snap_dir, "%06d.params" % next_number[0])
+        next_number[0] += 1
         if arrays is None:
             trainer.save_global(path)
         else:
             mx.nd.save(path, arrays)
         snapshots.append((t, path))
 
+    def write_index():
+        write_snapshot_index(snap_dir, snapshots, losses, job_started, chief_restarts)
+
     if is_chief:
-        snapshot(initial)
-        write_snapshot_index(snap_dir, snapshots, [])
+        if not chief_back:   # a chief back holds no initial model of the job: the servers' is newer
+            snapshot(initial)
+        write_index()
     del initial
     loss_fn = losses_mod.get_loss(args.loss)
-    losses = []
     last_snap = last_log = time.monotonic()
 
     def done(stats):
@@ -349,9 +434,9 @@ def run(args, config=None):
         now = time.monotonic()
         if is_chief and trainer.mode.aggregated and now - last_snap >= args.eval_interval:
             snapshot()
-            losses.append([round(now - start, 3), float(loss.mean().asscalar())])
-            observer.loss_point(now - start, losses[-1][1], trainer.stats.rounds)
-            write_snapshot_index(snap_dir, snapshots, losses)
+            losses.append([round(now - start + offset, 3), float(loss.mean().asscalar())])
+            observer.loss_point(now - start + offset, losses[-1][1], trainer.stats.rounds)
+            write_index()
             last_snap = now
         if is_chief and now - last_log >= 10.0:
             LOG.info("%.0f s: %d rounds, %d local iterations", now - start,
@@ -383,23 +468,36 @@ def run(args, config=None):
         # them is lost. This worker holds the job's final model (finish() pulled it).
         LOG.warning("rank %d (slot %d) writes the summary in place of the chief (rank 0), which left the job",
                     rank, config.slot)
-        snapshots[:], losses[:] = read_snapshot_index(snap_dir)
+        record = read_snapshot_record(snap_dir)
+        if record is not None:
+            snapshots[:], losses[:] = record["snapshots"], record["train_loss"]
+            if record["started_unix"] is not None:   # this worker's times onto the job's clock (the chief's)
+                offset = start_unix - record["started_unix"]
         chief_until = round(snapshots[-1][0], 3) if snapshots else None
         os.makedirs(snap_dir, exist_ok=True)
         final = os.path.join(snap_dir, "final-rank%d.params" % rank)
         trainer.save_global(final)
-        snapshots.append((time.monotonic() - start, final))
+        snapshots.append((time.monotonic() - start + offset, final))
         extra = trainer.mode.summary_fields()
+        extra["elastic"] = shift_event_times(extra.get("elastic"), offset)
         extra["written_by"] = {"rank": rank, "slot": config.slot, "took_over": True,
                                "chief_curve_until_s": chief_until}
+        if record is not None and record["chief_restarts"]:
+            extra["written_by"]["chief_restarts"] = record["chief_restarts"]
     elif writes_summary:
         extra["written_by"] = {"rank": rank, "slot": config.slot, "took_over": False, "chief_curve_until_s": None}
+        if chief_back:
+            extra["written_by"]["chief_restarts"] = chief_restarts
+            extra["elastic"] = shift_event_times(extra.get("elastic"), offset)
+            if "round_members" in extra and trainer.stats.rejoined_at_round is not None:
+                extra["round_members"] = job_round_members(_state_server_members(trainer.mode),
+                                                           extra["round_members"], trainer.stats.rejoined_at_round)
     if writes_summary:
         # Before leaving the job: PS-LITE's scheduler and servers stop once every
         # worker has left, and the launcher takes a worker still running long
         # after them for a hung one (evaluating a big model takes minutes).
         observer.set_phase("evaluating", trainer.stats)
-        summary = evaluate_run(args, config, mode, snapshots, ctx, input_size, train_time, losses,
+        summary = evaluate_run(args, config, mode, snapshots, ctx, input_size, train_time + offset, losses,
                                train_set=(images, labels),
                                on_point=lambda t, acc: observer.evaluated(t, acc, trainer.stats))
         summary.update(extra)
@@ -494,6 +592,15 @@ def evaluate_run(args, config, mode, snapshots, ctx, input_size, train_time, los
         "workers": workers,
         "loads": loads_of(workers, args.batch_size),   # G-CADA eqs. (5)-(6); None in other modes
     }
+
+
+def _state_server_members(mode):
+    """The State Server's record of each round's members (round -> ranks), or None (with a warning)."""
+    try:
+        return mode.client.membership_record().get("members")
+    except (ProtocolError, StateServerTimeout) as exc:
+        LOG.warning("the membership record could not be fetched: %s", exc)
+        return None
 
 
 def _die(code):

@@ -201,12 +201,15 @@ class KVChannel:
     def num_workers(self):
         return self.kv.num_workers
 
-    def share_model(self, keys, weights, updater, num_servers):
+    def share_model(self, keys, weights, updater, num_servers, init=True):
         """Initialize ``keys`` with ``weights`` (rank 0's win), ship the
         ``updater`` to the servers, check that they run it, and pull the
         initial global model into the replica. ``updater`` None: keep the one
         the servers run (a worker started again into a running job: shipping it
         anew would reset its state, e.g. the momentum of ``async``'s optimizer).
+        ``init`` False: no ``kv.init`` (the chief started again into a running
+        job: MXNet's ``kv.init`` pushes rank 0's values even in a recovered
+        node, and the servers' updater would add them to the model).
 
         Returns:
             the default-layout buffers holding the global model, one per key.
@@ -221,8 +224,9 @@ class KVChannel:
             self.layout = BucketLayout(keys, bufs, self.bucket_bytes)
             self._flats = (self.layout.flat_buffers(), self.layout.flat_buffers())
             self.layout.pack(bufs, self._flats[0])
-            self.kv.init(self.layout.bucket_keys, self.layout.wire(bufs, self._flats[0]))
-        else:
+            if init:
+                self.kv.init(self.layout.bucket_keys, self.layout.wire(bufs, self._flats[0]))
+        elif init:
             self.kv.init(keys, bufs)
         if updater is not None:
             self.kv.set_optimizer(updater)

@@ -142,8 +142,10 @@ class SyncMode:
             exit_on_uncaught_error()
             self.stats.rank = self.channel.rank
             self.on_connect()  # e.g. join the State Server, which checks the model, before any push
+            # rank 0 back in a running job (--max-restarts): the servers hold the model, its kv.init would push
+            chief_back = self.channel.rank == 0 and getattr(self.client, "rejoined", False)
             self.wbufs = self.channel.share_model(self.keys, self.weights(), self.server_updater(batch_size),
-                                                  self.config.num_servers)
+                                                  self.config.num_servers, init=not chief_back)
         self.on_setup(batch_size)
         self.broadcast_weights()   # after on_setup: a mode may pull a newer model there (gcada)
         self._ready = True
