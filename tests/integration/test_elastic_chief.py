@@ -105,6 +105,9 @@ time.sleep(linger)
 '''
 
 
+# extended (MXHET_EXTENDED_TESTS=1), for make test's time: tests/unit/test_late_restart.py and
+# test_launcher_watch_restart.py hold the rule's cases
+@pytest.mark.extended
 def test_a_worker_started_again_after_the_jobs_end_is_told_so_and_leaves_with_exit_0(tmp_path, child_pids):
     script = tmp_path / "late.py"
     script.write_text(LATE_SCRIPT)

@@ -59,6 +59,9 @@ def test_a_claimant_killed_mid_upload_and_a_trigger_killed_mid_step_are_replaced
     assert not child_pids.alive()
 
 
+# extended (MXHET_EXTENDED_TESTS=1), for make test's time: tests/unit/test_gcada_rejoin.py holds the coordinator's,
+# the State Server's and the simulator's cases of a worker taken back
+@pytest.mark.extended
 def test_a_cada_worker_killed_and_started_again_is_selected_again_and_every_worker_ends_on_one_model(
         tmp_path, child_pids):
     # CADA, 3 workers (groups of one), D = 1: every live worker's group is selected every iteration, so the

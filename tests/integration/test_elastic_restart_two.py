@@ -15,6 +15,9 @@ pytestmark = pytest.mark.timeout(400)
 ROUNDS = 250
 
 
+# extended (MXHET_EXTENDED_TESTS=1), for make test's time: make test has two deaths at once in esync (delayed ACKs,
+# test_elastic_spares.py), sync, nodelay and preduce, and the rank swap in test_elastic_sync.py
+@pytest.mark.extended
 def test_two_workers_killed_at_once_one_restarts_the_other_stays_gone_one_model(tmp_path, child_pids):
     # 4 workers: after two deaths 2 still train (the default minimum is 1). --base-iter pins an iteration to
     # at least 0.05 s, the slowest's to 0.1 s: the 250 rounds outlast the kill and the restart (5 s + start-up)
