@@ -190,24 +190,20 @@ def test_failed_ssh_job_leaves_no_remote_process(tmp_path, child_pids, sshd):
     assert not [pid for pid in remote if pid_alive(pid)]
 
 
-# extended (MXHET_EXTENDED_TESTS=1): make test has the new port's unit tests (test_launcher_restart_port.py)
-@pytest.mark.extended
-@pytest.mark.timeout(400)
-def test_a_remote_worker_killed_and_started_again_gets_a_new_port_over_ssh_and_rejoins(tmp_path, child_pids, sshd):
-    # localsgd over ssh, 3 workers on the two loopback hosts, --elastic --max-restarts 1. Slot 2 (127.0.0.2,
-    # PS-LITE rank 2: not the chief, which is slot 1 on 127.0.0.3) is killed on its "host" by its remote pid;
-    # the launcher starts it again over ssh with a command built again with a new PORT.
+def _start_elastic_localsgd(tmp_path, child_pids, sshd, max_restarts):
+    """Start ``localsgd`` over ssh, 3 workers on the two loopback hosts, ``--elastic --max-restarts
+    max_restarts``, writing ``tmp_path/out`` and ``tmp_path/job.json``, and wait until training has started.
+    Returns ``(proc, err, token)``: the launcher, its open stderr file and the job's process token."""
     port, key = sshd
     out = tmp_path / "out"
     hostfile = tmp_path / "hosts"
     hostfile.write_text("\n".join(HOSTS) + "\n")
     token = "mxhet-ssh-test-%s" % uuid.uuid4().hex
-    job_file = tmp_path / "job.json"
     argv = [sys.executable, os.path.join(ROOT, "tools", "launch.py"), "-n", "3", "-s", "1", "--sync", "localsgd",
             "-H", str(hostfile), "--ssh-port", str(port), "--ssh-identity", key,
             "--ssh-option", "StrictHostKeyChecking=no", "--ssh-option", "UserKnownHostsFile=/dev/null",
-            "--ssh-option", "LogLevel=ERROR", "--env", "MXHET_TEST_TOKEN", "--job-file", str(job_file),
-            "--timeout", "300", "--elastic", "--heartbeat-timeout", "3", "--max-restarts", "1",
+            "--ssh-option", "LogLevel=ERROR", "--env", "MXHET_TEST_TOKEN", "--job-file", str(tmp_path / "job.json"),
+            "--timeout", "300", "--elastic", "--heartbeat-timeout", "3", "--max-restarts", str(max_restarts),
             "--base-iter", "0.05", "--", sys.executable, "-m", "mxhet.train", "--model", "smallcnn",
             "--metrics-out", str(out), "--eval-samples", "200", "--final-eval-samples", "200",
             "--max-rounds", "150", "--local-steps", "2"]
@@ -215,11 +211,25 @@ def test_a_remote_worker_killed_and_started_again_gets_a_new_port_over_ssh_and_r
     err = open(tmp_path / "launcher.err", "w")
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     child_pids.add(proc.pid)
+    deadline = time.monotonic() + 180
+    while not (out / "snapshots" / "000000.params").exists():   # training has started
+        if proc.poll() is not None or time.monotonic() >= deadline:
+            err.close()
+            raise AssertionError((tmp_path / "launcher.err").read_text()[-4000:])
+        time.sleep(0.2)
+    return proc, err, token
+
+
+# extended (MXHET_EXTENDED_TESTS=1): make test has the new port's unit tests (test_launcher_restart_port.py)
+@pytest.mark.extended
+@pytest.mark.timeout(400)
+def test_a_remote_worker_killed_and_started_again_gets_a_new_port_over_ssh_and_rejoins(tmp_path, child_pids, sshd):
+    # localsgd over ssh, 3 workers on the two loopback hosts, --elastic --max-restarts 1. Slot 2 (127.0.0.2,
+    # PS-LITE rank 2: not the chief, which is slot 1 on 127.0.0.3) is killed on its "host" by its remote pid;
+    # the launcher starts it again over ssh with a command built again with a new PORT.
+    out, job_file = tmp_path / "out", tmp_path / "job.json"
+    proc, err, token = _start_elastic_localsgd(tmp_path, child_pids, sshd, 1)
     try:
-        deadline = time.monotonic() + 180
-        while not (out / "snapshots" / "000000.params").exists():   # training has started
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "launcher.err").read_text()
-            time.sleep(0.2)
         record = child_pids.add_job_file(str(job_file))
         [victim] = [p for p in record["processes"] if p["role"] == "worker" and p["slot"] == 2]
         assert victim["host"] == "127.0.0.2"
@@ -268,29 +278,9 @@ def test_a_remote_worker_killed_is_taken_over_by_a_spare_on_its_host_over_ssh(tm
     # localsgd over ssh, 3 workers on the two loopback hosts, --elastic --max-restarts 2: two spares, spare 0
     # on 127.0.0.2 and spare 1 on 127.0.0.3. Slot 2 (127.0.0.2) is killed on its "host"; the launcher writes
     # spare 0's order on 127.0.0.2 over ssh, spare 0 trains as slot 2, spare 1 is released at the end.
-    port, key = sshd
-    out = tmp_path / "out"
-    hostfile = tmp_path / "hosts"
-    hostfile.write_text("\n".join(HOSTS) + "\n")
-    token = "mxhet-ssh-test-%s" % uuid.uuid4().hex
-    job_file = tmp_path / "job.json"
-    argv = [sys.executable, os.path.join(ROOT, "tools", "launch.py"), "-n", "3", "-s", "1", "--sync", "localsgd",
-            "-H", str(hostfile), "--ssh-port", str(port), "--ssh-identity", key,
-            "--ssh-option", "StrictHostKeyChecking=no", "--ssh-option", "UserKnownHostsFile=/dev/null",
-            "--ssh-option", "LogLevel=ERROR", "--env", "MXHET_TEST_TOKEN", "--job-file", str(job_file),
-            "--timeout", "300", "--elastic", "--heartbeat-timeout", "3", "--max-restarts", "2",
-            "--base-iter", "0.05", "--", sys.executable, "-m", "mxhet.train", "--model", "smallcnn",
-            "--metrics-out", str(out), "--eval-samples", "200", "--final-eval-samples", "200",
-            "--max-rounds", "150", "--local-steps", "2"]
-    env = dict(os.environ, PYTHONPATH=ROOT, MXHET_TEST_TOKEN=token)
-    err = open(tmp_path / "launcher.err", "w")
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-    child_pids.add(proc.pid)
+    out, job_file = tmp_path / "out", tmp_path / "job.json"
+    proc, err, token = _start_elastic_localsgd(tmp_path, child_pids, sshd, 2)
     try:
-        deadline = time.monotonic() + 180
-        while not (out / "snapshots" / "000000.params").exists():   # training has started
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "launcher.err").read_text()
-            time.sleep(0.2)
         record = child_pids.add_job_file(str(job_file))
         child_pids.add(*(p.get("remote_pid") for p in record["processes"]))
         spares = [p for p in record["processes"] if p["role"] == "spare"]
