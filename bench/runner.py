@@ -156,7 +156,17 @@ def run_each(items, fn, jobs):
     prefix = "run-each-%d" % next(_POOLS)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix=prefix)
     try:
-        return list(pool.map(fn, items))
+        futures = [pool.submit(fn, item) for item in items]
+        # poll rather than block: a signal that lands between the interpreter's last check and the main
+        # thread's blocking wait on a lock is only handled once that lock is released (here: when some job
+        # ends, perhaps after hours); a wait with a timeout handles it within a second
+        pending = set(futures)
+        while pending:
+            done, pending = concurrent.futures.wait(pending, timeout=1.0,
+                                                    return_when=concurrent.futures.FIRST_EXCEPTION)
+            for future in done:
+                future.result()   # the first failure goes up now, as pool.map would raise it
+        return [future.result() for future in futures]
     except BaseException:
         STOP.set()
         pool.shutdown(wait=True, cancel_futures=True)

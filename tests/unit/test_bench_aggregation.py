@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -97,9 +98,13 @@ def test_a_stopped_aggregation_bench_ends_its_running_jobs_and_starts_no_other(t
         if runner.STOP.is_set():               # as run_job: a job not started when the bench stops never starts
             raise runner.Interrupted("not started")
         started.append(os.path.basename(out_dir))
-        if both.wait(30) == 0:                   # the signal comes once two jobs run
+        if both.wait(180) == 0:                   # the signal comes once two jobs run
             signal.pthread_kill(main, signal.SIGUSR1)
-        for _ in range(600):                     # a long run (30 s), as a simulator job polls its process
+        # a long run, as a simulator job polls its process. Its end is bounded by the clock, not by a count of
+        # polls, and far beyond the signal's delivery: a job that ended on its own on a loaded machine would
+        # free its thread for a third job before the signal's handler ran.
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
             if runner.STOP.wait(0.05):
                 ended.append(os.path.basename(out_dir))
                 raise runner.Interrupted("ended")
