@@ -55,6 +55,9 @@ def main(argv=None):
     parser.add_argument("--round-deadline", type=float, default=0.0,
                         help="ESync: a round waits only for devices whose iteration takes at most D x the "
                              "fastest's (0: off, Algorithm 2; mxhet-launch passes the worker command's)")
+    parser.add_argument("--round-length", type=float, default=0.0,
+                        help="ESync, with --round-deadline: a round lasts at least about L iterations of the "
+                             "fastest device (0: off; mxhet-launch passes the worker command's)")
     parser.add_argument("--stats-out", default="", help="write per-round statistics (JSON) here on exit")
     args = parser.parse_args(argv)
     if args.num_workers < 1:
@@ -81,7 +84,8 @@ def main(argv=None):
                         staleness=args.staleness, adsp_period=args.adsp_period, adsp_epoch=args.adsp_epoch,
                         adsp_window=args.adsp_window, heartbeat_timeout=args.heartbeat_timeout,
                         keys=args.keys, elastic=args.elastic, min_workers=args.min_workers, rules=rules,
-                        until_stopped=args.until_stopped, round_deadline=args.round_deadline)
+                        until_stopped=args.until_stopped, round_deadline=args.round_deadline,
+                        round_length=args.round_length)
     except ValueError as exc:
         parser.error(str(exc))
     except SilentWorker as exc:

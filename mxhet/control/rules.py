@@ -38,7 +38,7 @@ from .membership import RESTARTED, Done, Entered, Finished, RoundRendezvous, Too
 from .nodelay import TransferRule
 from .preduce import PartialReduceController
 from .state_rule import LazyHeap
-from ..policy.deadline import RoundBook, check_deadline, training_start, waited
+from ..policy.deadline import RoundBook, check_deadline, check_round_length, min_local_iters, training_start, waited
 
 
 class RulePlugin:
@@ -94,13 +94,15 @@ class ESyncRule(RulePlugin):
     REPLIES = (state_rule.QueryReply, state_rule.ResetReply)
     STATS_KEY = "rounds"
 
-    def __init__(self, host, round_deadline=0.0):
+    def __init__(self, host, round_deadline=0.0, round_length=0.0):
         super().__init__(host)
         self.stop_decisions = {}  # round -> stop after this round?
         self.rounds = {}          # round -> {"slowest": rank, "local_iters": {rank: k}}
         # --round-deadline D (mxhet.policy.deadline); 0: Algorithm 2 as in the paper, untouched
         self.deadline = check_deadline(round_deadline)
         self.book = RoundBook() if self.deadline else None
+        # --round-length L: a round lasts about L fast iterations (0: one iteration of the slowest device on time)
+        self.round_length = check_round_length(round_length, self.deadline)
         self._late_seq = {}       # late rank -> seq of its deferred READY (released when its round closes)
         self._start = None        # where an unmeasured device's running time counts from (deadline.training_start)
 
@@ -205,10 +207,13 @@ class ESyncRule(RulePlugin):
                    | ({rank} if rank not in host.present else set()) or {rank})
         slowest = max(on_time, key=lambda r: (table.records[r].capability, -r))
         closed = self.book.membership(round_)
+        min_iters = self._min_iters(rank, req.c) if self.round_length else None
         if closed is not None and rank in closed.members:
             # Named a member when its round closed (it was on time then): the round's rendezvous waits for
             # it, so it aggregates there with its share whatever the bound says of its speed since.
-            table.query(rank, req.k, req.c, now - req.since_finish, now, among=())
+            ready = table.query(rank, req.k, req.c, now - req.since_finish, now, among=(), min_iters=min_iters)
+            if min_iters is not None and not ready:   # --round-length: short of its local iterations
+                return state_rule.query_reply(req.seq, False, round_, slowest)
             self.rounds.setdefault(round_, {"slowest": slowest, "local_iters": {}})["local_iters"].setdefault(
                 rank, req.k)
             return state_rule.QueryReply(seq=req.seq, ready=True, round=round_, slowest=slowest,
@@ -230,7 +235,8 @@ class ESyncRule(RulePlugin):
                                              target=alone.target, weight=alone.members[rank])
             self._late_seq[rank] = req.seq
             return None
-        ready = table.query(rank, req.k, req.c, now - req.since_finish, now, among=sorted(on_time))
+        ready = table.query(rank, req.k, req.c, now - req.since_finish, now, among=sorted(on_time),
+                            min_iters=min_iters)
         if not ready:
             return state_rule.query_reply(req.seq, False, round_, slowest)
         info = self.rounds.setdefault(round_, {"slowest": slowest, "local_iters": {}})
@@ -245,6 +251,16 @@ class ESyncRule(RulePlugin):
                 host.released.append((r, late))
         return state_rule.QueryReply(seq=req.seq, ready=True, round=round_, slowest=slowest, target=closed.target,
                                      weight=closed.members.get(rank, 0.0))
+
+    def _min_iters(self, rank, capability):
+        """``--round-length``: capability -> the fewest local iterations a device on time does in a round,
+        against the fastest present measured capability (``capability``, the querying ``rank``'s new c,
+        replacing its record's)."""
+        table = self.host.table
+        caps = [table.records[r].capability for r in self.host.present if r != rank and table.is_present(r)]
+        fastest = min([c for c in caps if math.isfinite(c)] + [capability])
+        length = self.round_length
+        return lambda c: min_local_iters(length, c, fastest)
 
     def depart(self, rank, cause):
         if self.book is not None:

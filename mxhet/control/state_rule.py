@@ -237,7 +237,8 @@ class StateTable:
             raise KeyError("rank %r is not part of this job (ranks %s)"
                            % (rank, sorted(self.records))) from None
 
-    def query(self, rank, local_iters, capability, last_finish, now, among=None, present_only=False):
+    def query(self, rank, local_iters, capability, last_finish, now, among=None, present_only=False,
+              min_iters=None):
         """QUERY-STATE: True for READY, False for NOT-READY.
 
         Args:
@@ -257,6 +258,14 @@ class StateTable:
             present_only: consider only the ranks marked with
                 :meth:`set_present` (and the querying one): the same as
                 ``among`` = those ranks, in O(log N).
+            min_iters: ESync's ``--round-length``: a function of a capability
+                giving the fewest local iterations a device of it does in a
+                round (:func:`mxhet.policy.deadline.min_local_iters`). A device
+                below its count is NOT-READY and its record not marked ready,
+                and the slowest device is expected READY only after its own
+                count: ``rest_time`` counts its iterations still to do, not one.
+                None (the default): 1 for every device, Algorithm 2 as in the
+                paper.
 
         Raises:
             KeyError: for an unknown rank.
@@ -293,10 +302,16 @@ class StateTable:
             slowest = records[self._slowest.peek()[1]]
         if local_iters == 0 or slowest.round < current.round:
             return False
+        slowest_left = 1   # the slowest's iterations until its READY, the last reported one's end on
+        if min_iters is not None:
+            if local_iters < min_iters(capability):
+                return False   # not marked ready: the others take the slowest's ready for the round's end
+            if slowest.round == current.round:
+                slowest_left = max(1, min_iters(slowest.capability) - slowest.local_iters)
         # rest_time(current) + ε > rest_time(slowest), inline (the hot path)
         if (current is slowest or slowest.ready
                 or capability - (now - current.last_finish) + self.epsilon
-                > slowest.capability - (now - slowest.last_finish)):
+                > slowest_left * slowest.capability - (now - slowest.last_finish)):
             current.ready = True
             return True
         return False

@@ -26,6 +26,20 @@ A round's membership closes when the first device it waits for is told READY:
 from then on its members and shares are fixed, and a late delta arriving later
 enters the next round. Everything here is plain data and an injected round
 number; nothing reads a clock.
+
+Round length (``--round-length L``, only with a deadline). A round of the
+devices on time lasts as long as the slowest of them needs for one iteration:
+when only the fastest are on time, every round is one fast iteration and the
+exchange (push and pull of the whole model) can take as long as the
+iteration itself. With L, a device on time is READY only once it has done
+n_min(c) = max(1, floor(L * c_min / c)) local iterations in its round (c its
+capability, c_min the fastest present device's), and Algorithm 2 says READY:
+a round lasts about L fast iterations, a device on time of c = 4 c_min does
+L/4 of them, one slower than L fast iterations its single iteration. Late
+devices are unchanged. L = D is the natural pairing: with L < D a device
+within the bound can be slower than a round (it still does one iteration,
+and the round waits for it); with L >= D every device on time fits one or
+more iterations in a round, and the slower ones are late.
 """
 import dataclasses
 import math
@@ -45,6 +59,40 @@ def check_deadline(value):
         raise ConfigError("round_deadline must be 0 (off) or a number >= 1 (a multiple of the fastest "
                           "device's iteration time), got %r" % (value,))
     return float(value)
+
+
+def check_round_length(value, deadline):
+    """``value`` as a float round length (0 = off), or ConfigError naming it.
+
+    Raises:
+        ConfigError: for a value that is not 0 and not a finite number >= 1, or
+            a round length without a deadline (``deadline`` 0).
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError("round_length must be 0 (off) or a number >= 1, got %r" % (value,))
+    if value != 0 and value < 1:
+        raise ConfigError("round_length must be 0 (off) or a number >= 1 (iterations of the fastest "
+                          "device), got %r" % (value,))
+    if value and not deadline:
+        raise ConfigError("round_length (--round-length) %r needs round_deadline (--round-deadline) > 0"
+                          % (value,))
+    return float(value)
+
+
+def min_local_iters(round_length, capability, fastest):
+    """n_min = max(1, floor(L * c_min / c)): the fewest local iterations a device on
+    time of ``capability`` c does in a round under round length ``round_length`` L
+    (0: off, 1), ``fastest`` c_min the fastest present device's capability (seconds
+    per iteration; None or inf while nobody is measured: 1). A device not measured
+    yet (c None or inf) does 1; one as fast as c_min (c <= c_min, 0 included) L.
+    The 1e-9 keeps L * c_min / c = 4 from flooring to 3 when rounding errs below."""
+    if not round_length or fastest is None or not math.isfinite(fastest):
+        return 1
+    if capability is None or not math.isfinite(capability):
+        return 1
+    if capability <= fastest:
+        return max(1, int(math.floor(round_length + 1e-9)))
+    return max(1, int(math.floor(round_length * fastest / capability + 1e-9)))
 
 
 def staleness_weight(staleness):

@@ -266,6 +266,8 @@ class Simulation:
         kwargs.update({"adsp_" + k: v for k, v in job.adsp.items() if v is not None})
         if job.mode_options.get("round_deadline"):
             kwargs["round_deadline"] = job.mode_options["round_deadline"]
+        if job.mode_options.get("round_length"):
+            kwargs["round_length"] = job.mode_options["round_length"]
         rules = tuple(self.spec.state_rules)
         if getattr(job, "leaves", None) and "membership" not in rules:   # --events: its record, and the joins (as the launcher's)
             rules += ("membership",)

@@ -6,7 +6,8 @@ import pytest
 from mxhet.control import messages as m
 from mxhet.control.server import StateService
 from mxhet.errors import ConfigError
-from mxhet.policy.deadline import RoundBook, check_deadline, staleness_weight, training_start, waited
+from mxhet.policy.deadline import (RoundBook, check_deadline, check_round_length, min_local_iters, staleness_weight,
+                                   training_start, waited)
 
 
 # -- the pure rule ------------------------------------------------------------------------------
@@ -353,3 +354,157 @@ def test_the_cluster_engine_refuses_the_deadline_with_the_outer_momentum():
     from mxhet.modes import get_mode
     with pytest.raises(ConfigError, match="round_deadline.*outer_optimizer"):
         get_mode("esync")(trainer=None, config=WorkerConfig(), round_deadline=4, outer_optimizer="nesterov")
+
+
+# -- --round-length L -------------------------------------------------------------------------------
+
+
+def test_the_fewest_local_iterations_are_l_times_the_fastest_over_ones_own_time():
+    assert min_local_iters(4.0, 0.01, 0.01) == 4            # the fastest: L
+    assert min_local_iters(4.0, 0.02, 0.01) == 2            # twice as slow: L / 2
+    assert min_local_iters(4.0, 0.03, 0.01) == 1            # floor(4 / 3)
+    assert min_local_iters(4.0, 0.1, 0.01) == 1             # slower than a round: its one iteration
+    assert min_local_iters(8.0, 0.3, 0.1) == 2              # 8 x 0.1 / 0.3 = 2.67: floor, not 3
+    assert min_local_iters(3.0, 0.1 * 3, 0.1) == 1          # 3 x 0.1 / 0.3 is 0.999...: not floored to 0
+    assert min_local_iters(3.0, 0.1, 0.1 / 3 * 3) == 3
+    assert min_local_iters(4.5, 0.01, 0.01) == 4
+    assert min_local_iters(0.0, 0.01, 0.01) == 1            # off
+    assert min_local_iters(4.0, math.inf, 0.01) == 1        # not measured yet
+    assert min_local_iters(4.0, 0.01, math.inf) == 1        # nobody measured yet
+
+
+@pytest.mark.parametrize("bad", [0.5, -1, math.inf, math.nan, "2", True])
+def test_a_round_length_below_one_or_not_a_number_is_refused_naming_it(bad):
+    with pytest.raises(ConfigError, match="round_length"):
+        check_round_length(bad, 4.0)
+
+
+def test_a_round_length_without_a_deadline_is_refused_naming_both_flags():
+    assert check_round_length(0, 0.0) == 0.0 and check_round_length(4, 4.0) == 4.0
+    with pytest.raises(ConfigError, match="--round-length.*--round-deadline"):
+        check_round_length(4, 0.0)
+    with pytest.raises(ConfigError, match="--round-length.*--round-deadline"):
+        StateService(3, rules=("esync", "membership"), round_length=4.0)
+    from mxhet.protocol.programs import check_esync
+    from mxhet.policy import specs
+    opts = specs.ESYNC.resolve({"round_length": 4.0})
+    with pytest.raises(ConfigError, match="--round-length.*--round-deadline"):
+        check_esync(opts)
+    check_esync(specs.ESYNC.resolve({"round_length": 4.0, "round_deadline": 4.0}))
+
+
+def _length_service(deadline, length, n=3):
+    svc = StateService(n, now=0.0, rules=("esync", "membership"), round_deadline=deadline, round_length=length,
+                       epsilon=0.0)
+    for r in range(n):
+        assert svc.handle(m.Register(rank=r, seq=1, slot=r), 0.0, sender=r).ok
+    return svc
+
+
+def test_fast_devices_do_l_local_iterations_a_round_and_the_late_delta_still_enters_with_its_share():
+    svc = _length_service(4.0, 4.0)
+    _test_batches(svc, {0: 0.01, 1: 0.01, 2: 0.1})   # 10x: rank 2 is late at D = 4
+    rule, table = svc.rule("esync"), svc.table
+    seq = 3
+    for t in range(2):                                # rounds 0 and 1, each of 4 fast iterations
+        start = 0.04 * t
+        for k in (1, 2, 3):
+            now = start + 0.01 * k
+            a, b = _q(svc, 0, seq, t, k, 0.01, now), _q(svc, 1, seq, t, k, 0.01, now)
+            assert not a.ready and not b.ready, (t, k)
+            assert not table.records[0].ready and not table.records[1].ready
+            seq += 1
+        now = start + 0.04
+        a, b = _q(svc, 0, seq, t, 4, 0.01, now), _q(svc, 1, seq, t, 4, 0.01, now)
+        assert a.ready and b.ready and a.round == b.round == t and a.target == b.target == 2
+        assert a.weight == b.weight == 0.5
+        _reset(svc, 0, seq + 1, t + 1, now)
+        _reset(svc, 1, seq + 1, t + 1, now)
+        seq += 2
+    # round 2 from 0.08: the late device ends its iteration (from round 0's model) at 0.1, deferred
+    assert not _q(svc, 0, seq, 2, 1, 0.01, 0.09).ready
+    assert _q(svc, 2, 3, 0, 1, 0.1, 0.1) is None and rule.book.due(2) == 2
+    for k in (2, 3):
+        assert not _q(svc, 0, seq + k, 2, k, 0.01, 0.08 + 0.01 * k).ready
+    a = _q(svc, 0, seq + 4, 2, 4, 0.01, 0.12)
+    # staleness 2: a = 1/3; shares 3/7, 3/7, 1/7
+    assert a.ready and a.target == 3 and a.weight == pytest.approx(3 / 7)
+    (rank, late), = svc.released
+    assert rank == 2 and late.ready and late.round == 2 and late.weight == pytest.approx(1 / 7)
+    assert [s["local_iters"] for s in rule.stats()] == [{"0": 4, "1": 4}, {"0": 4, "1": 4}, {"0": 4, "2": 1}]
+
+
+def test_a_waited_device_of_twice_the_fastest_time_is_ready_after_half_the_iterations():
+    svc = _length_service(4.0, 4.0)
+    _test_batches(svc, {0: 0.01, 1: 0.02, 2: 0.1})
+    assert svc.rule("esync").waited_ranks(0.0) == {0, 1}
+    assert not _q(svc, 0, 3, 0, 1, 0.01, 0.01).ready
+    assert not _q(svc, 1, 3, 0, 1, 0.02, 0.02).ready   # the slowest waited, 1 of its 2 iterations
+    assert not svc.table.records[1].ready
+    assert not _q(svc, 0, 4, 0, 2, 0.01, 0.02).ready
+    assert not _q(svc, 0, 5, 0, 3, 0.01, 0.03).ready
+    assert _q(svc, 1, 4, 0, 2, 0.02, 0.04).ready
+    assert _q(svc, 0, 6, 0, 4, 0.01, 0.04).ready
+
+
+def test_the_slowest_device_short_of_its_count_does_not_end_the_round_for_the_others():
+    """The slowest device on time, short of its local iterations, is NOT-READY and not marked ready,
+    and it is expected READY only after the iterations it still has to do: a device that has done its
+    count goes on while it could finish another iteration before then."""
+    svc = _length_service(4.0, 4.0, n=2)
+    _test_batches(svc, {0: 0.01, 1: 0.01})   # rank 0 is the slowest (ties go to the lowest rank)
+    # rank 1 began its round at 0.005, rank 0 at 0.02
+    assert not _q(svc, 1, 3, 0, 1, 0.01, 0.015).ready
+    assert not _q(svc, 1, 4, 0, 2, 0.01, 0.025).ready
+    assert not _q(svc, 0, 3, 0, 1, 0.01, 0.03).ready
+    assert not svc.table.records[0].ready
+    assert not _q(svc, 1, 5, 0, 3, 0.01, 0.035).ready
+    assert not _q(svc, 0, 4, 0, 2, 0.01, 0.04).ready
+    # rank 1 has done its 4; rank 0 is READY after two more iterations (0.06), rank 1's next query is at 0.055
+    assert not _q(svc, 1, 6, 0, 4, 0.01, 0.045).ready
+    assert not _q(svc, 0, 5, 0, 3, 0.01, 0.05).ready
+    assert _q(svc, 1, 7, 0, 5, 0.01, 0.055).ready      # its next query (0.065) would be after rank 0's READY
+    assert _q(svc, 0, 6, 0, 4, 0.01, 0.06).ready
+
+
+def test_a_member_of_a_closed_round_short_of_its_iterations_goes_on_to_its_count():
+    svc = _length_service(4.0, 4.0)
+    _test_batches(svc, {0: 0.01, 1: 0.01, 2: 0.1})
+    for k in (1, 2, 3):
+        assert not _q(svc, 0, 2 + k, 0, k, 0.01, 0.01 * k).ready
+    assert _q(svc, 0, 6, 0, 4, 0.01, 0.04).ready                  # closes round 0 with ranks 0 and 1
+    assert not _q(svc, 1, 3, 0, 3, 0.01, 0.045).ready             # rank 1 started late: 3 of its 4
+    reply = _q(svc, 1, 4, 0, 4, 0.01, 0.055)
+    assert reply.ready and reply.target == 2 and reply.weight == 0.5
+
+
+def _script(svc):
+    """A scripted job under D = 4: two fast devices, one 10x, queries at fixed times; every answer."""
+    answers = []
+    _test_batches(svc, {0: 0.01, 1: 0.01, 2: 0.1})
+    seq = {0: 3, 1: 3, 2: 3}
+    rounds, ks = {0: 0, 1: 0, 2: 0}, {0: 0, 1: 0, 2: 0}
+    for step in range(1, 13):
+        now = 0.01 * step
+        for r in (0, 1, 2):
+            if r == 2 and step % 10:
+                continue
+            ks[r] += 1
+            reply = _q(svc, r, seq[r], rounds[r], ks[r], 0.1 if r == 2 else 0.01, now)
+            seq[r] += 1
+            answers.append(None if reply is None else (reply.ready, reply.round, reply.target, reply.weight))
+            if reply is not None and reply.ready and r != 2:
+                rounds[r] = reply.round + 1
+                ks[r] = 0
+                _reset(svc, r, seq[r], rounds[r], now)
+                seq[r] += 1
+    answers.append(sorted((r, x.ready, x.round, x.weight) for r, x in svc.released))
+    answers.append(svc.rule("esync").stats())
+    return answers
+
+
+@pytest.mark.parametrize("length", [0.0, 1.0])
+def test_a_round_length_of_zero_or_one_answers_as_the_deadline_alone(length):
+    plain = _script(_service(4.0))
+    assert _script(_length_service(4.0, length)) == plain
+    assert sum(1 for a in plain[:-2] if a is not None and a[0]) == 24   # the fast devices: READY every iteration

@@ -70,3 +70,39 @@ def test_the_deadline_needs_blocking_queries_and_the_mean(tmp_path):
         _sim(tmp_path, "a", "smallcnn", "--round-deadline", "4", "--ack", "delayed")
     with pytest.raises(ConfigError, match="round_deadline.*aggregation"):
         _sim(tmp_path, "b", "smallcnn", "--round-deadline", "4", "--aggregation", "weighted")
+
+
+def test_a_round_length_gives_the_fast_devices_l_local_steps_a_round(tmp_path):
+    """``--round-length 4`` at 10x: a round lasts about 4 fast iterations (the paper's profile's 117x would
+    need a longer budget for the late device to push), the late device's deltas still enter with shares."""
+    ten_x = ("--slowdown", "1,1,10", "--time-budget", "1.2")   # (the last of a repeated flag wins)
+    long_ = _sim(tmp_path, "length", "smallcnn", *ten_x, "--round-deadline", "4", "--round-length", "4")
+    short = _sim(tmp_path, "deadline", "smallcnn", *ten_x, "--round-deadline", "4")
+    workers = {w["slot"]: w for w in long_["workers"]}
+    for slot in (0, 1):
+        steps = workers[slot]["local_iters"]
+        assert steps and sum(steps) / len(steps) == pytest.approx(4, abs=0.5)
+        assert sorted(steps)[len(steps) // 2] == 4
+    pushes = long_["sim"]["deadline_pushes"]
+    late = [(r, share) for slot, r, share in pushes if slot == 2]
+    assert len(late) >= 5 and len({r for r, _ in late}) == len(late)
+    by_round = collections.defaultdict(dict)
+    for slot, r, share in pushes:
+        by_round[r][slot] = share
+    for r, share in late:
+        assert share < by_round[r][0]
+    for members in by_round.values():
+        assert sum(members.values()) == pytest.approx(1.0)
+    assert len({w["final_model_sha256"] for w in workers.values()}) == 1
+    # the deadline alone: one fast iteration a round (round 0 waits until the slow test batch is past the
+    # bound), several times the rounds
+    fast = [w for w in short["workers"] if w["slot"] < 2]
+    assert len(fast) == 2
+    for w in fast:
+        assert sorted(w["local_iters"])[len(w["local_iters"]) // 2] == 1
+    assert short["workers"][0]["rounds"] >= 3 * workers[0]["rounds"]
+
+
+def test_a_round_length_needs_the_deadline(tmp_path):
+    with pytest.raises(ConfigError, match="--round-length.*--round-deadline"):
+        _sim(tmp_path, "a", "smallcnn", "--round-length", "4")
