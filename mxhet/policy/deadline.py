@@ -32,11 +32,15 @@ devices on time lasts as long as the slowest of them needs for one iteration:
 when only the fastest are on time, every round is one fast iteration and the
 exchange (push and pull of the whole model) can take as long as the
 iteration itself. With L, a device on time is READY only once it has done
-n_min(c) = max(1, floor(L * c_min / c)) local iterations in its round (c its
+n_min(c) = max(1, round(L * c_min / c)) local iterations in its round (c its
 capability, c_min the fastest present device's), and Algorithm 2 says READY:
 a round lasts about L fast iterations, a device on time of c = 4 c_min does
-L/4 of them, one slower than L fast iterations its single iteration. Late
-devices are unchanged. L = D is the natural pairing: with L < D a device
+L/4 of them, one slower than about 2 L fast iterations its single iteration.
+Late devices are unchanged. Rounded to the nearest count, not down: whoever
+finishes its count first waits for the others, |n_min(c) * c - L * c_min| at
+most, and devices of nearly equal speed (never exactly equal on a real
+cluster) then all do L; floored, the one a hair slower than the fastest
+would do L - 1 and idle for most of an iteration every round. L = D is the natural pairing: with L < D a device
 within the bound can be slower than a round (it still does one iteration,
 and the round waits for it); with L >= D every device on time fits one or
 more iterations in a round, and the slower ones are late.
@@ -80,19 +84,18 @@ def check_round_length(value, deadline):
 
 
 def min_local_iters(round_length, capability, fastest):
-    """n_min = max(1, floor(L * c_min / c)): the fewest local iterations a device on
-    time of ``capability`` c does in a round under round length ``round_length`` L
-    (0: off, 1), ``fastest`` c_min the fastest present device's capability (seconds
-    per iteration; None or inf while nobody is measured: 1). A device not measured
-    yet (c None or inf) does 1; one as fast as c_min (c <= c_min, 0 included) L.
-    The 1e-9 keeps L * c_min / c = 4 from flooring to 3 when rounding errs below."""
+    """n_min = max(1, round(L * c_min / c)), halves rounded up: the fewest local
+    iterations a device on time of ``capability`` c does in a round under round
+    length ``round_length`` L (0: off, 1), ``fastest`` c_min the fastest present
+    device's capability (seconds per iteration; None or inf while nobody is
+    measured: 1). A device not measured yet (c None or inf) does 1; one as fast
+    as c_min (c <= c_min, 0 included) round(L)."""
     if not round_length or fastest is None or not math.isfinite(fastest):
         return 1
     if capability is None or not math.isfinite(capability):
         return 1
-    if capability <= fastest:
-        return max(1, int(math.floor(round_length + 1e-9)))
-    return max(1, int(math.floor(round_length * fastest / capability + 1e-9)))
+    share = round_length if capability <= fastest else round_length * fastest / capability
+    return max(1, int(math.floor(share + 0.5)))
 
 
 def staleness_weight(staleness):

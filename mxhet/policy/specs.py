@@ -70,7 +70,7 @@ ESYNC = register_spec(ModeSpec(
                                            "1/(1+rounds missed) (0: off, Algorithm 2; see mxhet.policy.deadline)",
                     check=OffOrAtLeast(1)),
              Option("round_length", 0.0, "L, with round_deadline: a device on time is READY only after "
-                                         "max(1, floor(L x the fastest's c / its c)) local iterations a round, so "
+                                         "max(1, round(L x the fastest's c / its c)) local iterations a round, so "
                                          "a round lasts about L fast iterations (0: off; L = D pairs them)",
                     check=OffOrAtLeast(1)))))
 

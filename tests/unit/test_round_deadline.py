@@ -362,12 +362,13 @@ def test_the_cluster_engine_refuses_the_deadline_with_the_outer_momentum():
 def test_the_fewest_local_iterations_are_l_times_the_fastest_over_ones_own_time():
     assert min_local_iters(4.0, 0.01, 0.01) == 4            # the fastest: L
     assert min_local_iters(4.0, 0.02, 0.01) == 2            # twice as slow: L / 2
-    assert min_local_iters(4.0, 0.03, 0.01) == 1            # floor(4 / 3)
+    assert min_local_iters(4.0, 0.03, 0.01) == 1            # 4 / 3 rounds to 1
     assert min_local_iters(4.0, 0.1, 0.01) == 1             # slower than a round: its one iteration
-    assert min_local_iters(8.0, 0.3, 0.1) == 2              # 8 x 0.1 / 0.3 = 2.67: floor, not 3
-    assert min_local_iters(3.0, 0.1 * 3, 0.1) == 1          # 3 x 0.1 / 0.3 is 0.999...: not floored to 0
-    assert min_local_iters(3.0, 0.1, 0.1 / 3 * 3) == 3
-    assert min_local_iters(4.5, 0.01, 0.01) == 4
+    assert min_local_iters(8.0, 0.3, 0.1) == 3              # 8 x 0.1 / 0.3 = 2.67: the nearest count
+    assert min_local_iters(4.0, 0.0101, 0.01) == 4          # a hair slower than the fastest: L too, not L - 1
+    assert min_local_iters(4.0, 0.0115, 0.01) == 3          # 3.48
+    assert min_local_iters(3.0, 0.5, 0.25) == 2             # 1.5: halves round up
+    assert min_local_iters(4.5, 0.01, 0.01) == 5
     assert min_local_iters(0.0, 0.01, 0.01) == 1            # off
     assert min_local_iters(4.0, math.inf, 0.01) == 1        # not measured yet
     assert min_local_iters(4.0, 0.01, math.inf) == 1        # nobody measured yet
