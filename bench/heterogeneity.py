@@ -249,10 +249,14 @@ def rows_of(records, served, preset, out, stamp):
 
 
 def merge(old_rows, new_rows):
-    """``old_rows`` with each ``(run, profile)`` of ``new_rows`` replaced or added; a run kept from an
+    """``old_rows`` with each ``(run, profile)`` of ``new_rows`` replaced or added, less the old rows of a
+    variant run with other flags than its current ones (a superseded candidate); a run kept from an
     earlier invocation with the same command (``resumed``) keeps the stamp and the wall seconds (the whole
     job's, not only the simulator's) of the one that made it."""
-    by = {(r["run"], r["profile"]): r for r in old_rows}
+    # a row of a variant whose flags have changed since (a new recommended candidate) measured something
+    # else: it would stand in the report for the variant as it is now
+    by = {(r["run"], r["profile"]): r for r in old_rows
+          if r["variant"] not in VARIANTS or r.get("extra_args", []) == list(VARIANTS[r["variant"]][1])}
     for r in new_rows:
         before = by.get((r["run"], r["profile"]))
         if before and r.get("resumed") and before.get("command") == r.get("command") and before.get("recorded"):

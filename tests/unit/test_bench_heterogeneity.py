@@ -131,7 +131,7 @@ def test_whole_bench_on_fake_runs_writes_fields_best_alternative_verdict_report_
     assert v2["late_by_s"] == pytest.approx(3.0 * 1.05) and v2["speedup"]["value"] == pytest.approx(11 / 14)
     text = open(os.path.join(out, "heterogeneity.md")).read()
     assert "## resnet18_v1, 117x, iid" in text and "standalone (best alternative)" in text
-    assert "**no later**" in text and "**later** by 3." in text and "`--round-deadline 4`" in text
+    assert "**no later**" in text and "**later** by 3." in text and "`%s`" % " ".join(presets.RECOMMENDED_ARGS) in text
     assert "not reached (0/1" in text          # DC-ASGD at 117x
     with open(os.path.join(out, "heterogeneity.png"), "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
@@ -199,6 +199,14 @@ def test_a_run_kept_from_an_earlier_invocation_keeps_its_stamp_and_wall_time():
     assert het.merge([old], [kept])[0]["wall_s"] == 900.0
     again = dict(kept, command=["b"])                                              # another command: run again
     assert het.merge([old], [again])[0]["recorded"] == {"commit": "new"}
+
+
+def test_rows_of_a_superseded_recommended_candidate_are_dropped_and_the_others_kept():
+    base = {"profile": 10, "model": "m", "dist": "iid", "command": ["a"], "recorded": {}, "resumed": False}
+    superseded = dict(base, run="r-rec", variant="recommended", extra_args=["--round-deadline", "2.5"])
+    current = dict(base, run="r-rec2", variant="recommended", extra_args=list(presets.RECOMMENDED_ARGS))
+    paper = dict(base, run="r-paper", variant="paper", extra_args=[])
+    assert sorted(r["run"] for r in het.merge([superseded, current, paper], [])) == ["r-paper", "r-rec2"]
 
 
 def test_report_only_starts_and_scores_nothing(tmp_path):
