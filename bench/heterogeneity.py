@@ -7,6 +7,8 @@ fast device over the training set (no stop at the target), each variant at its b
 open division's sweep (``--sweep``; the preset's 0.1 where no sweep is committed), times to target confirmed
 on all 10,000 test images (:mod:`bench.confirm`), means and 95% intervals over seeds (:mod:`bench.stats`).
 The runs go through :func:`bench.suite.execute` (``--jobs``, ``--resume``, checkpoints, progress bars).
+With ``--lrs``, each variant instead runs at its own best rate in each cell: the first seed at every rate of
+the list, the other seeds at the best (:func:`sweep_of`, the open division's rule).
 
 Profiles, named by their largest slowdown:
 
@@ -33,6 +35,7 @@ once the run is confirmed, unless ``--keep-snapshots``: about 2 GB per ResNet-18
 import collections
 import dataclasses
 import json
+import math
 import os
 import shlex
 import shutil
@@ -77,10 +80,10 @@ DEFAULT_COSTS = os.path.join(ROOT, "bench", "results", "paper-sim", "estimate.js
 TARGET = presets.PRESETS[PRESET].target_accuracy
 
 
-class RunKey(collections.namedtuple("RunKey", "model profile variant dist seed")):
-    """One run; ``mode`` and ``lr`` are what :func:`bench.suite.job_spec` and ``record_of`` read."""
+class RunKey(collections.namedtuple("RunKey", "model profile variant dist seed lr", defaults=(None,))):
+    """One run; ``mode`` and ``lr`` are what :func:`bench.suite.job_spec` and ``record_of`` read. ``lr``
+    None: the variant's default rate (the preset's for its mode, the sweep's where one is committed)."""
     __slots__ = ()
-    lr = None   # the preset's rate for the variant's mode (the sweep's where one is committed)
 
     @property
     def mode(self):
@@ -95,31 +98,39 @@ def fast_devices(profile_key):
 
 def run_name(key):
     """``model-117x-variant-dist``; a run without slow devices is named by what it runs
-    (``model-standalone-iid``, ``model-fast-only4-iid``); ``-seedN`` for seeds other than 0."""
+    (``model-standalone-iid``, ``model-fast-only4-iid``); ``-lrX`` for a rate other than the variant's
+    default, ``-seedN`` for seeds other than 0 (a run at the default rate keeps the name it had before
+    ``--lrs``, so that ``--resume`` keeps it)."""
     if key.variant == "standalone":
         where = "standalone"
     elif key.variant == "fast-only":
         where = "fast-only%d" % fast_devices(key.profile)
     else:
         where = "%dx-%s" % (key.profile, key.variant)
-    return "%s-%s-%s%s" % (key.model, where, key.dist, "-seed%d" % key.seed if key.seed else "")
+    return "%s-%s-%s%s%s" % (key.model, where, key.dist, "-lr%g" % key.lr if key.lr is not None else "",
+                             "-seed%d" % key.seed if key.seed else "")
 
 
-def plan(models, profile_keys, variants, dists, seeds):
+def plan(models, profile_keys, variants, dists, seeds, lrs=None, default_lr=None):
     """``{run name: (RunKey, [profiles it serves])}`` in running order: seed by seed (the first seed of
-    everything first), then model, data split, profile and variant."""
+    everything first), then model, data split, profile, variant and rate. ``lrs``: every variant at each of
+    these rates (None: at its default); ``default_lr``: ``(model, variant) -> rate``, the default (a key at
+    it has ``lr`` None)."""
     out = {}
     for seed in seeds:
         for model in models:
             for dist in dists:
                 for p in profile_keys:
                     for variant in variants:
-                        key = RunKey(model, p, variant, "iid" if variant == "standalone" else dist, seed)
-                        name = run_name(key)
-                        if name not in out:
-                            out[name] = (key, [p])
-                        elif p not in out[name][1]:
-                            out[name][1].append(p)
+                        for lr in lrs or [None]:
+                            if lr is not None and lr == default_lr(model, variant):
+                                lr = None
+                            key = RunKey(model, p, variant, "iid" if variant == "standalone" else dist, seed, lr)
+                            name = run_name(key)
+                            if name not in out:
+                                out[name] = (key, [p])
+                            elif p not in out[name][1]:
+                                out[name][1].append(p)
     return out
 
 
@@ -263,13 +274,43 @@ def merge(old_rows, new_rows):
             r = dict(r, recorded=before["recorded"], wall_s=before.get("wall_s", r.get("wall_s")))
         by[(r["run"], r["profile"])] = r
     return sorted(by.values(), key=lambda r: (r["model"], r["dist"], -r["profile"], list(VARIANTS).index(r["variant"])
-                                              if r["variant"] in VARIANTS else 99, r.get("seed", 0)))
+                                              if r["variant"] in VARIANTS else 99, r.get("seed", 0),
+                                              r.get("lr") or 0.0))
+
+
+def variant_runs(rows, model, profile, dist, variant):
+    """Every run of one variant in one cell, at every rate (the standalone device's i.i.d. runs serve every
+    split)."""
+    return [r for r in rows if r["model"] == model and r["profile"] == profile and r["variant"] == variant
+            and (r["dist"] == dist or variant == "standalone")]
+
+
+def sweep_of(runs):
+    """The learning-rate sweep of one variant in one cell, or None where its runs have one rate only:
+    ``{"seed", "lrs": {rate: {"run", "time_to_target_s", "final_accuracy"}}, "best_lr"}``, from the runs of
+    the seed that has the most rates (the first seed of ``--lrs``; the lowest of a tie), the best rate by
+    the open division's rule (:func:`bench.suite.best_lrs`: the shortest confirmed time to the target, else
+    the highest final accuracy)."""
+    from . import suite
+    by_seed = {}
+    for r in runs:
+        by_seed.setdefault(r.get("seed", 0), {})[r.get("lr")] = r
+    if not by_seed or max(len(at) for at in by_seed.values()) < 2:
+        return None
+    seed = min(by_seed, key=lambda s: (-len(by_seed[s]), s))
+    at = by_seed[seed]
+    best = suite.best_lrs({"runs": [dict(r, variant="v") for r in at.values()]})["v"]
+    return {"seed": seed, "best_lr": best,
+            "lrs": {"%g" % lr: {"run": r["run"], "time_to_target_s": r["time_to_target_s"],
+                                "final_accuracy": r["final_accuracy"]} for lr, r in sorted(at.items())}}
 
 
 def cell_runs(rows, model, profile, dist, variant):
-    """The runs of one variant in one cell (the standalone device's i.i.d. runs serve every split)."""
-    return [r for r in rows if r["model"] == model and r["profile"] == profile and r["variant"] == variant
-            and (r["dist"] == dist or variant == "standalone")]
+    """The runs of one variant in one cell at its best rate (:func:`sweep_of`; all of them where they have
+    one rate only): what the cell's tables, verdict and figure use."""
+    runs = variant_runs(rows, model, profile, dist, variant)
+    sweep = sweep_of(runs)
+    return runs if sweep is None else [r for r in runs if r.get("lr") == sweep["best_lr"]]
 
 
 def best_alternative(rows, model, profile, dist):
@@ -331,13 +372,19 @@ def _significance(sp, sign):
 
 
 def cells(rows):
-    """Every (model, profile, split) with runs: each variant's :func:`bench.report.cell`, the best
-    alternative and the :func:`verdict`."""
+    """Every (model, profile, split) with runs: each variant's :func:`bench.report.cell` at its best rate
+    with its ``sweep`` (:func:`sweep_of`) and ``best_lr``, the best alternative and the :func:`verdict`."""
     out = []
     keys = {(r["model"], r["profile"], "iid" if r["variant"] == "standalone" else r["dist"]) for r in rows}
     for model, profile, dist in sorted(keys, key=lambda k: (k[0], k[2], -k[1])):
-        variants = {v: report.cell(cell_runs(rows, model, profile, dist, v)) for v in VARIANTS
-                    if cell_runs(rows, model, profile, dist, v)}
+        variants = {}
+        for v in VARIANTS:
+            runs = cell_runs(rows, model, profile, dist, v)
+            if runs:
+                sweep = sweep_of(variant_runs(rows, model, profile, dist, v))
+                lrs = {r.get("lr") for r in runs}
+                variants[v] = dict(report.cell(runs), sweep=sweep,
+                                   best_lr=sweep["best_lr"] if sweep else lrs.pop() if len(lrs) == 1 else None)
         best = best_alternative(rows, model, profile, dist)
         out.append({"model": model, "profile": profile, "dist": dist, "variants": variants,
                     "best_alternative": best,
@@ -348,6 +395,29 @@ def cells(rows):
 
 def _interval(summary, fmt):
     return stats.format_interval(summary, fmt) if summary.get("n") else "—"
+
+
+def _sweep_table(c):
+    """The cell's learning-rate sweep (variant x rate: time to target and final accuracy of the sweep's
+    seed, the best rate in bold), or nothing where no variant has one."""
+    swept = {v: cell["sweep"] for v, cell in c["variants"].items() if cell.get("sweep")}
+    if not swept:
+        return []
+    rates = sorted({float(lr) for sw in swept.values() for lr in sw["lrs"]})
+    lines = ["Learning-rate sweep (seed %s; time to %.2f in virtual s, else not reached, and final accuracy; "
+             "the best rate in bold, the one the table below uses):" % (
+                 ",".join(map(str, sorted({sw["seed"] for sw in swept.values()}))), TARGET), "",
+             "| variant | %s |" % " | ".join("lr %g" % lr for lr in rates), "|---|%s" % ("---|" * len(rates))]
+    for v, sw in swept.items():
+        row = []
+        for lr in rates:
+            at = sw["lrs"].get("%g" % lr)
+            text = "—" if at is None else "%s, %.3f" % (
+                "%.1f s" % at["time_to_target_s"] if at["time_to_target_s"] is not None else "not reached",
+                at["final_accuracy"])
+            row.append("**%s**" % text if at is not None and lr == sw["best_lr"] else text)
+        lines.append("| %s | %s |" % (v, " | ".join(row)))
+    return lines + [""]
 
 
 def markdown(doc):
@@ -389,14 +459,16 @@ def markdown(doc):
                   TARGET, ", ".join(ALTERNATIVES)), ""]
     lrs = doc["lrs"]
     for c in doc["cells"]:
-        lines += ["## %s, %dx, %s" % (c["model"], c["profile"], c["dist"]), "",
-                  "| variant | lr | seeds | reached | time to %.2f (virtual s) | confirmed | final accuracy | "
+        lines += ["## %s, %dx, %s" % (c["model"], c["profile"], c["dist"]), ""]
+        lines += _sweep_table(c)
+        lines += ["| variant | lr | seeds | reached | time to %.2f (virtual s) | confirmed | final accuracy | "
                   "trained (virtual s) | wall s per run |" % TARGET, "|---|---|---|---|---|---|---|---|---|"]
         for v, cell in c["variants"].items():
             runs = cell_runs(doc["runs"], c["model"], c["profile"], c["dist"], v)
             walls = [r["wall_s"] for r in runs if r.get("wall_s") is not None]
             lines.append("| %s%s | %s | %s | %d/%d | %s | %s | %s | %.1f | %s |" % (
                 v, " (best alternative)" if v == c["best_alternative"] else "",
+                "%g" % cell["best_lr"] if cell.get("best_lr") is not None else
                 "%g" % lrs[c["model"]][v] if v in lrs.get(c["model"], {}) else "—",
                 ",".join(map(str, cell["seeds"])), cell["time_to_target"]["reached"] or 0, len(cell["seeds"]),
                 _interval(cell["time_to_target"], "%.1f"), "yes" if cell["confirmed"] else "no",
@@ -429,12 +501,15 @@ def write(out, doc):
 
 def run_bench(models, profile_keys, variants, dists, seeds, out, seeds_best=False, jobs=1, resume=True,
               budget=None, sweep=DEFAULT_SWEEP, command=None, run=runner.run_with_bar, confirm_fn=None,
-              checkpoint_every_min=10.0, keep_snapshots=False, log=print):
+              checkpoint_every_min=10.0, keep_snapshots=False, lrs=None, log=print):
     """Run the bench and write its results; returns the JSON document.
 
-    ``seeds_best``: every variant on the first seed, then the other seeds for the recommended ESync and
-    each cell's best alternative only. ``budget``: virtual seconds per run (default: the preset's per
-    model). ``confirm_fn``: as :func:`bench.suite.execute`'s (default :func:`confirm_and_trim`).
+    ``lrs``: the first seed runs every variant at each of these rates; each variant's best in each cell
+    (:func:`sweep_of`) is the one its other seeds run at and the cell's tables use (None: every variant at
+    its default rate). ``seeds_best``: every variant on the first seed, then the other seeds for the
+    recommended ESync and each cell's best alternative (at each alternative's best rate) only. ``budget``:
+    virtual seconds per run (default: the preset's per model). ``confirm_fn``: as
+    :func:`bench.suite.execute`'s (default :func:`confirm_and_trim`).
 
     Raises:
         ConfigError: for an unknown model, a sweep directory without a sweep.
@@ -463,18 +538,30 @@ def run_bench(models, profile_keys, variants, dists, seeds, out, seeds_best=Fals
         failures.extend({"run": run_name(k), "error": e} for k, e in failed.items())
         return merge(rows, rows_of(records, served, preset, out, stamp))
 
+    def default_lr(model, variant):
+        return preset.lr_for(model, VARIANTS[variant][0])
+
     full = plan(models, profile_keys, variants, dists, seeds)
-    if seeds_best and len(seeds) > 1:
-        rows = go({n: kp for n, kp in full.items() if kp[0].seed == seeds[0]})
+    if lrs or (seeds_best and len(seeds) > 1):
+        rows = go(plan(models, profile_keys, variants, dists, seeds[:1], lrs, default_lr) if lrs else
+                  {n: kp for n, kp in full.items() if kp[0].seed == seeds[0]})
         wanted = {(model, p, dist, v) for model in models for p in profile_keys for dist in dists
                   for v in ("recommended", best_alternative(rows, model, p, dist))}
 
         def chosen(key, profs):   # a standalone run serves the non-i.i.d. cells too
             cell_dists = dists if key.variant == "standalone" else [key.dist]
-            return any((key.model, p, d, key.variant) in wanted for p in profs for d in cell_dists)
-        rows = go({n: (k, profs) for n, (k, profs) in full.items() if k.seed != seeds[0] and chosen(k, profs)})
+            return not seeds_best or any((key.model, p, d, key.variant) in wanted for p in profs for d in cell_dists)
+
+        def at_best(key, profs):   # a run serving several profiles has the same runs, so the same best, in each
+            sweep = sweep_of(variant_runs(rows, key.model, profs[0], key.dist, key.variant))
+            best = sweep["best_lr"] if sweep and lrs else None
+            return key._replace(lr=None if best is None or best == default_lr(key.model, key.variant) else best)
+        later = [(at_best(k, profs), profs) for k, profs in full.values() if k.seed != seeds[0] and chosen(k, profs)]
+        if later:
+            rows = go({run_name(k): (k, profs) for k, profs in later})
     else:
         rows = go(full)
+    lr_list = lrs
     lrs = {m: {v: preset.lr_for(m, VARIANTS[v][0]) for v in VARIANTS} for m in sorted({r["model"] for r in rows})}
     doc = {"experiment": "heterogeneity", "preset": PRESET, "division": preset.division,
            "provenance": provenance(command, {r.get("seed", 0) for r in rows}),
@@ -486,7 +573,11 @@ def run_bench(models, profile_keys, variants, dists, seeds, out, seeds_best=Fals
                                      "ESync's)" % os.path.relpath(lr_path, ROOT) if lr_path else
                                      "the %s preset's %s for every variant (no sweep committed: `mxhet-bench "
                                      "sweep --preset %s`)" % (PRESET, ", ".join(sorted(
-                                         {"%g" % x for per in lrs.values() for x in per.values()})), PRESET)),
+                                         {"%g" % x for per in lrs.values() for x in per.values()})), PRESET))
+           + ("; with --lrs %s, each variant in each cell at its best of these (the first seed's sweep: "
+              "the shortest confirmed time to %.2f, else the highest final accuracy)" % (
+                  ",".join("%g" % x for x in lr_list), TARGET) if lr_list else ""),
+           "lr_sweep": list(lr_list) if lr_list else None,
            "budgets_s": {m: budget or preset.budget_for(m) for m in sorted({r["model"] for r in rows})},
            "batch_size": preset.batch_size, "target_accuracy": TARGET, "snapshot_share": SNAPSHOT_SHARE,
            "runs": rows, "failures": failures}
@@ -533,6 +624,10 @@ def add_parser(sub):
     p.add_argument("--sweep", default=DEFAULT_SWEEP,
                    help="directory of the open division's sweep.json (each variant's learning rate; 'none': the "
                         "preset's; default %(default)s where it exists)")
+    p.add_argument("--lrs", default=None,
+                   help="comma-separated learning rates: the first seed runs every variant at each, the other "
+                        "seeds each variant at its best in each cell (the sweep's rule: shortest confirmed time "
+                        "to the target, else highest final accuracy); default: each variant at its one rate")
     p.add_argument("--jobs", type=int, default=1, help="simulator runs at once (default %(default)s)")
     p.add_argument("--resume", nargs="?", const="on", default="on", choices=("on", "off"),
                    help="keep runs finished in --out with the same command and continue checkpointed ones "
@@ -549,6 +644,21 @@ def add_parser(sub):
     p.add_argument("--costs", default=DEFAULT_COSTS,
                    help="per-model CPU costs measured by `mxhet-bench estimate` (default %(default)s)")
     return p
+
+
+def parse_lrs(text):
+    """The learning rates of ``--lrs``: comma-separated positive finite numbers, in order, without repeats.
+
+    Raises:
+        ConfigError: naming ``--lrs`` and the bad text (empty, not a number, not positive and finite).
+    """
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = None
+    if not values or not all(math.isfinite(v) and v > 0 for v in values):
+        raise ConfigError("--lrs %r: a comma-separated list of positive finite learning rates" % (text,))
+    return list(dict.fromkeys(values))
 
 
 def dry_run(planned, preset, costs_path, budget, jobs):
@@ -577,8 +687,18 @@ def run(args):
     if args.jobs < 1 or (args.budget is not None and not args.budget > 0) or not args.checkpoint_every_min >= 0:
         raise ConfigError("--jobs must be >= 1, --budget > 0 and --checkpoint-every-min >= 0; got %r, %r and %r"
                           % (args.jobs, args.budget, args.checkpoint_every_min))
+    lrs = parse_lrs(args.lrs) if args.lrs is not None else None
     if args.dry_run:
         preset, _ = learning_rates(preset, None if args.sweep == "none" else args.sweep)
+        if lrs:
+            dry_run(plan(models, profile_keys, variants, dists, seeds[:1], lrs,
+                         lambda model, variant: preset.lr_for(model, VARIANTS[variant][0])), preset,
+                    args.costs, args.budget, args.jobs)
+            if len(seeds) > 1:
+                print("not listed: seeds %s, each variant at its best rate in each cell, which the sweep above "
+                      "chooses%s" % (",".join(map(str, seeds[1:])), " (the recommended ESync and each cell's "
+                                     "best alternative only)" if args.seeds_best else ""))
+            return 0
         dry_run(plan(models, profile_keys, variants, dists, seeds[:1] if args.seeds_best else seeds), preset,
                 args.costs, args.budget, args.jobs)
         return 0
@@ -587,7 +707,7 @@ def run(args):
                     jobs=args.jobs, resume=args.resume == "on" or args.report_only, budget=args.budget,
                     sweep=None if args.sweep == "none" else args.sweep,
                     command=["mxhet-bench"] + list(getattr(args, "argv", None) or sys.argv[1:]),
-                    checkpoint_every_min=args.checkpoint_every_min, keep_snapshots=args.keep_snapshots,
+                    checkpoint_every_min=args.checkpoint_every_min, keep_snapshots=args.keep_snapshots, lrs=lrs,
                     **(dict(run=not_run, confirm_fn=recorded_confirmation) if args.report_only else {}))
     print(markdown(doc))
     print("wrote %s (%.0f min)" % (os.path.join(args.out, "heterogeneity.md"), (time.monotonic() - started) / 60),

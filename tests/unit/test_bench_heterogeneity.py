@@ -219,3 +219,129 @@ def test_report_only_starts_and_scores_nothing(tmp_path):
     record = {"curve_points": 1, "train_time_s": 1.0, "time_to_target_s": None}
     (tmp_path / confirm.FILE).write_text(json.dumps(record))
     assert het.recorded_confirmation(str(tmp_path), summary) == record
+
+
+# --lrs: the time of a run is _time's at its default rate (0.1) times LR_FACTOR[(where, lr)]; a run that never
+# reaches the target ends at LR_ACCURACY[lr]
+LR_FACTOR = {(117, 0.01): 2.0, (117, 0.03): 0.5, (117, 0.1): 1.0,      # 117x: best at 0.03
+             (2, 0.01): 2.0, (2, 0.03): 1.5, (2, 0.1): 1.0,            # 2x: best at the default
+             ("standalone", 0.01): 0.8, ("standalone", 0.03): 0.9, ("standalone", 0.1): 1.0}
+LR_ACCURACY = {0.01: 0.75, 0.03: 0.72, 0.1: 0.70}
+
+
+def _lr_run(ran):
+    def fake_run(spec, run_dir, desc, position, leave):
+        name = os.path.basename(run_dir)
+        ran.append(name)
+        summary = _summary(spec, name)
+        where = ("standalone" if "standalone" in name else 117 if "117x" in name or "fast-only4" in name else 2)
+        t = summary["time_to_target_s"]
+        if t is None:
+            summary["curve"][-1][1] = summary["final_accuracy"] = LR_ACCURACY[spec.lr]
+        else:
+            t *= LR_FACTOR[(where, spec.lr)]
+            summary["curve"][1][0] = summary["time_to_target_s"] = t
+        return summary
+    return fake_run
+
+
+def test_run_names_get_a_suffix_only_at_a_rate_other_than_the_default():
+    key = het.RunKey("resnet18_v1", 10, "recommended", "iid", 0)
+    assert het.run_name(key) == "resnet18_v1-10x-recommended-iid"
+    assert het.run_name(key._replace(lr=0.03)) == "resnet18_v1-10x-recommended-iid-lr0.03"
+    assert het.run_name(key._replace(lr=0.03, seed=2)) == "resnet18_v1-10x-recommended-iid-lr0.03-seed2"
+    planned = het.plan(["resnet18_v1"], [117, 10], ["standalone", "paper"], ["iid"], [0], [0.01, 0.1],
+                       lambda model, variant: 0.1)
+    assert list(planned) == ["resnet18_v1-standalone-iid-lr0.01", "resnet18_v1-standalone-iid",
+                             "resnet18_v1-117x-paper-iid-lr0.01", "resnet18_v1-117x-paper-iid",
+                             "resnet18_v1-10x-paper-iid-lr0.01", "resnet18_v1-10x-paper-iid"]
+    assert planned["resnet18_v1-standalone-iid-lr0.01"][1] == [117, 10]     # one sweep for both profiles
+    assert planned["resnet18_v1-standalone-iid"][0].lr is None              # the default: today's run
+
+
+def test_lrs_sweep_the_first_seed_and_run_the_others_at_each_cell_s_best_rate(tmp_path):
+    ran = []
+    out = str(tmp_path / "het")
+    doc = het.run_bench(["resnet18_v1"], [117, 2], list(het.VARIANTS), ["iid"], [0, 1], out, budget=BUDGET,
+                        sweep=None, run=_lr_run(ran), confirm_fn=_fake_confirm, lrs=[0.01, 0.03, 0.1],
+                        log=lambda *_: None)
+    first = [n for n in ran if "seed" not in n]
+    assert len(first) == len(set(first)) == 3 * (1 + 2 + 2 * 6)       # standalone's sweep runs once for both
+    assert {"resnet18_v1-117x-recommended-iid-lr0.03", "resnet18_v1-117x-recommended-iid",
+            "resnet18_v1-standalone-iid-lr0.01", "resnet18_v1-fast-only2-iid-lr0.03"} <= set(first)
+    later = sorted(n for n in ran if "seed" in n)
+    assert len(later) == 1 + 2 + 2 * 6
+    assert {"resnet18_v1-117x-recommended-iid-lr0.03-seed1",        # 117x: every variant best at 0.03
+            "resnet18_v1-fast-only4-iid-lr0.03-seed1",
+            "resnet18_v1-117x-dcasgd-iid-lr0.01-seed1",             # never reached: the most accurate rate
+            "resnet18_v1-2x-recommended-iid-seed1",                 # 2x: best at the default, today's name
+            "resnet18_v1-fast-only2-iid-seed1",
+            "resnet18_v1-standalone-iid-lr0.01-seed1"} <= set(later)
+    saved = json.load(open(os.path.join(out, "heterogeneity.json")))
+    assert all(r["lr"] == (float(r["run"].split("-lr")[1].split("-")[0]) if "-lr" in r["run"] else 0.1)
+               for r in saved["runs"])
+    assert saved["lr_sweep"] == [0.01, 0.03, 0.1]
+    cells = {(c["profile"], c["dist"]): c for c in doc["cells"]}
+    rec = cells[(117, "iid")]["variants"]["recommended"]
+    assert rec["best_lr"] == 0.03 and rec["sweep"]["seed"] == 0
+    assert rec["sweep"]["lrs"] == {
+        "0.01": {"run": "resnet18_v1-117x-recommended-iid-lr0.01", "time_to_target_s": 30.0, "final_accuracy": 0.86},
+        "0.03": {"run": "resnet18_v1-117x-recommended-iid-lr0.03", "time_to_target_s": 7.5, "final_accuracy": 0.86},
+        "0.1": {"run": "resnet18_v1-117x-recommended-iid", "time_to_target_s": 15.0, "final_accuracy": 0.86}}
+    # the tables use the best rate's runs only: both seeds at 0.03
+    assert rec["seeds"] == [0, 1] and rec["time_to_target"]["mean"] == pytest.approx(7.5 * (1 + 1.05) / 2)
+    assert cells[(117, "iid")]["variants"]["dcasgd"]["best_lr"] == 0.01
+    assert cells[(2, "iid")]["variants"]["recommended"]["best_lr"] == 0.1
+    assert {c["variants"]["standalone"]["best_lr"] for c in doc["cells"]} == {0.01}
+    # the best alternative and the verdict at each variant's best rate: fast-only4 at 0.03 (12.5 s), ahead of
+    # standalone at 0.01 (16 s) and of every alternative at 0.1
+    assert cells[(117, "iid")]["best_alternative"] == "fast-only"
+    assert cells[(117, "iid")]["verdict"]["speedup"]["value"] == pytest.approx(12.5 / 7.5)
+    text = open(os.path.join(out, "heterogeneity.md")).read()
+    section = text.split("## resnet18_v1, 117x, iid")[1].split("## ")[0]
+    assert "Learning-rate sweep (seed 0" in section and "| variant | lr 0.01 | lr 0.03 | lr 0.1 |" in section
+    assert "| recommended | 30.0 s, 0.860 | **7.5 s, 0.860** | 15.0 s, 0.860 |" in section
+    assert "| dcasgd | **not reached, 0.750** | not reached, 0.720 | not reached, 0.700 |" in section
+    assert "| recommended | 0.03 | 0,1 | 2/2 |" in section              # the main table's lr: the best
+    assert "| recommended | 0.1 | 0,1 | 2/2 |" in text.split("## resnet18_v1, 2x, iid")[1]
+
+
+def test_lrs_with_seeds_best_runs_the_other_seeds_of_recommended_and_the_best_alternative_at_their_best(tmp_path):
+    ran = []
+    het.run_bench(["resnet18_v1"], [117, 2], ["recommended", "standalone", "fast-only", "async"], ["iid"], [0, 1],
+                  str(tmp_path / "het"), seeds_best=True, budget=BUDGET, sweep=None, run=_lr_run(ran),
+                  confirm_fn=_fake_confirm, lrs=[0.01, 0.03, 0.1], log=lambda *_: None)
+    assert sorted(n for n in ran if "seed" in n) == sorted([
+        "resnet18_v1-117x-recommended-iid-lr0.03-seed1", "resnet18_v1-fast-only4-iid-lr0.03-seed1",
+        "resnet18_v1-2x-recommended-iid-seed1", "resnet18_v1-fast-only2-iid-seed1"])
+
+
+def test_without_lrs_every_variant_runs_at_its_one_rate_under_today_s_names(tmp_path):
+    ran = []
+    doc = het.run_bench(["resnet18_v1"], [2], ["recommended", "standalone"], ["iid"], [0, 1], str(tmp_path / "h"),
+                        budget=BUDGET, sweep=None, run=_lr_run(ran), confirm_fn=_fake_confirm, log=lambda *_: None)
+    assert ran == ["resnet18_v1-2x-recommended-iid", "resnet18_v1-standalone-iid",
+                   "resnet18_v1-2x-recommended-iid-seed1", "resnet18_v1-standalone-iid-seed1"]
+    assert doc["lr_sweep"] is None and doc["cells"][0]["variants"]["recommended"]["sweep"] is None
+    assert "Learning-rate sweep" not in het.markdown(doc)
+
+
+def test_dry_run_with_lrs_lists_the_sweep_and_says_the_other_seeds_come_later(capsys):
+    parser = het.add_parser(__import__("argparse").ArgumentParser().add_subparsers(dest="experiment"))
+    args = parser.parse_args(["--models", "resnet18_v1", "--profiles", "10", "--variants", "recommended,standalone",
+                              "--seeds", "0,1,2", "--lrs", "0.03,0.1", "--sweep", "none", "--dry-run"])
+    assert het.run(args) == 0
+    out = capsys.readouterr().out
+    names = [line.split()[0] for line in out.splitlines() if line.startswith("resnet18_v1")]
+    assert names == ["resnet18_v1-10x-recommended-iid-lr0.03", "resnet18_v1-10x-recommended-iid",
+                     "resnet18_v1-standalone-iid-lr0.03", "resnet18_v1-standalone-iid"]
+    assert "not listed: seeds 1,2" in out
+
+
+@pytest.mark.parametrize("text", ["", ",", "0", "-0.1", "nan", "inf", "0.1,x"])
+def test_a_bad_lrs_is_refused_by_name(text):
+    with pytest.raises(ConfigError, match="--lrs"):
+        het.parse_lrs(text)
+    parser = het.add_parser(__import__("argparse").ArgumentParser().add_subparsers(dest="experiment"))
+    with pytest.raises(ConfigError, match="--lrs"):
+        het.run(parser.parse_args(["--lrs", text, "--dry-run"]))
