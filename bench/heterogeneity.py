@@ -290,7 +290,7 @@ def sweep_of(runs):
     ``{"seed", "lrs": {rate: {"run", "time_to_target_s", "final_accuracy"}}, "best_lr"}``, from the runs of
     the seed that has the most rates (the first seed of ``--lrs``; the lowest of a tie), the best rate by
     the open division's rule (:func:`bench.suite.best_lrs`: the shortest confirmed time to the target, else
-    the highest final accuracy)."""
+    the highest final accuracy; of equal ones the lowest rate)."""
     from . import suite
     by_seed = {}
     for r in runs:
@@ -298,11 +298,11 @@ def sweep_of(runs):
     if not by_seed or max(len(at) for at in by_seed.values()) < 2:
         return None
     seed = min(by_seed, key=lambda s: (-len(by_seed[s]), s))
-    at = by_seed[seed]
-    best = suite.best_lrs({"runs": [dict(r, variant="v") for r in at.values()]})["v"]
+    at = sorted(by_seed[seed].items(), key=lambda kv: (kv[0] is None, kv[0] or 0.0))   # a tie: the lowest
+    best = suite.best_lrs({"runs": [dict(r, variant="v", mode="v") for _, r in at]})["v"]
     return {"seed": seed, "best_lr": best,
-            "lrs": {"%g" % lr: {"run": r["run"], "time_to_target_s": r["time_to_target_s"],
-                                "final_accuracy": r["final_accuracy"]} for lr, r in sorted(at.items())}}
+            "lrs": {"%g" % lr if lr is not None else "unknown": {"run": r["run"], "time_to_target_s": r["time_to_target_s"],
+                                "final_accuracy": r["final_accuracy"]} for lr, r in at}}
 
 
 def cell_runs(rows, model, profile, dist, variant):

@@ -345,3 +345,12 @@ def test_a_bad_lrs_is_refused_by_name(text):
     parser = het.add_parser(__import__("argparse").ArgumentParser().add_subparsers(dest="experiment"))
     with pytest.raises(ConfigError, match="--lrs"):
         het.run(parser.parse_args(["--lrs", text, "--dry-run"]))
+
+
+def test_sweep_of_takes_the_seed_with_most_rates_and_the_lowest_of_equal_times():
+    def row(lr, t, acc=0.85, seed=0):
+        return {"run": "r%g-%d" % (lr, seed), "lr": lr, "seed": seed, "time_to_target_s": t, "final_accuracy": acc}
+    assert het.sweep_of([row(0.1, 10.0), row(0.1, 5.0, seed=1)]) is None            # one rate: no sweep
+    sweep = het.sweep_of([row(0.1, 20.0), row(0.03, 20.0), row(0.01, None, 0.9), row(0.1, 1.0, seed=1)])
+    assert sweep["seed"] == 0 and sweep["best_lr"] == 0.03 and list(sweep["lrs"]) == ["0.01", "0.03", "0.1"]
+    assert het.sweep_of([row(0.1, None, 0.7), row(0.03, None, 0.8)])["best_lr"] == 0.03
