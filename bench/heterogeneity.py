@@ -301,8 +301,9 @@ def sweep_of(runs):
     at = sorted(by_seed[seed].items(), key=lambda kv: (kv[0] is None, kv[0] or 0.0))   # a tie: the lowest
     best = suite.best_lrs({"runs": [dict(r, variant="v", mode="v") for _, r in at]})["v"]
     return {"seed": seed, "best_lr": best,
-            "lrs": {"%g" % lr if lr is not None else "unknown": {"run": r["run"], "time_to_target_s": r["time_to_target_s"],
-                                "final_accuracy": r["final_accuracy"]} for lr, r in at}}
+            "lrs": {"%g" % lr if lr is not None else "unknown": {
+                "run": r["run"], "time_to_target_s": r["time_to_target_s"], "final_accuracy": r["final_accuracy"]}
+                for lr, r in at}}
 
 
 def cell_runs(rows, model, profile, dist, variant):
@@ -550,13 +551,15 @@ def run_bench(models, profile_keys, variants, dists, seeds, out, seeds_best=Fals
 
         def chosen(key, profs):   # a standalone run serves the non-i.i.d. cells too
             cell_dists = dists if key.variant == "standalone" else [key.dist]
-            return not seeds_best or any((key.model, p, d, key.variant) in wanted for p in profs for d in cell_dists)
+            return not seeds_best or any((key.model, p, d, key.variant) in wanted
+                                         for p in profs for d in cell_dists)
 
-        def at_best(key, profs):   # a run serving several profiles has the same runs, so the same best, in each
+        def at_best(key, profs):   # a run serving several profiles has the same rows, so one best, in each
             sweep = sweep_of(variant_runs(rows, key.model, profs[0], key.dist, key.variant))
             best = sweep["best_lr"] if sweep and lrs else None
             return key._replace(lr=None if best is None or best == default_lr(key.model, key.variant) else best)
-        later = [(at_best(k, profs), profs) for k, profs in full.values() if k.seed != seeds[0] and chosen(k, profs)]
+        later = [(at_best(k, profs), profs) for k, profs in full.values()
+                 if k.seed != seeds[0] and chosen(k, profs)]
         if later:
             rows = go({run_name(k): (k, profs) for k, profs in later})
     else:
