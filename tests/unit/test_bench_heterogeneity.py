@@ -86,11 +86,11 @@ def test_the_recommended_flags_are_flags_of_both_engines():
 
     args = build_parser().parse_args(["--sync", "esync", "--metrics-out", "x", *presets.RECOMMENDED_ARGS])
     options = resolve_args(args, "esync")
-    assert options["round_deadline"] == 4.0
+    assert (options["round_deadline"], options["round_length"]) == (8.0, 8.0)
     key = het.RunKey("smallcnn", 10, "recommended", "iid", 0)
     argv = het.job_spec(key, presets.get(het.PRESET), budget=2.0).launch_argv("x")
     job = sim_cli.make_job(sim_cli.build_parser().parse_args(argv[3:]))
-    assert job.mode_options["round_deadline"] == 4.0
+    assert (job.mode_options["round_deadline"], job.mode_options["round_length"]) == (8.0, 8.0)
 
 
 def test_whole_bench_on_fake_runs_writes_fields_best_alternative_verdict_report_and_figure(tmp_path):
