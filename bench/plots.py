@@ -151,8 +151,9 @@ def draw_all(results, out):
 
 def members_plot(summary_path, path):
     """Per round of a ``--score-members`` run (``summary.json``'s ``members``): each member's
-    score before its push (dots, one colour per slot, its ``n_i`` beside it on the last round),
-    their mean and the new global model's score, over virtual time. Returns ``path``.
+    score before its push (dots, one colour per slot, its ``n_i`` range in the legend; under
+    ``--round-deadline`` a late member's delta, from an older global model, as a cross), their
+    mean and the new global model's score, over virtual time. Returns ``path``.
 
     Raises:
         ValueError: when the summary has no members record (run without ``--score-members``).
@@ -170,11 +171,20 @@ def members_plot(summary_path, path):
     slots = sorted({m["slot"] for r in rounds for m in r["members"]})
     cmap = plt.get_cmap("tab10")
     for i, slot in enumerate(slots):
-        points = [(r["t_s"], m["accuracy"], m["n"]) for r in rounds for m in r["members"] if m["slot"] == slot]
-        ns = sorted({n for _, _, n in points})
+        points = [(r["t_s"], m["accuracy"], m["n"], m.get("staleness", 0))
+                  for r in rounds for m in r["members"] if m["slot"] == slot]
+        ns = sorted({p[2] for p in points})
         label = "member %d (n_i %s)" % (slot, ns[0] if len(ns) == 1 else "%d-%d" % (ns[0], ns[-1]))
-        ax.scatter([t for t, _, _ in points], [a for _, a, _ in points], s=14, color=cmap(i % 10), alpha=0.7,
-                   label=label, zorder=2)
+        on_time = [p for p in points if p[3] == 0]
+        late = [p for p in points if p[3] > 0]
+        if on_time:
+            ax.scatter([p[0] for p in on_time], [p[1] for p in on_time], s=14, color=cmap(i % 10), alpha=0.7,
+                       label=label, zorder=2)
+        if late:   # --round-deadline: a delta from an older global model, its staleness beside it
+            stale = sorted({p[3] for p in late})
+            ax.scatter([p[0] for p in late], [p[1] for p in late], s=30, marker="x", color=cmap(i % 10),
+                       label="%s late (staleness %s)" % (label, stale[0] if len(stale) == 1
+                                                         else "%d-%d" % (stale[0], stale[-1])), zorder=2)
     times = [r["t_s"] for r in rounds]
     ax.plot(times, [r["members_mean"] for r in rounds], color="gray", linewidth=1.4, linestyle="--",
             label="members' mean", zorder=3)

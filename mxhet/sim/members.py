@@ -35,6 +35,7 @@ class MemberScores:
         self.samples = samples
         self.rounds = {}       # round index -> record
         self._seen = {}        # slot -> the device's iterations at its last push
+        self._last_round = {}  # slot -> the round of its last push (it then took that round's global model)
         self.cpu_s = 0.0       # real CPU seconds spent scoring (process time)
         self.wall_s = 0.0
 
@@ -49,8 +50,14 @@ class MemberScores:
         return self.rounds.setdefault(index, {"round": index, "members": [], "global_accuracy": None,
                                               "t_s": None})
 
-    def member(self, dev, index, now):
-        """``dev`` is about to push its delta of round ``index`` at virtual time ``now``: score its replica."""
+    def member(self, dev, index, now, share=None):
+        """``dev`` is about to push its delta of round ``index`` at virtual time ``now``: score its replica.
+
+        Under ``--round-deadline`` ``share`` is the delta's share of the round's combination; the
+        record then also says the delta's ``staleness``, the rounds it missed: the replica trained
+        from the global model of the round this device last took part in (the initial model before
+        its first), so a device on time has 0 and a late one the rounds that closed without it.
+        """
         # A replica is hybridized with static memory: its last training pass's BatchNorm writes are
         # ordered with later reads only after a full wait (see evaluation.evaluation_network).
         import mxnet as mx
@@ -59,8 +66,13 @@ class MemberScores:
         iterations = dev.stats.iterations
         n_i = iterations - self._seen.get(dev.slot, 0)
         self._seen[dev.slot] = iterations
-        self._record(index)["members"].append({"slot": dev.slot, "n": n_i, "t_s": round(now, 6),
-                                               "accuracy": round(self._timed_score(arrays), 4)})
+        record = {"slot": dev.slot, "n": n_i, "t_s": round(now, 6), "accuracy": round(self._timed_score(arrays), 4)}
+        if share is not None:
+            record["share"] = round(float(share), 6)
+            # (a job starts at round 0, from the initial model: "round -1"'s; --score-members cannot resume)
+            record["staleness"] = index - self._last_round.get(dev.slot, -1) - 1
+        self._last_round[dev.slot] = index
+        self._record(index)["members"].append(record)
 
     def global_model(self, index, now, arrays):
         """The servers' model after round ``index``, as the first member pulled it at ``now``
@@ -79,8 +91,12 @@ class MemberScores:
                 continue
             members = sorted(rec["members"], key=lambda m: m["slot"])
             mean = sum(m["accuracy"] for m in members) / len(members) if members else None
-            rounds.append(dict(rec, members=members,
-                               members_mean=None if mean is None else round(mean, 4)))
+            entry = dict(rec, members=members, members_mean=None if mean is None else round(mean, 4))
+            if any("staleness" in m for m in members):   # --round-deadline: the late members apart
+                on_time = [m["accuracy"] for m in members if m["staleness"] == 0]
+                entry["late"] = sum(m["staleness"] > 0 for m in members)
+                entry["on_time_mean"] = round(sum(on_time) / len(on_time), 4) if on_time else None
+            rounds.append(entry)
         scored = sum(len(r["members"]) + 1 for r in rounds)
         return {"samples": self.samples, "rounds": rounds,
                 "cpu_s": round(self.cpu_s, 3), "wall_s": round(self.wall_s, 3),

@@ -649,10 +649,15 @@ def _deadline_aggregate(sim, dev, effect):
     if index not in sim._rounds:
         sim._rounds[index] = _MemberRound(sim.env, sim.servers, keys, effect.members, len(sim.devices))
     scale = effect.weight * effect.members
+    members = getattr(sim, "members", None)
+    if members is not None:   # the replica before its share scales its delta
+        members.member(dev, effect.round, sim.env.now, share=effect.weight)
     deltas = sim.deltas(dev)
     if not sim.replaying:   # (replaying to a checkpoint: only the sizes count)
         deltas = [d * scale for d in deltas]
     result, _ = yield from sim.exchange(dev, index, deltas, keys)
+    if members is not None:
+        members.global_model(effect.round, sim.env.now, result)
     sim.take_global(dev, result)
     sim.deadline_log.append((dev.slot, effect.round, effect.weight))
 
