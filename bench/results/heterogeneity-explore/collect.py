@@ -1,0 +1,51 @@
+"""Collect /work/runs/explore/* into bench/results/heterogeneity-explore/explore.json (with provenance)."""
+import glob, json, os, sys
+sys.path.insert(0, '/work/main')
+from bench.provenance import provenance
+OUT = '/work/main/bench/results/heterogeneity-explore'
+rows = []
+for path in sorted(glob.glob('/work/runs/explore/*/summary.json')):
+    d = os.path.dirname(path); name = os.path.basename(d)
+    s = json.load(open(path))
+    cmd = s['sim']['command']
+    conf = json.load(open(os.path.join(d, 'confirmation.json'))) if os.path.exists(os.path.join(d, 'confirmation.json')) else None
+    slow = [w['slowdown'] for w in s['workers']]
+    i = cmd.index('--lr')
+    extra = cmd[cmd.index('--metrics-out') + 2:] if '--metrics-out' in cmd else []
+    extra = [a for a in cmd[cmd.index('--eval-samples') + 2:]] if '--eval-samples' in cmd else extra
+    rows.append({
+        'run': name, 'mode': s['mode'], 'slowdowns': slow, 'profile': int(max(slow)), 'lr': s['lr'], 'seed': s['seed'],
+        'extra_args': [a for j, a in enumerate(extra) if a != '--metrics-out' and (j == 0 or extra[j - 1] != '--metrics-out')],
+        'budget_s': float(cmd[cmd.index('--time-budget') + 1]),
+        'curve_time_to_target_s': s['time_to_target_s'], 'curve_samples': s['evaluation']['curve_samples'],
+        'confirmed_time_to_target_s': conf['time_to_target_s'] if conf else None,
+        'confirmed_accuracy': conf['accuracy'] if conf else None,
+        'final_accuracy': s['final_accuracy'], 'final_samples': s['evaluation']['final_samples'],
+        'train_time_s': s['train_time_s'],
+        'iterations': [w['iterations'] for w in s['workers']], 'rounds': [w.get('rounds') for w in s['workers']],
+        'curve': [[round(p[0], 3), p[1]] for p in s['curve']],
+        'wall_s': s['sim']['wall_s'], 'command': ['python' if a.endswith('python') else a for a in cmd],
+    })
+doc = {'experiment': 'heterogeneity-explore',
+       'provenance': provenance(['python', '/work/runs/explore/collect.py (runs made by /work/runs/explore/run.sh)'],
+                                seeds={r['seed'] for r in rows}),
+       'target_accuracy': 0.8, 'runs': rows}
+os.makedirs(OUT, exist_ok=True)
+json.dump(doc, open(os.path.join(OUT, 'explore.json'), 'w'), indent=1)
+for r in rows:
+    print('%-26s %4sx lr %-5g ttt %-7s conf %-7s final %.3f its %s' % (r['run'], r['profile'], r['lr'], r['curve_time_to_target_s'], r['confirmed_time_to_target_s'], r['final_accuracy'], r['iterations']))
+
+# the README's table
+lines = ['| run | profile (slowdowns) | mode and flags | lr | time to 0.80, confirmed on 10,000 images (virtual s) | on the 1,000-image curve | accuracy at the budget (10,000 images) | fast device\'s iterations |',
+         '|---|---|---|---|---|---|---|---|']
+order = sorted(rows, key=lambda r: (r['mode'] != 'local', -r['profile'], r['mode'], ' '.join(r['extra_args']), r['lr']))
+for r in order:
+    flags = ' '.join(r['extra_args']) or '(none)'
+    mode = 'standalone' if r['mode'] == 'local' else 'fast-only Sync' if r['mode'] == 'sync' else r['mode']
+    lines.append('| %s | %s | %s %s | %g | %s | %s | %.3f | %d |' % (
+        r['run'], '%dx (%s)' % (r['profile'], ','.join('%g' % s for s in r['slowdowns'])) if r['profile'] > 1 else '%d device(s) at 1x' % len(r['slowdowns']),
+        mode, '`%s`' % flags if r['extra_args'] else '', r['lr'],
+        '**%.1f**' % r['confirmed_time_to_target_s'] if r['confirmed_time_to_target_s'] is not None else 'not run through bench.confirm',
+        '%.1f' % r['curve_time_to_target_s'] if r['curve_time_to_target_s'] is not None else 'not reached',
+        r['final_accuracy'], max(r['iterations'])))
+open('/tmp/explore-table.md', 'w').write('\n'.join(lines) + '\n')
