@@ -40,10 +40,12 @@ Late devices are unchanged. Rounded to the nearest count, not down: whoever
 finishes its count first waits for the others, |n_min(c) * c - L * c_min| at
 most, and devices of nearly equal speed (never exactly equal on a real
 cluster) then all do L; floored, the one a hair slower than the fastest
-would do L - 1 and idle for most of an iteration every round. L = D is the natural pairing: with L < D a device
-within the bound can be slower than a round (it still does one iteration,
-and the round waits for it); with L >= D every device on time fits one or
-more iterations in a round, and the slower ones are late.
+would do L - 1 and idle for most of an iteration every round.
+
+L = D is the natural pairing: with L < D a device within the bound can be
+slower than a round (it still does one iteration, and the round waits for
+it); with L >= D every device on time fits one or more iterations in a
+round, and the slower ones are late.
 """
 import dataclasses
 import math
