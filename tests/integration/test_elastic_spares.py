@@ -156,7 +156,10 @@ def test_two_slots_killed_one_after_the_other_or_at_once_are_each_taken_over_by_
     stderr = err_path.read_text()
     assert code == 0, stderr[-4000:]
     restarts = json.loads(job_file.read_text())["worker_restarts"]
-    assert [r["slot"] for r in restarts] == [1, 2] and sorted(r["spare"] for r in restarts) == [0, 1], restarts
+    # two deaths at once are seen in either order (each through its own waitpid / heartbeat)
+    slots = [r["slot"] for r in restarts]
+    assert (sorted(slots) if at_once else slots) == [1, 2] and sorted(r["spare"] for r in restarts) == [0, 1], \
+        restarts
     assert all(r["ended"] == "exit code 0" and not r["too_late"] for r in restarts), restarts
     workers = {s: json.loads((out / ("worker-%d.json" % s)).read_text()) for s in range(3)}
     assert workers[0]["rejoined_at_round"] is None
