@@ -41,11 +41,11 @@ lines = ['| run | profile (slowdowns) | mode and flags | lr | time to 0.80, conf
 order = sorted(rows, key=lambda r: (r['mode'] != 'local', -r['profile'], r['mode'], ' '.join(r['extra_args']), r['lr']))
 for r in order:
     flags = ' '.join(r['extra_args']) or '(none)'
-    mode = 'standalone' if r['mode'] == 'local' else 'fast-only Sync' if r['mode'] == 'sync' else r['mode']
+    mode = 'standalone' if r['mode'] == 'local' else ('fast-only Sync' if r['profile'] == 1 else 'Sync') if r['mode'] == 'sync' else r['mode']
     lines.append('| %s | %s | %s %s | %g | %s | %s | %.3f | %d |' % (
         r['run'], '%dx (%s)' % (r['profile'], ','.join('%g' % s for s in r['slowdowns'])) if r['profile'] > 1 else '%d device(s) at 1x' % len(r['slowdowns']),
         mode, '`%s`' % flags if r['extra_args'] else '', r['lr'],
-        '**%.1f**' % r['confirmed_time_to_target_s'] if r['confirmed_time_to_target_s'] is not None else 'not run through bench.confirm',
+        '**%.1f**' % r['confirmed_time_to_target_s'] if r['confirmed_time_to_target_s'] is not None else 'not reached' if r['curve_time_to_target_s'] is None else 'not run through bench.confirm',
         '%.1f' % r['curve_time_to_target_s'] if r['curve_time_to_target_s'] is not None else 'not reached',
         r['final_accuracy'], max(r['iterations'])))
 open('/tmp/explore-table.md', 'w').write('\n'.join(lines) + '\n')
