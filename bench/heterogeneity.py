@@ -22,6 +22,10 @@ slowdown-1 devices) is the same run in every profile with as many fast devices: 
 under each profile it serves (``shared_by``). A standalone device holds all the data, so its i.i.d. run
 serves the non-i.i.d. cells too.
 
+With ``--norm group`` every run of the invocation, every variant's, trains with GroupNorm in place of
+BatchNorm; its runs and cells are the model's ``_gn`` label's (:func:`bench.aggregation.model_label`), apart
+from the BatchNorm ones, which keep their names.
+
 Snapshots lie on one grid for every variant: every half fast iteration or 10% of the time so far, whichever
 is longer, at least 20 real iterations apart. The preset's grid follows the slowest device (6.7 virtual s
 at 117x against the standalone run's 0.06 s), which would give the variants' times to target different
@@ -706,7 +710,7 @@ def parse_lrs(text):
 
 def dry_run(planned, preset, costs_path, budget, jobs):
     """Print every planned run's command-line name, the profiles it serves and its predicted CPU cost (a
-    GroupNorm run's from its model's costs, measured with BatchNorm)."""
+    GroupNorm run's from its model's costs, measured with BatchNorm: GroupNorm's iterations cost more)."""
     from . import estimate
     with open(costs_path) as f:
         costs = json.load(f)["costs"]
@@ -719,7 +723,7 @@ def dry_run(planned, preset, costs_path, budget, jobs):
     span, _ = estimate.makespan([r["cpu_s"] for r in rows.values()], jobs)
     print("%d run(s): %.1f CPU h on an idle machine, %.1f h at --jobs %d (a loaded machine takes longer)%s"
           % (len(planned), total / 3600, span / 3600, jobs,
-             "; GroupNorm runs at the BatchNorm model's measured costs" if any(
+             "; GroupNorm runs at the BatchNorm model's costs, an underestimate (docs/bench.md)" if any(
                  key.norm != "batch" for key, _ in planned.values()) else ""))
 
 
