@@ -92,6 +92,28 @@ NORM_SUFFIX = {"batch": "", "group": "_gn"}
 """The model's label in run names and reports: ``resnet18_v1_gn`` is ResNet-18 with ``--norm group``."""
 
 
+def model_label(model, norm="batch"):
+    """``model``'s name in run names and reports with ``norm`` layers (:data:`NORM_SUFFIX`)."""
+    return model + NORM_SUFFIX[norm]
+
+
+def norm_args(norm):
+    """The training flags that give a model ``norm`` layers: none for its own BatchNorm."""
+    return () if norm == "batch" else ("--norm", norm)
+
+
+def check_norms(models, norm):
+    """Refuse ``norm`` for a model of ``models`` that has no BatchNorm layers for it to replace.
+
+    Raises:
+        ConfigError: :func:`mxhet.models.check_norm`'s, naming the first such model.
+    """
+    if norm != "batch":
+        from mxhet.models import check_norm   # imports MXNet: not at the bench parser's import
+        for model in models:
+            check_norm(model, norm)
+
+
 def job_spec(engine, model, profile, dist, variant, cap=DEFAULT_CAP, max_iterations=DEFAULT_MAX_ITERATIONS,
              cluster_budget=DEFAULT_CLUSTER_BUDGET, seed=0, eval_samples=1000, norm="batch"):
     """The :class:`bench.runner.JobSpec` of one run (``local``: the profile's fastest device, i.i.d.).
@@ -99,8 +121,7 @@ def job_spec(engine, model, profile, dist, variant, cap=DEFAULT_CAP, max_iterati
     With ``norm="group"`` the model's BatchNorm layers are GroupNorm layers; its virtual iteration time
     stays the BatchNorm model's (the simulator compares convergence, not MXNet's CPU kernels)."""
     mode, extra = VARIANTS[variant]
-    if norm != "batch":
-        extra = ("--norm", norm) + extra
+    extra = norm_args(norm) + extra
     spec = MODELS[model]
     if mode == "local":
         device = profile.fastest()
@@ -124,7 +145,7 @@ def job_spec(engine, model, profile, dist, variant, cap=DEFAULT_CAP, max_iterati
 
 
 def run_name(model, profile_name, dist, variant, norm="batch"):
-    return "%s%s-%s-%s-%s" % (model, NORM_SUFFIX[norm], profile_name,
+    return "%s-%s-%s-%s" % (model_label(model, norm), profile_name,
                               "all" if VARIANTS[variant][0] == "local" else dist, variant)
 
 
@@ -337,10 +358,7 @@ def run(args):
     if args.jobs < 1 or not args.cap > 0 or args.max_iterations < 0 or not args.cluster_budget > 0:
         raise ConfigError("--jobs must be >= 1, --cap and --cluster-budget > 0, --max-iterations >= 0; got %r, "
                           "%r, %r and %r" % (args.jobs, args.cap, args.cluster_budget, args.max_iterations))
-    if args.norm != "batch":
-        from mxhet.models import check_norm
-        for model in models:
-            check_norm(model, args.norm)
+    check_norms(models, args.norm)
     runs = plan(args.engine, models, pnames, dists, variants, norm=args.norm, cap=args.cap,
                 max_iterations=args.max_iterations, cluster_budget=args.cluster_budget, seed=args.seed,
                 eval_samples=args.eval_samples)

@@ -22,6 +22,10 @@ slowdown-1 devices) is the same run in every profile with as many fast devices: 
 under each profile it serves (``shared_by``). A standalone device holds all the data, so its i.i.d. run
 serves the non-i.i.d. cells too.
 
+With ``--norm group`` every run of the invocation, every variant's, trains with GroupNorm in place of
+BatchNorm; its runs and cells are the model's ``_gn`` label's (:func:`bench.aggregation.model_label`), apart
+from the BatchNorm ones, which keep their names.
+
 Snapshots lie on one grid for every variant: every half fast iteration or 10% of the time so far, whichever
 is longer, at least 20 real iterations apart. The preset's grid follows the slowest device (6.7 virtual s
 at 117x against the standalone run's 0.06 s), which would give the variants' times to target different
@@ -80,14 +84,25 @@ DEFAULT_COSTS = os.path.join(ROOT, "bench", "results", "paper-sim", "estimate.js
 TARGET = presets.PRESETS[PRESET].target_accuracy
 
 
-class RunKey(collections.namedtuple("RunKey", "model profile variant dist seed lr", defaults=(None,))):
+class RunKey(collections.namedtuple("RunKey", "model profile variant dist seed lr norm", defaults=(None, "batch"))):
     """One run; ``mode`` and ``lr`` are what :func:`bench.suite.job_spec` and ``record_of`` read. ``lr``
-    None: the variant's default rate (the preset's for its mode, the sweep's where one is committed)."""
+    None: the variant's default rate (the preset's for its mode, the sweep's where one is committed).
+    ``norm``: ``batch`` (the model's own BatchNorm) or ``group`` (``--norm group``: GroupNorm in its place)."""
     __slots__ = ()
 
     @property
     def mode(self):
         return VARIANTS[self.variant][0]
+
+    @property
+    def label(self):
+        """The model's name in run names, rows and cells: ``resnet18_v1_gn`` with GroupNorm."""
+        return aggregation.model_label(self.model, self.norm)
+
+
+def label_of(row):
+    """The model label of a JSON row (a row recorded before ``--norm`` existed is a BatchNorm run)."""
+    return aggregation.model_label(row["model"], row.get("norm", "batch"))
 
 
 def fast_devices(profile_key):
@@ -100,22 +115,23 @@ def run_name(key):
     """``model-117x-variant-dist``; a run without slow devices is named by what it runs
     (``model-standalone-iid``, ``model-fast-only4-iid``); ``-lrX`` for a rate other than the variant's
     default, ``-seedN`` for seeds other than 0 (a run at the default rate keeps the name it had before
-    ``--lrs``, so that ``--resume`` keeps it)."""
+    ``--lrs``, so that ``--resume`` keeps it). ``model`` is the key's label: ``resnet18_v1_gn`` with
+    GroupNorm, the model's name (as before ``--norm``) with BatchNorm."""
     if key.variant == "standalone":
         where = "standalone"
     elif key.variant == "fast-only":
         where = "fast-only%d" % fast_devices(key.profile)
     else:
         where = "%dx-%s" % (key.profile, key.variant)
-    return "%s-%s-%s%s%s" % (key.model, where, key.dist, "-lr%g" % key.lr if key.lr is not None else "",
+    return "%s-%s-%s%s%s" % (key.label, where, key.dist, "-lr%g" % key.lr if key.lr is not None else "",
                              "-seed%d" % key.seed if key.seed else "")
 
 
-def plan(models, profile_keys, variants, dists, seeds, lrs=None, default_lr=None):
+def plan(models, profile_keys, variants, dists, seeds, lrs=None, default_lr=None, norm="batch"):
     """``{run name: (RunKey, [profiles it serves])}`` in running order: seed by seed (the first seed of
     everything first), then model, data split, profile, variant and rate. ``lrs``: every variant at each of
     these rates (None: at its default); ``default_lr``: ``(model, variant) -> rate``, the default (a key at
-    it has ``lr`` None)."""
+    it has ``lr`` None); ``norm``: every run's (so that the variants compare on the same network)."""
     out = {}
     for seed in seeds:
         for model in models:
@@ -125,7 +141,8 @@ def plan(models, profile_keys, variants, dists, seeds, lrs=None, default_lr=None
                         for lr in lrs or [None]:
                             if lr is not None and lr == default_lr(model, variant):
                                 lr = None
-                            key = RunKey(model, p, variant, "iid" if variant == "standalone" else dist, seed, lr)
+                            key = RunKey(model, p, variant, "iid" if variant == "standalone" else dist, seed, lr,
+                                         norm)
                             name = run_name(key)
                             if name not in out:
                                 out[name] = (key, [p])
@@ -153,10 +170,24 @@ def known_models(preset):
     return tuple(preset.iteration_s) + tuple(m for m in aggregation.BASE_ITER_S if m not in preset.iteration_s)
 
 
+def check_models(preset, models, norm):
+    """Refuse a model the bench has no iteration time for, or ``norm`` group for a model without BatchNorm
+    layers (alexnet, smallcnn): as ``python -m mxhet.sim --norm group`` refuses it, and a no-op would give
+    the BatchNorm runs again under a ``_gn`` name.
+
+    Raises:
+        ConfigError: naming the model.
+    """
+    for model in models:
+        model_record(preset, model)
+    aggregation.check_norms(models, norm)
+
+
 def job_spec(key, preset, budget=None, checkpoint_every_min=0.0, resume=False):
     """The :class:`bench.runner.JobSpec` of one run: :func:`bench.suite.job_spec`'s on the key's profile,
-    with the variant's flags and the common snapshot grid. ``budget``: virtual seconds of training
-    (default: the preset's common budget for the model)."""
+    with the key's ``--norm`` and the variant's flags and the common snapshot grid. ``budget``: virtual
+    seconds of training (default: the preset's common budget for the model). A GroupNorm model keeps the
+    BatchNorm model's virtual iteration, budget and learning rates."""
     from . import suite   # imports MXNet: not at the bench parser's import
     extra = VARIANTS[key.variant][1]
     record = model_record(preset, key.model)
@@ -164,7 +195,8 @@ def job_spec(key, preset, budget=None, checkpoint_every_min=0.0, resume=False):
                           budget or preset.budget_of(key.model, key.mode), engine="sim",
                           checkpoint_every_min=checkpoint_every_min, resume=resume)
     return dataclasses.replace(spec, eval_interval=SNAPSHOT_SHARE * record["base_iteration_s"],
-                               extra_train_args=tuple(spec.extra_train_args) + tuple(extra))
+                               extra_train_args=tuple(spec.extra_train_args) + aggregation.norm_args(key.norm)
+                               + tuple(extra))
 
 
 def learning_rates(preset, sweep):
@@ -253,7 +285,7 @@ def rows_of(records, served, preset, out, stamp):
         name = run_name(key)
         base = suite.record_of(summary, key, spec, model_record(preset, key.model), run_dir, out)
         base.update(run=name, variant=key.variant, mode=spec.mode, extra_args=list(VARIANTS[key.variant][1]),
-                    recorded=stamp)
+                    norm=key.norm, recorded=stamp)
         for p in served[name]:
             rows.append(dict(base, profile=p, shared_by=sorted(served[name]) if len(served[name]) > 1 else []))
     return rows
@@ -273,15 +305,15 @@ def merge(old_rows, new_rows):
         if before and r.get("resumed") and before.get("command") == r.get("command") and before.get("recorded"):
             r = dict(r, recorded=before["recorded"], wall_s=before.get("wall_s", r.get("wall_s")))
         by[(r["run"], r["profile"])] = r
-    return sorted(by.values(), key=lambda r: (r["model"], r["dist"], -r["profile"], list(VARIANTS).index(r["variant"])
+    return sorted(by.values(), key=lambda r: (label_of(r), r["dist"], -r["profile"], list(VARIANTS).index(r["variant"])
                                               if r["variant"] in VARIANTS else 99, r.get("seed", 0),
                                               r.get("lr") or 0.0))
 
 
 def variant_runs(rows, model, profile, dist, variant):
-    """Every run of one variant in one cell, at every rate (the standalone device's i.i.d. runs serve every
-    split)."""
-    return [r for r in rows if r["model"] == model and r["profile"] == profile and r["variant"] == variant
+    """Every run of one variant in one cell (``model``: a label, :func:`label_of`), at every rate (the
+    standalone device's i.i.d. runs serve every split)."""
+    return [r for r in rows if label_of(r) == model and r["profile"] == profile and r["variant"] == variant
             and (r["dist"] == dist or variant == "standalone")]
 
 
@@ -318,7 +350,7 @@ def best_alternative(rows, model, profile, dist):
     """The cell's best alternative, or None without one: :func:`bench.report.best_alternative` over
     :data:`ALTERNATIVES` where one reached the target on all its seeds; otherwise the one with the highest
     mean final accuracy (the training times of runs that all went on to the budget rank nothing)."""
-    mine = [dict(r, dist=dist) for v in ALTERNATIVES for r in cell_runs(rows, model, profile, dist, v)]
+    mine = [dict(r, dist=dist, model=model) for v in ALTERNATIVES for r in cell_runs(rows, model, profile, dist, v)]
     by = {}
     for r in mine:
         by.setdefault(r["variant"], []).append(r)
@@ -373,11 +405,14 @@ def _significance(sp, sign):
 
 
 def cells(rows):
-    """Every (model, profile, split) with runs: each variant's :func:`bench.report.cell` at its best rate
-    with its ``sweep`` (:func:`sweep_of`) and ``best_lr``, the best alternative and the :func:`verdict`."""
+    """Every (model label, profile, split) with runs: each variant's :func:`bench.report.cell` at its best
+    rate with its ``sweep`` (:func:`sweep_of`) and ``best_lr``, the best alternative and the
+    :func:`verdict`. A cell's ``model`` is the label (:func:`label_of`: a GroupNorm model's cell apart from
+    its BatchNorm one) and ``norm`` its runs' normalization."""
     out = []
-    keys = {(r["model"], r["profile"], "iid" if r["variant"] == "standalone" else r["dist"]) for r in rows}
-    for model, profile, dist in sorted(keys, key=lambda k: (k[0], k[2], -k[1])):
+    keys = {(label_of(r), r.get("norm", "batch"), r["profile"], "iid" if r["variant"] == "standalone" else r["dist"])
+            for r in rows}
+    for model, norm, profile, dist in sorted(keys, key=lambda k: (k[0], k[3], -k[2])):
         variants = {}
         for v in VARIANTS:
             runs = cell_runs(rows, model, profile, dist, v)
@@ -387,7 +422,7 @@ def cells(rows):
                 variants[v] = dict(report.cell(runs), sweep=sweep,
                                    best_lr=sweep["best_lr"] if sweep else lrs.pop() if len(lrs) == 1 else None)
         best = best_alternative(rows, model, profile, dist)
-        out.append({"model": model, "profile": profile, "dist": dist, "variants": variants,
+        out.append({"model": model, "norm": norm, "profile": profile, "dist": dist, "variants": variants,
                     "best_alternative": best,
                     "verdict": verdict(cell_runs(rows, model, profile, dist, "recommended"),
                                        cell_runs(rows, model, profile, dist, best) if best else [])})
@@ -446,8 +481,12 @@ def markdown(doc):
               "non-iid. Learning rates: %s." % (
                   doc["preset"], doc["batch_size"], ", ".join("%s %.0f s" % kv for kv in
                                                              sorted(doc["budgets_s"].items())),
-                  SNAPSHOT_SHARE, doc["lr_source"]), "",
-              "Time to %.2f: the first snapshot that holds on all 10,000 test images (bench/confirm.py), mean "
+                  SNAPSHOT_SHARE, doc["lr_source"]), ""]
+    if any(c.get("norm", "batch") != "batch" for c in doc["cells"]):
+        lines += ["A model named `_gn` (e.g. `resnet18_v1_gn`) has GroupNorm layers in place of its BatchNorm "
+                  "ones (`--norm group`) in every variant of its cells, standalone and fast-only included; it "
+                  "keeps the BatchNorm model's virtual iteration, budget and learning rates.", ""]
+    lines += ["Time to %.2f: the first snapshot that holds on all 10,000 test images (bench/confirm.py), mean "
               "over seeds with a 95%% Student-t interval; a seed that never reached it counts at its training "
               "time and makes the mean a lower bound (`>`, with how many reached). Final accuracy: the model at "
               "the budget on all test images. The best alternative is the variant of %s that reached the "
@@ -502,7 +541,7 @@ def write(out, doc):
 
 def run_bench(models, profile_keys, variants, dists, seeds, out, seeds_best=False, jobs=1, resume=True,
               budget=None, sweep=DEFAULT_SWEEP, command=None, run=runner.run_with_bar, confirm_fn=None,
-              checkpoint_every_min=10.0, keep_snapshots=False, lrs=None, log=print):
+              checkpoint_every_min=10.0, keep_snapshots=False, lrs=None, norm="batch", log=print):
     """Run the bench and write its results; returns the JSON document.
 
     ``lrs``: the first seed runs every variant at each of these rates; each variant's best in each cell
@@ -510,15 +549,16 @@ def run_bench(models, profile_keys, variants, dists, seeds, out, seeds_best=Fals
     its default rate). ``seeds_best``: every variant on the first seed, then the other seeds for the
     recommended ESync and each cell's best alternative (at each alternative's best rate) only. ``budget``:
     virtual seconds per run (default: the preset's per model). ``confirm_fn``: as
-    :func:`bench.suite.execute`'s (default :func:`confirm_and_trim`).
+    :func:`bench.suite.execute`'s (default :func:`confirm_and_trim`). ``norm``: every run's (``group``:
+    the runs and cells are the model's ``_gn`` label's).
 
     Raises:
-        ConfigError: for an unknown model, a sweep directory without a sweep.
+        ConfigError: for an unknown model, a sweep directory without a sweep, ``norm`` group for a model
+            without BatchNorm layers.
     """
     from . import suite
     preset, lr_path = learning_rates(presets.get(PRESET), sweep)
-    for model in models:
-        model_record(preset, model)
+    check_models(preset, models, norm)
     seeds = list(dict.fromkeys(seeds))
     confirm_fn = confirm_fn or confirm_and_trim(keep_snapshots)
     os.makedirs(out, exist_ok=True)
@@ -542,12 +582,12 @@ def run_bench(models, profile_keys, variants, dists, seeds, out, seeds_best=Fals
     def default_lr(model, variant):
         return preset.lr_for(model, VARIANTS[variant][0])
 
-    full = plan(models, profile_keys, variants, dists, seeds)
+    full = plan(models, profile_keys, variants, dists, seeds, norm=norm)
     if lrs or (seeds_best and len(seeds) > 1):
-        rows = go(plan(models, profile_keys, variants, dists, seeds[:1], lrs, default_lr) if lrs else
+        rows = go(plan(models, profile_keys, variants, dists, seeds[:1], lrs, default_lr, norm) if lrs else
                   {n: kp for n, kp in full.items() if kp[0].seed == seeds[0]})
         wanted = {(model, p, dist, v) for model in models for p in profile_keys for dist in dists
-                  for v in ("recommended", best_alternative(rows, model, p, dist))}
+                  for v in ("recommended", best_alternative(rows, aggregation.model_label(model, norm), p, dist))}
 
         def chosen(key, profs):   # a standalone run serves the non-i.i.d. cells too
             cell_dists = dists if key.variant == "standalone" else [key.dist]
@@ -555,7 +595,7 @@ def run_bench(models, profile_keys, variants, dists, seeds, out, seeds_best=Fals
                                          for p in profs for d in cell_dists)
 
         def at_best(key, profs):   # a run serving several profiles has the same rows, so one best, in each
-            sweep = sweep_of(variant_runs(rows, key.model, profs[0], key.dist, key.variant))
+            sweep = sweep_of(variant_runs(rows, key.label, profs[0], key.dist, key.variant))
             best = sweep["best_lr"] if sweep and lrs else None
             return key._replace(lr=None if best is None or best == default_lr(key.model, key.variant) else best)
         later = [(at_best(k, profs), profs) for k, profs in full.values()
@@ -565,7 +605,8 @@ def run_bench(models, profile_keys, variants, dists, seeds, out, seeds_best=Fals
     else:
         rows = go(full)
     lr_list = lrs
-    lrs = {m: {v: preset.lr_for(m, VARIANTS[v][0]) for v in VARIANTS} for m in sorted({r["model"] for r in rows})}
+    labels = {label_of(r): r["model"] for r in rows}   # per label: a GroupNorm model runs at its model's rates
+    lrs = {m: {v: preset.lr_for(labels[m], VARIANTS[v][0]) for v in VARIANTS} for m in sorted(labels)}
     doc = {"experiment": "heterogeneity", "preset": PRESET, "division": preset.division,
            "provenance": provenance(command, {r.get("seed", 0) for r in rows}),
            "recommended_args": list(presets.RECOMMENDED_ARGS),
@@ -581,7 +622,7 @@ def run_bench(models, profile_keys, variants, dists, seeds, out, seeds_best=Fals
               "the shortest confirmed time to %.2f, else the highest final accuracy)" % (
                   ",".join("%g" % x for x in lr_list), TARGET) if lr_list else ""),
            "lr_sweep": list(lr_list) if lr_list else None,
-           "budgets_s": {m: budget or preset.budget_for(m) for m in sorted({r["model"] for r in rows})},
+           "budgets_s": {m: budget or preset.budget_for(labels[m]) for m in sorted(labels)}, "norm": norm,
            "batch_size": preset.batch_size, "target_accuracy": TARGET, "snapshot_share": SNAPSHOT_SHARE,
            "runs": rows, "failures": failures}
     doc["cells"] = cells(rows)
@@ -617,6 +658,9 @@ def add_parser(sub):
                                                         "(default %(default)s)")
     p.add_argument("--variants", default=",".join(VARIANTS), help="of %(default)s (the default: all)")
     p.add_argument("--dists", default="iid", help="iid, non-iid or both (default %(default)s)")
+    p.add_argument("--norm", choices=sorted(aggregation.NORM_SUFFIX), default="batch",
+                   help="every run's normalization layers (group: GroupNorm for BatchNorm, for every variant; the "
+                        "runs and cells are named MODEL_gn; only models with BatchNorm; default %(default)s)")
     p.add_argument("--seeds", default=",".join(map(str, preset.seeds)), help="default %(default)s")
     p.add_argument("--seeds-best", action="store_true",
                    help="every variant on the first seed; the other seeds only for recommended and each cell's "
@@ -665,7 +709,8 @@ def parse_lrs(text):
 
 
 def dry_run(planned, preset, costs_path, budget, jobs):
-    """Print every planned run's command-line name, the profiles it serves and its predicted CPU cost."""
+    """Print every planned run's command-line name, the profiles it serves and its predicted CPU cost (a
+    GroupNorm run's from its model's costs, measured with BatchNorm: GroupNorm's iterations cost more)."""
     from . import estimate
     with open(costs_path) as f:
         costs = json.load(f)["costs"]
@@ -676,8 +721,10 @@ def dry_run(planned, preset, costs_path, budget, jobs):
               "%6.1f CPU min" % (r["iterations"], r["snapshots"], r["cpu_s"] / 60) if r else "no measured cost"))
     total = sum(r["cpu_s"] for r in rows.values())
     span, _ = estimate.makespan([r["cpu_s"] for r in rows.values()], jobs)
-    print("%d run(s): %.1f CPU h on an idle machine, %.1f h at --jobs %d (a loaded machine takes longer)"
-          % (len(planned), total / 3600, span / 3600, jobs))
+    print("%d run(s): %.1f CPU h on an idle machine, %.1f h at --jobs %d (a loaded machine takes longer)%s"
+          % (len(planned), total / 3600, span / 3600, jobs,
+             "; GroupNorm runs at the BatchNorm model's costs, an underestimate (docs/bench.md)" if any(
+                 key.norm != "batch" for key, _ in planned.values()) else ""))
 
 
 def run(args):
@@ -692,18 +739,19 @@ def run(args):
                           % (args.jobs, args.budget, args.checkpoint_every_min))
     lrs = parse_lrs(args.lrs) if args.lrs is not None else None
     if args.dry_run:
+        check_models(preset, models, args.norm)
         preset, _ = learning_rates(preset, None if args.sweep == "none" else args.sweep)
         if lrs:
             dry_run(plan(models, profile_keys, variants, dists, seeds[:1], lrs,
-                         lambda model, variant: preset.lr_for(model, VARIANTS[variant][0])), preset,
+                         lambda model, variant: preset.lr_for(model, VARIANTS[variant][0]), args.norm), preset,
                     args.costs, args.budget, args.jobs)
             if len(seeds) > 1:
                 print("not listed: seeds %s, each variant at its best rate in each cell, which the sweep above "
                       "chooses%s" % (",".join(map(str, seeds[1:])), " (the recommended ESync and each cell's "
                                      "best alternative only)" if args.seeds_best else ""))
             return 0
-        dry_run(plan(models, profile_keys, variants, dists, seeds[:1] if args.seeds_best else seeds), preset,
-                args.costs, args.budget, args.jobs)
+        dry_run(plan(models, profile_keys, variants, dists, seeds[:1] if args.seeds_best else seeds,
+                     norm=args.norm), preset, args.costs, args.budget, args.jobs)
         return 0
     started = time.monotonic()
     doc = run_bench(models, profile_keys, variants, dists, seeds, args.out, seeds_best=args.seeds_best,
@@ -711,6 +759,7 @@ def run(args):
                     sweep=None if args.sweep == "none" else args.sweep,
                     command=["mxhet-bench"] + list(getattr(args, "argv", None) or sys.argv[1:]),
                     checkpoint_every_min=args.checkpoint_every_min, keep_snapshots=args.keep_snapshots, lrs=lrs,
+                    norm=args.norm,
                     **(dict(run=not_run, confirm_fn=recorded_confirmation) if args.report_only else {}))
     print(markdown(doc))
     print("wrote %s (%.0f min)" % (os.path.join(args.out, "heterogeneity.md"), (time.monotonic() - started) / 60),

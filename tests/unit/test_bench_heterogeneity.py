@@ -354,3 +354,133 @@ def test_sweep_of_takes_the_seed_with_most_rates_and_the_lowest_of_equal_times()
     sweep = het.sweep_of([row(0.1, 20.0), row(0.03, 20.0), row(0.01, None, 0.9), row(0.1, 1.0, seed=1)])
     assert sweep["seed"] == 0 and sweep["best_lr"] == 0.03 and list(sweep["lrs"]) == ["0.01", "0.03", "0.1"]
     assert het.sweep_of([row(0.1, None, 0.7), row(0.03, None, 0.8)])["best_lr"] == 0.03
+
+
+# --norm group: every variant on GroupNorm, named and reported under the model's _gn label
+
+def test_group_norm_runs_are_named_by_the_gn_label_and_train_with_norm_group():
+    from mxhet.sim import cli as sim_cli
+
+    preset = presets.get(het.PRESET)
+    batch = het.plan(["resnet18_v1"], [117, 10], list(het.VARIANTS), ["non-iid"], [0, 1])
+    group = het.plan(["resnet18_v1"], [117, 10], list(het.VARIANTS), ["non-iid"], [0, 1], norm="group")
+    assert list(batch) == list(het.plan(["resnet18_v1"], [117, 10], list(het.VARIANTS), ["non-iid"], [0, 1],
+                                        norm="batch"))
+    assert "resnet18_v1-117x-recommended-non-iid" in batch and "resnet18_v1-standalone-iid-seed1" in batch
+    assert list(group) == [name.replace("resnet18_v1-", "resnet18_v1_gn-", 1) for name in batch]
+    assert group["resnet18_v1_gn-fast-only2-non-iid"][1] == [10]
+    for name, (key, _) in group.items():
+        argv = het.job_spec(key, preset).launch_argv("x")
+        i = argv.index("--norm")
+        assert argv[i + 1] == "group" and argv[argv.index("--model") + 1] == "resnet18_v1", name
+        assert sim_cli.build_parser().parse_args(argv[3:]).norm == "group"
+    rec = het.job_spec(group["resnet18_v1_gn-10x-recommended-non-iid"][0], preset).launch_argv("x")
+    assert rec[-len(presets.RECOMMENDED_ARGS):] == list(presets.RECOMMENDED_ARGS)
+    assert all("--norm" not in het.job_spec(key, preset).launch_argv("x") for key, _ in batch.values())
+    old_key = het.RunKey("resnet18_v1", 10, "paper", "iid", 2, 0.03)      # as built before --norm
+    assert het.run_name(old_key) == "resnet18_v1-10x-paper-iid-lr0.03-seed2"
+
+
+def test_group_norm_is_refused_by_name_for_a_model_without_batchnorm(tmp_path):
+    parser = het.add_parser(__import__("argparse").ArgumentParser().add_subparsers(dest="experiment"))
+    with pytest.raises(ConfigError, match="alexnet"):
+        het.run(parser.parse_args(["--models", "resnet18_v1,alexnet", "--norm", "group", "--dry-run"]))
+    with pytest.raises(ConfigError, match="smallcnn"):
+        het.run_bench(["smallcnn"], [10], ["paper"], ["iid"], [0], str(tmp_path), sweep=None, norm="group",
+                      run=lambda *a: pytest.fail("ran"), log=lambda *_: None)
+    assert not os.path.exists(tmp_path / "heterogeneity.json")
+
+
+def test_dry_run_lists_the_gn_runs(capsys):
+    parser = het.add_parser(__import__("argparse").ArgumentParser().add_subparsers(dest="experiment"))
+    args = parser.parse_args(["--models", "resnet18_v1", "--profiles", "10", "--variants", "recommended,standalone",
+                              "--dists", "non-iid", "--norm", "group", "--seeds", "0", "--sweep", "none", "--dry-run"])
+    assert het.run(args) == 0
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("resnet18")]
+    assert names == ["resnet18_v1_gn-10x-recommended-non-iid", "resnet18_v1_gn-standalone-iid"]
+
+
+def _norm_run(ran):
+    """_time's runs; with --norm group, fast-only never reaches the target (so the best alternative of a _gn
+    cell differs from its BatchNorm cell's)."""
+    def fake_run(spec, run_dir, desc, position, leave):
+        name = os.path.basename(run_dir)
+        ran.append(name)
+        summary = _summary(spec, name)
+        assert ("--norm" in spec.extra_train_args) == ("_gn-" in name)
+        if "_gn-" in name and "fast-only" in name:
+            summary["curve"] = [summary["curve"][0], [spec.time_budget, 0.7]]
+            summary.update(time_to_target_s=None, final_accuracy=0.7)
+        return summary
+    return fake_run
+
+
+def test_gn_cells_stand_apart_from_the_batchnorm_ones_in_json_report_and_seeds_best(tmp_path):
+    out = str(tmp_path / "het")
+    variants = ["recommended", "standalone", "fast-only", "async"]
+    ran = []
+    het.run_bench(["resnet18_v1"], [2], variants, ["non-iid"], [0, 1], out, seeds_best=True, budget=BUDGET,
+                  sweep=None, run=_norm_run(ran), confirm_fn=_fake_confirm, log=lambda *_: None)
+    assert sorted(n for n in ran if "seed" in n) == ["resnet18_v1-2x-recommended-non-iid-seed1",
+                                                     "resnet18_v1-fast-only2-non-iid-seed1"]
+    # rows recorded before --norm existed carry no norm: they are BatchNorm runs
+    path = os.path.join(out, "heterogeneity.json")
+    saved = json.load(open(path))
+    assert {r["norm"] for r in saved["runs"]} == {"batch"} and saved["norm"] == "batch"
+    for r in saved["runs"]:
+        del r["norm"]
+    json.dump(saved, open(path, "w"))
+    ran.clear()
+    doc = het.run_bench(["resnet18_v1"], [2], variants, ["non-iid"], [0, 1], out, seeds_best=True, budget=BUDGET,
+                        sweep=None, run=_norm_run(ran), confirm_fn=_fake_confirm, norm="group", log=lambda *_: None)
+    assert all(n.startswith("resnet18_v1_gn-") for n in ran)
+    assert sorted(n for n in ran if "seed" in n) == ["resnet18_v1_gn-2x-async-non-iid-seed1",
+                                                     "resnet18_v1_gn-2x-recommended-non-iid-seed1"]
+    assert doc["norm"] == "group"
+    gn = [r for r in doc["runs"] if r["run"].startswith("resnet18_v1_gn-")]
+    assert len(gn) == 6 and {r["norm"] for r in gn} == {"group"} and {r["model"] for r in gn} == {"resnet18_v1"}
+    assert len(doc["runs"]) == 2 * len(gn)          # the BatchNorm rows are kept
+    cells = {(c["model"], c["dist"]): c for c in doc["cells"]}
+    assert set(cells) == {("resnet18_v1", "non-iid"), ("resnet18_v1", "iid"), ("resnet18_v1_gn", "non-iid"),
+                          ("resnet18_v1_gn", "iid")}       # iid: the standalone device's
+    assert cells[("resnet18_v1_gn", "non-iid")]["norm"] == "group"
+    assert cells[("resnet18_v1", "non-iid")]["norm"] == "batch"
+    assert cells[("resnet18_v1", "non-iid")]["best_alternative"] == "fast-only"
+    assert cells[("resnet18_v1_gn", "non-iid")]["best_alternative"] == "async"
+    rec = cells[("resnet18_v1_gn", "non-iid")]["variants"]["recommended"]
+    assert rec["seeds"] == [0, 1] and rec["time_to_target"]["mean"] == pytest.approx(14.0 * (1 + 1.05) / 2)
+    assert cells[("resnet18_v1_gn", "non-iid")]["variants"]["fast-only"]["seeds"] == [0]
+    assert doc["lrs"]["resnet18_v1_gn"] == doc["lrs"]["resnet18_v1"]
+    text = open(os.path.join(out, "heterogeneity.md")).read()
+    assert "## resnet18_v1, 2x, non-iid" in text and "## resnet18_v1_gn, 2x, non-iid" in text
+    assert "GroupNorm" in text
+    assert "async (best alternative)" in text.split("## resnet18_v1_gn, 2x, non-iid")[1].split("## ")[0]
+    # --report-only: nothing runs, the JSON's rows (both labels) are re-rendered
+    again = het.run_bench(["resnet18_v1"], [2], variants, ["non-iid"], [0], out, budget=BUDGET, sweep=None,
+                          run=het.not_run, confirm_fn=het.recorded_confirmation, norm="group", log=lambda *_: None)
+    assert [(c["model"], c["dist"]) for c in again["cells"]] == [(c["model"], c["dist"]) for c in doc["cells"]]
+    assert {f["run"] for f in again["failures"]} == {n for n in ran if "seed" not in n}
+
+
+def test_lrs_choose_each_rate_per_gn_cell(tmp_path):
+    out = str(tmp_path / "het")
+    ran = []
+    inner = _lr_run(ran)
+
+    def fake_run(spec, run_dir, desc, position, leave):   # GroupNorm: 0.03 five times slower, 0.1 best
+        summary = inner(spec, run_dir, desc, position, leave)
+        if "--norm" in spec.extra_train_args and spec.lr == 0.03 and summary["time_to_target_s"] is not None:
+            summary["curve"][1][0] = summary["time_to_target_s"] = 5 * summary["time_to_target_s"]
+        return summary
+
+    for norm in ("batch", "group"):
+        doc = het.run_bench(["resnet18_v1"], [117], ["recommended"], ["iid"], [0, 1], out, budget=BUDGET,
+                            sweep=None, run=fake_run, confirm_fn=_fake_confirm, lrs=[0.01, 0.03, 0.1], norm=norm,
+                            log=lambda *_: None)
+    assert [n for n in ran if "seed" in n] == ["resnet18_v1-117x-recommended-iid-lr0.03-seed1",
+                                               "resnet18_v1_gn-117x-recommended-iid-seed1"]
+    best = {c["model"]: c["variants"]["recommended"]["best_lr"] for c in doc["cells"]}
+    assert best == {"resnet18_v1": 0.03, "resnet18_v1_gn": 0.1}
+    gn = next(c for c in doc["cells"] if c["model"] == "resnet18_v1_gn")["variants"]["recommended"]
+    assert set(gn["sweep"]["lrs"]) == {"0.01", "0.03", "0.1"} and gn["seeds"] == [0, 1]
+    assert gn["sweep"]["lrs"]["0.1"]["run"] == "resnet18_v1_gn-117x-recommended-iid"
