@@ -51,8 +51,11 @@ def test_a_death_below_the_minimum_ends_the_job_with_a_clear_error(tmp_path, chi
 
 
 @pytest.mark.parametrize("mode, budget", [
-    # ESync's rounds run on localsgd's rendezvous (above), Algorithm 2 beside it: the next entry is refused
-    ("esync", ("--max-rounds", "400")),
+    # ESync's rounds run on localsgd's rendezvous (above), Algorithm 2 beside it: the next entry is refused.
+    # extended (MXHET_EXTENDED_TESTS=1), for make test's time: make test reaches this refusal on localsgd's
+    # rendezvous (test_a_death_below_the_minimum_ends_the_job_with_a_clear_error) and through ESync with
+    # delayed ACKs (next), which adds a query in flight to this launch
+    pytest.param("esync", ("--max-rounds", "400"), marks=pytest.mark.extended),
     # delayed ACKs: the same refusal, reached with a query in flight
     ("esync", ("--max-rounds", "400", "--ack", "delayed")),
     # async has no round to refuse: the survivor trains on and fails at its end (the finish barrier), also
