@@ -17,7 +17,6 @@ import sys
 from .control import adsp
 from .control.rules import ALL_RULES
 from .control.server import DEFAULT_HEARTBEAT_TIMEOUT, SilentWorker, serve, write_stats
-from .policy.deadline import LATE_SCALES
 
 EXIT_SILENT_WORKER = 4
 from .control.state_rule import DEFAULT_EPSILON
@@ -59,10 +58,6 @@ def main(argv=None):
     parser.add_argument("--round-length", type=float, default=0.0,
                         help="ESync, with --round-deadline: a round lasts at least about L iterations of the "
                              "fastest device (0: off; mxhet-launch passes the worker command's)")
-    parser.add_argument("--late-scale", choices=LATE_SCALES, default="none",
-                        help="ESync, with --round-deadline: 'steps' scales a late delta's share by the local "
-                             "iterations of the device that closed its round over its own (mxhet-launch passes "
-                             "the worker command's; default %(default)s)")
     parser.add_argument("--stats-out", default="", help="write per-round statistics (JSON) here on exit")
     args = parser.parse_args(argv)
     if args.num_workers < 1:
@@ -90,7 +85,7 @@ def main(argv=None):
                         adsp_window=args.adsp_window, heartbeat_timeout=args.heartbeat_timeout,
                         keys=args.keys, elastic=args.elastic, min_workers=args.min_workers, rules=rules,
                         until_stopped=args.until_stopped, round_deadline=args.round_deadline,
-                        round_length=args.round_length, late_scale=args.late_scale)
+                        round_length=args.round_length)
     except ValueError as exc:
         parser.error(str(exc))
     except SilentWorker as exc:

@@ -38,8 +38,7 @@ from .membership import RESTARTED, Done, Entered, Finished, RoundRendezvous, Too
 from .nodelay import TransferRule
 from .preduce import PartialReduceController
 from .state_rule import LazyHeap
-from ..policy.deadline import (RoundBook, check_deadline, check_late_scale, check_round_length, min_local_iters,
-                               training_start, waited)
+from ..policy.deadline import RoundBook, check_deadline, check_round_length, min_local_iters, training_start, waited
 
 
 class RulePlugin:
@@ -95,15 +94,13 @@ class ESyncRule(RulePlugin):
     REPLIES = (state_rule.QueryReply, state_rule.ResetReply)
     STATS_KEY = "rounds"
 
-    def __init__(self, host, round_deadline=0.0, round_length=0.0, late_scale="none"):
+    def __init__(self, host, round_deadline=0.0, round_length=0.0):
         super().__init__(host)
         self.stop_decisions = {}  # round -> stop after this round?
         self.rounds = {}          # round -> {"slowest": rank, "local_iters": {rank: k}}
         # --round-deadline D (mxhet.policy.deadline); 0: Algorithm 2 as in the paper, untouched
         self.deadline = check_deadline(round_deadline)
-        # --late-scale: a late delta's share times k_ref / k ("steps") or not ("none")
-        self.late_scale = check_late_scale(late_scale, self.deadline)
-        self.book = RoundBook(self.late_scale) if self.deadline else None
+        self.book = RoundBook() if self.deadline else None
         # --round-length L: a round lasts about L fast iterations (0: one iteration of the slowest device on time)
         self.round_length = check_round_length(round_length, self.deadline)
         self._late_seq = {}       # late rank -> seq of its deferred READY (released when its round closes)
@@ -227,7 +224,7 @@ class ESyncRule(RulePlugin):
             if req.k == 0:
                 return state_rule.query_reply(req.seq, False, round_, slowest)
             open_round = max(table.records[r].round for r in on_time)
-            due = self.book.arrive(rank, round_, open_round, steps=req.k)
+            due = self.book.arrive(rank, round_, open_round)
             info = self.rounds.setdefault(due, {"slowest": slowest, "local_iters": {}})
             info["local_iters"].setdefault(rank, req.k)
             if not on_time - {rank}:
@@ -245,7 +242,7 @@ class ESyncRule(RulePlugin):
         info = self.rounds.setdefault(round_, {"slowest": slowest, "local_iters": {}})
         info["local_iters"].setdefault(rank, req.k)
         first = not self.book.is_closed(round_)
-        closed = self.book.close(round_, sorted(on_time), steps=req.k)
+        closed = self.book.close(round_, sorted(on_time))
         if first:
             info["late"] = {str(r): s for r, s in sorted(closed.late.items())}
             for r in closed.late:

@@ -348,8 +348,7 @@ class QueryReply(w.Reply):
     enters), ``slowest`` the rank the State Server took for the slowest device
     (-1 when it does not apply), ``stop`` once the job decided to stop after the
     previous round (v2); under ``--round-deadline``, READY also carries the
-    round's members (``target``) and this device's share (``weight``; above 1
-    for a late delta scaled by ``--late-scale steps``)."""
+    round's members (``target``) and this device's share (``weight``)."""
     TYPE = "query_reply"
     ready: bool = False
     round: int = 0
@@ -358,7 +357,7 @@ class QueryReply(w.Reply):
     target: int = 0
     weight: float = 0.0
     CHECKS = {"ready": w.check_bool, "round": w.integer(), "slowest": w.integer(-1), "stop": w.check_bool,
-              "target": w.integer(), "weight": w.check_share}
+              "target": w.integer(), "weight": w.check_fraction}
 
 
 _QUERY_REPLY_FIELDS = {f.name: (0 if f.name == "seq" else f.default) for f in dataclasses.fields(QueryReply)}

@@ -78,12 +78,6 @@ def check_fraction(name, value):
         raise ProtocolError("field %r must be a number in [0, 1], got %r" % (name, value))
 
 
-def check_share(name, value):
-    """A finite number >= 0: a share of a combined delta (above 1 where a rule scales one up)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ProtocolError("field %r must be a finite number >= 0, got %r" % (name, value))
-
-
 def check_below_one(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
         raise ProtocolError("field %r must be a number in [0, 1), got %r" % (name, value))

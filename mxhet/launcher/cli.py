@@ -289,18 +289,13 @@ def parse_args(argv=None):
         parser.error("--sync: %s" % exc)
     args.kvstore_type = mode.kvstore
     worker_options = _check_worker_mode_options(parser, args.command, args.sync)
-    # ESync's --round-deadline, --round-length and --late-scale are worker options the State Server decides
-    # with (its rounds' members, their lengths, the late deltas' shares)
+    # ESync's --round-deadline and --round-length are worker options the State Server decides with (its
+    # rounds' members, their lengths)
     args.round_deadline = worker_options.get("round_deadline") or None
     args.round_length = worker_options.get("round_length") or None
     if args.round_length and not args.round_deadline:
         parser.error("worker command: esync: round_length (--round-length) %r needs round_deadline "
                      "(--round-deadline) > 0" % (args.round_length,))
-    late_scale = worker_options.get("late_scale", "none")
-    args.late_scale = None if late_scale == "none" else late_scale
-    if args.late_scale and not args.round_deadline:
-        parser.error("worker command: esync: late_scale (--late-scale) %r needs round_deadline "
-                     "(--round-deadline) > 0" % (args.late_scale,))
     # Every distributed job gets a State Server: the algorithm's control plane
     # for esync, ssp and adsp, and for every mode the watch on silent workers
     # (heartbeats) and the check that all workers train the same model.

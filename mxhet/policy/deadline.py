@@ -46,31 +46,9 @@ L = D is the natural pairing: with L < D a device within the bound can be
 slower than a round (it still does one iteration, and the round waits for
 it); with L >= D every device on time fits one or more iterations in a
 round, and the slower ones are late.
-
-Late deltas scaled by their steps (``--late-scale steps``). A late device's
-delta carries the few local iterations it managed (one, at a profile's
-slowdown above D) where the round's on-time deltas carry about L each; with
-its staleness share on top, a late device's data weighs far less in the
-global model than a fast device's. On i.i.d. data that costs little; on
-label-skewed data, where the slow devices hold labels nobody else has, the
-global model forgets those labels between their rare, small deltas. With
-``steps``, a late delta's share is multiplied by k_ref / k: k its local
-iterations, k_ref those of the on-time device whose READY closed the round.
-Every delta then counts as k_ref steps' worth of its device's data, as
-FedNova normalises every delta per local step (Wang et al., 2020); only the
-late ones are rescaled because the on-time devices' counts are not all known
-when a round closes, and the on-time ones are within a factor D of each
-other anyway. The staleness weight still discounts it, which keeps a very
-stale delta (at 117x, one that missed about 14 rounds) small. The shares then
-sum to more than one: the late device's one step enters as k_ref / k steps
-of its stale gradient, like one asynchronous step at that multiple of the
-learning rate.
 """
 import dataclasses
 import math
-
-LATE_SCALES = ("none", "steps")
-"""How a late delta's share is scaled beyond its staleness weight: not at all, or by k_ref / k."""
 
 from ..errors import ConfigError
 
@@ -120,29 +98,6 @@ def min_local_iters(round_length, capability, fastest):
         return 1
     share = round_length if capability <= fastest else round_length * fastest / capability
     return max(1, int(math.floor(share + 0.5)))
-
-
-def check_late_scale(value, deadline):
-    """``value`` as one of :data:`LATE_SCALES`, or ConfigError naming it.
-
-    Raises:
-        ConfigError: for an unknown value, or ``steps`` without a deadline
-            (``deadline`` 0: nobody is ever late).
-    """
-    if value not in LATE_SCALES:
-        raise ConfigError("late_scale must be one of %s, got %r" % (", ".join(LATE_SCALES), value))
-    if value != "none" and not deadline:
-        raise ConfigError("late_scale (--late-scale) %r needs round_deadline (--round-deadline) > 0" % (value,))
-    return value
-
-
-def step_scale(reference, steps):
-    """k_ref / k: the factor of a late delta of ``steps`` local iterations in a
-    round closed by a device that did ``reference`` (1 when either is unknown,
-    None or < 1)."""
-    if not reference or not steps or reference < 1 or steps < 1:
-        return 1.0
-    return float(reference) / float(steps)
 
 
 def staleness_weight(staleness):
@@ -200,8 +155,7 @@ def training_start(origin, test_end, test_c):
 @dataclasses.dataclass(frozen=True)
 class Membership:
     """A closed round: its ``members`` (rank -> share of the combined delta, summing
-    to one unless ``late_scale="steps"`` scaled the late ones), the late ranks'
-    staleness, and ``target`` = the number of members."""
+    to one), the late ranks' staleness, and ``target`` = the number of members."""
     round: int
     members: dict
     late: dict
@@ -220,12 +174,8 @@ class RoundBook:
             twice with different devices.
     """
 
-    def __init__(self, late_scale="none"):
-        if late_scale not in LATE_SCALES:
-            raise ValueError("late_scale must be one of %s, got %r" % (", ".join(LATE_SCALES), late_scale))
-        self.late_scale = late_scale
+    def __init__(self):
         self._pending = {}    # round -> {late rank: its base round}
-        self._steps = {}      # late rank -> local iterations its pending delta carries
         self._closed = {}     # round -> Membership
         self._entered = {}    # rank -> the round its pending late delta enters
 
@@ -236,11 +186,10 @@ class RoundBook:
         """The closed round's :class:`Membership`, or None while it is open."""
         return self._closed.get(round_)
 
-    def arrive(self, rank, base_round, open_round, steps=1):
+    def arrive(self, rank, base_round, open_round):
         """A late device in round ``base_round`` finished an iteration while the
-        devices the rounds wait for are in ``open_round``: its delta (of ``steps``
-        local iterations) enters ``open_round``, or the round after if that one
-        has closed. Returns the round."""
+        devices the rounds wait for are in ``open_round``: its delta enters
+        ``open_round``, or the round after if that one has closed. Returns the round."""
         if rank in self._entered:
             raise ValueError("rank %d's late delta is already due in round %d" % (rank, self._entered[rank]))
         round_ = open_round
@@ -249,16 +198,13 @@ class RoundBook:
         if base_round > round_:
             raise ValueError("rank %d's base round %d is after round %d" % (rank, base_round, round_))
         self._pending.setdefault(round_, {})[rank] = base_round
-        self._steps[rank] = steps
         self._entered[rank] = round_
         return round_
 
-    def close(self, round_, on_time, steps=None):
+    def close(self, round_, on_time):
         """Close ``round_`` with the ranks ``on_time`` (the devices it waited
         for) and the late deltas due in it; returns its :class:`Membership`
-        (again, unchanged, for a round already closed). ``steps``: the local
-        iterations of the device whose READY closes it (k_ref of
-        ``late_scale="steps"``; ignored otherwise and when nobody is on time)."""
+        (again, unchanged, for a round already closed)."""
         done = self._closed.get(round_)
         if done is not None:
             return done
@@ -267,12 +213,8 @@ class RoundBook:
         weights.update({r: staleness_weight(s) for r, s in late.items()})
         total = sum(weights.values())
         members = {r: w / total for r, w in sorted(weights.items())}
-        if self.late_scale == "steps" and on_time:
-            for r in late:
-                members[r] *= step_scale(steps, self._steps.get(r))
         for r in late:
             del self._entered[r]
-            self._steps.pop(r, None)
         done = self._closed[round_] = Membership(round_, members, late)
         return done
 
@@ -291,6 +233,5 @@ class RoundBook:
     def forget(self, rank):
         """Drop a departed rank's pending late delta (it will never be pushed)."""
         round_ = self._entered.pop(rank, None)
-        self._steps.pop(rank, None)
         if round_ is not None:
             self._pending.get(round_, {}).pop(rank, None)

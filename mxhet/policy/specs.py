@@ -22,7 +22,6 @@ local     (none)        no            standalone training on one device
 import dataclasses
 
 from .aggregation import AGGREGATIONS, OUTER_OPTIMIZERS
-from .deadline import LATE_SCALES
 from .checks import OffOrAtLeast, at_least, positive, unit_interval
 from .spec import ModeSpec, Option, get_spec, register_spec
 
@@ -73,12 +72,7 @@ ESYNC = register_spec(ModeSpec(
              Option("round_length", 0.0, "L, with round_deadline: a device on time is READY only after "
                                          "max(1, round(L x the fastest's c / its c)) local iterations a round, so "
                                          "a round lasts about L fast iterations (0: off; L = D pairs them)",
-                    check=OffOrAtLeast(1)),
-             Option("late_scale", "none", "with round_deadline: 'steps' multiplies a late delta's share by the "
-                                          "local iterations of the device that closed its round over its own, "
-                                          "so a slow device's data is not outweighed on label-skewed data; "
-                                          "'none': its staleness weight only",
-                    choices=LATE_SCALES))))
+                    check=OffOrAtLeast(1)))))
 
 SYNC = register_spec(ModeSpec(
     "sync", "dist_sync", "synchronous SGD: gradients averaged every step; everyone waits for the slowest"))

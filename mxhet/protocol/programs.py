@@ -174,15 +174,12 @@ def check_esync(opts):
 
     Raises:
         ConfigError: naming the bad ``global_lr``, ``ack`` or aggregation option, or
-            ``round_length`` or ``late_scale`` without ``round_deadline``.
+            ``round_length`` without ``round_deadline``.
     """
     specs.ESYNC.check(opts)
     if opts.get("round_length") and not opts.get("round_deadline"):
         raise ConfigError("esync: round_length (--round-length) %r needs round_deadline (--round-deadline) > 0"
                           % (opts["round_length"],))
-    if opts.get("late_scale", "none") != "none" and not opts.get("round_deadline"):
-        raise ConfigError("esync: late_scale (--late-scale) %r needs round_deadline (--round-deadline) > 0"
-                          % (opts["late_scale"],))
     if opts.get("round_deadline"):
         # A late device's READY waits for its round to close (a deferred answer): only a blocking
         # query waits for it. Its share replaces the mean's 1/m; the count weightings would need

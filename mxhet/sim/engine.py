@@ -268,8 +268,6 @@ class Simulation:
             kwargs["round_deadline"] = job.mode_options["round_deadline"]
         if job.mode_options.get("round_length"):
             kwargs["round_length"] = job.mode_options["round_length"]
-        if job.mode_options.get("late_scale", "none") != "none":
-            kwargs["late_scale"] = job.mode_options["late_scale"]
         rules = tuple(self.spec.state_rules)
         if getattr(job, "leaves", None) and "membership" not in rules:   # --events: its record, and the joins (as the launcher's)
             rules += ("membership",)

@@ -247,18 +247,6 @@ def test_the_worker_commands_round_length_reaches_the_state_server_and_needs_the
     assert "--round-length" in capsys.readouterr().err
 
 
-def test_the_worker_commands_late_scale_reaches_the_state_server_and_needs_the_deadline(capsys):
-    train = ["python", "-m", "mxhet.train", "--round-deadline", "4", "--late-scale", "steps"]
-    argv = plan_of("-n", "2", "-s", "1", "--sync", "esync", command=train).by_role("state-server")[0].argv
-    assert argv[argv.index("--late-scale") + 1] == "steps"
-    argv = plan_of("-n", "2", "-s", "1", "--sync", "esync",
-                   command=train[:-2]).by_role("state-server")[0].argv
-    assert "--late-scale" not in argv   # the default: the State Server's command is the deadline's
-    with pytest.raises(SystemExit):
-        plan_of("-n", "2", "-s", "1", "--sync", "esync", command=["python", "-m", "mxhet.train", "--late-scale", "steps"])
-    assert "--late-scale" in capsys.readouterr().err
-
-
 def test_esync_port_and_epsilon_options():
     plan = plan_of("-n", "2", "--sync", "esync", "--state-server-port", "5555", "--epsilon", "0.25",
                    "--root-port", "7000")

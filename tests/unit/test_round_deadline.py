@@ -6,10 +6,8 @@ import pytest
 from mxhet.control import messages as m
 from mxhet.control.server import StateService
 from mxhet.errors import ConfigError
-from mxhet.control import state_rule
-from mxhet.errors import ProtocolError
-from mxhet.policy.deadline import (RoundBook, check_deadline, check_late_scale, check_round_length, min_local_iters,
-                                   staleness_weight, step_scale, training_start, waited)
+from mxhet.policy.deadline import (RoundBook, check_deadline, check_round_length, min_local_iters, staleness_weight,
+                                   training_start, waited)
 
 
 # -- the pure rule ------------------------------------------------------------------------------
@@ -94,62 +92,6 @@ def test_a_departed_late_device_is_not_waited_for_in_its_round():
     book.arrive(2, base_round=0, open_round=1)
     book.forget(2)
     assert book.close(1, on_time=[0, 1]).members == {0: 0.5, 1: 0.5}
-
-
-def test_late_scale_steps_multiplies_a_late_share_by_the_closers_steps_over_its_own():
-    book = RoundBook("steps")
-    book.arrive(2, base_round=1, open_round=4, steps=1)
-    book.arrive(3, base_round=3, open_round=4, steps=2)
-    closed = book.close(4, on_time=[0, 1], steps=8)
-    # a = 1, 1, 1/4, 1/2: shares 4/11, 4/11, 1/11, 2/11; the late ones times 8/1 and 8/2
-    assert closed.members == pytest.approx({0: 4 / 11, 1: 4 / 11, 2: 8 / 11, 3: 8 / 11})
-    assert closed.late == {2: 3, 3: 1}
-    # the same arrivals without it: the staleness shares, summing to one (the steps are ignored)
-    plain = RoundBook()
-    plain.arrive(2, base_round=1, open_round=4, steps=1)
-    plain.arrive(3, base_round=3, open_round=4, steps=2)
-    assert plain.close(4, on_time=[0, 1], steps=8).members == pytest.approx({0: 4 / 11, 1: 4 / 11, 2: 1 / 11,
-                                                                           3: 2 / 11})
-
-
-def test_late_scale_steps_leaves_on_time_shares_and_a_late_device_alone_unscaled():
-    book = RoundBook("steps")
-    assert book.close(0, on_time=[0, 1], steps=8).members == {0: 0.5, 1: 0.5}
-    book.arrive(2, base_round=0, open_round=1, steps=1)
-    assert book.close(1, on_time=[], steps=None).members == {2: 1.0}   # nobody on time: no closer to compare
-    book.arrive(2, base_round=1, open_round=2, steps=3)
-    book.forget(2)
-    assert book.close(2, on_time=[0], steps=8).members == {0: 1.0}
-
-
-def test_the_step_scale_is_one_when_either_count_is_unknown():
-    assert step_scale(8, 1) == 8.0 and step_scale(8, 2) == 4.0 and step_scale(2, 4) == 0.5
-    assert step_scale(None, 1) == step_scale(8, None) == step_scale(0, 1) == 1.0
-
-
-def test_an_unknown_late_scale_or_one_without_a_deadline_is_refused_naming_it():
-    assert check_late_scale("steps", 4.0) == "steps" and check_late_scale("none", 0.0) == "none"
-    with pytest.raises(ConfigError, match="late_scale.*samples"):
-        check_late_scale("samples", 4.0)
-    with pytest.raises(ConfigError, match="--late-scale.*--round-deadline"):
-        check_late_scale("steps", 0.0)
-    with pytest.raises(ValueError, match="late_scale"):
-        RoundBook("samples")
-    with pytest.raises(ConfigError, match="--late-scale.*--round-deadline"):
-        StateService(3, rules=("esync", "membership"), late_scale="steps")
-    from mxhet.protocol.programs import check_esync
-    from mxhet.policy import specs
-    with pytest.raises(ConfigError, match="--late-scale.*--round-deadline"):
-        check_esync(specs.ESYNC.resolve({"late_scale": "steps"}))
-    check_esync(specs.ESYNC.resolve({"late_scale": "steps", "round_deadline": 4.0}))
-
-
-def test_a_share_above_one_passes_the_wire_and_a_negative_or_infinite_one_does_not():
-    from mxhet.control import wire
-    wire.check_fields(state_rule.QueryReply(seq=1, ready=True, round=2, target=3, weight=8 / 3))
-    for bad in (-0.1, math.inf, math.nan, True):
-        with pytest.raises(ProtocolError, match="weight"):
-            wire.check_fields(state_rule.QueryReply(seq=1, ready=True, round=2, target=3, weight=bad))
 
 
 # -- the State Server's rule ----------------------------------------------------------------------
@@ -452,20 +394,16 @@ def test_a_round_length_without_a_deadline_is_refused_naming_both_flags():
     check_esync(specs.ESYNC.resolve({"round_length": 4.0, "round_deadline": 4.0}))
 
 
-def _length_service(deadline, length, n=3, late_scale="none"):
+def _length_service(deadline, length, n=3):
     svc = StateService(n, now=0.0, rules=("esync", "membership"), round_deadline=deadline, round_length=length,
-                       epsilon=0.0, late_scale=late_scale)
+                       epsilon=0.0)
     for r in range(n):
         assert svc.handle(m.Register(rank=r, seq=1, slot=r), 0.0, sender=r).ok
     return svc
 
 
-@pytest.mark.parametrize("late_scale,late_share", [("none", 1 / 7), ("steps", 4 / 7)])
-def test_fast_devices_do_l_local_iterations_a_round_and_the_late_delta_still_enters_with_its_share(late_scale,
-                                                                                                   late_share):
-    """With ``--late-scale steps`` the late one-step delta's share is times 4, the steps of the fast device
-    that closed its round."""
-    svc = _length_service(4.0, 4.0, late_scale=late_scale)
+def test_fast_devices_do_l_local_iterations_a_round_and_the_late_delta_still_enters_with_its_share():
+    svc = _length_service(4.0, 4.0)
     _test_batches(svc, {0: 0.01, 1: 0.01, 2: 0.1})   # 10x: rank 2 is late at D = 4
     rule, table = svc.rule("esync"), svc.table
     seq = 3
@@ -493,7 +431,7 @@ def test_fast_devices_do_l_local_iterations_a_round_and_the_late_delta_still_ent
     # staleness 2: a = 1/3; shares 3/7, 3/7, 1/7
     assert a.ready and a.target == 3 and a.weight == pytest.approx(3 / 7)
     (rank, late), = svc.released
-    assert rank == 2 and late.ready and late.round == 2 and late.weight == pytest.approx(late_share)
+    assert rank == 2 and late.ready and late.round == 2 and late.weight == pytest.approx(1 / 7)
     assert [s["local_iters"] for s in rule.stats()] == [{"0": 4, "1": 4}, {"0": 4, "1": 4}, {"0": 4, "2": 1}]
 
 

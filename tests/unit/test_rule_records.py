@@ -82,7 +82,7 @@ def test_a_rules_reply_record_round_trips_and_is_validated(reply):
 
 @pytest.mark.parametrize("reply,bad", [
     (m.QueryReply(seq=1), {"slowest": -2}),
-    (m.QueryReply(seq=1), {"weight": -0.5}),   # a share above 1 is --late-scale steps's
+    (m.QueryReply(seq=1), {"weight": 1.5}),
     (m.ResetReply(seq=1), {"stop": 1}),
     (m.CommitReply(seq=1), {"period_left": -1.0}),
     (m.TransferReply(seq=1), {"round": "2"}),

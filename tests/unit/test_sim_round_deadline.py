@@ -106,32 +106,3 @@ def test_a_round_length_gives_the_fast_devices_l_local_steps_a_round(tmp_path):
 def test_a_round_length_needs_the_deadline(tmp_path):
     with pytest.raises(ConfigError, match="--round-length.*--round-deadline"):
         _sim(tmp_path, "a", "smallcnn", "--round-length", "4")
-
-
-def test_late_scale_steps_multiplies_each_late_share_by_the_fast_devices_steps_and_changes_no_timing(tmp_path):
-    """The pushes' times are virtual, pinned by the profile: with ``--late-scale steps`` the same devices
-    push in the same rounds, the on-time shares are unchanged and each late share is the staleness share
-    times the steps of the round's fast devices over the late delta's one."""
-    ten_x = ("--slowdown", "1,1,10", "--time-budget", "1.2", "--round-deadline", "4", "--round-length", "4")
-    plain = _sim(tmp_path, "plain", "smallcnn", *ten_x)
-    scaled = _sim(tmp_path, "steps", "smallcnn", *ten_x, "--late-scale", "steps")
-    before, after = plain["sim"]["deadline_pushes"], scaled["sim"]["deadline_pushes"]
-    assert [(slot, r) for slot, r, _ in before] == [(slot, r) for slot, r, _ in after]
-    fast_steps = {w["slot"]: w["local_iters"] for w in scaled["workers"] if w["slot"] < 2}
-    late = 0
-    for (slot, r, share), (_, _, scaled_share) in zip(before, after):
-        if slot < 2:
-            assert scaled_share == pytest.approx(share)
-        else:
-            # the round's closer is a fast device; both did the same count in that round (4, mostly)
-            steps = {fast_steps[0][r], fast_steps[1][r]}
-            assert len(steps) == 1 and scaled_share == pytest.approx(share * steps.pop())
-            late += 1
-    assert late >= 5
-    # the late delta now weighs more than an on-time one in its round, and the models differ
-    assert scaled["workers"][0]["final_model_sha256"] != plain["workers"][0]["final_model_sha256"]
-
-
-def test_late_scale_needs_the_deadline(tmp_path):
-    with pytest.raises(ConfigError, match="--late-scale.*--round-deadline"):
-        _sim(tmp_path, "a", "smallcnn", "--late-scale", "steps")
