@@ -17,10 +17,19 @@ Profiles, named by their largest slowdown:
 * ``2``: a mild mix, 2 at 2x beside 2 at 1x (the ``cpu`` profile's shape, so that 10 and 2 differ only in
   the slowdown).
 
-A run that uses no slow device (``standalone``: the fastest device alone; ``fast-only``: Sync over the
-slowdown-1 devices) is the same run in every profile with as many fast devices: it runs once and is listed
-under each profile it serves (``shared_by``). A standalone device holds all the data, so its i.i.d. run
-serves the non-i.i.d. cells too.
+Variants (:data:`VARIANTS`): ESync ``recommended`` (:data:`bench.presets.RECOMMENDED_ARGS`) and ``paper``
+(no options); the alternatives (:data:`ALTERNATIVES`) ``standalone`` (the fastest device alone),
+``fast-only`` (Sync over the slowdown-1 devices), ``async``, ``dcasgd``, ``adsp``, ``dylu`` and ``sync``
+(Sync over every device of the profile, each round as long as the slowest device's iteration).
+
+A run that uses no slow device (standalone, fast-only) is the same run in every profile with as many fast
+devices: it runs once and is listed under each profile it serves (``shared_by``). A standalone device holds
+all the data, so its i.i.d. run serves the non-i.i.d. cells too; a fast-only run's label-sorted split is
+over its own devices, so together they hold every label. Both move the slow devices' data to the fast
+ones. Every other variant, ``sync`` included, splits the data over all the profile's devices, so that in
+a non-i.i.d. cell the fast devices hold only their shards' labels: ``sync`` is the Sync of issue 31's
+non-i.i.d. goal (ESync ahead of Sync and Async there), the baseline that leaves each device's data where
+it is.
 
 With ``--norm group`` every run of the invocation, every variant's, trains with GroupNorm in place of
 BatchNorm; its runs and cells are the model's ``_gn`` label's (:func:`bench.aggregation.model_label`), apart
@@ -68,9 +77,11 @@ VARIANTS = {
     "dcasgd": ("dcasgd", ()),
     "adsp": ("adsp", ()),
     "dylu": ("dylu", ()),
+    "sync": ("sync", ()),
 }
-"""variant -> (what :func:`bench.suite.job_spec` runs, extra flags of ``python -m mxhet.sim``)."""
-ALTERNATIVES = ("standalone", "fast-only", "async", "dcasgd", "adsp", "dylu")
+"""variant -> (what :func:`bench.suite.job_spec` runs, extra flags of ``python -m mxhet.sim``). The order is
+the report's and the figure's (colours by position): a new variant goes last."""
+ALTERNATIVES = ("standalone", "fast-only", "async", "dcasgd", "adsp", "dylu", "sync")
 """What a user could run instead of ESync; the best of them in a cell is what the recommended ESync must beat."""
 ESYNC_VARIANTS = ("recommended", "paper")
 NO_SLOW_DEVICE = ("standalone", "fast-only")
@@ -112,11 +123,11 @@ def fast_devices(profile_key):
 
 
 def run_name(key):
-    """``model-117x-variant-dist``; a run without slow devices is named by what it runs
-    (``model-standalone-iid``, ``model-fast-only4-iid``); ``-lrX`` for a rate other than the variant's
-    default, ``-seedN`` for seeds other than 0 (a run at the default rate keeps the name it had before
-    ``--lrs``, so that ``--resume`` keeps it). ``model`` is the key's label: ``resnet18_v1_gn`` with
-    GroupNorm, the model's name (as before ``--norm``) with BatchNorm."""
+    """``model-117x-variant-dist`` (``model-117x-sync-dist``: Sync over every device); a run without slow
+    devices is named by what it runs (``model-standalone-iid``, ``model-fast-only4-iid``); ``-lrX`` for a
+    rate other than the variant's default, ``-seedN`` for seeds other than 0 (a run at the default rate
+    keeps the name it had before ``--lrs``, so that ``--resume`` keeps it). ``model`` is the key's label:
+    ``resnet18_v1_gn`` with GroupNorm, the model's name (as before ``--norm``) with BatchNorm."""
     if key.variant == "standalone":
         where = "standalone"
     elif key.variant == "fast-only":
@@ -186,13 +197,14 @@ def check_models(preset, models, norm):
 def job_spec(key, preset, budget=None, checkpoint_every_min=0.0, resume=False):
     """The :class:`bench.runner.JobSpec` of one run: :func:`bench.suite.job_spec`'s on the key's profile,
     with the key's ``--norm`` and the variant's flags and the common snapshot grid. ``budget``: virtual
-    seconds of training (default: the preset's common budget for the model). A GroupNorm model keeps the
-    BatchNorm model's virtual iteration, budget and learning rates."""
+    seconds of training (default: the preset's common budget for the model, for every variant: the ``sync``
+    variant too, not the preset's 20-fold Sync budget, so that every variant's final accuracy is at the same
+    time). A GroupNorm model keeps the BatchNorm model's virtual iteration, budget and learning rates."""
     from . import suite   # imports MXNet: not at the bench parser's import
     extra = VARIANTS[key.variant][1]
     record = model_record(preset, key.model)
     spec = suite.job_spec(key, preset, PROFILES[key.profile], record,
-                          budget or preset.budget_of(key.model, key.mode), engine="sim",
+                          budget or preset.budget_for(key.model), engine="sim",
                           checkpoint_every_min=checkpoint_every_min, resume=resume)
     return dataclasses.replace(spec, eval_interval=SNAPSHOT_SHARE * record["base_iteration_s"],
                                extra_train_args=tuple(spec.extra_train_args) + aggregation.norm_args(key.norm)
@@ -456,6 +468,15 @@ def _sweep_table(c):
     return lines + [""]
 
 
+NON_IID_NOTE = (
+    "In a non-iid cell every variant but standalone and fast-only splits the training set, sorted by label, "
+    "over all the profile's devices, so the fast devices hold only their shards' labels; standalone is its "
+    "i.i.d. run (one device with all the data) and fast-only sorts the whole set over the fast devices alone, "
+    "so both assume the slow devices' data can move to the fast ones. `sync` (Sync over every device) is the "
+    "Sync baseline that leaves each device's data in place.")
+"""The report's paragraph on what a non-i.i.d. cell compares (only in a report with such a cell)."""
+
+
 def markdown(doc):
     """The report: settings, then per model, profile and split each variant's time to target and final
     accuracy over seeds and the verdict against the best alternative, the figure, costs and failures."""
@@ -497,6 +518,8 @@ def markdown(doc):
               "past its budget: the simulator ends it once the round or push under way is done (column "
               "`trained`)." % (
                   TARGET, ", ".join(ALTERNATIVES)), ""]
+    if any(c["dist"] != "iid" for c in doc["cells"]):
+        lines += [NON_IID_NOTE, ""]
     lrs = doc["lrs"]
     for c in doc["cells"]:
         lines += ["## %s, %dx, %s" % (c["model"], c["profile"], c["dist"]), ""]
@@ -650,7 +673,7 @@ def _split(text, parse, known, what):
 
 def add_parser(sub):
     p = sub.add_parser("heterogeneity", help="ESync (recommended, paper) vs standalone, fast-only Sync, Async, "
-                                             "DC-ASGD, ADSP and DyLU at 117x, 10x and 2x (simulator)")
+                                             "DC-ASGD, ADSP, DyLU and Sync at 117x, 10x and 2x (simulator)")
     preset = presets.get(PRESET)
     p.add_argument("--models", default=",".join(preset.default_models()),
                    help="comma-separated models (default %(default)s; smallcnn for a smoke run)")

@@ -12,9 +12,9 @@ from mxhet.errors import ConfigError
 BUDGET = 300.0
 TIMES = {   # (profile, variant) -> virtual s to the target on seed 0 (None: never)
     (117, "recommended"): 15.0, (117, "paper"): 60.0, (117, "async"): 40.0, (117, "dcasgd"): None,
-    (117, "adsp"): 90.0, (117, "dylu"): 35.0, (117, "fast-only"): 25.0,
+    (117, "adsp"): 90.0, (117, "dylu"): 35.0, (117, "fast-only"): 25.0, (117, "sync"): None,
     (2, "recommended"): 14.0, (2, "paper"): 30.0, (2, "async"): 18.0, (2, "dcasgd"): 19.0,
-    (2, "adsp"): 40.0, (2, "dylu"): 16.0, (2, "fast-only"): 11.0,
+    (2, "adsp"): 40.0, (2, "dylu"): 16.0, (2, "fast-only"): 11.0, (2, "sync"): 24.0,
 }
 STANDALONE_S = 20.0
 
@@ -53,7 +53,7 @@ def test_runs_without_slow_devices_run_once_for_every_profile_they_serve():
     assert planned["resnet18_v1-fast-only4-iid"][1] == [117]              # the paper's 4 fast devices
     assert planned["resnet18_v1-fast-only2-non-iid"][1] == [10, 2]        # 2 fast devices in both
     assert planned["resnet18_v1-117x-recommended-non-iid"][1] == [117]
-    assert len(planned) == 1 + 2 * 2 + 2 * 3 * 6
+    assert len(planned) == 1 + 2 * 2 + 2 * 3 * 7
     seeds = het.plan(["resnet18_v1"], [2], ["recommended", "paper"], ["iid"], [0, 1])
     assert list(seeds) == ["resnet18_v1-2x-recommended-iid", "resnet18_v1-2x-paper-iid",
                            "resnet18_v1-2x-recommended-iid-seed1", "resnet18_v1-2x-paper-iid-seed1"]
@@ -107,7 +107,7 @@ def test_whole_bench_on_fake_runs_writes_fields_best_alternative_verdict_report_
                         confirm_fn=_fake_confirm, log=lambda *_: None)
     # seed 0 of everything (standalone once for both profiles), then seeds 1 and 2 of recommended and the
     # best alternative of each cell only
-    assert len([n for n in ran if "seed" not in n]) == 1 + 2 + 2 * 6
+    assert len([n for n in ran if "seed" not in n]) == 1 + 2 + 2 * 7
     assert sorted(n for n in ran if "seed" in n) == sorted(
         "resnet18_v1-%s-iid-seed%d" % (v, s) for s in (1, 2)
         for v in ("117x-recommended", "standalone", "2x-recommended", "fast-only2"))
@@ -266,11 +266,11 @@ def test_lrs_sweep_the_first_seed_and_run_the_others_at_each_cell_s_best_rate(tm
                         sweep=None, run=_lr_run(ran), confirm_fn=_fake_confirm, lrs=[0.01, 0.03, 0.1],
                         log=lambda *_: None)
     first = [n for n in ran if "seed" not in n]
-    assert len(first) == len(set(first)) == 3 * (1 + 2 + 2 * 6)       # standalone's sweep runs once for both
+    assert len(first) == len(set(first)) == 3 * (1 + 2 + 2 * 7)       # standalone's sweep runs once for both
     assert {"resnet18_v1-117x-recommended-iid-lr0.03", "resnet18_v1-117x-recommended-iid",
             "resnet18_v1-standalone-iid-lr0.01", "resnet18_v1-fast-only2-iid-lr0.03"} <= set(first)
     later = sorted(n for n in ran if "seed" in n)
-    assert len(later) == 1 + 2 + 2 * 6
+    assert len(later) == 1 + 2 + 2 * 7
     assert {"resnet18_v1-117x-recommended-iid-lr0.03-seed1",        # 117x: every variant best at 0.03
             "resnet18_v1-fast-only4-iid-lr0.03-seed1",
             "resnet18_v1-117x-dcasgd-iid-lr0.01-seed1",             # never reached: the most accurate rate
@@ -484,3 +484,96 @@ def test_lrs_choose_each_rate_per_gn_cell(tmp_path):
     gn = next(c for c in doc["cells"] if c["model"] == "resnet18_v1_gn")["variants"]["recommended"]
     assert set(gn["sweep"]["lrs"]) == {"0.01", "0.03", "0.1"} and gn["seeds"] == [0, 1]
     assert gn["sweep"]["lrs"]["0.1"]["run"] == "resnet18_v1_gn-117x-recommended-iid"
+
+
+# sync: Sync over every device of the profile, the non-i.i.d. goal's Sync
+
+def test_the_sync_variant_runs_sync_on_every_device_of_the_profile_without_flags_of_its_own():
+    preset = presets.get(het.PRESET)
+    assert het.VARIANTS["sync"] == ("sync", ())
+    for p, profile in het.PROFILES.items():
+        key = het.RunKey("resnet18_v1", p, "sync", "non-iid", 0)
+        spec = het.job_spec(key, preset)
+        paper = het.job_spec(key._replace(variant="paper"), preset)
+        assert spec.mode == "sync" and spec.slowdowns == profile.slowdowns and spec.dist == "non-iid"
+        assert spec.extra_train_args == paper.extra_train_args          # the paper's ESync has none either
+        assert spec.time_budget == paper.time_budget == preset.budget_for("resnet18_v1")   # not Sync's 20-fold
+        argv = spec.launch_argv("x")
+        assert argv[argv.index("--sync") + 1] == "sync" and argv[argv.index("-n") + 1] == str(len(profile.slowdowns))
+        assert argv[argv.index("--dist") + 1] == "non-iid"
+
+
+def test_sync_runs_are_named_by_profile_and_split_and_serve_their_own_profile_only():
+    key = het.RunKey("resnet18_v1", 117, "sync", "non-iid", 0)
+    assert het.run_name(key) == "resnet18_v1-117x-sync-non-iid"
+    assert het.run_name(key._replace(profile=10, dist="iid", lr=0.03, seed=1)) == (
+        "resnet18_v1-10x-sync-iid-lr0.03-seed1")
+    assert het.run_name(key._replace(norm="group")) == "resnet18_v1_gn-117x-sync-non-iid"
+    planned = het.plan(["resnet18_v1"], [117, 10, 2], list(het.VARIANTS), ["non-iid"], [0])
+    assert {name: profs for name, (_, profs) in planned.items() if "-sync-" in name} == {
+        "resnet18_v1-117x-sync-non-iid": [117], "resnet18_v1-10x-sync-non-iid": [10],
+        "resnet18_v1-2x-sync-non-iid": [2]}
+
+
+def test_adding_sync_leaves_the_other_variants_runs_names_and_order_as_they_were():
+    old = ["recommended", "paper", "standalone", "fast-only", "async", "dcasgd", "adsp", "dylu"]
+    assert list(het.VARIANTS) == old + ["sync"]          # last: the report's rows and the figure's colours keep
+    assert het.ALTERNATIVES == ("standalone", "fast-only", "async", "dcasgd", "adsp", "dylu", "sync")
+    planned = het.plan(["resnet18_v1"], [117, 10], list(het.VARIANTS), ["iid"], [0])
+    assert list(planned) == [
+        "resnet18_v1-117x-recommended-iid", "resnet18_v1-117x-paper-iid", "resnet18_v1-standalone-iid",
+        "resnet18_v1-fast-only4-iid", "resnet18_v1-117x-async-iid", "resnet18_v1-117x-dcasgd-iid",
+        "resnet18_v1-117x-adsp-iid", "resnet18_v1-117x-dylu-iid", "resnet18_v1-117x-sync-iid",
+        "resnet18_v1-10x-recommended-iid", "resnet18_v1-10x-paper-iid", "resnet18_v1-fast-only2-iid",
+        "resnet18_v1-10x-async-iid", "resnet18_v1-10x-dcasgd-iid", "resnet18_v1-10x-adsp-iid",
+        "resnet18_v1-10x-dylu-iid", "resnet18_v1-10x-sync-iid"]
+    assert list(het.plan(["resnet18_v1"], [117, 10], old, ["iid"], [0])) == [
+        name for name in planned if "-sync-" not in name]
+
+
+def test_sync_is_an_alternative_the_report_can_name_best(tmp_path):
+    ran = []
+
+    def fake_run(spec, run_dir, desc, position, leave):   # _time's runs, Sync over all four devices first
+        name = os.path.basename(run_dir)
+        ran.append(name)
+        summary = _summary(spec, name)
+        if "-sync-" in name:
+            summary["curve"][1][0] = summary["time_to_target_s"] = 9.0 * (1 + 0.05 * spec.seed)
+        return summary
+
+    out = str(tmp_path / "het")
+    doc = het.run_bench(["resnet18_v1"], [2], ["recommended", "standalone", "fast-only", "async", "sync"],
+                        ["non-iid"], [0, 1], out, seeds_best=True, budget=BUDGET, sweep=None, run=fake_run,
+                        confirm_fn=_fake_confirm, log=lambda *_: None)
+    assert sorted(n for n in ran if "seed" in n) == ["resnet18_v1-2x-recommended-non-iid-seed1",
+                                                     "resnet18_v1-2x-sync-non-iid-seed1"]
+    cell = next(c for c in doc["cells"] if c["dist"] == "non-iid")
+    assert cell["best_alternative"] == "sync" and cell["verdict"]["no_later"] is False
+    assert cell["verdict"]["speedup"]["value"] == pytest.approx(9.0 / 14.0)
+    sync_rows = [r for r in doc["runs"] if r["variant"] == "sync"]
+    assert {(r["mode"], r["profile"], tuple(r["slowdown"]), r["dist"]) for r in sync_rows} == {
+        ("sync", 2, (2.0, 2.0, 1.0, 1.0), "non-iid")}
+    assert doc["variants"]["sync"] == {"mode": "sync", "args": []} and "sync" in doc["alternatives"]
+    text = open(os.path.join(out, "heterogeneity.md")).read()
+    section = text.split("## resnet18_v1, 2x, non-iid")[1].split("## ")[0]
+    assert "| sync (best alternative) |" in section and "best alternative (sync): **later**" in section
+    assert het.NON_IID_NOTE in text
+    assert het.NON_IID_NOTE not in het.markdown(dict(doc, cells=[c for c in doc["cells"] if c["dist"] == "iid"]))
+
+
+def test_dry_run_lists_the_sync_runs_by_default_at_the_slowest_device_s_pace(tmp_path, capsys):
+    costs = tmp_path / "estimate.json"
+    costs.write_text(json.dumps({"costs": {"resnet18_v1": {"iteration_cpu_s": 0.1, "snapshot_cpu_s": 1.0,
+                                                           "fixed_cpu_s": 10.0, "fixed_snapshots": 2}}}))
+    parser = het.add_parser(__import__("argparse").ArgumentParser().add_subparsers(dest="experiment"))
+    args = parser.parse_args(["--models", "resnet18_v1", "--seeds", "0", "--sweep", "none", "--costs", str(costs),
+                              "--dry-run"])
+    assert args.variants.split(",")[-1] == "sync"
+    assert het.run(args) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("resnet18")}
+    preset = presets.get(het.PRESET)
+    fast = preset.budget_for("resnet18_v1") / preset.iteration_s["resnet18_v1"]   # one fast device's iterations
+    for p, devices in ((117, 6), (10, 4), (2, 4)):     # one iteration per device a round of the slowest's length
+        line = lines["resnet18_v1-%dx-sync-iid" % p]
+        assert int(line.split()[3]) == pytest.approx(devices * fast / p, abs=1) and line.endswith("CPU min")
