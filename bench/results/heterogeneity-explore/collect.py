@@ -4,6 +4,16 @@ sys.path.insert(0, '/work/main')
 from bench.provenance import provenance
 OUT = '/work/main/bench/results/heterogeneity-explore'
 rows = []
+# the code each run was made by, where it is not main's at the time (the README's text says which commits)
+LS = '0f6910a (--late-scale steps, reverted in 05ee3a8; for the other flags the simulator of efe8950)'
+V3 = ('0f6910a with patches/late-share-env.diff and MXHET_LATE_NORM=ontime MXHET_LATE_A=one: a late delta weighs 1 '
+      '(no staleness discount) and every share is over the on-time members\' weights only (late share 1/2 here)')
+MIFA = 'dd98f50 with patches/mifa-prototype.diff and MXHET_MIFA=1: every round the mean over all N devices of each one\'s latest delta'
+M2 = ('dd98f50 with patches/mifa-prototype.diff and MXHET_MIFA=2: the round\'s members keep their shares; each absent '
+      'device\'s latest delta added at 1/N')
+CODE = {'gn-dl8mifa-10x-lr0.03': MIFA, 'dl8mifa-10x-lr0.03': MIFA, 'gn-dl8m2-10x-lr0.03': M2, 'dl8m2-10x-lr0.03': M2,
+        'gn-dl8ls-10x-lr0.03': LS, 'dl8ls-10x-lr0.03': LS, 'gn-sync10x-lr0.03': LS, 'gn-async10x-lr0.03': LS,
+        'gn-dl8-10x-lr0.015': LS, 'gn-dl8-10x-lr0.01': LS, 'gn-dl8v3-10x-lr0.03': V3, 'dl8v3-10x-lr0.03': V3}
 for path in sorted(glob.glob('/work/runs/explore/*/summary.json')):
     d = os.path.dirname(path); name = os.path.basename(d)
     s = json.load(open(path))
@@ -24,7 +34,7 @@ for path in sorted(glob.glob('/work/runs/explore/*/summary.json')):
         'train_time_s': s['train_time_s'],
         'iterations': [w['iterations'] for w in s['workers']], 'rounds': [w.get('rounds') for w in s['workers']],
         'curve': [[round(p[0], 3), p[1]] for p in s['curve']],
-        'wall_s': s['sim']['wall_s'], 'command': ['python' if a.endswith('python') else a for a in cmd],
+        'wall_s': s['sim']['wall_s'], 'code': CODE.get(name), 'command': ['python' if a.endswith('python') else a for a in cmd],
     })
 doc = {'experiment': 'heterogeneity-explore',
        'provenance': provenance(['python', '/work/runs/explore/collect.py (runs made by /work/runs/explore/run.sh)'],
@@ -41,10 +51,17 @@ lines = ['| run | profile (slowdowns) | mode and flags | lr | time to 0.80, conf
 order = sorted(rows, key=lambda r: (r['mode'] != 'local', -r['profile'], r['mode'], ' '.join(r['extra_args']), r['lr']))
 for r in order:
     flags = ' '.join(r['extra_args']) or '(none)'
+    note = ''
+    if r['code'] and 'late-share-env' in r['code']:
+        note = ' + patch late-share-env (late weight 1, shares over the on-time members)'
+    elif r['code'] and 'MXHET_MIFA=1' in r['code']:
+        note = ' + MIFA prototype, MXHET_MIFA=1 (mean of every device\'s latest delta)'
+    elif r['code'] and 'MXHET_MIFA=2' in r['code']:
+        note = ' + MIFA prototype, MXHET_MIFA=2 (members\' shares; an absent device\'s latest delta at 1/N)'
     mode = 'standalone' if r['mode'] == 'local' else ('fast-only Sync' if r['profile'] == 1 else 'Sync') if r['mode'] == 'sync' else r['mode']
     lines.append('| %s | %s | %s %s | %g | %s | %s | %.3f | %d |' % (
         r['run'], '%dx (%s)' % (r['profile'], ','.join('%g' % s for s in r['slowdowns'])) if r['profile'] > 1 else '%d device(s) at 1x' % len(r['slowdowns']),
-        mode, '`%s`' % flags if r['extra_args'] else '', r['lr'],
+        mode, ('`%s`' % flags if r['extra_args'] else '') + note, r['lr'],
         '**%.1f**' % r['confirmed_time_to_target_s'] if r['confirmed_time_to_target_s'] is not None else 'not reached' if r['curve_time_to_target_s'] is None else 'not run through bench.confirm',
         '%.1f' % r['curve_time_to_target_s'] if r['curve_time_to_target_s'] is not None else 'not reached',
         r['final_accuracy'], max(r['iterations'])))
