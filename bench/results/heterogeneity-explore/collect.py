@@ -11,7 +11,7 @@ V3 = ('0f6910a with patches/late-share-env.diff and MXHET_LATE_NORM=ontime MXHET
 MIFA = 'dd98f50 with patches/mifa-prototype.diff and MXHET_MIFA=1: every round the mean over all N devices of each one\'s latest delta'
 M2 = ('dd98f50 with patches/mifa-prototype.diff and MXHET_MIFA=2: the round\'s members keep their shares; each absent '
       'device\'s latest delta added at 1/N')
-CODE = {'gn-dl8mifa-10x-lr0.03': MIFA, 'dl8mifa-10x-lr0.03': MIFA, 'gn-dl8m2-10x-lr0.03': M2, 'dl8m2-10x-lr0.03': M2,
+CODE = {'gn-dl8mifa-10x-lr0.03': MIFA, 'dl8mifa-10x-lr0.03': MIFA, 'gn-dl8m2-10x-lr0.03': M2, 'gn-dl8m2-10x-lr0.03-seed1': M2, 'dl8m2-10x-lr0.03': M2,
         'gn-dl8ls-10x-lr0.03': LS, 'dl8ls-10x-lr0.03': LS, 'gn-sync10x-lr0.03': LS, 'gn-async10x-lr0.03': LS,
         'gn-dl8-10x-lr0.015': LS, 'gn-dl8-10x-lr0.01': LS, 'gn-dl8v3-10x-lr0.03': V3, 'dl8v3-10x-lr0.03': V3}
 for path in sorted(glob.glob('/work/runs/explore/*/summary.json')):
