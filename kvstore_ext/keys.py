@@ -84,6 +84,21 @@ def preduce_keys(slot, num_params):
     return list(range(first, first + num_params))
 
 
+def memory_keys(rank, num_params):
+    """ESync's ``--late-memory``: the keys of rank ``rank``'s latest late delta, for a model of
+    ``num_params`` arrays. They reuse Partial Reduce's range (the two modes never share a job's
+    servers); :class:`kvstore_ext.updaters.MemberSum` keeps the last push there.
+
+    Raises:
+        ValueError: for a bad argument, or when the rank's keys lie beyond the range.
+    """
+    try:
+        return preduce_keys(rank, num_params)
+    except ValueError:
+        raise ValueError("the late memory of rank %r for a %r-array model lies beyond the key range (%d keys)"
+                         % (rank, num_params, CONTROL_KEY_BASE - PREDUCE_KEY_BASE)) from None
+
+
 def is_preduce_key(key):
     return PREDUCE_KEY_BASE <= key < CONTROL_KEY_BASE
 

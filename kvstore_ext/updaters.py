@@ -355,6 +355,9 @@ class MemberSum(ServerUpdater):
     the same model. Float32 pushes add exactly in float64 unless their
     exponents differ by more than 29 bits, so the order no longer matters.
 
+    The late memory of ESync (``--late-memory``, :func:`kvstore_ext.keys.memory_keys`)
+    keeps the last push instead: each is a device's whole latest delta.
+
     Args:
         num_workers: the job's workers at launch (informative only).
     """
@@ -363,6 +366,9 @@ class MemberSum(ServerUpdater):
         return weight.astype("float64")
 
     def apply(self, index, weight, grad, state):
+        if keys.is_preduce_key(index):   # a memory key (the only keys of this range a member round has)
+            weight[:] = grad
+            return
         state[:] += grad.astype("float64")
         weight[:] = state.astype(weight.dtype)
 

@@ -271,11 +271,14 @@ class RoundDumper:
         self.directory, self.slot, self.limit = directory, slot, limit
         os.makedirs(directory, exist_ok=True)
 
-    def delta_hook(self, round_, before, deltas, after):
+    def delta_hook(self, round_, before, deltas, after, memory=None):
+        """``memory``: ESync's --late-memory, the keeper's term of the absent devices' memories in ``deltas``."""
         if round_ < self.limit:
             arrays = {}
             for i, (b, d, a) in enumerate(zip(before, deltas, after)):
                 arrays["before_%d" % i], arrays["delta_%d" % i], arrays["after_%d" % i] = b, d, a
+            for i, m in enumerate(memory or ()):
+                arrays["memory_%d" % i] = m
             np.savez(os.path.join(self.directory, "slot%d_round%d.npz" % (self.slot, round_)), **arrays)
 
     def weights(self, round_, trainer, loss=None):

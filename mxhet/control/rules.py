@@ -25,7 +25,7 @@ import json
 import math
 import time
 
-from ..errors import ProtocolError
+from ..errors import ConfigError, ProtocolError
 from . import adsp
 from . import gcada
 from . import membership
@@ -94,13 +94,16 @@ class ESyncRule(RulePlugin):
     REPLIES = (state_rule.QueryReply, state_rule.ResetReply)
     STATS_KEY = "rounds"
 
-    def __init__(self, host, round_deadline=0.0, round_length=0.0):
+    def __init__(self, host, round_deadline=0.0, round_length=0.0, late_memory=False):
         super().__init__(host)
         self.stop_decisions = {}  # round -> stop after this round?
         self.rounds = {}          # round -> {"slowest": rank, "local_iters": {rank: k}}
         # --round-deadline D (mxhet.policy.deadline); 0: Algorithm 2 as in the paper, untouched
         self.deadline = check_deadline(round_deadline)
-        self.book = RoundBook() if self.deadline else None
+        if late_memory and not self.deadline:
+            raise ConfigError("late_memory (--late-memory) needs round_deadline (--round-deadline) > 0")
+        # --late-memory: the rounds a late device misses add its latest delta again (mxhet.policy.deadline)
+        self.book = RoundBook(memory=late_memory) if self.deadline else None
         # --round-length L: a round lasts about L fast iterations (0: one iteration of the slowest device on time)
         self.round_length = check_round_length(round_length, self.deadline)
         self._late_seq = {}       # late rank -> seq of its deferred READY (released when its round closes)
@@ -216,8 +219,7 @@ class ESyncRule(RulePlugin):
                 return state_rule.query_reply(req.seq, False, round_, slowest)
             self.rounds.setdefault(round_, {"slowest": slowest, "local_iters": {}})["local_iters"].setdefault(
                 rank, req.k)
-            return state_rule.QueryReply(seq=req.seq, ready=True, round=round_, slowest=slowest,
-                                         target=closed.target, weight=closed.members[rank])
+            return _ready(req.seq, round_, slowest, closed, rank)
         if rank not in on_time or closed is not None:
             # Late, or on time again only after its round closed without it: its delta enters a later round.
             table.query(rank, req.k, req.c, now - req.since_finish, now, among=())   # the record's c, t_e
@@ -231,8 +233,7 @@ class ESyncRule(RulePlugin):
                 # nobody else trains to close its round (the others left or died): it closes the round alone
                 alone = self.book.close(due, [])
                 info["late"] = {str(r): s for r, s in sorted(alone.late.items())}
-                return state_rule.QueryReply(seq=req.seq, ready=True, round=due, slowest=rank,
-                                             target=alone.target, weight=alone.members[rank])
+                return _ready(req.seq, due, rank, alone, rank)
             self._late_seq[rank] = req.seq
             return None
         ready = table.query(rank, req.k, req.c, now - req.since_finish, now, among=sorted(on_time),
@@ -246,11 +247,8 @@ class ESyncRule(RulePlugin):
         if first:
             info["late"] = {str(r): s for r, s in sorted(closed.late.items())}
             for r in closed.late:
-                late = state_rule.QueryReply(seq=self._late_seq.pop(r), ready=True, round=round_, slowest=slowest,
-                                             target=closed.target, weight=closed.members[r])
-                host.released.append((r, late))
-        return state_rule.QueryReply(seq=req.seq, ready=True, round=round_, slowest=slowest, target=closed.target,
-                                     weight=closed.members.get(rank, 0.0))
+                host.released.append((r, _ready(self._late_seq.pop(r), round_, slowest, closed, r)))
+        return _ready(req.seq, round_, slowest, closed, rank)
 
     def _min_iters(self, rank, capability):
         """``--round-length``: capability -> the fewest local iterations a device on time does in a round,
@@ -281,6 +279,17 @@ class ESyncRule(RulePlugin):
                       "local_iters": {str(r): k for r, k in sorted(info["local_iters"].items())}},
                      **({"late": info["late"]} if "late" in info else {}))
                 for t, info in sorted(self.rounds.items())]
+
+
+def _ready(seq, round_, slowest, closed, rank):
+    """READY under ``--round-deadline`` for ``rank`` in the closed round ``closed``: the round's
+    size and the rank's share; under ``--late-memory`` whether its delta is remembered (it is
+    late) and, for the keeper, the memories it adds."""
+    memory, share = closed.memory_for(rank)
+    return state_rule.QueryReply(seq=seq, ready=True, round=round_, slowest=slowest, target=closed.target,
+                                 weight=closed.members.get(rank, 0.0),
+                                 remember=closed.memory and rank in closed.late,
+                                 memory=memory, memory_share=share)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -348,7 +348,11 @@ class QueryReply(w.Reply):
     enters), ``slowest`` the rank the State Server took for the slowest device
     (-1 when it does not apply), ``stop`` once the job decided to stop after the
     previous round (v2); under ``--round-deadline``, READY also carries the
-    round's members (``target``) and this device's share (``weight``)."""
+    round's members (``target``) and this device's share (``weight``); under
+    ``--late-memory`` whether this device's delta is to be remembered
+    (``remember``: it is late) and, for the round's keeper, the absent devices'
+    memories it adds (``memory``: rank, the round the remembered delta entered,
+    rank, ... by rank) at ``memory_share`` each (:mod:`mxhet.policy.deadline`)."""
     TYPE = "query_reply"
     ready: bool = False
     round: int = 0
@@ -356,8 +360,12 @@ class QueryReply(w.Reply):
     stop: bool = False
     target: int = 0
     weight: float = 0.0
+    remember: bool = False
+    memory: tuple = ()
+    memory_share: float = 0.0
     CHECKS = {"ready": w.check_bool, "round": w.integer(), "slowest": w.integer(-1), "stop": w.check_bool,
-              "target": w.integer(), "weight": w.check_fraction}
+              "target": w.integer(), "weight": w.check_fraction, "remember": w.check_bool,
+              "memory": w.check_pairs, "memory_share": w.check_fraction}
 
 
 _QUERY_REPLY_FIELDS = {f.name: (0 if f.name == "seq" else f.default) for f in dataclasses.fields(QueryReply)}

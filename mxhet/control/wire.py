@@ -63,6 +63,19 @@ def check_counts(name, value):
     return tuple(value)
 
 
+MAX_PAIRS = 512
+"""Integer pairs a pair list (the late memory's ranks and versions) may carry at most."""
+
+
+def check_pairs(name, value):
+    """A flat list of integer pairs (``a0, b0, a1, b1, ...``, each >= 0): returns it as a tuple
+    (JSON decodes a list), so a decoded message equals the sent one."""
+    if (not isinstance(value, (list, tuple)) or len(value) % 2 or len(value) > 2 * MAX_PAIRS
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value)):
+        raise ProtocolError("field %r must be a flat list of at most %d pairs of integers >= 0" % (name, MAX_PAIRS))
+    return tuple(value)
+
+
 def check_seconds(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ProtocolError("field %r must be a finite number of seconds >= 0, got %r" % (name, value))

@@ -445,6 +445,8 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
             if value is not None:
                 flag = "--stats-out" if option == "state_stats" else "--" + option.replace("_", "-")
                 argv += [flag, str(value)]
+        if getattr(args, "late_memory", False):
+            argv += ["--late-memory"]
         processes.append(spec(STATE_SERVER, None, first, argv, {**base, **passed, "OMP_NUM_THREADS": "1"}))
 
     worker_hosts = [hosts[slot % len(hosts)] for slot in range(n)]

@@ -59,6 +59,8 @@ carry on, as if the local optimizer ran continuously on the replica); with
 """
 import mxnet as mx
 
+from kvstore_ext import keys as ps_keys
+
 from ..errors import ConfigError
 from ..dataplane.channel import DEFAULT_BUCKET_BYTES
 from ..dataplane.weighting import DeltaWeighting
@@ -123,6 +125,8 @@ class ESync(RoundMembers, ProgramMode):
     # scale their pushes (_member_round). updater_for above is the simulator's servers' rule.
 
     def on_setup(self, batch_size):
+        if self.opts["late_memory"]:
+            self._setup_memory()
         self._count_messages()
         # The program's first effects (Listen) come before its first iteration.
         self.session = Session(type(self).program(self.opts, self.stats), self.trace)
@@ -350,20 +354,72 @@ class ESync(RoundMembers, ProgramMode):
             self._sends = [mx.nd.zeros(w.shape, ctx=w.context, dtype=w.dtype) for w in self.wbufs]
         for w, g, d in zip(weights, self.wbufs, self._sends):
             mx.nd.elemwise_sub(w, g, out=d)
-            d *= effect.weight * effect.members
         self.check_finite(self._sends, "model delta", effect.round)
+        if effect.remember:   # --late-memory: this late delta becomes the device's memory on the servers
+            self._remember()
+        for d in self._sends:
+            d *= effect.weight * effect.members
         hook = self.round_hook
+        extra = {}
+        if hook and effect.memory:   # the script's dump: the memories' term apart (pushed - own)
+            own = [d.asnumpy() for d in self._sends]
+        if effect.memory:   # --late-memory, the round's keeper: the absent devices' memories at 1/N each
+            self._add_memories(effect)
         if hook:   # the deltas as the simulator's members push them (share·m·Δ: their mean is Σ share·Δ)
             before = [g.asnumpy() for g in self.wbufs]
             pushed = [d.asnumpy() for d in self._sends]
+            if effect.memory:
+                extra["memory"] = [p - o for p, o in zip(pushed, own)]
         scale = self.opts["global_lr"] / effect.members
         for d in self._sends:
             d *= scale
         t2, t4 = self._push_done_pull(effect.round, members, weights, t0, t1)
         if hook:
-            hook(effect.round, before, pushed, [g.asnumpy() for g in self.wbufs])
+            hook(effect.round, before, pushed, [g.asnumpy() for g in self.wbufs], **extra)
         self.stats.deadline_pushes.append([effect.round, effect.weight])
         return t1, t2, t4
+
+    # -- --late-memory (mxhet.policy.deadline) ----------------------------------------------------
+    def _setup_memory(self):
+        """One key set per rank for its latest late delta (zeros until it is late; every worker takes part
+        in the init, rank 0's zeros win, as for the model's keys), and the keeper's copies."""
+        weights = self.weights()
+        try:
+            self.memory_keys = [ps_keys.memory_keys(r, len(weights)) for r in range(self.channel.num_workers)]
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        self._memory_cache = {}   # rank -> (the round its memory entered, its arrays): this worker as keeper
+        if self.channel.rank >= len(self.memory_keys):
+            raise ConfigError("esync --late-memory: rank %d has no memory keys (%d workers)"
+                              % (self.channel.rank, len(self.memory_keys)))
+        self.stats.late_memory = {"pushes": 0, "pulls": 0}
+        if not (self.channel.rank == 0 and getattr(self.client, "rejoined", False)):   # (see SyncMode.setup)
+            zeros = [mx.nd.zeros(w.shape, ctx=w.context, dtype=w.dtype) for w in weights]
+            self.channel.init([k for keys in self.memory_keys for k in keys], zeros * len(self.memory_keys))
+
+    def _remember(self):
+        """Push the raw delta in ``_sends`` to this worker's memory keys (the servers keep the last push)."""
+        t0 = self.clock()
+        self.channel.push(self.memory_keys[self.channel.rank], self._sends)
+        self.stats.sync_s += self.clock() - t0
+        self.stats.late_memory["pushes"] += 1
+
+    def _add_memories(self, effect):
+        """Add each memory the keeper's READY names, times share x m (the push is scaled by ε/m like the
+        shares), to ``_sends``; a memory is pulled once per version (the round its delta entered)."""
+        factor = effect.memory_share * effect.members
+        t0 = self.clock()
+        for rank, version in zip(effect.memory[0::2], effect.memory[1::2]):
+            have = self._memory_cache.get(rank)
+            if have is None or have[0] != version:
+                arrays = have[1] if have is not None else [mx.nd.zeros(d.shape, ctx=d.context, dtype=d.dtype)
+                                                           for d in self._sends]
+                self.channel.pull(self.memory_keys[rank], arrays)
+                have = self._memory_cache[rank] = (version, arrays)
+                self.stats.late_memory["pulls"] += 1
+            for d, a in zip(self._sends, have[1]):
+                d += a * factor
+        self.stats.sync_s += self.clock() - t0
 
     def checkpoint_state(self):
         return dict(super().checkpoint_state(), round=self.round)

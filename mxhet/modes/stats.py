@@ -72,6 +72,7 @@ class WorkerStats:
     round_exchange_end_s: list = dataclasses.field(default_factory=list)
     start_clock_s: float = 0.0
     deadline_pushes: object = None   # ESync --round-deadline on the cluster: [round, share] of every delta pushed
+    late_memory: object = None   # ESync --late-memory on the cluster: {"pushes": its memory pushes, "pulls": keeper's}
 
 
     def as_dict(self):
@@ -80,4 +81,6 @@ class WorkerStats:
         out["compute_ratio"] = self.compute_s / total if total > 0 else None
         if self.deadline_pushes is None:   # only where a deadline ran: the other modes' records are unchanged
             del out["deadline_pushes"]
+        if self.late_memory is None:
+            del out["late_memory"]
         return out

@@ -46,6 +46,24 @@ L = D is the natural pairing: with L < D a device within the bound can be
 slower than a round (it still does one iteration, and the round waits for
 it); with L >= D every device on time fits one or more iterations in a
 round, and the slower ones are late.
+
+Late memory (``--late-memory``, only with a deadline). Between two of a late
+device's deltas the rounds hold only the devices on time. On label-skewed
+data (each device its own classes) those rounds pull the model towards the
+fast devices' classes and undo what the late delta added: the global model
+swings with every late arrival. With the memory, every round a late device is
+absent from adds its latest delta again, at 1/N of the round's update (N the
+devices that contribute to the round: its members and the absent ones
+remembered), while the members keep their shares -- the memory of MIFA (Gu et
+al., 2021), where an absent client's latest update stands in for the one it
+cannot send. A device's memory is its latest *late* delta: one that enters a
+round on time again drops it (it is a member of every round then), and so does
+its departure. Which rounds add which memory is decided here, once per round
+when its membership closes: :attr:`Membership.remembered` (absent rank -> the
+round its remembered delta entered, a version the engines cache by) and
+:attr:`Membership.keeper`, the one member that adds them (the lowest rank on
+time: a device on time is a member of every round, so it keeps its copies
+across rounds and fetches a memory once per late delta, not once a round).
 """
 import dataclasses
 import math
@@ -155,14 +173,35 @@ def training_start(origin, test_end, test_c):
 @dataclasses.dataclass(frozen=True)
 class Membership:
     """A closed round: its ``members`` (rank -> share of the combined delta, summing
-    to one), the late ranks' staleness, and ``target`` = the number of members."""
+    to one), the late ranks' staleness, and ``target`` = the number of members.
+    Under the late memory (``memory``), ``remembered`` (absent rank -> the round its
+    remembered delta entered) and the member that adds them, ``keeper`` (-1: none)."""
     round: int
     members: dict
     late: dict
+    remembered: dict = dataclasses.field(default_factory=dict)
+    keeper: int = -1
+    memory: bool = False   # under the late memory: the late members' deltas are remembered
 
     @property
     def target(self):
         return len(self.members)
+
+    @property
+    def memory_share(self):
+        """1/N: the weight of each remembered delta in the round's update, N the members and the
+        absent devices remembered (0 without a memory to add)."""
+        if not self.remembered or self.keeper < 0:
+            return 0.0
+        return 1.0 / (len(self.members) + len(self.remembered))
+
+    def memory_for(self, rank):
+        """What ``rank``'s READY carries of the memory: ``(remembered, share)`` for the keeper
+        (remembered as a flat ``(rank, round, rank, round, ...)`` tuple, by rank), ``((), 0.0)``
+        for every other member."""
+        if rank != self.keeper or not self.remembered:
+            return (), 0.0
+        return tuple(x for r in sorted(self.remembered) for x in (r, self.remembered[r])), self.memory_share
 
 
 class RoundBook:
@@ -174,10 +213,12 @@ class RoundBook:
             twice with different devices.
     """
 
-    def __init__(self):
+    def __init__(self, memory=False):
         self._pending = {}    # round -> {late rank: its base round}
         self._closed = {}     # round -> Membership
         self._entered = {}    # rank -> the round its pending late delta enters
+        self.memory = bool(memory)   # --late-memory
+        self._remembered = {}        # rank -> the round its latest late delta entered (under the memory)
 
     def is_closed(self, round_):
         return round_ in self._closed
@@ -215,8 +256,21 @@ class RoundBook:
         members = {r: w / total for r, w in sorted(weights.items())}
         for r in late:
             del self._entered[r]
-        done = self._closed[round_] = Membership(round_, members, late)
+        remembered, keeper = {}, -1
+        if self.memory:
+            for r in members:   # a late delta is remembered, one on time forgets the rank's
+                if r in late:
+                    self._remembered[r] = round_
+                else:
+                    self._remembered.pop(r, None)
+            remembered = {r: v for r, v in sorted(self._remembered.items()) if r not in members}
+            keeper = min((r for r in members if r not in late), default=-1)
+        done = self._closed[round_] = Membership(round_, members, late, remembered, keeper, self.memory)
         return done
+
+    def remembered(self):
+        """Under the late memory: rank -> the round its remembered delta entered (a copy)."""
+        return dict(self._remembered)
 
     def pending_ranks(self):
         """The ranks whose late delta waits for a round that has not closed."""
@@ -231,7 +285,8 @@ class RoundBook:
         return self._entered.get(rank)
 
     def forget(self, rank):
-        """Drop a departed rank's pending late delta (it will never be pushed)."""
+        """Drop a departed rank's pending late delta (it will never be pushed) and its memory."""
+        self._remembered.pop(rank, None)
         round_ = self._entered.pop(rank, None)
         if round_ is not None:
             self._pending.get(round_, {}).pop(rank, None)

@@ -72,7 +72,11 @@ ESYNC = register_spec(ModeSpec(
              Option("round_length", 0.0, "L, with round_deadline: a device on time is READY only after "
                                          "max(1, round(L x the fastest's c / its c)) local iterations a round, so "
                                          "a round lasts about L fast iterations (0: off; L = D pairs them)",
-                    check=OffOrAtLeast(1)))))
+                    check=OffOrAtLeast(1)),
+             Option("late_memory", False, "with round_deadline: every round a late device misses adds its latest "
+                                          "delta again at 1/N, the members keeping their shares (MIFA's memory; "
+                                          "see mxhet.policy.deadline)",
+                    switch=True))))
 
 SYNC = register_spec(ModeSpec(
     "sync", "dist_sync", "synchronous SGD: gradients averaged every step; everyone waits for the slowest"))

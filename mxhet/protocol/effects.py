@@ -383,6 +383,10 @@ class AggregateDeltas:
     ``members`` devices the State Server named, and this device's delta
     enters with its share ``weight`` of the combination
     (:mod:`mxhet.policy.deadline`); 0: a round of every device, as in the paper.
+    Under ``--late-memory``, ``remember``: this (late) device's delta is also
+    stored as its memory; ``memory`` (rank, version, rank, ... : the keeper's
+    READY only): the absent devices' remembered deltas this device adds to its
+    push, each at ``memory_share`` of the round's update.
 
     Returns: None; :data:`JOB_OVER` when the round (its members named by the State
     Server) comes after the job's agreed stop: nothing was pushed.
@@ -392,6 +396,9 @@ class AggregateDeltas:
     aggregation: str = "mean"
     members: int = 0
     weight: float = 0.0
+    remember: bool = False
+    memory: tuple = ()
+    memory_share: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)

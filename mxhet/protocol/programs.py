@@ -139,6 +139,7 @@ class ESyncAnswers:
         self.stop_decided = False
         self.named_slowest = False   # the latest answer named this device the slowest
         self.members, self.weight = 0, 0.0   # --round-deadline: the READY's round size and this device's share
+        self.memory = ()   # --late-memory: the READY's (remember, memories, their share)
 
     def answer(self, reply):
         if reply.ready and reply.target > 0:
@@ -147,6 +148,7 @@ class ESyncAnswers:
             if reply.round > self.policy.round:
                 self.policy.join_round(reply.round)
             self.members, self.weight = reply.target, reply.weight
+            self.memory = (reply.remember, tuple(reply.memory), reply.memory_share)
         self.policy.answer(reply.round, reply.ready, reply.slowest)
         self.named_slowest = reply.slowest == self.stats.rank
         self.stats.late_replies = self.policy.late_replies
@@ -174,12 +176,14 @@ def check_esync(opts):
 
     Raises:
         ConfigError: naming the bad ``global_lr``, ``ack`` or aggregation option, or
-            ``round_length`` without ``round_deadline``.
+            ``round_length`` or ``late_memory`` without ``round_deadline``.
     """
     specs.ESYNC.check(opts)
     if opts.get("round_length") and not opts.get("round_deadline"):
         raise ConfigError("esync: round_length (--round-length) %r needs round_deadline (--round-deadline) > 0"
                           % (opts["round_length"],))
+    if opts.get("late_memory") and not opts.get("round_deadline"):
+        raise ConfigError("esync: late_memory (--late-memory) needs round_deadline (--round-deadline) > 0")
     if opts.get("round_deadline"):
         # A late device's READY waits for its round to close (a deferred answer): only a blocking
         # query waits for it. Its share replaces the mean's 1/m; the count weightings would need
@@ -268,8 +272,10 @@ def esync(opts, stats):
             if policy.after_query() is not Action.AGGREGATE:
                 continue
         if answers.members:   # --round-deadline: the round's members and this device's share, from its READY
-            effect = AggregateDeltas(policy.round, policy.k, opts["aggregation"], answers.members, answers.weight)
-            answers.members, answers.weight = 0, 0.0
+            remember, memory, share = answers.memory or (False, (), 0.0)
+            effect = AggregateDeltas(policy.round, policy.k, opts["aggregation"], answers.members, answers.weight,
+                                     remember, memory, share)
+            answers.members, answers.weight, answers.memory = 0, 0.0, ()
         else:
             effect = AggregateDeltas(policy.round, policy.k, opts["aggregation"])
         if (yield effect) is JOB_OVER:

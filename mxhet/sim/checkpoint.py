@@ -167,9 +167,13 @@ def _deadline_record(sim):
         return None
     book = rule.book
     log = hashlib.sha256(json.dumps(sim.deadline_log).encode()).hexdigest()
-    return {"due": {str(r): book.due(r) for r in book.pending_ranks()},
-            "deferred": rule.deferred_late(), "closed": book.last_closed(),
-            "pushes": len(sim.deadline_log), "log": log}
+    record = {"due": {str(r): book.due(r) for r in book.pending_ranks()},
+              "deferred": rule.deferred_late(), "closed": book.last_closed(),
+              "pushes": len(sim.deadline_log), "log": log}
+    if book.memory:   # --late-memory (only then: an older checkpoint's record has no such keys)
+        record["remembered"] = {str(r): v for r, v in book.remembered().items()}
+        record["memory_log"] = hashlib.sha256(json.dumps(sim.memory_log).encode()).hexdigest()
+    return record
 
 
 def _difference(a, b, where=""):
@@ -196,6 +200,17 @@ def _nd():
 
 def _numpy(arrays):
     return None if arrays is None else [a.asnumpy() for a in arrays]
+
+
+def _memory_out(memory):
+    """rank -> (round, arrays) as numpy, for a checkpoint."""
+    return {r: (v, _numpy(arrays)) for r, (v, arrays) in memory.items()}
+
+
+def _memory_in(saved, ctx):
+    """A checkpoint's rank -> (round, numpy arrays) as NDArrays on ``ctx``."""
+    nd = _nd()
+    return {r: (v, [nd.array(a, ctx=ctx, dtype=a.dtype) for a in arrays]) for r, (v, arrays) in saved.items()}
 
 
 def _load_into(arrays, values, what):
@@ -362,6 +377,11 @@ class Checkpointer:
             dev.batches.load_state_dict(saved["batches"])
         _load_into(sim.servers.weights, state["servers"]["weights"], "the servers' model")
         sim.servers.set_states(state["servers"]["updater"])
+        if "memory" in state:   # --late-memory: the servers' memory keys and the keepers' copies
+            ctx = sim.devices[0].weights()[0].context
+            sim.late_memory = _memory_in(state["memory"]["servers"], ctx)
+            for dev, cache in zip(sim.devices, state["memory"]["caches"]):
+                dev.memory_cache = _memory_in(cache, ctx)
         self.saved_events = sim.events
         LOG.info("resumed at %.3f virtual s", sim.env.now)
 
@@ -403,6 +423,9 @@ class Checkpointer:
                         for dev in sim.devices],
             "servers": {"weights": _numpy(sim.servers.weights), "updater": sim.servers.get_states()},
         }
+        if sim.memory_log:   # --late-memory
+            state["memory"] = {"servers": _memory_out(sim.late_memory),
+                               "caches": [_memory_out(dev.memory_cache) for dev in sim.devices]}
         tmp = self.path + ".tmp"
         with open(tmp, "wb") as f:
             pickle.dump(state, f, protocol=4)

@@ -349,6 +349,8 @@ def run(args):
                                         "commit": ckpt.header["commit"]}
     if job.mode_options.get("round_deadline"):   # --round-deadline: every push's (slot, round, share)
         summary["sim"]["deadline_pushes"] = [list(p) for p in sim.deadline_log]
+    if job.mode_options.get("late_memory"):   # --late-memory: every memory push and keeper's pull
+        summary["sim"]["memory_log"] = [list(p) for p in sim.memory_log]
     if job.mode == "adsp":   # the commit-rate search as it ran, times in virtual seconds of the run
         scheduler = sim.service.adsp
         summary["adsp_search"] = scheduler.search_record(origin=scheduler.start) if scheduler is not None else None

@@ -133,6 +133,7 @@ class Device:
         self.loss_log = []              # every training loss a decision read (read_loss), in order
         self.replay = None              # replaying to a checkpoint: iterator over loss_log's values, else None
         self.reseed = None              # seed of this device's MXNet random stream (models with Dropout), or None
+        self.memory_cache = {}          # esync --late-memory, as a round's keeper: rank -> (round, its memory)
 
     def weights(self):
         return [p.data() for p in self.params]
@@ -268,6 +269,8 @@ class Simulation:
             kwargs["round_deadline"] = job.mode_options["round_deadline"]
         if job.mode_options.get("round_length"):
             kwargs["round_length"] = job.mode_options["round_length"]
+        if job.mode_options.get("late_memory"):
+            kwargs["late_memory"] = True
         rules = tuple(self.spec.state_rules)
         if getattr(job, "leaves", None) and "membership" not in rules:   # --events: its record, and the joins (as the launcher's)
             rules += ("membership",)
@@ -292,6 +295,8 @@ class Simulation:
         self.traces = None         # {} to record each device's worker-program (effect, result) pairs, by slot
         self.members = None        # a mxhet.sim.members.MemberScores: members and global model at every round
         self.deadline_log = []     # --round-deadline: (slot, round, share) of every delta pushed
+        self.late_memory = {}      # --late-memory: the servers' memory keys, rank -> (round, arrays)
+        self.memory_log = []       # --late-memory: (slot, round, "push" or "pull", rank, version)
         self.checks = []           # target_check's (accuracy, reached) per snapshot, in order
         self.events = 0            # SimPy events processed so far (where a checkpoint's replay stops)
         self.in_flight = 0         # pushes and pulls under way: model values held by a process between events

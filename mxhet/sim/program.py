@@ -653,13 +653,60 @@ def _deadline_aggregate(sim, dev, effect):
     if members is not None:   # the replica before its share scales its delta
         members.member(dev, effect.round, sim.env.now, share=effect.weight)
     deltas = sim.deltas(dev)
+    sim.in_flight += 1   # the deltas live here until the exchange (a checkpoint waits)
+    if effect.remember:   # --late-memory: this late delta becomes the device's memory
+        yield from _remember(sim, dev, effect.round, deltas)
     if not sim.replaying:   # (replaying to a checkpoint: only the sizes count)
         deltas = [d * scale for d in deltas]
+    if effect.memory:   # --late-memory, the round's keeper: the absent devices' memories, at 1/N each
+        stored = yield from _recall(sim, dev, effect.round, effect.memory)
+        if not sim.replaying:
+            factor = effect.memory_share * effect.members   # the push is scaled by 1/m like the shares
+            for arrays in stored:
+                for d, a in zip(deltas, arrays):
+                    d += a * factor
+    sim.in_flight -= 1
     result, _ = yield from sim.exchange(dev, index, deltas, keys)
     if members is not None:
         members.global_model(effect.round, sim.env.now, result)
     sim.take_global(dev, result)
     sim.deadline_log.append((dev.slot, effect.round, effect.weight))
+
+
+def _remember(sim, dev, round_, deltas):
+    """``--late-memory``: push the late delta to the device's memory keys on the servers
+    (:func:`kvstore_ext.keys.memory_keys`: a push of the whole model over its link, the
+    servers keeping the last one); it is the memory of round ``round_``."""
+    size = nbytes(deltas)
+    net = sim.job.network
+    yield sim.env.timeout(net.transfer(dev.slot, size, len(deltas)))
+    sim.late_memory[dev.rank] = (round_, None if sim.replaying else [d.copy() for d in deltas])
+    yield sim.env.timeout(net.message(dev.slot))   # the servers' answer: applied
+    dev.stats.bytes_pushed += size
+    sim.memory_log.append((dev.slot, round_, "push", dev.rank, round_))
+
+
+def _recall(sim, dev, round_, memory):
+    """``--late-memory``, the keeper of round ``round_``: the remembered deltas ``memory``
+    names (rank, version, ...), each pulled from the servers once per version (its
+    copies kept in ``dev.memory_cache``). Returns their arrays, by rank."""
+    net = sim.job.network
+    out = []
+    for rank, version in zip(memory[0::2], memory[1::2]):
+        have = dev.memory_cache.get(rank)
+        if have is None or have[0] != version:
+            yield sim.env.timeout(net.message(dev.slot))   # the pull's request reaches the servers
+            stored = sim.late_memory.get(rank)
+            if stored is None:   # never pushed (cannot happen: the State Server names pushed memories)
+                raise ConfigError("late memory of rank %d (round %d) is not on the servers" % (rank, version))
+            size = nbytes(dev.weights())
+            yield sim.env.timeout(net.transfer(dev.slot, size, len(dev.weights())))
+            have = dev.memory_cache[rank] = (stored[0], None if stored[1] is None else
+                                             [a.copy() for a in stored[1]])
+            dev.stats.bytes_pulled += size
+            sim.memory_log.append((dev.slot, round_, "pull", rank, stored[0]))
+        out.append(have[1])
+    return out
 
 
 def _aggregate_deltas(sim, dev, effect):

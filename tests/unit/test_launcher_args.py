@@ -247,6 +247,17 @@ def test_the_worker_commands_round_length_reaches_the_state_server_and_needs_the
     assert "--round-length" in capsys.readouterr().err
 
 
+def test_the_worker_commands_late_memory_reaches_the_state_server_and_needs_the_deadline(capsys):
+    train = ["python", "-m", "mxhet.train", "--round-deadline", "4", "--late-memory"]
+    argv = plan_of("-n", "2", "-s", "1", "--sync", "esync", command=train).by_role("state-server")[0].argv
+    assert "--late-memory" in argv
+    argv = plan_of("-n", "2", "-s", "1", "--sync", "esync", command=train[:-1]).by_role("state-server")[0].argv
+    assert "--late-memory" not in argv
+    with pytest.raises(SystemExit):
+        plan_of("-n", "2", "-s", "1", "--sync", "esync", command=["python", "-m", "mxhet.train", "--late-memory"])
+    assert "--late-memory" in capsys.readouterr().err
+
+
 def test_esync_port_and_epsilon_options():
     plan = plan_of("-n", "2", "--sync", "esync", "--state-server-port", "5555", "--epsilon", "0.25",
                    "--root-port", "7000")

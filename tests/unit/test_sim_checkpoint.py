@@ -264,3 +264,23 @@ def test_a_process_killed_after_a_periodic_save_resumes_to_the_same_model(tmp_pa
     assert resumed["sim"]["checkpoint"]["resumed_at_s"] == [at]
     assert _digests(resumed) == _digests(uninterrupted)
     assert resumed["curve"] == uninterrupted["curve"]
+
+
+def test_a_late_memory_run_resumes_with_the_servers_memory_and_the_keepers_copies(tmp_path):
+    """``--late-memory``: the replay rebuilds which rank is remembered from which round; the checkpoint
+    restores the servers' memory keys and the keeper's copies, so the rounds after the resume add the
+    same remembered deltas as an uninterrupted run (its final model bit for bit)."""
+    argv = _job("esync", "--round-deadline", "2", "--late-memory", "--stop-at-target", "--target-accuracy", "0.99")
+    saved, closed = [], []
+
+    def stopped(path):
+        state = pickle.loads(path.read_bytes())
+        saved.append((state["record"]["deadline"]["remembered"], state["memory"]))
+        closed.append(state["record"]["deadline"]["closed"])
+
+    whole, resumed = _check_resumed(tmp_path, argv, 1.5, stopped)
+    [(remembered, memory)] = saved
+    assert remembered == {"2": memory["servers"][2][0]} and memory["caches"][0][2][0] <= memory["servers"][2][0]
+    assert resumed["sim"]["memory_log"] == whole["sim"]["memory_log"]
+    # a memory was pulled after the resume too (a round after the last one closed before the stop)
+    assert [e for e in whole["sim"]["memory_log"] if e[2] == "pull" and e[1] > closed[0]]

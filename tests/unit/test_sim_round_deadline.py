@@ -106,3 +106,35 @@ def test_a_round_length_gives_the_fast_devices_l_local_steps_a_round(tmp_path):
 def test_a_round_length_needs_the_deadline(tmp_path):
     with pytest.raises(ConfigError, match="--round-length.*--round-deadline"):
         _sim(tmp_path, "a", "smallcnn", "--round-length", "4")
+
+
+@pytest.mark.parametrize("model", ["smallcnn", "resnet18_v1"])
+def test_the_late_memory_adds_each_late_delta_to_the_rounds_its_device_misses(tmp_path, model):
+    """``--late-memory``: each late delta is pushed to the slow device's memory keys; the keeper (slot 0,
+    the lowest rank on time) pulls each one once, before the first round without the slow device, and the
+    job ends on another model than without the memory (the same rounds and pushes: only the arithmetic and
+    the memory's transfers differ)."""
+    out = _sim(tmp_path, "memory", model, "--round-deadline", "4", "--late-memory")
+    log = out["sim"]["memory_log"]
+    pushes = [(slot, r) for slot, r, op, _, _ in log if op == "push"]
+    pulls = [(slot, r, rank, version) for slot, r, op, rank, version in log if op == "pull"]
+    late = [r for slot, r, _ in out["sim"]["deadline_pushes"] if slot == 2]
+    assert pushes == [(2, r) for r in late] and late
+    rounds = {r for _, r, _ in out["sim"]["deadline_pushes"]}
+    absent = [r for r in sorted(rounds) if r > late[0] and r not in late]
+    needed = sorted({max(t for t in late if t < r) for r in absent})
+    assert needed
+    # slot 0 pulled each late delta once, in the first round that missed it; slot 1 never
+    assert [(rank, version) for _, _, rank, version in pulls] == [(2, v) for v in needed]
+    assert all(slot == 0 for slot, _, _, _ in pulls)
+    assert [r for _, r, _, _ in pulls] == [min(r for r in absent if r > v) for v in needed]
+    workers = {w["slot"]: w for w in out["workers"]}
+    assert len({w["final_model_sha256"] for w in workers.values()}) == 1
+    plain = _sim(tmp_path, "plain", model, "--round-deadline", "4")
+    assert "memory_log" not in plain["sim"]
+    assert plain["workers"][0]["final_model_sha256"] != workers[0]["final_model_sha256"]
+
+
+def test_the_late_memory_needs_the_deadline(tmp_path):
+    with pytest.raises(ConfigError, match="late_memory.*round_deadline"):
+        _sim(tmp_path, "a", "smallcnn", "--late-memory")

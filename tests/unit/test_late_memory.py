@@ -1,0 +1,153 @@
+"""ESync's ``--late-memory`` (mxhet.policy.deadline's RoundBook, the State Server's READY, the wire): which
+rounds add which remembered late delta, at which share, and who adds it."""
+import pytest
+
+from mxhet.control import messages as m
+from mxhet.control import wire
+from mxhet.control.server import StateService
+from mxhet.errors import ConfigError, ProtocolError
+from mxhet.policy.deadline import RoundBook
+
+
+# -- the pure rule ------------------------------------------------------------------------------
+
+
+def test_a_late_delta_is_remembered_and_added_to_the_rounds_its_device_misses_at_one_nth():
+    book = RoundBook(memory=True)
+    assert book.arrive(2, base_round=0, open_round=3) == 3
+    entered = book.close(3, on_time=[0, 1])
+    # the round it enters: a member with its share, nothing remembered to add yet
+    assert entered.late == {2: 3} and entered.remembered == {} and entered.memory_share == 0.0
+    assert book.remembered() == {2: 3}
+    for t in (4, 5):
+        missed = book.close(t, on_time=[0, 1])
+        assert missed.members == {0: 0.5, 1: 0.5}        # the members keep their shares
+        assert missed.remembered == {2: 3} and missed.keeper == 0
+        assert missed.memory_share == pytest.approx(1 / 3)   # N = 2 members + 1 remembered
+        assert missed.memory_for(0) == ((2, 3), pytest.approx(1 / 3))
+        assert missed.memory_for(1) == ((), 0.0)          # only the keeper adds it
+
+
+def test_a_devices_next_late_delta_replaces_its_memory():
+    book = RoundBook(memory=True)
+    book.arrive(2, base_round=0, open_round=3)
+    book.close(3, on_time=[0, 1])
+    book.arrive(2, base_round=4, open_round=7)
+    assert book.close(7, on_time=[0, 1]).remembered == {}    # a member again: its own delta, not the memory
+    assert book.close(8, on_time=[0, 1]).remembered == {2: 7}
+
+
+def test_every_absent_device_is_added_with_n_counting_them_all():
+    book = RoundBook(memory=True)
+    book.arrive(2, base_round=0, open_round=3)
+    book.arrive(3, base_round=0, open_round=3)
+    book.close(3, on_time=[1, 4])
+    book.arrive(3, base_round=4, open_round=5)
+    fifth = book.close(5, on_time=[1, 4])
+    assert fifth.remembered == {2: 3} and fifth.keeper == 1
+    assert fifth.memory_share == pytest.approx(1 / 4)    # members 1, 3, 4 and the absent 2
+    sixth = book.close(6, on_time=[1, 4])
+    assert sixth.remembered == {2: 3, 3: 5} and sixth.memory_share == pytest.approx(1 / 4)
+    assert sixth.memory_for(1)[0] == (2, 3, 3, 5)
+
+
+def test_a_delta_on_time_again_or_a_departure_forgets_the_memory():
+    book = RoundBook(memory=True)
+    for r in (2, 3):
+        book.arrive(r, base_round=0, open_round=1)
+    book.close(1, on_time=[0])
+    book.close(2, on_time=[0, 2])   # rank 2 on time again: its own delta every round from now on
+    book.forget(3)                  # rank 3 left the job
+    assert book.remembered() == {}
+    assert book.close(3, on_time=[0]).remembered == {}
+
+
+def test_a_round_without_a_device_on_time_has_no_keeper_and_adds_nothing():
+    book = RoundBook(memory=True)
+    book.arrive(2, base_round=0, open_round=1)
+    book.close(1, on_time=[0])
+    book.arrive(3, base_round=0, open_round=2)
+    alone = book.close(2, on_time=[])   # the device on time left: rank 3 closes its round alone
+    assert alone.keeper == -1 and alone.memory_share == 0.0 and alone.memory_for(3) == ((), 0.0)
+
+
+def test_without_the_memory_nothing_is_remembered():
+    book = RoundBook()
+    book.arrive(2, base_round=0, open_round=1)
+    book.close(1, on_time=[0, 1])
+    closed = book.close(2, on_time=[0, 1])
+    assert closed.remembered == {} and closed.keeper == -1 and not closed.memory
+    assert book.remembered() == {}
+
+
+# -- the State Server's READY -----------------------------------------------------------------------
+
+
+def _service(n=3, **options):
+    svc = StateService(n, now=0.0, rules=("esync", "membership"), epsilon=0.0, **options)
+    for r in range(n):
+        assert svc.handle(m.Register(rank=r, seq=1, slot=r), 0.0, sender=r).ok
+    return svc
+
+
+def _q(svc, rank, seq, round_, k, c, now):
+    return svc.handle(m.Query(rank=rank, seq=seq, round=round_, k=k, c=c, since_finish=0.0), now, sender=rank)
+
+
+def _reset(svc, rank, seq, round_, now):
+    return svc.handle(m.Reset(rank=rank, seq=seq, round=round_, want_stop=False, since_finish=0.0), now, sender=rank)
+
+
+def test_the_late_devices_ready_says_remember_and_the_keepers_names_the_memory_later():
+    svc = _service(round_deadline=4.0, late_memory=True)
+    for r, c in {0: 0.01, 1: 0.01, 2: 1.17}.items():
+        assert not _q(svc, r, 2, 0, 0, c, 0.0).ready
+    for r in (0, 1):
+        a = _q(svc, r, 3, 0, 1, 0.01, 0.01)
+        assert a.ready and not a.remember and a.memory == () and a.memory_share == 0.0
+        _reset(svc, r, 4, 1, 0.02)
+    assert _q(svc, 2, 3, 0, 1, 1.17, 1.17) is None    # its delta is due in round 1
+    a = _q(svc, 0, 5, 1, 1, 0.01, 1.18)
+    (rank, late), = svc.released
+    assert rank == 2 and late.remember and late.memory == ()
+    assert a.ready and not a.remember and a.memory == ()   # round 1 holds rank 2's own delta
+    svc.released.clear()
+    assert _q(svc, 1, 5, 1, 1, 0.01, 1.18).ready
+    for r in (0, 1):
+        _reset(svc, r, 6, 2, 1.19)
+    keeper, other = _q(svc, 0, 7, 2, 1, 0.01, 1.2), _q(svc, 1, 7, 2, 1, 0.01, 1.2)
+    assert keeper.ready and keeper.memory == (2, 1) and keeper.memory_share == pytest.approx(1 / 3)
+    assert keeper.weight == other.weight == 0.5 and keeper.target == 2
+    assert other.ready and other.memory == () and other.memory_share == 0.0
+    # the answer crosses the wire unchanged
+    assert wire.decode(wire.encode(keeper), {m.QueryReply.TYPE: m.QueryReply}) == keeper
+
+
+def test_a_departed_late_device_is_no_longer_added():
+    svc = _service(round_deadline=4.0, late_memory=True)
+    for r, c in {0: 0.01, 1: 0.01, 2: 1.17}.items():
+        _q(svc, r, 2, 0, 0, c, 0.0)
+    for r in (0, 1):
+        _q(svc, r, 3, 0, 1, 0.01, 0.01)
+        _reset(svc, r, 4, 1, 0.02)
+    _q(svc, 2, 3, 0, 1, 1.17, 1.17)
+    for r in (0, 1):
+        assert _q(svc, r, 5, 1, 1, 0.01, 1.18).ready
+        _reset(svc, r, 6, 2, 1.19)
+    svc.depart(2, "died")
+    assert _q(svc, 0, 7, 2, 1, 0.01, 1.2).memory == ()
+
+
+def test_the_memory_needs_a_deadline():
+    with pytest.raises(ConfigError, match="late_memory.*round_deadline"):
+        _service(late_memory=True)
+
+
+@pytest.mark.parametrize("bad", [[1], [1, -2], [1, 2.0], [True, 1], "12", [0, 1] * 513])
+def test_a_memory_list_that_is_not_integer_pairs_is_refused_naming_the_field(bad):
+    with pytest.raises(ProtocolError, match="memory"):
+        wire.check_pairs("memory", bad)
+
+
+def test_a_pair_list_decodes_as_the_tuple_it_was():
+    assert wire.check_pairs("memory", [2, 7, 3, 5]) == (2, 7, 3, 5)
