@@ -4,9 +4,9 @@ import pytest
 
 from mxhet.control import messages as m
 from mxhet.control import wire
-from mxhet.control.server import StateService
 from mxhet.errors import ConfigError, ProtocolError
 from mxhet.policy.deadline import RoundBook
+from tests.unit.test_round_deadline import _q, _reset, _service
 
 
 # -- the pure rule ------------------------------------------------------------------------------
@@ -83,23 +83,8 @@ def test_without_the_memory_nothing_is_remembered():
 # -- the State Server's READY -----------------------------------------------------------------------
 
 
-def _service(n=3, **options):
-    svc = StateService(n, now=0.0, rules=("esync", "membership"), epsilon=0.0, **options)
-    for r in range(n):
-        assert svc.handle(m.Register(rank=r, seq=1, slot=r), 0.0, sender=r).ok
-    return svc
-
-
-def _q(svc, rank, seq, round_, k, c, now):
-    return svc.handle(m.Query(rank=rank, seq=seq, round=round_, k=k, c=c, since_finish=0.0), now, sender=rank)
-
-
-def _reset(svc, rank, seq, round_, now):
-    return svc.handle(m.Reset(rank=rank, seq=seq, round=round_, want_stop=False, since_finish=0.0), now, sender=rank)
-
-
 def test_the_late_devices_ready_says_remember_and_the_keepers_names_the_memory_later():
-    svc = _service(round_deadline=4.0, late_memory=True)
+    svc = _service(4.0, late_memory=True)
     for r, c in {0: 0.01, 1: 0.01, 2: 1.17}.items():
         assert not _q(svc, r, 2, 0, 0, c, 0.0).ready
     for r in (0, 1):
@@ -124,7 +109,7 @@ def test_the_late_devices_ready_says_remember_and_the_keepers_names_the_memory_l
 
 
 def test_a_departed_late_device_is_no_longer_added():
-    svc = _service(round_deadline=4.0, late_memory=True)
+    svc = _service(4.0, late_memory=True)
     for r, c in {0: 0.01, 1: 0.01, 2: 1.17}.items():
         _q(svc, r, 2, 0, 0, c, 0.0)
     for r in (0, 1):
@@ -140,7 +125,7 @@ def test_a_departed_late_device_is_no_longer_added():
 
 def test_the_memory_needs_a_deadline():
     with pytest.raises(ConfigError, match="late_memory.*round_deadline"):
-        _service(late_memory=True)
+        _service(0.0, late_memory=True)
 
 
 @pytest.mark.parametrize("bad", [[1], [1, -2], [1, 2.0], [True, 1], "12", [0, 1] * 513])

@@ -97,8 +97,8 @@ def test_a_departed_late_device_is_not_waited_for_in_its_round():
 # -- the State Server's rule ----------------------------------------------------------------------
 
 
-def _service(deadline, n=3):
-    svc = StateService(n, now=0.0, rules=("esync", "membership"), round_deadline=deadline, epsilon=0.0)
+def _service(deadline, n=3, **options):
+    svc = StateService(n, now=0.0, rules=("esync", "membership"), round_deadline=deadline, epsilon=0.0, **options)
     for r in range(n):
         assert svc.handle(m.Register(rank=r, seq=1, slot=r), 0.0, sender=r).ok
     return svc
