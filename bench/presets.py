@@ -38,16 +38,18 @@ FAST_SYNC = "sync-fast"
 """Sync over the fastest devices of the profile only, the stragglers left out (a variant, run as ``sync``)."""
 VARIANTS = (STANDALONE, FAST_SYNC)
 """Table 1 variants that are not modes of their own."""
-RECOMMENDED_ARGS = ("--round-deadline", "8", "--round-length", "8")
+RECOMMENDED_ARGS = ("--round-deadline", "8", "--round-length", "8", "--late-memory")
 """ESync's recommended configuration (issue 31): flags that ``python -m mxhet.train`` and ``python -m
 mxhet.sim`` both take beside ``--sync esync``. A candidate being measured by ``mxhet-bench heterogeneity``:
 a round lasts 8 iterations of the fastest device and waits only for devices at most 8x slower, whose
-deltas enter later rounds with a staleness weight. The fast devices thus do about 8 local steps between
-exchanges at every degree of heterogeneity: rounds of one slow iteration (the paper's) drift apart and
-aggregate late at 117x, and rounds of one fast iteration (``--round-deadline 4`` alone, the previous
-candidate) spend as long exchanging the model as computing. The measurements behind the choice:
-bench/results/heterogeneity-explore. The deadline needs blocking ACKs and the plain mean, so the other
-aggregation options cannot join it."""
+deltas enter later rounds with a staleness weight, and every round a late device misses adds its latest
+delta again at 1/N (the late memory). The fast devices thus do about 8 local steps between exchanges at
+every degree of heterogeneity: rounds of one slow iteration (the paper's) drift apart and aggregate late
+at 117x, and rounds of one fast iteration (``--round-deadline 4`` alone, an earlier candidate) spend as
+long exchanging the model as computing. Without the memory, on label-sorted data the rounds of the fast
+devices alone undo what each late delta brought (the previous candidate, without ``--late-memory``). The
+measurements behind the choice: bench/results/heterogeneity-explore. The deadline needs blocking ACKs and
+the plain mean, so the other aggregation options cannot join it."""
 USER_BASELINES = (STANDALONE, FAST_SYNC, "async", "dcasgd", "adsp", "localsgd")
 """What a user would run instead of ESync on a heterogeneous cluster: the fastest device alone, Sync without
 the stragglers, and the asynchronous and adaptive alternatives."""

@@ -11,7 +11,11 @@ V3 = ('0f6910a with patches/late-share-env.diff and MXHET_LATE_NORM=ontime MXHET
 MIFA = 'dd98f50 with patches/mifa-prototype.diff and MXHET_MIFA=1: every round the mean over all N devices of each one\'s latest delta'
 M2 = ('dd98f50 with patches/mifa-prototype.diff and MXHET_MIFA=2: the round\'s members keep their shares; each absent '
       'device\'s latest delta added at 1/N')
-CODE = {'gn-dl8mifa-10x-lr0.03': MIFA, 'dl8mifa-10x-lr0.03': MIFA, 'gn-dl8m2-10x-lr0.03': M2, 'gn-dl8m2-10x-lr0.03-seed1': M2, 'dl8m2-10x-lr0.03': M2,
+LM = '4aabe7c (esync --late-memory as built: the late device pushes its delta to its memory keys, the keeper pulls it once per version, over the link model)'
+MIFA0 = 'dd98f50 with patches/mifa-prototype.diff, MXHET_MIFA unset (the patch inactive: dd98f50\'s simulator)'
+CODE = {'gn-lm-10x-lr0.03': LM, 'gn-lm-10x-lr0.03-seed1': LM, 'lm-10x-lr0.03': LM,
+        'gn-dl8-10x-lr0.03-seed1': MIFA0, 'gn-paper10x-lr0.03-seed1': MIFA0,
+        'gn-dl8mifa-10x-lr0.03': MIFA, 'dl8mifa-10x-lr0.03': MIFA, 'gn-dl8m2-10x-lr0.03': M2, 'gn-dl8m2-10x-lr0.03-seed1': M2, 'dl8m2-10x-lr0.03': M2,
         'gn-dl8ls-10x-lr0.03': LS, 'dl8ls-10x-lr0.03': LS, 'gn-sync10x-lr0.03': LS, 'gn-async10x-lr0.03': LS,
         'gn-dl8-10x-lr0.015': LS, 'gn-dl8-10x-lr0.01': LS, 'gn-dl8v3-10x-lr0.03': V3, 'dl8v3-10x-lr0.03': V3}
 for path in sorted(glob.glob('/work/runs/explore/*/summary.json')):
@@ -58,6 +62,8 @@ for r in order:
         note = ' + MIFA prototype, MXHET_MIFA=1 (mean of every device\'s latest delta)'
     elif r['code'] and 'MXHET_MIFA=2' in r['code']:
         note = ' + MIFA prototype, MXHET_MIFA=2 (members\' shares; an absent device\'s latest delta at 1/N)'
+    elif r['code'] and r['code'].startswith('4aabe7c'):
+        note = ' (as built in 4aabe7c)'
     mode = 'standalone' if r['mode'] == 'local' else ('fast-only Sync' if r['profile'] == 1 else 'Sync') if r['mode'] == 'sync' else r['mode']
     lines.append('| %s | %s | %s %s | %g | %s | %s | %.3f | %d |' % (
         r['run'], '%dx (%s)' % (r['profile'], ','.join('%g' % s for s in r['slowdowns'])) if r['profile'] > 1 else '%d device(s) at 1x' % len(r['slowdowns']),
