@@ -296,6 +296,9 @@ class Simulation:
         self.members = None        # a mxhet.sim.members.MemberScores: members and global model at every round
         self.deadline_log = []     # --round-deadline: (slot, round, share) of every delta pushed
         self.late_memory = {}      # --late-memory: the servers' memory keys, rank -> (round, arrays)
+        if job.mode_options.get("late_memory"):   # each worker's memory pushes and pulls, as on the cluster
+            for dev in devices:
+                dev.stats.late_memory = {"pushes": 0, "pulls": 0}
         self.memory_log = []       # --late-memory: (slot, round, "push" or "pull", rank, version)
         self.checks = []           # target_check's (accuracy, reached) per snapshot, in order
         self.events = 0            # SimPy events processed so far (where a checkpoint's replay stops)

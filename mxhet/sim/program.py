@@ -679,11 +679,22 @@ def _remember(sim, dev, round_, deltas):
     servers keeping the last one); it is the memory of round ``round_``."""
     size = nbytes(deltas)
     net = sim.job.network
+    t0 = sim.env.now
     yield sim.env.timeout(net.transfer(dev.slot, size, len(deltas)))
     sim.late_memory[dev.rank] = (round_, None if sim.replaying else [d.copy() for d in deltas])
     yield sim.env.timeout(net.message(dev.slot))   # the servers' answer: applied
+    sim.blocked(dev, t0, sync=True)
     dev.stats.bytes_pushed += size
+    _memory_count(dev, "pushes")
     sim.memory_log.append((dev.slot, round_, "push", dev.rank, round_))
+
+
+def _memory_count(dev, what):
+    """The worker's record of its memory pushes and (as keeper) pulls, as the cluster's
+    (:class:`mxhet.modes.stats.WorkerStats`'s ``late_memory``)."""
+    if dev.stats.late_memory is None:
+        dev.stats.late_memory = {"pushes": 0, "pulls": 0}
+    dev.stats.late_memory[what] += 1
 
 
 def _recall(sim, dev, round_, memory):
@@ -695,6 +706,7 @@ def _recall(sim, dev, round_, memory):
     for rank, version in zip(memory[0::2], memory[1::2]):
         have = dev.memory_cache.get(rank)
         if have is None or have[0] != version:
+            t0 = sim.env.now
             yield sim.env.timeout(net.message(dev.slot))   # the pull's request reaches the servers
             stored = sim.late_memory.get(rank)
             if stored is None:   # never pushed (cannot happen: the State Server names pushed memories)
@@ -703,7 +715,9 @@ def _recall(sim, dev, round_, memory):
             yield sim.env.timeout(net.transfer(dev.slot, size, len(dev.weights())))
             have = dev.memory_cache[rank] = (stored[0], None if stored[1] is None else
                                              [a.copy() for a in stored[1]])
+            sim.blocked(dev, t0, sync=True)
             dev.stats.bytes_pulled += size
+            _memory_count(dev, "pulls")
             sim.memory_log.append((dev.slot, round_, "pull", rank, stored[0]))
         out.append(have[1])
     return out

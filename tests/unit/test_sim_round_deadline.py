@@ -130,8 +130,10 @@ def test_the_late_memory_adds_each_late_delta_to_the_rounds_its_device_misses(tm
     assert [r for _, r, _, _ in pulls] == [min(r for r in absent if r > v) for v in needed]
     workers = {w["slot"]: w for w in out["workers"]}
     assert len({w["final_model_sha256"] for w in workers.values()}) == 1
+    assert [workers[s]["late_memory"] for s in (0, 1, 2)] == [
+        {"pushes": 0, "pulls": len(needed)}, {"pushes": 0, "pulls": 0}, {"pushes": len(late), "pulls": 0}]
     plain = _sim(tmp_path, "plain", model, "--round-deadline", "4")
-    assert "memory_log" not in plain["sim"]
+    assert "memory_log" not in plain["sim"] and "late_memory" not in plain["workers"][0]
     assert plain["workers"][0]["final_model_sha256"] != workers[0]["final_model_sha256"]
 
 
