@@ -619,7 +619,8 @@ def run_bench(models, profile_keys, variants, dists, seeds, out, seeds_best=Fals
 
         def at_best(key, profs):   # a run serving several profiles has the same rows, so one best, in each
             sweep = sweep_of(variant_runs(rows, key.label, profs[0], key.dist, key.variant))
-            best = sweep["best_lr"] if sweep and lrs else None
+            # one rate in --lrs is no sweep, but it is still the rate every seed was asked to run at
+            best = (sweep["best_lr"] if sweep else lrs[0] if len(lrs) == 1 else None) if lrs else None
             return key._replace(lr=None if best is None or best == default_lr(key.model, key.variant) else best)
         later = [(at_best(k, profs), profs) for k, profs in full.values()
                  if k.seed != seeds[0] and chosen(k, profs)]

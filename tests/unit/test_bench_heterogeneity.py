@@ -316,6 +316,15 @@ def test_lrs_with_seeds_best_runs_the_other_seeds_of_recommended_and_the_best_al
         "resnet18_v1-2x-recommended-iid-seed1", "resnet18_v1-fast-only2-iid-seed1"])
 
 
+def test_one_rate_in_lrs_runs_every_seed_at_that_rate_not_at_the_default(tmp_path):
+    ran = []
+    het.run_bench(["resnet18_v1"], [117], ["recommended"], ["iid"], [0, 1, 2], str(tmp_path / "het"),
+                  budget=BUDGET, sweep=None, run=_lr_run(ran), confirm_fn=_fake_confirm, lrs=[0.03],
+                  log=lambda *_: None)
+    assert ran == ["resnet18_v1-117x-recommended-iid-lr0.03", "resnet18_v1-117x-recommended-iid-lr0.03-seed1",
+                   "resnet18_v1-117x-recommended-iid-lr0.03-seed2"]
+
+
 def test_without_lrs_every_variant_runs_at_its_one_rate_under_today_s_names(tmp_path):
     ran = []
     doc = het.run_bench(["resnet18_v1"], [2], ["recommended", "standalone"], ["iid"], [0, 1], str(tmp_path / "h"),
