@@ -618,9 +618,12 @@ def run_bench(models, profile_keys, variants, dists, seeds, out, seeds_best=Fals
                                          for p in profs for d in cell_dists)
 
         def at_best(key, profs):   # a run serving several profiles has the same rows, so one best, in each
-            sweep = sweep_of(variant_runs(rows, key.label, profs[0], key.dist, key.variant))
-            # one rate in --lrs is no sweep, but it is still the rate every seed was asked to run at
-            best = (sweep["best_lr"] if sweep else lrs[0] if len(lrs) == 1 else None) if lrs else None
+            runs = variant_runs(rows, key.label, profs[0], key.dist, key.variant)
+            sweep = sweep_of(runs)
+            # a variant whose first seed ran at one rate only (one rate in --lrs, or the others not run yet)
+            # has no sweep, but that rate is still the one its other seeds run at
+            first = {r.get("lr") for r in runs if r.get("seed", 0) == seeds[0]}
+            best = (sweep["best_lr"] if sweep else first.pop() if len(first) == 1 else None) if lrs else None
             return key._replace(lr=None if best is None or best == default_lr(key.model, key.variant) else best)
         later = [(at_best(k, profs), profs) for k, profs in full.values()
                  if k.seed != seeds[0] and chosen(k, profs)]

@@ -325,6 +325,23 @@ def test_one_rate_in_lrs_runs_every_seed_at_that_rate_not_at_the_default(tmp_pat
                    "resnet18_v1-117x-recommended-iid-lr0.03-seed2"]
 
 
+def test_a_variant_whose_first_seed_ran_one_of_the_lrs_runs_its_other_seeds_at_that_rate(tmp_path):
+    from bench.runner import JobFailed
+    ran, run = [], _lr_run([])
+
+    def fake_run(spec, run_dir, desc, position, leave):   # the first seed's run at 0.1 does not finish
+        name = os.path.basename(run_dir)
+        if name == "resnet18_v1-117x-recommended-iid":
+            raise JobFailed("stopped")
+        ran.append(name)
+        return run(spec, run_dir, desc, position, leave)
+    doc = het.run_bench(["resnet18_v1"], [117], ["recommended"], ["iid"], [0, 1], str(tmp_path / "het"),
+                        budget=BUDGET, sweep=None, run=fake_run, confirm_fn=_fake_confirm, lrs=[0.03, 0.1],
+                        log=lambda *_: None)
+    assert ran == ["resnet18_v1-117x-recommended-iid-lr0.03", "resnet18_v1-117x-recommended-iid-lr0.03-seed1"]
+    assert doc["cells"][0]["variants"]["recommended"]["seeds"] == [0, 1]
+
+
 def test_without_lrs_every_variant_runs_at_its_one_rate_under_today_s_names(tmp_path):
     ran = []
     doc = het.run_bench(["resnet18_v1"], [2], ["recommended", "standalone"], ["iid"], [0, 1], str(tmp_path / "h"),
