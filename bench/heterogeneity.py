@@ -379,16 +379,20 @@ def verdict(recommended, best):
         (undecided: censored runs on both sides or a bound that does not settle it, or a side missing);
         ``speedup`` :func:`bench.stats.speedup` of recommended over the best alternative; ``late_by_s`` the
         difference of mean times (censored runs at their training time) where it is later; ``accuracy_gap``
-        recommended's mean final accuracy minus the best alternative's.
+        recommended's mean final accuracy minus the best alternative's, ``accuracy_gap_interval`` its 95%
+        Welch interval (None where a side has one seed).
     """
-    out = {"no_later": None, "speedup": None, "late_by_s": None, "accuracy_gap": None}
+    out = {"no_later": None, "speedup": None, "late_by_s": None, "accuracy_gap": None, "accuracy_gap_interval": None}
     if not recommended or not best:
         return dict(out, text="not yet measured" if not recommended else "no alternative measured")
     sp = report.speedup_over(recommended, best)
     mine, theirs = (stats.time_to_target([r["time_to_target_s"] for r in runs], [r["train_time_s"] for r in runs])
                     for runs in (recommended, best))
-    acc = [stats.mean_interval([r["final_accuracy"] for r in runs])["mean"] for runs in (recommended, best)]
-    out.update(speedup=sp, accuracy_gap=acc[0] - acc[1])
+    finals = [[r["final_accuracy"] for r in runs] for runs in (recommended, best)]
+    acc = [stats.mean_interval(f)["mean"] for f in finals]
+    low, high = stats.welch_interval(*finals)
+    out.update(speedup=sp, accuracy_gap=acc[0] - acc[1],
+               accuracy_gap_interval=None if low is None else [low, high])
     kind, value = sp["kind"], sp["value"]
     if kind == "measured" or (kind == "lower_bound" and value >= 1) or (kind == "upper_bound" and value < 1):
         out["no_later"] = value >= 1
@@ -404,7 +408,15 @@ def verdict(recommended, best):
         text = "**later** by %s: %s as fast%s" % (
             "%.1f s" % out["late_by_s"] if out["late_by_s"] is not None else "an unknown time",
             stats.format_speedup(sp), _significance(sp, -1))
-    text += "; final accuracy %+.3f (%.3f vs %.3f)" % (out["accuracy_gap"], acc[0], acc[1])
+    # a final accuracy at a constant rate is one draw from a model that still moves: a gap is a gap only
+    # beyond its interval over seeds (Welch's, the difference of means)
+    if low is None:
+        gap = "%+.3f (%.3f vs %.3f; no interval: a side has one seed)" % (out["accuracy_gap"], acc[0], acc[1])
+    else:
+        gap = "%+.3f [%+.3f, %+.3f] (%.3f vs %.3f; %s)" % (
+            out["accuracy_gap"], low, high, acc[0], acc[1],
+            "within the 95% interval" if low <= 0 <= high else "the 95% interval excludes 0")
+    text += "; final accuracy %s" % gap
     return dict(out, text=text)
 
 

@@ -8,7 +8,11 @@ Async, ...), each with its 95% interval over seeds, in the closed division
 learning rate), beside the paper's; then where ESync loses. It is written
 between two marker lines from the divisions' ``table1.json`` so that it cannot
 drift from the results; a division not committed yet reads "not yet
-measured"::
+measured". A second block answers the question a user with slow devices asks
+(do they help, or should I train on my fast ones alone?) from the committed
+``mxhet-bench heterogeneity`` results: per measured cell, ESync's recommended
+configuration against the best alternative, and which of issue 31's cells are
+still unmeasured. ``--write`` and ``--check`` cover both blocks::
 
     python -m bench.readme_table --write README.md   # rewrite the block
     python -m bench.readme_table --check README.md   # exit 1 when it differs
@@ -34,6 +38,18 @@ COMMANDS = {"closed": "mxhet-bench all --preset paper-sim --jobs 2 --resume --ou
 EARLIER = ("bench/results/paper-sim/report.md", "bench/results/report.md")
 DISCUSSION = "bench/results/discussion.md"
 NOT_MEASURED = "not yet measured"
+HET_BEGIN = ("<!-- slow devices: generated from bench/results/heterogeneity by "
+             "`python -m bench.readme_table --write README.md` -->")
+HET_END = "<!-- end of slow devices -->"
+HET_SOURCE = "bench/results/heterogeneity/heterogeneity.json"
+HET_REPORT = "bench/results/heterogeneity/heterogeneity.md"
+HET_NAMES = {"standalone": "the fastest device alone", "fast-only": "Sync over the fast devices",
+             "sync": "Sync over all", "async": "Async", "dcasgd": "DC-ASGD", "adsp": "ADSP", "dylu": "DyLU"}
+#: the cells issue 31's goal names: (models, profiles, split, norm)
+HET_GOAL = ((("resnet18_v1", "alexnet", "mobilenet1.0"), (117, 10, 2), "iid", "batch"),
+            (("resnet50_v1", "resnet50_v2"), (117,), "iid", "batch"),
+            (("resnet18_v1",), (117, 10), "non-iid", "group"),
+            (("alexnet",), (117, 10), "non-iid", "batch"))
 
 
 def _load(root):
@@ -144,29 +160,99 @@ def render(root="."):
     return "\n".join([BEGIN, ""] + rows + [""] + notes + ["", END])
 
 
-def _split(text, path):
-    start, end = text.find(BEGIN), text.find(END)
+def _goal_cells():
+    return [(m, p, dist, norm) for models, profiles, dist, norm in HET_GOAL for m in models for p in profiles]
+
+
+def render_heterogeneity(root="."):
+    """The slow-devices block (markers included): per cell of the committed heterogeneity results,
+    the recommended ESync against the best alternative; then the goal's cells not measured yet.
+
+    Raises:
+        OSError, KeyError, ValueError: when the source JSON is malformed.
+    """
+    from .heterogeneity import _interval
+    path = os.path.join(root, HET_SOURCE)
+    doc = None
+    if os.path.exists(path):
+        with open(path) as f:
+            doc = json.load(f)
+    lines = [HET_BEGIN, ""]
+    if doc is None:
+        lines += ["%s (`mxhet-bench heterogeneity`, [docs/bench.md](docs/bench.md))." % NOT_MEASURED.capitalize(),
+                  "", HET_END]
+        return "\n".join(lines)
+    target = doc["target_accuracy"]
+    lines += ["ESync's recommended configuration (`--sync esync %s`, a candidate being measured) against the "
+              "best of what you could run instead: the fastest device alone, Sync over the fast devices only, "
+              "Async, DC-ASGD, ADSP, DyLU, Sync over all. Simulator, virtual seconds to %.2f test accuracy "
+              "(confirmed on all 10,000 test images) and final accuracy at the budget, each the mean over "
+              "seeds with its 95%% interval. Profiles (each device's slowdown): %s." % (
+                  " ".join(doc["recommended_args"]), target, "; ".join(
+                      "%dx: %s" % (p["profile"], ", ".join("%g" % d["slowdown"] for d in p["devices"]))
+                      for p in doc.get("profiles", []) if p["profile"] in {c["profile"] for c in doc["cells"]})),
+              "",
+              "| model | profile | data | recommended: seeds | time | final accuracy | best alternative | seeds | "
+              "time | final accuracy | verdict |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    measured = set()
+    for c in doc["cells"]:
+        rec = c["variants"].get("recommended")
+        if rec is None:
+            continue
+        best = c.get("best_alternative")
+        alt = c["variants"].get(best) if best else None
+        measured.add((c["model"], c["profile"], c["dist"]))
+        lines.append("| %s | %dx | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            c["model"], c["profile"], c["dist"], ", ".join(map(str, rec["seeds"])),
+            _interval(rec["time_to_target"], "%.1f"), _interval(rec["final_accuracy"], "%.3f"),
+            HET_NAMES.get(best, best) if alt else "none", ", ".join(map(str, alt["seeds"])) if alt else "—",
+            _interval(alt["time_to_target"], "%.1f") if alt else "—",
+            _interval(alt["final_accuracy"], "%.3f") if alt else "—",
+            c["verdict"]["text"].replace("|", "/")))
+    label = {}
+    for m, p, dist, norm in _goal_cells():
+        label[(m + ("_gn" if norm == "group" else ""), p, dist)] = True
+    missing = [k for k in label if k not in measured]
+    prov = doc["provenance"]
+    lines += ["", "A verdict of one seed on either side has no interval and settles nothing. Every run and the "
+              "learning-rate sweeps: [%s](%s) (commit `%s`, %s)." % (HET_REPORT, HET_REPORT,
+                                                                    (prov["commit"] or "unknown")[:7],
+                                                                    prov["date"][:10]), "",
+              "Cells issue 31 names that are %s (%d of %d): %s." % (
+                  NOT_MEASURED, len(missing), len(label),
+                  ", ".join("%s %dx %s" % k for k in missing) or "none"), "", HET_END]
+    return "\n".join(lines)
+
+
+BLOCKS = ((BEGIN, END, render), (HET_BEGIN, HET_END, render_heterogeneity))
+
+
+def _split(text, path, begin=BEGIN, end_marker=END):
+    start, end = text.find(begin), text.find(end_marker)
     if start < 0 or end < start:
-        raise ValueError("%s has no headline results block (the lines %r ... %r)" % (path, BEGIN, END))
-    return text[:start], text[start:end + len(END)], text[end + len(END):]
+        raise ValueError("%s has no generated block (the lines %r ... %r)" % (path, begin, end_marker))
+    return text[:start], text[start:end + len(end_marker)], text[end + len(end_marker):]
 
 
 def check(readme, root="."):
-    """True when ``readme``'s block equals :func:`render` for ``root``."""
+    """True when each of ``readme``'s generated blocks equals its render for ``root``."""
     with open(readme) as f:
-        return _split(f.read(), readme)[1] == render(root)
+        text = f.read()
+    return all(_split(text, readme, begin, end)[1] == fn(root) for begin, end, fn in BLOCKS)
 
 
 def write(readme, root="."):
-    """Rewrite ``readme``'s block; returns True when it changed."""
+    """Rewrite ``readme``'s generated blocks; returns True when one changed."""
     with open(readme) as f:
         text = f.read()
-    before, old, after = _split(text, readme)
-    new = render(root)
-    if new != old:
+    new_text = text
+    for begin, end, fn in BLOCKS:
+        before, _, after = _split(new_text, readme, begin, end)
+        new_text = before + fn(root) + after
+    if new_text != text:
         with open(readme, "w") as f:
-            f.write(before + new + after)
-    return new != old
+            f.write(new_text)
+    return new_text != text
 
 
 def main(argv=None):

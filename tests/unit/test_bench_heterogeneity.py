@@ -153,6 +153,21 @@ def test_verdict_with_censored_runs_and_missing_sides():
     assert het.verdict([], runs([1.0]))["text"] == "not yet measured"
 
 
+def test_verdict_gives_the_final_accuracy_gap_its_interval_over_seeds():
+    def runs(accuracies):
+        return [{"time_to_target_s": 10.0, "train_time_s": 300.0, "final_accuracy": a} for a in accuracies]
+
+    close = het.verdict(runs([0.9031, 0.9044, 0.9052]), runs([0.9081, 0.9071, 0.9105]))
+    low, high = close["accuracy_gap_interval"]
+    assert close["accuracy_gap"] == pytest.approx(-0.00433, abs=1e-5) and low < close["accuracy_gap"] < high
+    assert "final accuracy -0.004 [%+.3f, %+.3f] (0.904 vs 0.909; " % (low, high) in close["text"]
+    assert ("within the 95% interval" in close["text"].split("final accuracy")[1]) == (low <= 0 <= high)
+    apart = het.verdict(runs([0.900, 0.901, 0.902]), runs([0.910, 0.911, 0.912]))
+    assert apart["accuracy_gap_interval"][1] < 0 and "the 95% interval excludes 0" in apart["text"]
+    one = het.verdict(runs([0.903]), runs([0.908, 0.907]))
+    assert one["accuracy_gap_interval"] is None and "no interval: a side has one seed" in one["text"].split(";")[-1]
+
+
 def test_bad_arguments_are_refused_by_name():
     parser = het.add_parser(__import__("argparse").ArgumentParser().add_subparsers(dest="experiment"))
     for flag, value in (("--profiles", "117,5"), ("--variants", "esync"), ("--models", "vgg"),

@@ -121,17 +121,65 @@ def test_the_table_follows_the_json(tmp_path):
     assert after != before
 
     readme = tmp_path / "README.md"
-    readme.write_text("# x\n\n" + before + "\n\nmore\n")
+    slow = readme_table.render_heterogeneity(str(tmp_path))
+    readme.write_text("# x\n\n" + before + "\n\nmid\n\n" + slow + "\n\nmore\n")
     assert not readme_table.check(str(readme), str(tmp_path))
     assert readme_table.write(str(readme), str(tmp_path))
     assert readme_table.check(str(readme), str(tmp_path))
     assert readme.read_text().startswith("# x\n\n") and readme.read_text().endswith("\n\nmore\n")
+    assert "\n\nmid\n\n" + slow + "\n\nmore" in readme.read_text()   # the other block is left as it was
+
+
+def _heterogeneity_result():
+    """A heterogeneity bench's JSON as far as the README reads it: one cell, made-up runs over seeds."""
+    from bench import stats
+    def variant(seeds, times, accuracies):
+        return {"seeds": seeds, "time_to_target": stats.time_to_target(times, [540.0] * len(times)),
+                "final_accuracy": stats.mean_interval(accuracies)}
+    return {"target_accuracy": 0.8, "recommended_args": ["--round-deadline", "8", "--round-length", "8"],
+            "provenance": {"commit": "0123456789ab", "date": "2026-11-28T04:00:00+00:00"},
+            "profiles": [{"profile": 10, "devices": [{"slowdown": s} for s in (10, 10, 1, 1)]},
+                         {"profile": 2, "devices": [{"slowdown": s} for s in (2, 2, 1, 1)]}],
+            "cells": [{"model": "resnet18_v1", "norm": "batch", "profile": 10, "dist": "iid",
+                       "best_alternative": "standalone",
+                       "variants": {"recommended": variant([0, 1, 2], [12.14, 14.69, 13.35], [0.9037, 0.9044, 0.905]),
+                                    "standalone": variant([0, 1, 2], [16.16, 16.16, 13.35], [0.908, 0.907, 0.911]),
+                                    "async": variant([0], [21.5], [0.901])},
+                       "verdict": {"speedup": {"value": 1.13, "low": 0.91, "high": 1.41}, "accuracy_gap": -0.005,
+                                   "text": "**no later**: 1.13× [0.91, 1.41] as fast; final accuracy -0.005"}}]}
+
+
+def test_the_slow_devices_block_follows_the_heterogeneity_json(tmp_path):
+    before = readme_table.render_heterogeneity(str(tmp_path))
+    assert "Not yet measured" in before and "|" not in before
+    doc = _heterogeneity_result()
+    path = tmp_path / readme_table.HET_SOURCE
+    os.makedirs(path.parent)
+    path.write_text(json.dumps(doc))
+    block = readme_table.render_heterogeneity(str(tmp_path))
+    row = next(line for line in block.splitlines() if line.startswith("| resnet18_v1 | 10x | iid |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    rec, alt = doc["cells"][0]["variants"]["recommended"], doc["cells"][0]["variants"]["standalone"]
+    assert cells[3] == "0, 1, 2" and cells[4] == "%.1f [%.1f, %.1f]" % (
+        rec["time_to_target"]["mean"], rec["time_to_target"]["low"], rec["time_to_target"]["high"])
+    assert cells[6:8] == ["the fastest device alone", "0, 1, 2"]
+    assert cells[8].startswith("%.1f [" % alt["time_to_target"]["mean"])
+    assert cells[10] == doc["cells"][0]["verdict"]["text"]
+    assert "10x: 10, 10, 1, 1." in block and "2x:" not in block   # the profiles of the measured cells only
+    # the measured cell is not listed as missing; the goal's others are, each once
+    missing = block.split("not yet measured (")[1]
+    assert "resnet18_v1 10x iid" not in missing and "alexnet 117x iid" in missing
+    assert "resnet18_v1_gn 10x non-iid" in missing and missing.startswith("14 of 15)")
+    # every number from the JSON, the profiles' names or the goal's count
+    text = re.sub(r"resnet18_v1(_gn)?|resnet50_v[12]|mobilenet1\.0", "", block)
+    allowed = {n.lstrip("-") for n in _json_numbers(doc, set())} | {"14", "15", "95", "10000", "31", "117"}
+    assert _numbers(text) - allowed <= {"2026", "11", "28"}   # and the date
 
 
 def test_a_readme_without_the_block_is_an_error(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# no table here\n")
-    with pytest.raises(ValueError, match="no headline results block"):
+    with pytest.raises(ValueError, match="no generated block"):
         readme_table.check(str(readme), ROOT)
 
 
