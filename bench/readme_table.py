@@ -160,10 +160,6 @@ def render(root="."):
     return "\n".join([BEGIN, ""] + rows + [""] + notes + ["", END])
 
 
-def _goal_cells():
-    return [(m, p, dist, norm) for models, profiles, dist, norm in HET_GOAL for m in models for p in profiles]
-
-
 def render_heterogeneity(root="."):
     """The slow-devices block (markers included): per cell of the committed heterogeneity results,
     the recommended ESync against the best alternative; then the goal's cells not measured yet.
@@ -171,7 +167,6 @@ def render_heterogeneity(root="."):
     Raises:
         OSError, KeyError, ValueError: when the source JSON is malformed.
     """
-    from .heterogeneity import _interval
     path = os.path.join(root, HET_SOURCE)
     doc = None
     if os.path.exists(path):
@@ -204,22 +199,22 @@ def render_heterogeneity(root="."):
         measured.add((c["model"], c["profile"], c["dist"]))
         lines.append("| %s | %dx | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             c["model"], c["profile"], c["dist"], ", ".join(map(str, rec["seeds"])),
-            _interval(rec["time_to_target"], "%.1f"), _interval(rec["final_accuracy"], "%.3f"),
+            stats.format_interval(rec["time_to_target"], "%.1f"),
+            stats.format_interval(rec["final_accuracy"], "%.3f"),
             HET_NAMES.get(best, best) if alt else "none", ", ".join(map(str, alt["seeds"])) if alt else "—",
-            _interval(alt["time_to_target"], "%.1f") if alt else "—",
-            _interval(alt["final_accuracy"], "%.3f") if alt else "—",
+            stats.format_interval(alt["time_to_target"], "%.1f") if alt else "—",
+            stats.format_interval(alt["final_accuracy"], "%.3f") if alt else "—",
             c["verdict"]["text"].replace("|", "/")))
-    label = {}
-    for m, p, dist, norm in _goal_cells():
-        label[(m + ("_gn" if norm == "group" else ""), p, dist)] = True
-    missing = [k for k in label if k not in measured]
+    goal = [(m + ("_gn" if norm == "group" else ""), p, dist)
+            for models, profiles, dist, norm in HET_GOAL for m in models for p in profiles]
+    missing = [k for k in goal if k not in measured]
     prov = doc["provenance"]
     lines += ["", "A verdict of one seed on either side has no interval and settles nothing. Every run and the "
               "learning-rate sweeps: [%s](%s) (commit `%s`, %s)." % (HET_REPORT, HET_REPORT,
                                                                     (prov["commit"] or "unknown")[:7],
                                                                     prov["date"][:10]), "",
               "Cells issue 31 names that are %s (%d of %d): %s." % (
-                  NOT_MEASURED, len(missing), len(label),
+                  NOT_MEASURED, len(missing), len(goal),
                   ", ".join("%s %dx %s" % k for k in missing) or "none"), "", HET_END]
     return "\n".join(lines)
 
