@@ -212,8 +212,8 @@ def render_heterogeneity(root="."):
     lines += ["", "A verdict of one seed on either side has no interval and settles nothing. Every run and the "
               "learning-rate sweeps: [%s](%s) (commit `%s`, %s)." % (HET_REPORT, HET_REPORT,
                                                                     (prov["commit"] or "unknown")[:7],
-                                                                    prov["date"][:10]), "",
-              "Cells issue 31 names that are %s (%d of %d): %s." % (
+                                                                    prov["date"][:10])
+              + " Cells issue 31 names that are %s (%d of %d): %s." % (
                   NOT_MEASURED, len(missing), len(goal),
                   ", ".join("%s %dx %s" % k for k in missing) or "none"), "", HET_END]
     return "\n".join(lines)
