@@ -402,6 +402,11 @@ class StateClient:
         is (or the member is gone): True when every member pushed."""
         return self.request(self._message(m.RoundDone, round=int(round_)), timeout).ready
 
+    def round_wait(self, round_, timeout=None):
+        """Returns once every push of round ``round_`` is applied (this worker need not be a
+        member): True when every member pushed."""
+        return self.request(self._message(m.RoundWait, round=int(round_)), timeout).ready
+
     def round_finish(self, timeout=None):
         """This worker stopped training; returns once no worker trains any more: the rank
         that does the chief's end-of-job duties (the lowest still in the job; -1: none)."""

@@ -173,6 +173,8 @@ class RoundRendezvous:
         self.stop_elsewhere = False  # a caller said the job agreed to stop outside the rounds (ESync's RESET)
         self.events = []             # leave / join records with the caller's time (stats()["events"])
         self.named = {}              # round -> the ranks its entry waits for, where a rule named them (name())
+        self.closed = {}             # round -> complete, for the rounds whose every member is done or gone
+        self.waiting = {}            # round -> {rank: token}: non-members waiting for the round's pushes (wait())
 
     # -- requests ---------------------------------------------------------------
     def name(self, round_, ranks):
@@ -244,6 +246,20 @@ class RoundRendezvous:
         if rank not in self.members.get(round_, ()):
             raise ValueError("rank %d is not a member of round %d" % (rank, round_))
         self.done_ranks.setdefault(round_, {})[rank] = token
+        return self._close_rounds()
+
+    def wait(self, rank, round_, token):
+        """``rank`` (a member or not) waits until every push of round ``round_`` is applied: ESync's
+        ``--late-memory`` keeper pulls a late device's memory only once the round that device's delta
+        entered is over, since the device pushes its memory before it says done there
+        (:meth:`mxhet.modes.esync.ESync._add_memories`). Answered with :class:`Done` once every
+        member is done or gone; at once for a round that is over, and for one this rendezvous never
+        saw close (a State Server restarted since: the round is from before). Returns the releases."""
+        if self.failed is not None:
+            return [(rank, token, self.failed)]
+        if round_ in self.closed or round_ not in self.members:
+            return [(rank, token, Done(round_, complete=self.closed.get(round_, True)))]
+        self.waiting.setdefault(round_, {})[rank] = token
         return self._close_rounds()
 
     def finish(self, rank, token, now=None, stopping=False):
@@ -439,14 +455,16 @@ class RoundRendezvous:
 
     def _close_rounds(self):
         out = []
-        for round_ in sorted(self.done_ranks):
+        for round_ in sorted(set(self.done_ranks) | set(self.waiting)):
             members = self.members[round_]
-            done = self.done_ranks[round_]
+            done = self.done_ranks.get(round_, {})
             if not members - set(done) <= self.gone:
                 continue
-            del self.done_ranks[round_]
+            self.done_ranks.pop(round_, None)
             answer = Done(round_, complete=members <= set(done))
+            self.closed[round_] = answer.complete
             out.extend((rank, token, answer) for rank, token in sorted(done.items()))
+            out.extend((rank, token, answer) for rank, token in sorted(self.waiting.pop(round_, {}).items()))
         return out
 
     def _close_job(self):
@@ -464,9 +482,11 @@ class RoundRendezvous:
         self.failed = TooFewWorkers(message)
         out = [(rank, token, self.failed) for entry in self.entries.values() for rank, (token, _) in entry.items()]
         out += [(rank, token, self.failed) for done in self.done_ranks.values() for rank, token in done.items()]
+        out += [(rank, token, self.failed) for waits in self.waiting.values() for rank, token in waits.items()]
         out += [(rank, token, self.failed) for rank, (token, _) in self.finishing.items()]
         self.entries.clear()
         self.done_ranks.clear()
+        self.waiting.clear()
         self.finishing.clear()
         return sorted(out, key=lambda r: r[0])
 
@@ -621,6 +641,16 @@ class DoneReply(w.Reply):
 class RoundDone(w.Request):
     """The worker's push of round ``round`` is applied on the servers."""
     TYPE = "round_done"
+    REPLY = DoneReply
+    round: int
+    CHECKS = {"round": w.integer()}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RoundWait(w.Request):
+    """The worker waits until every push of round ``round`` is applied (it need not be a member):
+    answered with :class:`DoneReply` as the members are (:meth:`RoundRendezvous.wait`)."""
+    TYPE = "round_wait"
     REPLY = DoneReply
     round: int
     CHECKS = {"round": w.integer()}

@@ -27,7 +27,8 @@ from .nodelay import Merged, Notify, TransferPushed, TransferPushedReply, Transf
 from .preduce import GroupedReply, JoinedReply, LeftReply, PushedReply, ReduceJoin, ReduceLeave, ReducePushed, ReduceReady
 from .gcada import (ClaimReply, GroupBegin, GroupDone, GroupSelection, GroupStepped,
                     GroupUploaded, GroupWatch, SteppedReply, UploadedReply, WatchReply)
-from .membership import DoneReply, EnteredReply, FinishedReply, MembershipRecord, RoundDone, RoundEnter, RoundFinish
+from .membership import (DoneReply, EnteredReply, FinishedReply, MembershipRecord, RoundDone, RoundEnter, RoundFinish,
+                         RoundWait)
 
 
 def _by_type(classes, what):
@@ -59,4 +60,4 @@ __all__ = ["MAX_COUNTS", "MAX_MESSAGE_BYTES", "SUPPORTED_VERSIONS", "VERSION",
            "ReducePushed", "ReduceReady", "JoinedReply", "LeftReply", "PushedReply", "ReduceLeave",
            "ClaimReply", "GroupBegin", "GroupDone", "GroupSelection", "GroupStepped", "GroupUploaded", "GroupWatch",
            "SteppedReply", "UploadedReply", "WatchReply", "DoneReply", "EnteredReply", "FinishedReply",
-           "MembershipRecord", "RoundDone", "RoundEnter", "RoundFinish"]
+           "MembershipRecord", "RoundDone", "RoundEnter", "RoundFinish", "RoundWait"]

@@ -792,7 +792,8 @@ class MembershipRule(RulePlugin):
     """The members of each synchronous round on dist_async (:mod:`.membership`)."""
 
     NAME = "membership"
-    REQUESTS = (membership.RoundEnter, membership.RoundDone, membership.RoundFinish, membership.MembershipRecord)
+    REQUESTS = (membership.RoundEnter, membership.RoundDone, membership.RoundWait, membership.RoundFinish,
+                membership.MembershipRecord)
     REPLIES = (membership.EnteredReply, membership.DoneReply, membership.FinishedReply)
 
     def __init__(self, host, min_workers=1, wall_clock=time.time):
@@ -821,6 +822,8 @@ class MembershipRule(RulePlugin):
             self._slot_events()
         elif req.TYPE == membership.RoundDone.TYPE:
             releases = self.rendezvous.done(req.rank, req.round, req.seq)
+        elif req.TYPE == membership.RoundWait.TYPE:
+            releases = self.rendezvous.wait(req.rank, req.round, req.seq)
         elif req.TYPE == membership.MembershipRecord.TYPE:
             # A page of the record with the slots (the chief's summary); the text is taken anew at page 0.
             if req.start == 0 or self._text is None:

@@ -374,6 +374,8 @@ class ESync(RoundMembers, ProgramMode):
         for d in self._sends:
             d *= scale
         t2, t4 = self._push_done_pull(effect.round, members, weights, t0, t1)
+        if self.opts["late_memory"]:
+            self._rounds_over.add(effect.round)
         if hook:
             hook(effect.round, before, pushed, [g.asnumpy() for g in self.wbufs], **extra)
         self.stats.deadline_pushes.append([effect.round, effect.weight])
@@ -389,6 +391,7 @@ class ESync(RoundMembers, ProgramMode):
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         self._memory_cache = {}   # rank -> (the round its memory entered, its arrays): this worker as keeper
+        self._rounds_over = set()   # the rounds this worker was a member of: each was over when it pulled
         if self.channel.rank >= len(self.memory_keys):
             raise ConfigError("esync --late-memory: rank %d has no memory keys (%d workers)"
                               % (self.channel.rank, len(self.memory_keys)))
@@ -406,12 +409,19 @@ class ESync(RoundMembers, ProgramMode):
 
     def _add_memories(self, effect):
         """Add each memory the keeper's READY names, times share x m (the push is scaled by ε/m like the
-        shares), to ``_sends``; a memory is pulled once per version (the round its delta entered)."""
+        shares), to ``_sends``; a memory is pulled once per version (the round its delta entered).
+
+        The late device pushes its memory before it says done in that round, so once the round is over
+        the memory is on the servers. A keeper that was not a member of that round (it rejoined since,
+        or was itself late then) cannot know it is: it waits for the round first, or it would keep
+        the device's previous memory under the new version."""
         factor = effect.memory_share * effect.members
         t0 = self.clock()
         for rank, version in zip(effect.memory[0::2], effect.memory[1::2]):
             have = self._memory_cache.get(rank)
             if have is None or have[0] != version:
+                if version not in self._rounds_over:
+                    self.client.round_wait(version, timeout=ROUND_WAIT_S)
                 arrays = have[1] if have is not None else [mx.nd.zeros(d.shape, ctx=d.context, dtype=d.dtype)
                                                            for d in self._sends]
                 self.channel.pull(self.memory_keys[rank], arrays)

@@ -296,6 +296,7 @@ class Simulation:
         self.members = None        # a mxhet.sim.members.MemberScores: members and global model at every round
         self.deadline_log = []     # --round-deadline: (slot, round, share) of every delta pushed
         self.late_memory = {}      # --late-memory: the servers' memory keys, rank -> (round, arrays)
+        self.memory_landed = {}    # rank -> the event a keeper waiting for that rank's next memory push waits on
         if job.mode_options.get("late_memory"):   # each worker's memory pushes and pulls, as on the cluster
             for dev in devices:
                 dev.stats.late_memory = {"pushes": 0, "pulls": 0}

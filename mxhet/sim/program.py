@@ -682,6 +682,9 @@ def _remember(sim, dev, round_, deltas):
     t0 = sim.env.now
     yield sim.env.timeout(net.transfer(dev.slot, size, len(deltas)))
     sim.late_memory[dev.rank] = (round_, None if sim.replaying else [d.copy() for d in deltas])
+    landed = sim.memory_landed.pop(dev.rank, None)
+    if landed is not None:
+        landed.succeed()
     yield sim.env.timeout(net.message(dev.slot))   # the servers' answer: applied
     sim.blocked(dev, t0, sync=True)
     dev.stats.bytes_pushed += size
@@ -700,17 +703,22 @@ def _memory_count(dev, what):
 def _recall(sim, dev, round_, memory):
     """``--late-memory``, the keeper of round ``round_``: the remembered deltas ``memory``
     names (rank, version, ...), each pulled from the servers once per version (its
-    copies kept in ``dev.memory_cache``). Returns their arrays, by rank."""
+    copies kept in ``dev.memory_cache``). Returns their arrays, by rank.
+
+    A memory named before its push landed (the keeper was no member of the round the delta
+    entered) is waited for, as the cluster's keeper waits for that round to be over
+    (:meth:`mxhet.modes.esync.ESync._add_memories`)."""
     net = sim.job.network
     out = []
     for rank, version in zip(memory[0::2], memory[1::2]):
         have = dev.memory_cache.get(rank)
         if have is None or have[0] != version:
             t0 = sim.env.now
+            while sim.late_memory.get(rank, (-1,))[0] < version:
+                landed = sim.memory_landed.setdefault(rank, sim.env.event())
+                yield landed
             yield sim.env.timeout(net.message(dev.slot))   # the pull's request reaches the servers
-            stored = sim.late_memory.get(rank)
-            if stored is None:   # never pushed (cannot happen: the State Server names pushed memories)
-                raise ConfigError("late memory of rank %d (round %d) is not on the servers" % (rank, version))
+            stored = sim.late_memory[rank]
             size = nbytes(dev.weights())
             yield sim.env.timeout(net.transfer(dev.slot, size, len(dev.weights())))
             have = dev.memory_cache[rank] = (stored[0], None if stored[1] is None else

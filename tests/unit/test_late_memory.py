@@ -136,3 +136,91 @@ def test_a_memory_list_that_is_not_integer_pairs_is_refused_naming_the_field(bad
 
 def test_a_pair_list_decodes_as_the_tuple_it_was():
     assert wire.check_pairs("memory", [2, 7, 3, 5]) == (2, 7, 3, 5)
+
+
+# -- the keeper's pull, on both engines ----------------------------------------------------------------
+
+def _cluster_keeper(rounds_over, calls):
+    """An ESync worker as the round's keeper, with a channel and a State Server client that record their calls."""
+    from types import SimpleNamespace
+
+    import mxnet as mx
+    from mxhet.modes.esync import ESync
+
+    class Channel:
+        def pull(self, keys, outs):
+            calls.append(("pull", list(keys)))
+            for out in outs:
+                out[:] = 2.0
+
+    class Client:
+        def round_wait(self, round_, timeout=None):
+            calls.append(("wait", round_))
+            return True
+
+    keeper = object.__new__(ESync)
+    keeper.channel, keeper.client, keeper.clock = Channel(), Client(), lambda: 0.0
+    keeper.memory_keys = [[100, 101], [200, 201]]
+    keeper._memory_cache, keeper._rounds_over = {}, set(rounds_over)
+    keeper._sends = [mx.nd.zeros((2,)), mx.nd.zeros((3,))]
+    keeper.stats = SimpleNamespace(late_memory={"pushes": 0, "pulls": 0}, sync_s=0.0)
+    return keeper
+
+
+def _memory_effect(rank, version):
+    from types import SimpleNamespace
+    return SimpleNamespace(memory=(rank, version), memory_share=0.25, members=2)
+
+
+def test_a_keeper_that_was_no_member_of_the_memorys_round_waits_for_it_before_the_pull():
+    calls = []
+    keeper = _cluster_keeper(rounds_over={3, 4}, calls=calls)
+    keeper._add_memories(_memory_effect(1, 5))   # rank 1's delta entered round 5, which this keeper missed
+    assert calls == [("wait", 5), ("pull", [200, 201])]
+    assert [d.asnumpy().tolist() for d in keeper._sends] == [[1.0, 1.0], [1.0, 1.0, 1.0]]   # 2 x 0.25 x 2
+    calls.clear()
+    keeper._add_memories(_memory_effect(1, 5))   # the same version: its copy, no pull and no wait
+    assert calls == [] and keeper.stats.late_memory["pulls"] == 1
+
+
+def test_a_keeper_that_was_a_member_of_the_memorys_round_pulls_at_once():
+    calls = []
+    keeper = _cluster_keeper(rounds_over={5}, calls=calls)
+    keeper._add_memories(_memory_effect(1, 5))
+    assert calls == [("pull", [200, 201])]
+
+
+def test_the_simulated_keeper_waits_for_a_memory_named_before_its_push_landed():
+    """The simulator's keeper, named rank 1's memory of round 5 while rank 1's push of it is still on
+    its link (an older memory, of round 2, on the servers), pulls the one of round 5 once it landed."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import simpy
+
+    from mxhet.sim import program
+
+    env = simpy.Environment()
+    net = SimpleNamespace(message=lambda slot: 0.001, transfer=lambda slot, size, keys=1: 0.01)
+    sim = SimpleNamespace(env=env, job=SimpleNamespace(network=net), replaying=False, memory_log=[],
+                          late_memory={1: (2, [np.full(2, 2.0)])}, memory_landed={},
+                          blocked=lambda dev, since, sync=False, query=False: None)
+    stats = SimpleNamespace(late_memory=None, bytes_pulled=0, bytes_pushed=0)
+    keeper = SimpleNamespace(slot=0, rank=0, memory_cache={}, stats=stats, weights=lambda: [np.zeros(2)])
+    late = SimpleNamespace(slot=1, rank=1, stats=SimpleNamespace(late_memory=None, bytes_pushed=0))
+    got = []
+
+    def keeper_run():
+        got.append((yield from program._recall(sim, keeper, 6, (1, 5))))
+        got.append(env.now)
+
+    def late_run():
+        yield env.timeout(0.5)
+        yield from program._remember(sim, late, 5, [np.full(2, 5.0)])
+
+    env.process(keeper_run())
+    env.process(late_run())
+    env.run()
+    (arrays,), when = got
+    assert arrays[0].tolist() == [5.0, 5.0] and when > 0.5
+    assert keeper.memory_cache[1][0] == 5 and sim.memory_log[-1] == (0, 6, "pull", 1, 5)

@@ -300,3 +300,48 @@ def test_the_state_server_names_the_chief_in_the_finish_reply():
     service.handle(m.Bye(rank=0, seq=2), now=0.1, sender=0)   # rank 0 is gone (a goodbye, as good as a death)
     reply = service.handle(m.RoundFinish(rank=1, seq=2), now=0.2, sender=1)
     assert isinstance(reply, m.FinishedReply) and reply.chief == 1
+
+
+def test_a_non_member_waiting_for_a_round_is_answered_once_every_member_is_done():
+    # ESync's --late-memory keeper that was no member of the round a late delta entered waits for it
+    r = RoundRendezvous(range(3))
+    r.name(0, {0, 1})
+    r.enter(0, 0, "a")
+    r.enter(1, 0, "b")
+    assert r.wait(2, 0, "w") == []          # entry closed, no push in yet
+    assert r.done(0, 0, "a") == []
+    got = r.done(1, 0, "b")
+    assert [(rank, token) for rank, token, _ in got] == [(0, "a"), (1, "b"), (2, "w")]
+    assert set(answers(got).values()) == {Done(0, complete=True)}
+    # a round that is over, or one this rendezvous never saw (a State Server restarted since), is answered at once
+    assert r.wait(2, 0, "w2") == [(2, "w2", Done(0, complete=True))]
+    assert r.wait(2, 7, "w3") == [(2, "w3", Done(7, complete=True))]
+
+
+def test_a_wait_for_a_round_whose_member_died_says_it_is_incomplete():
+    r = RoundRendezvous(range(3))
+    r.name(0, {0, 1})
+    r.enter(0, 0, "a")
+    r.enter(1, 0, "b")
+    r.done(0, 0, "a")
+    assert r.wait(2, 0, "w") == []
+    got = r.depart(1, "died")
+    assert answers(got) == {0: Done(0, complete=False), 2: Done(0, complete=False)}
+    assert r.wait(0, 0, "x") == [(0, "x", Done(0, complete=False))]
+
+
+def test_a_wait_for_a_round_nobody_pushed_to_before_every_member_died_is_answered_at_once():
+    r = RoundRendezvous(range(3), min_workers=1)
+    r.name(0, {1})
+    r.enter(1, 0, "b")
+    r.depart(1, "died")
+    assert r.wait(0, 0, "w") == [(0, "w", Done(0, complete=False))]
+
+
+def test_a_failed_job_fails_the_waiters_too():
+    r = RoundRendezvous(range(2), min_workers=2)
+    r.name(0, {0})
+    r.enter(0, 0, "a")
+    assert r.wait(1, 0, "w") == []
+    got = r.depart(0, "died")
+    assert {rank for rank, _, answer in got if isinstance(answer, TooFewWorkers)} == {1}

@@ -509,3 +509,22 @@ def test_a_round_length_of_zero_or_one_answers_as_the_deadline_alone(length):
     plain = _script(_service(4.0))
     assert _script(_length_service(4.0, length)) == plain
     assert sum(1 for a in plain[:-2] if a is not None and a[0]) == 24   # the fast devices: READY every iteration
+
+
+def test_a_device_no_member_of_a_round_can_wait_for_its_pushes_through_the_state_server():
+    # --late-memory: a keeper that was no member of the round a late delta entered waits for that round
+    # before it pulls the memory (pushed before the late device says done)
+    svc = _service(4.0)
+    _test_batches(svc, {0: 0.01, 1: 0.01, 2: 1.17})
+    assert _q(svc, 0, 3, 0, 1, 0.01, 0.01).ready and _q(svc, 1, 3, 0, 1, 0.01, 0.01).ready
+    enter = [svc.handle(m.RoundEnter(rank=r, seq=4, round=0, want_stop=False), 0.02, sender=r) for r in (0, 1)]
+    assert enter[0] is None and enter[1].target == 2
+    svc.released.clear()
+    assert svc.handle(m.RoundWait(rank=2, seq=4, round=0), 0.03, sender=2) is None
+    assert svc.handle(m.RoundDone(rank=0, seq=5, round=0), 0.04, sender=0) is None
+    own = svc.handle(m.RoundDone(rank=1, seq=5, round=0), 0.05, sender=1)
+    assert own.ready and own.round == 0
+    released = {rank: reply for rank, reply in svc.released}
+    assert set(released) == {0, 2} and released[2].ready and released[2].seq == 4
+    # the round is over: a later wait is answered at once
+    assert svc.handle(m.RoundWait(rank=2, seq=5, round=0), 0.06, sender=2).ready
