@@ -190,6 +190,10 @@ def build_parser():
             "in its run directory; --resume continues it with the same final model (default %(default)s; 0: none)",
             "keep simulator runs already finished in --out with the same command, and continue a simulator run "
             "from its checkpoint (a long bench stopped part-way goes on where it was; see docs/bench.md)")
+        e.add_argument("--report-only", action="store_true",
+                       help="run and score nothing: write the JSON, report and figures from the simulator runs "
+                            "finished and confirmed in --out (the others are listed as not finished), e.g. "
+                            "to commit a bench that goes on over several sessions")
     return p
 
 
@@ -234,12 +238,18 @@ def run_paper_experiment(args):
         if args.experiment == suite.SWEEP and not preset.lr_sweep:
             raise ConfigError("preset %s has no learning-rate sweep; use --preset paper-sim-open" % preset.name)
         out = args.out or os.path.join("runs", "bench-%s" % preset.name)
+        if args.report_only and (args.engine or preset.engine) != "sim":
+            raise ConfigError("--report-only reports simulator runs (the cluster's are never kept); "
+                              "use --engine sim or a simulator preset")
+        from .confirm import recorded
+        from .runner import not_run
         started = time.time()
         result = suite.run_suite(experiments, preset, profile, out, models=model_list, modes=mode_list,
                                  budget=args.time_budget, seed=args.seed, seeds=seed_list,
-                                 command=["mxhet-bench"] + sys.argv[1:],
-                                 engine=args.engine, jobs=args.jobs, resume=args.resume,
-                                 checkpoint_every_min=args.checkpoint_every_min)
+                                 command=["mxhet-bench"] + args.argv,
+                                 engine=args.engine, jobs=args.jobs, resume=args.resume or args.report_only,
+                                 checkpoint_every_min=args.checkpoint_every_min,
+                                 **(dict(run=not_run, confirm_fn=recorded) if args.report_only else {}))
     except ConfigError as exc:
         print("mxhet-bench: error: %s" % exc, file=sys.stderr)
         return 2
@@ -248,8 +258,9 @@ def run_paper_experiment(args):
         print(f.read())
     print("wrote (in %.0f min): %s" % ((time.time() - started) / 60, ", ".join(result.files)))
     if result.failures:
-        print("%d run(s) failed; see the report's last section" % result.failures, file=sys.stderr)
-    return 1 if result.failures else 0
+        print("%d run(s) %s; see the report's last section"
+              % (result.failures, "not finished" if args.report_only else "failed"), file=sys.stderr)
+    return 1 if result.failures and not args.report_only else 0
 
 
 def _fmt_time(t):
@@ -343,8 +354,8 @@ def run_demo(args):
         record.update(variant=variant, curve_time_to_target_s=record["time_to_target_s"],
                       time_to_target_s=confirmation["time_to_target_s"], confirmation=confirmation)
         records.append(record)
-    result = {"experiment": "demo", "command": sys.argv, "machine": machine_info(),
-              "provenance": provenance(["mxhet-bench"] + sys.argv[1:], seeds=[args.seed]),
+    result = {"experiment": "demo", "command": ["mxhet-bench"] + args.argv, "machine": machine_info(),
+              "provenance": provenance(["mxhet-bench"] + args.argv, seeds=[args.seed]),
               "profile": {"slowdown": list(args.slowdown), "contexts": ["cpu"] * len(args.slowdown)},
               "target_accuracy": args.target_accuracy, "seed": args.seed, "runs": records,
               "failures": failures, "started_unix": started}
@@ -388,8 +399,8 @@ def run_epsilon(args):
         rows.append([eps, record["compute_ratio"], record["sync_wait_per_round_s"], record["rounds"][0],
                      record["local_iters_mean"], record["final_accuracy"]])
     with open(os.path.join(args.out, "epsilon.json"), "w") as f:
-        json.dump({"experiment": "epsilon", "command": sys.argv, "machine": machine_info(),
-                   "provenance": provenance(["mxhet-bench"] + sys.argv[1:], seeds=[args.seed]),
+        json.dump({"experiment": "epsilon", "command": ["mxhet-bench"] + args.argv, "machine": machine_info(),
+                   "provenance": provenance(["mxhet-bench"] + args.argv, seeds=[args.seed]),
                    "profile": {"slowdown": list(args.slowdown)}, "runs": runs, "failures": failures}, f, indent=1)
     print("\neps (s)  compute ratio per device  push/pull wait per round (ms)  rounds  n_i per device  final acc")
     for eps, ratio, wait, rounds, n_i, acc in rows:
@@ -400,11 +411,11 @@ def run_epsilon(args):
     return 1 if failures else 0
 
 
-def _write(out, name, payload, seeds=()):
+def _write(out, name, payload, argv, seeds=()):
     path = os.path.join(out, name)
     with open(path, "w") as f:
-        json.dump(dict(payload, command=sys.argv, machine=machine_info(),
-                       provenance=provenance(["mxhet-bench"] + sys.argv[1:], seeds=seeds)), f, indent=1)
+        json.dump(dict(payload, command=["mxhet-bench"] + argv, machine=machine_info(),
+                       provenance=provenance(["mxhet-bench"] + argv, seeds=seeds)), f, indent=1)
     return path
 
 
@@ -435,7 +446,7 @@ def run_acks(args):
             runs.append(record)
             rows.append(record)
     path = _write(args.out, "acks.json", {"experiment": "acks", "profile": {"slowdown": list(args.slowdown)},
-                                          "runs": runs, "failures": failures}, seeds=[args.seed])
+                                          "runs": runs, "failures": failures}, args.argv, seeds=[args.seed])
     print("\nack       delay  compute ratio per device  blocked per round (ms)  aborted   rounds  final acc")
     for r in rows:
         print("%-9s %3g ms  %-25s %-23s %-9s %-7d %.4f" % (
@@ -480,7 +491,7 @@ def run_dynamic(args):
                        "slowest_slot": slot_of.get(workers[0]["round_slowest"][t])})
     path = _write(args.out, "dynamic.json", {"experiment": "dynamic", "schedule": args.schedule,
                                              "profile": {"slowdown": list(args.slowdown)}, "rounds": rounds,
-                                             "run": run_record(summary)}, seeds=[args.seed])
+                                             "run": run_record(summary)}, args.argv, seeds=[args.seed])
     print("\nschedule %s, base slowdown %s" % (args.schedule, ",".join("%g" % f for f in args.slowdown)))
     print(format_dynamic(rounds, args.window))
     print("results: %s" % path)
@@ -516,7 +527,7 @@ def run_control_plane(args):
         return 2
     result = control_plane.run_experiment(configs, args.out, baseline=args.baseline, profile_registered=profile,
                                           profile_duration=args.profile_duration, repeat=args.repeat,
-                                          command=["mxhet-bench"] + sys.argv[1:])
+                                          command=["mxhet-bench"] + args.argv)
     print(control_plane.format_report(result))
     print("results: %s" % ", ".join(os.path.join(args.out, "control-plane." + x) for x in ("json", "md")))
     return 1 if result["failures"] else 0
@@ -544,7 +555,7 @@ def run_validate_sim(args):
         print("mxhet-bench: error: %s" % exc, file=sys.stderr)
         return 2
     result = validate.run(chosen, modes, args.model, args.time_budget, args.base_iter, args.out, seed=args.seed,
-                          lr=args.lr, command=["mxhet-bench"] + sys.argv[1:], log=tqdm.write)
+                          lr=args.lr, command=["mxhet-bench"] + args.argv, log=tqdm.write)
     with open(os.path.join(args.out, "validate-sim.md")) as f:
         print(f.read())
     return 0 if result["agree"] else 1

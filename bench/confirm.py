@@ -111,6 +111,18 @@ def _write(path, obj):
     os.replace(tmp, path)
 
 
+def recorded(run_dir, summary):
+    """``--report-only``'s confirmation: the one the run recorded, else an error (scoring costs CPU).
+
+    Raises:
+        ConfigError: when the run has no confirmation of its own yet.
+    """
+    record = load(run_dir, summary)
+    if record is None:
+        raise ConfigError("%s finished but is not confirmed yet (--report-only scores nothing)" % run_dir)
+    return record
+
+
 def load(run_dir, summary=None):
     """The run's confirmation record, or None when there is none or it belongs to another run
     (a run made again since: its curve differs)."""

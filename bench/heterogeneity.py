@@ -58,7 +58,9 @@ import time
 from mxhet.errors import ConfigError
 
 from . import aggregation, presets, profiles, report, runner, stats
+from .confirm import recorded as recorded_confirmation   # (--report-only)
 from .provenance import ROOT, provenance
+from .runner import not_run   # (--report-only)
 
 PRESET = "paper-sim-open"
 PROFILES = {
@@ -264,25 +266,6 @@ def predict(planned, preset, costs, budget=None):
         rows.append({"run": name, "profiles": profs, "iterations": iterations, "snapshots": snapshots,
                      "cpu_s": cpu})
     return rows
-
-
-def not_run(spec, run_dir, desc, position, leave):
-    """``--report-only``'s runner: a run not finished in ``--out`` is reported, not started."""
-    from .runner import JobFailed
-    raise JobFailed("not finished yet (--report-only runs nothing)")
-
-
-def recorded_confirmation(run_dir, summary):
-    """``--report-only``'s confirmation: the one the run recorded, else an error (scoring costs CPU).
-
-    Raises:
-        ConfigError: when the run has no confirmation of its own yet.
-    """
-    from .confirm import load
-    record = load(run_dir, summary)
-    if record is None:
-        raise ConfigError("%s finished but is not confirmed yet (--report-only scores nothing)" % run_dir)
-    return record
 
 
 # -- results --------------------------------------------------------------------------------------------

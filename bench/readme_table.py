@@ -83,6 +83,20 @@ def _cells(result, model):
             over_best + (" (%s)" % VARIANT_NAMES.get(best, best) if best else "")]
 
 
+def _certainty(row, loss):
+    """How sure a loss is: nothing to add where its interval excludes a tie; otherwise whether the
+    intervals hold it or a side has one seed, and so no interval."""
+    if loss["significant"]:
+        return ""
+    if loss["on"] == "time to target":
+        one_seed = loss["speedup"].get("low") is None
+    else:
+        variants = row.get("variants", {})
+        one_seed = any(variants.get(v, {}).get("final_accuracy", {}).get("n", 0) < 2
+                       for v in ("esync", loss["variant"]))
+    return ", no interval (a side has one seed)" if one_seed else ", within the 95% intervals"
+
+
 def _losses(results):
     """"Where ESync loses" lines, from every division's Table 1."""
     lines = []
@@ -102,7 +116,7 @@ def _losses(results):
                 else:
                     text = "%s: %s ends more accurate (%.3f against ESync's %.3f)" % (
                         name, what, x["other"], x["esync"])
-                found.append(text + ("" if x["significant"] else ", within the 95% intervals"))
+                found.append(text + _certainty(row, x))
         if found:
             text = "; ".join(found)
         elif not any("esync" in row.get("variants", {}) for row in result["rows"]):

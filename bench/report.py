@@ -219,7 +219,7 @@ def _stopping_line(result):
         text.append("A snapshot waits until the devices ran %d real iterations since the last one, so that "
                     "scoring does not outweigh training where iterations are few." % result["eval_min_iterations"])
     resumed = result.get("resumed_runs") or []
-    if resumed and len(resumed) >= len(result["runs"]):
+    if _ran_none(result):
         text.append("Every run was kept from earlier benches (`--resume`); this invocation ran none and only "
                     "wrote the results.")
     elif result.get("suite_wall_s"):
@@ -256,7 +256,8 @@ def _header(result):
     lines += ["Command: `%s`" % " ".join(os.path.basename(a) if i == 0 else a
                                         for i, a in enumerate(result["command"])),
              "",
-             "Machine: %s, %s cores, %d GPU(s), MXNet %s, Python %s." % (
+             "Machine%s: %s, %s cores, %d GPU(s), MXNet %s, Python %s." % (
+                 " (that wrote these results; it ran none of the runs)" if _ran_none(result) else "",
                  m["cpu"], m["cores"], m["gpus"], m["mxnet"], m["python"]),
              "",
              "Profile `%s` (%d devices, slowdown per device): %s. Batch %d, plain SGD, seed(s) %s, %.0f s of "
@@ -372,12 +373,18 @@ def _runs_table(result):
                    "samples/s", "MB/s", "compute ratio per device", "local iterations per round"], rows)
 
 
+def _ran_none(result):
+    """True when the invocation only wrote the results of runs kept from earlier benches."""
+    resumed = result.get("resumed_runs") or []
+    return bool(resumed) and len(resumed) >= len(result["runs"])
+
+
 def _failures(results):
     lines = []
     for name, result in results.items():
         for f in result["failures"]:
-            lines.append("- %s: `%s-%s-%s` failed: %s" % (name, f["model"], f["mode"], f["dist"],
-                                                          f["error"].splitlines()[0][:300]))
+            run = f.get("run") or "%s-%s-%s" % (f["model"], f["mode"], f["dist"])   # (JSONs before the name)
+            lines.append("- %s: `%s` failed: %s" % (name, run, f["error"].splitlines()[0][:300]))
     return lines
 
 

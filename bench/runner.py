@@ -99,6 +99,11 @@ class JobFailed(RuntimeError):
     """A job exited non-zero or wrote no summary."""
 
 
+def not_run(spec, run_dir, desc, position, leave):
+    """``--report-only``'s runner: a run not finished in ``--out`` is reported, not started."""
+    raise JobFailed("not finished yet (--report-only runs nothing)")
+
+
 class Interrupted(BaseException):
     """The bench was stopped while this job ran (its process was ended)."""
 

@@ -521,7 +521,7 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
             if k in records:
                 summary, spec, run_dir = records[k]
                 runs.append(dict(record_of(summary, k, spec, calibration[k.model], run_dir, out), key=run_name(k)))
-        fails = [{"model": k.model, "mode": k.mode, "dist": k.dist, "error": failures[k]}
+        fails = [{"model": k.model, "mode": k.mode, "dist": k.dist, "run": run_name(k), "error": failures[k]}
                  for k in planned[name] if k in failures]
         result = dict(common, experiment=name, runs=runs, failures=fails)
         result.update(report.derived(name, result))

@@ -462,3 +462,41 @@ def test_figure_3_averages_the_seeds_of_a_variant_on_their_common_times():
     assert list(t) == [0, 5, 10, 15]                      # up to the shorter run's end
     assert list(mean) == pytest.approx([0.2, 0.4, 0.55, 0.7]) and list(low) == pytest.approx([0.1, 0.3, 0.5, 0.7])
     assert list(high) == pytest.approx([0.3, 0.5, 0.6, 0.7])
+
+
+def test_report_only_writes_the_table_from_the_finished_runs_and_names_the_others(tmp_path, capsys, monkeypatch):
+    """A bench that goes on over sessions is committed part-way with ``--report-only``: the finished and
+    confirmed runs make the table, the others are listed by their run names (seeds included), none starts."""
+    from bench import confirm
+
+    out = str(tmp_path / "closed")
+
+    def finished(spec, run_dir, desc, position, leave):   # a simulator run as it leaves its directory
+        os.makedirs(run_dir, exist_ok=True)
+        summary = dict(_seeded_summary(spec), sim={"wall_s": 1.0, "command": ["python", "-m", "mxhet.sim"]
+                                                   + spec.launch_argv(run_dir)[3:]})
+        with open(os.path.join(run_dir, "summary.json"), "w") as f:
+            json.dump(summary, f)
+        return summary
+
+    def confirmed(run_dir, summary):
+        record = confirm.confirm(summary, lambda i: summary["curve"][i][1])
+        confirm._write(os.path.join(run_dir, confirm.FILE), record)
+        return record
+
+    suite.run_suite(("table1",), presets.get("paper-sim"), profiles.load("paper-sim"), out, models=("resnet18_v1",),
+                    modes=("esync", "local"), seeds=(0,), run=finished, confirm_fn=confirmed, log=lambda *_: None)
+    os.remove(os.path.join(out, "runs", "resnet18_v1-local-iid", confirm.FILE))   # finished, not confirmed
+    monkeypatch.setattr(suite, "run_with_bar", lambda *a, **k: pytest.fail("--report-only started a run"))
+    assert cli.main(["table1", "--preset", "paper-sim", "--models", "resnet18_v1", "--modes", "esync,local",
+                     "--seeds", "0,1", "--report-only", "--out", out]) == 0
+    assert "3 run(s) not finished" in capsys.readouterr().err   # both seed-1 runs, the unconfirmed one
+    table = json.load(open(os.path.join(out, "table1.json")))
+    assert [(r["mode"], r["seed"]) for r in table["runs"]] == [("esync", 0)]
+    assert table["provenance"]["command"][-3:] == ["--report-only", "--out", out]
+    text = open(os.path.join(out, "report.md")).read()
+    assert "`resnet18_v1-esync-iid-seed1` failed: JobFailed: not finished yet" in text
+    assert "`resnet18_v1-local-iid` failed: ConfigError:" in text and "not confirmed yet" in text
+    assert "Machine (that wrote these results; it ran none of the runs):" in text
+    assert cli.main(["table1", "--preset", "cpu", "--report-only", "--out", out]) == 2   # cluster runs are not kept
+    assert "--report-only reports simulator runs" in capsys.readouterr().err

@@ -176,6 +176,20 @@ def test_the_slow_devices_block_follows_the_heterogeneity_json(tmp_path):
     assert _numbers(text) - allowed <= {"2026", "11", "28"}   # and the date
 
 
+def test_a_loss_says_whether_its_intervals_hold_it_or_a_side_has_one_seed():
+    speed = {"value": 0.45, "low": None, "high": None}
+    row = {"variants": {"esync": {"final_accuracy": {"n": 1}}, "local": {"final_accuracy": {"n": 3}}}}
+    time_loss = {"variant": "local", "on": "time to target", "speedup": speed, "significant": False}
+    accuracy_loss = {"variant": "local", "on": "final accuracy", "esync": 0.876, "other": 0.888, "significant": False}
+    assert readme_table._certainty(row, time_loss) == ", no interval (a side has one seed)"
+    assert readme_table._certainty(row, accuracy_loss) == ", no interval (a side has one seed)"
+    three = {"variants": {v: {"final_accuracy": {"n": 3}} for v in ("esync", "local")}}
+    assert readme_table._certainty(three, dict(time_loss, speedup=dict(speed, low=0.3, high=1.2))) == \
+        ", within the 95% intervals"
+    assert readme_table._certainty(three, accuracy_loss) == ", within the 95% intervals"
+    assert readme_table._certainty(three, dict(accuracy_loss, significant=True)) == ""
+
+
 def test_a_readme_without_the_block_is_an_error(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# no table here\n")
