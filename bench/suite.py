@@ -342,6 +342,21 @@ def finished_run(spec, run_dir):
     return summary
 
 
+def stamp_provenance(run_dir, summary, spec):
+    """Record in a run just finished where it was made: the commit, date and machine that finished it (a run
+    resumed from a checkpoint may have started on others), its command and seed, in its ``summary.json``
+    (and in ``summary``); nothing where the run wrote no summary file."""
+    from .provenance import provenance
+    path = os.path.join(run_dir, "summary.json")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        written = json.load(f)
+    record = provenance(command=spec.launch_argv(run_dir), seeds=[spec.seed], contexts=spec.contexts)
+    summary["provenance"] = written["provenance"] = record
+    write_json(path, written)
+
+
 def execute(keys, spec_for, out, run=run_with_bar, jobs=1, resume=False, confirm_fn=None, name=run_name):
     """Run every key once; returns ``(records, failures)``, both keyed by RunKey.
 
@@ -376,6 +391,7 @@ def execute(keys, spec_for, out, run=run_with_bar, jobs=1, resume=False, confirm
                 summary = finished_run(spec, run_dir) if resume else None
                 if summary is None:
                     summary = run(spec, run_dir, name(key).ljust(width), row, False)
+                    stamp_provenance(run_dir, summary, spec)
                 if confirm_fn is not None:
                     summary["confirmation"] = confirm_fn(run_dir, summary)
                 with lock:

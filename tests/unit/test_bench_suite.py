@@ -500,3 +500,33 @@ def test_report_only_writes_the_table_from_the_finished_runs_and_names_the_other
     assert "Machine (that wrote these results; it ran none of the runs):" in text
     assert cli.main(["table1", "--preset", "cpu", "--report-only", "--out", out]) == 2   # cluster runs are not kept
     assert "--report-only reports simulator runs" in capsys.readouterr().err
+
+
+def test_a_finished_run_records_its_provenance_and_a_kept_one_is_left_as_it_was(tmp_path):
+    from bench.runner import JobSpec
+
+    spec = JobSpec(mode="esync", slowdowns=(10, 1), engine="sim", seed=2)
+    key = suite.RunKey("resnet18_v1", "esync", "iid", 2)
+    out = str(tmp_path)
+
+    def finished(spec_, run_dir, desc, position, leave):
+        os.makedirs(run_dir, exist_ok=True)
+        summary = {"final_accuracy": 0.8, "time_to_target_s": None, "train_time_s": 1.0,
+                   "sim": {"wall_s": 1.0, "command": ["python", "-m", "mxhet.sim"] + spec_.launch_argv(run_dir)[3:]}}
+        with open(os.path.join(run_dir, "summary.json"), "w") as f:
+            json.dump(summary, f)
+        return dict(summary, command=["not", "in", "the", "file"])
+
+    records, failures = suite.execute([key], lambda k: spec, out, run=finished, name=lambda k: "run")
+    assert not failures
+    written = json.load(open(os.path.join(out, "runs", "run", "summary.json")))
+    prov = written["provenance"]
+    assert prov["seeds"] == [2] and prov["command"] == spec.launch_argv(os.path.join(out, "runs", "run"))
+    assert prov["date"] and {"cpu", "cores", "mxnet", "python"} <= set(prov["machine"])
+    assert "command" not in written and records[key][0]["provenance"] == prov   # the file keeps its own keys
+    del written["provenance"]
+    with open(os.path.join(out, "runs", "run", "summary.json"), "w") as f:
+        json.dump(written, f)
+    records, _ = suite.execute([key], lambda k: spec, out, run=finished, resume=True, name=lambda k: "run")
+    assert records[key][0]["resumed"] and "provenance" not in json.load(open(os.path.join(out, "runs", "run",
+                                                                                        "summary.json")))
