@@ -403,6 +403,29 @@ def verdict(recommended, best):
     return dict(out, text=text)
 
 
+def capacity_bound(profile_key):
+    """How much faster than Sync over the fast devices alone a job can be that also uses the slow ones'
+    capacity, at the same cost per sample: the profile's total throughput over its fast devices'
+    (sum of 1/slowdown over the devices, over the number of fastest ones): 1.1 at 10x (10, 10, 1, 1), 1.004
+    at 117x, 1.5 at 2x."""
+    slowdowns = PROFILES[profile_key].slowdowns
+    fastest = min(slowdowns)
+    return sum(fastest / s for s in slowdowns) / fast_devices(profile_key)
+
+
+def capacity(recommended, fast_only, profile_key):
+    """Recommended ESync against Sync over the fast devices only: ``speedup`` (:func:`bench.report.speedup_over`),
+    the ``bound`` (:func:`capacity_bound`) and ``of_bound``, the measured speedup over the bound (None
+    without both runs). Above 1 the gain is more than the slow devices' capacity: it also comes from
+    exchanging less often than Sync's every step."""
+    bound = capacity_bound(profile_key)
+    if not recommended or not fast_only:
+        return {"bound": bound, "speedup": None, "of_bound": None}
+    sp = report.speedup_over(recommended, fast_only)
+    return {"bound": bound, "speedup": sp,
+            "of_bound": sp["value"] / bound if sp["kind"] == "measured" and sp["value"] is not None else None}
+
+
 def _significance(sp, sign):
     if sp["low"] is None:
         return " (no interval: a side has one seed)"
@@ -429,10 +452,11 @@ def cells(rows):
                 variants[v] = dict(report.cell(runs), sweep=sweep,
                                    best_lr=sweep["best_lr"] if sweep else lrs.pop() if len(lrs) == 1 else None)
         best = best_alternative(rows, model, profile, dist)
+        recommended = cell_runs(rows, model, profile, dist, "recommended")
         out.append({"model": model, "norm": norm, "profile": profile, "dist": dist, "variants": variants,
                     "best_alternative": best,
-                    "verdict": verdict(cell_runs(rows, model, profile, dist, "recommended"),
-                                       cell_runs(rows, model, profile, dist, best) if best else [])})
+                    "capacity": capacity(recommended, cell_runs(rows, model, profile, dist, "fast-only"), profile),
+                    "verdict": verdict(recommended, cell_runs(rows, model, profile, dist, best) if best else [])})
     return out
 
 
@@ -534,6 +558,7 @@ def markdown(doc):
                 "%.0f" % (sum(walls) / len(walls)) if walls else "—"))
         lines += ["", "Recommended against the best alternative (%s): %s" % (
             c["best_alternative"] or "none", c["verdict"]["text"]), ""]
+        lines += [_capacity_line(c), ""]
     if doc.get("figure"):
         lines += ["## Time to %.2f against the degree of heterogeneity" % TARGET, "",
                   "One panel per model and split, one line per variant: the mean over seeds with its 95% "
@@ -543,6 +568,22 @@ def markdown(doc):
     lines += ["## Failed or unfinished runs (this invocation)", ""]
     lines += ["- `%s`: %s" % (f["run"], f["error"].splitlines()[0][:300]) for f in doc["failures"]] or ["None."]
     return "\n".join(lines) + "\n"
+
+
+def _capacity_line(cell):
+    """The slow devices' capacity: recommended ESync against Sync over the fast devices only, and the bound."""
+    cap = cell.get("capacity") or {"bound": capacity_bound(cell["profile"]), "speedup": None}
+    head = ("Against Sync over the fast devices only: the slow devices add %.3gx the fast ones' throughput, the "
+            "bound on the speedup at the same cost per sample" % cap["bound"])
+    sp = cap["speedup"]
+    if sp is None:
+        return head + "; not measured (a side has no run)."
+    text = "%s; measured %s%s" % (head, stats.format_speedup(sp), _significance(sp, 1))
+    if cap.get("of_bound") is not None:
+        text += ", %.2f of the bound%s" % (
+            cap["of_bound"], " (beyond it: the gain also comes from exchanging less often than Sync's every step)"
+            if cap["of_bound"] > 1 else "")
+    return text + "."
 
 
 def write(out, doc):

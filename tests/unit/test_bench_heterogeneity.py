@@ -133,6 +133,9 @@ def test_whole_bench_on_fake_runs_writes_fields_best_alternative_verdict_report_
     assert "## resnet18_v1, 117x, iid" in text and "standalone (best alternative)" in text
     assert "**no later**" in text and "**later** by 3." in text and "`%s`" % " ".join(presets.RECOMMENDED_ARGS) in text
     assert "not reached (0/1" in text          # DC-ASGD at 117x
+    assert cells[(2, "iid")]["capacity"]["bound"] == pytest.approx(1.5)
+    assert cells[(2, "iid")]["capacity"]["speedup"]["value"] == pytest.approx(11 / 14)   # fast-only is the best
+    assert "Against Sync over the fast devices only: the slow devices add 1.5x" in text
     with open(os.path.join(out, "heterogeneity.png"), "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     # a later invocation keeps the runs it does not run again
@@ -166,6 +169,27 @@ def test_verdict_gives_the_final_accuracy_gap_its_interval_over_seeds():
     assert apart["accuracy_gap_interval"][1] < 0 and "the 95% interval excludes 0" in apart["text"]
     one = het.verdict(runs([0.903]), runs([0.908, 0.907]))
     assert one["accuracy_gap_interval"] is None and "no interval: a side has one seed" in one["text"].split(";")[-1]
+
+
+def test_the_capacity_bound_is_the_profiles_throughput_over_its_fast_devices_and_the_report_says_how_close():
+    assert het.capacity_bound(10) == pytest.approx(2.2 / 2) and het.capacity_bound(2) == pytest.approx(1.5)
+    assert het.capacity_bound(117) == pytest.approx((4 + 2 / 117) / 4)
+
+    def runs(times):
+        return [{"time_to_target_s": t, "train_time_s": 540.0, "final_accuracy": 0.9} for t in times]
+
+    cap = het.capacity(runs([12.1, 14.7, 14.7]), runs([19.6, 19.6, 21.5]), 10)
+    assert cap["speedup"]["value"] == pytest.approx((19.6 * 19.6 * 21.5) ** (1 / 3) / (12.1 * 14.7 * 14.7) ** (1 / 3))
+    assert cap["of_bound"] == pytest.approx(cap["speedup"]["value"] / 1.1)
+    line = het._capacity_line({"profile": 10, "capacity": cap})
+    assert "the slow devices add 1.1x" in line and "%.2f of the bound (beyond it" % cap["of_bound"] in line
+    assert "(the 95% interval excludes 1)" in line or "(within the 95% interval)" in line
+    none = het.capacity([], runs([19.6]), 10)
+    assert none["speedup"] is None and none["bound"] == pytest.approx(1.1)
+    assert het._capacity_line({"profile": 10, "capacity": none}).endswith("not measured (a side has no run).")
+    slower = het.capacity(runs([30.0]), runs([19.6]), 2)
+    assert slower["of_bound"] == pytest.approx(19.6 / 30.0 / 1.5)
+    assert "no interval: a side has one seed" in het._capacity_line({"profile": 2, "capacity": slower})
 
 
 def test_bad_arguments_are_refused_by_name():
