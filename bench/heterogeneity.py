@@ -573,8 +573,8 @@ def markdown(doc):
 def _capacity_line(cell):
     """The slow devices' capacity: recommended ESync against Sync over the fast devices only, and the bound."""
     cap = cell.get("capacity") or {"bound": capacity_bound(cell["profile"]), "speedup": None}
-    head = ("Against Sync over the fast devices only: the slow devices add %.3gx the fast ones' throughput, the "
-            "bound on the speedup at the same cost per sample" % cap["bound"])
+    head = ("Against Sync over the fast devices only: all devices together have %.3gx the fast ones' throughput, "
+            "the bound on the speedup at the same cost per sample" % cap["bound"])
     sp = cap["speedup"]
     if sp is None:
         return head + "; not measured (a side has no run)."
