@@ -38,10 +38,8 @@ def test_staleness_bound_with_a_slow_device(tmp_path, child_pids):
     for w in workers.values():
         assert 1 <= min(w["local_iters"]) and max(w["local_iters"]) <= tau   # never more than tau per transfer
         assert sum(w["local_iters"]) == w["iterations"]                     # every gradient was merged
-    fast = [w for w in workers.values() if w["slowdown"] == 1.0]
-    assert any(w["waited_iterations"] > 0 for w in fast)   # 4x faster with tau = 2: the bound is reached
-    # but only at the bound: between transfers the fast ones run ahead of the slow one
-    assert all(w["iterations"] > workers[2]["iterations"] for w in fast), [w["iterations"] for w in fast]
+    # that the fast devices reach the bound and run ahead of the slow one between transfers depends on
+    # wall-clock speed here: tests/unit/test_nodelay_sim.py checks it in virtual time
     record = json.loads(stats.read_text())["nodelay"]
     assert record["rounds"] == workers[0]["rounds"] and record["stopped"]
     assert all(r["ranks"] == [0, 1, 2] for r in record["requests"])

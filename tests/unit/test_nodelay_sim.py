@@ -108,6 +108,9 @@ def test_conservation_and_the_staleness_bound(tmp_path, monkeypatch):
     assert all(blocked == (s == tau) for _, _, s, blocked in _Checked.log)
     assert all(max(w["local_iters"]) <= tau for w in workers.values())
     assert workers[0]["wait_s"] > 0 and workers[0]["waited_iterations"] > 0
+    # but only at the bound: between transfers the fast devices run ahead of the 5x slower one (virtual time,
+    # so this holds however loaded the machine is; the cluster's test checks the bound's arithmetic only)
+    assert all(workers[s]["iterations"] > workers[2]["iterations"] for s in (0, 1)), workers
     assert len({w["final_model_sha256"] for w in workers.values()}) == 1
 
 
