@@ -190,6 +190,11 @@ def build_parser():
             "in its run directory; --resume continues it with the same final model (default %(default)s; 0: none)",
             "keep simulator runs already finished in --out with the same command, and continue a simulator run "
             "from its checkpoint (a long bench stopped part-way goes on where it was; see docs/bench.md)")
+        e.add_argument("--reuse", action="append", default=[], metavar="DIR",
+                       help="another bench's output directory (e.g. the heterogeneity bench's, whose 117x runs "
+                            "are the open division's): a simulator run not finished in --out that is one of its "
+                            "finished runs (the same command) is copied from there instead of run again; "
+                            "repeatable")
         e.add_argument("--report-only", action="store_true",
                        help="run and score nothing: write the JSON, report and figures from the simulator runs "
                             "finished and confirmed in --out (the others are listed as not finished), e.g. "
@@ -248,7 +253,7 @@ def run_paper_experiment(args):
                                  budget=args.time_budget, seed=args.seed, seeds=seed_list,
                                  command=["mxhet-bench"] + args.argv,
                                  engine=args.engine, jobs=args.jobs, resume=args.resume or args.report_only,
-                                 checkpoint_every_min=args.checkpoint_every_min,
+                                 checkpoint_every_min=args.checkpoint_every_min, reuse=args.reuse,
                                  **(dict(run=not_run, confirm_fn=recorded) if args.report_only else {}))
     except ConfigError as exc:
         print("mxhet-bench: error: %s" % exc, file=sys.stderr)

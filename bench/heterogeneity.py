@@ -87,7 +87,7 @@ ALTERNATIVES = ("standalone", "fast-only", "async", "dcasgd", "adsp", "dylu", "s
 """What a user could run instead of ESync; the best of them in a cell is what the recommended ESync must beat."""
 ESYNC_VARIANTS = ("recommended", "paper")
 NO_SLOW_DEVICE = ("standalone", "fast-only")
-SNAPSHOT_SHARE = 0.5
+SNAPSHOT_SHARE = presets.PRESETS[PRESET].eval_base_share
 """Snapshots every this share of a fast device's iteration (or the preset's growth, whichever is longer)."""
 DEFAULT_SWEEP = os.path.join(ROOT, "bench", "results", PRESET)
 """Where the open division's committed sweep (``sweep.json``) is looked for by default."""
@@ -208,8 +208,7 @@ def job_spec(key, preset, budget=None, checkpoint_every_min=0.0, resume=False):
     spec = suite.job_spec(key, preset, PROFILES[key.profile], record,
                           budget or preset.budget_for(key.model), engine="sim",
                           checkpoint_every_min=checkpoint_every_min, resume=resume)
-    return dataclasses.replace(spec, eval_interval=SNAPSHOT_SHARE * record["base_iteration_s"],
-                               extra_train_args=tuple(spec.extra_train_args) + aggregation.norm_args(key.norm)
+    return dataclasses.replace(spec, extra_train_args=tuple(spec.extra_train_args) + aggregation.norm_args(key.norm)
                                + tuple(extra))
 
 
@@ -600,7 +599,7 @@ def write(out, doc):
 
 def run_bench(models, profile_keys, variants, dists, seeds, out, seeds_best=False, jobs=1, resume=True,
               budget=None, sweep=DEFAULT_SWEEP, command=None, run=runner.run_with_bar, confirm_fn=None,
-              checkpoint_every_min=10.0, keep_snapshots=False, lrs=None, norm="batch", log=print):
+              checkpoint_every_min=10.0, keep_snapshots=False, lrs=None, norm="batch", reuse=(), log=print):
     """Run the bench and write its results; returns the JSON document.
 
     ``lrs``: the first seed runs every variant at each of these rates; each variant's best in each cell
@@ -609,7 +608,8 @@ def run_bench(models, profile_keys, variants, dists, seeds, out, seeds_best=Fals
     recommended ESync and each cell's best alternative (at each alternative's best rate) only. ``budget``:
     virtual seconds per run (default: the preset's per model). ``confirm_fn``: as
     :func:`bench.suite.execute`'s (default :func:`confirm_and_trim`). ``norm``: every run's (``group``:
-    the runs and cells are the model's ``_gn`` label's).
+    the runs and cells are the model's ``_gn`` label's). ``reuse``: other benches' output directories
+    whose finished runs a planned run may be (:class:`bench.suite.Reusable`).
 
     Raises:
         ConfigError: for an unknown model, a sweep directory without a sweep, ``norm`` group for a model
@@ -627,6 +627,7 @@ def run_bench(models, profile_keys, variants, dists, seeds, out, seeds_best=Fals
     commit = provenance(command)
     stamp = {"commit": commit["commit"], "dirty": commit["dirty"], "date": commit["date"]}
     failures = []
+    reusable = suite.Reusable(reuse) if reuse else None
 
     def go(planned):
         keys = [key for key, _ in planned.values()]
@@ -634,7 +635,7 @@ def run_bench(models, profile_keys, variants, dists, seeds, out, seeds_best=Fals
         served = {name: profs for name, (_, profs) in planned.items()}
         records, failed = suite.execute(
             keys, lambda k: job_spec(k, preset, budget, checkpoint_every_min, resume), out, run=run, jobs=jobs,
-            resume=resume, confirm_fn=confirm_fn, name=run_name)
+            resume=resume, confirm_fn=confirm_fn, name=run_name, reuse=reusable)
         failures.extend({"run": run_name(k), "error": e} for k, e in failed.items())
         return merge(rows, rows_of(records, served, preset, out, stamp))
 
@@ -749,6 +750,10 @@ def add_parser(sub):
     p.add_argument("--report-only", action="store_true",
                    help="run and score nothing: write the JSON, report and figure from the runs finished and "
                         "confirmed in --out (the others are listed as not finished)")
+    p.add_argument("--reuse", action="append", default=[], metavar="DIR",
+                   help="another bench's output directory (e.g. the open division's): a run not finished in "
+                        "--out that is one of its finished runs (the same command) is copied from there instead "
+                        "of run again; repeatable")
     p.add_argument("--dry-run", action="store_true",
                    help="list the runs with their predicted CPU cost (from --costs) and stop")
     p.add_argument("--costs", default=DEFAULT_COSTS,
@@ -822,7 +827,7 @@ def run(args):
                     sweep=None if args.sweep == "none" else args.sweep,
                     command=["mxhet-bench"] + list(getattr(args, "argv", None) or sys.argv[1:]),
                     checkpoint_every_min=args.checkpoint_every_min, keep_snapshots=args.keep_snapshots, lrs=lrs,
-                    norm=args.norm,
+                    norm=args.norm, reuse=args.reuse,
                     **(dict(run=not_run, confirm_fn=recorded_confirmation) if args.report_only else {}))
     print(markdown(doc))
     print("wrote %s (%.0f min)" % (os.path.join(args.out, "heterogeneity.md"), (time.monotonic() - started) / 60),

@@ -94,6 +94,7 @@ class Preset:
     stop_at_target: bool = False  # sim: end each run at the target (the budget is then a cap)
     eval_interval_s: float = 0.0  # seconds between snapshots (0: the budget over eval_points)
     eval_slowest_share: float = 0.0  # sim: snapshots every this share of the slowest device's iteration...
+    eval_base_share: float = 0.0     # ... or (instead) of the fastest device's: one grid for every variant
     eval_growth: float = 0.0      # ... or this share of the time so far, whichever is longer
     iteration_s: dict = dataclasses.field(default_factory=dict)
     # sim: model -> seconds of one iteration of a slowdown-1 device, fixed instead of measured, so that
@@ -157,7 +158,9 @@ class Preset:
         """The learning rate of ``mode`` (a variant) on ``model``."""
         return self.mode_lrs.get(mode, self.lrs.get(model, 0.05))
 
-    def eval_interval(self, budget, slowest_iteration=0.0):
+    def eval_interval(self, budget, slowest_iteration=0.0, base_iteration=0.0):
+        if self.eval_base_share and base_iteration:
+            return self.eval_base_share * base_iteration
         if self.eval_slowest_share and slowest_iteration:
             return self.eval_slowest_share * slowest_iteration
         return self.eval_interval_s or max(0.5, budget / self.eval_points)
@@ -279,7 +282,11 @@ PRESETS["paper-sim-open"] = dataclasses.replace(
     time_budget=_OPEN_BUDGETS["resnet18_v1"], time_budgets=_OPEN_BUDGETS,
     mode_time_budgets={"sync": {m: SYNC_BUDGET_FACTOR * b for m, b in _OPEN_BUDGETS.items()}},
     lr_sweep={"model": "resnet18_v1", "modes": ("esync", STANDALONE, FAST_SYNC, "async"),
-              "lrs": (0.01, 0.03, 0.1)})
+              "lrs": (0.01, 0.03, 0.1)},
+    # Snapshots every half fast iteration (then 10% of the time so far): at lr 0.1 the target comes within
+    # tens of seconds, which half a 117x iteration (6.7 s) would not resolve; every variant on one grid, the
+    # heterogeneity bench's, so that its 117x runs are this division's runs too (`--reuse`).
+    eval_slowest_share=0.0, eval_base_share=0.5)
 
 # The simulator at the paper's input sizes, where a GPU is available: the paper-sim settings, the replicas
 # on gpu(0) (the simulator computes every device on the profile's first GPU), base iterations measured

@@ -8,8 +8,10 @@ on.
 """
 import collections
 import dataclasses
+import glob
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -211,7 +213,8 @@ def job_spec(key, preset, profile, record, budget, seed=None, extra_launcher=(),
         batch_size=preset.batch_size, lr=key.lr if key.lr is not None else preset.lr_for(key.model, key.mode),
         dist=key.dist, seed=key.seed if seed is None else seed,
         target_accuracy=preset.target_accuracy, input_size=record["input_size"],
-        eval_interval=preset.eval_interval(budget, base * max(slowdowns)), startup_allowance=preset.startup_allowance,
+        eval_interval=preset.eval_interval(budget, base * max(slowdowns), base * min(slowdowns)),
+        startup_allowance=preset.startup_allowance,
         extra_train_args=("--eval-samples", str(preset.eval_samples)) + _mode_train_args(mode), engine=engine,
         sim_args=_sim_args(preset, key.model, key.dist)
         + (_checkpoint_args(checkpoint_every_min, resume) if mode in CHECKPOINT_MODES else ())
@@ -333,20 +336,64 @@ def finished_run(spec, run_dir):
     with open(path) as f:
         summary = json.load(f)
     argv = without_checkpoint_flags(spec.launch_argv(run_dir))
-    done = without_checkpoint_flags((summary.get("sim") or {}).get("command") or [])
     reached = (summary.get("sim") or {}).get("stopped_at_target_s") is not None
-    if not same_run([str(a) for a in runner.canonical(done)], [str(a) for a in runner.canonical(argv)],
+    if not same_run(_canonical((summary.get("sim") or {}).get("command") or []), _canonical(argv),
                     summary.get("train_time_s"), reached):
         return None
     summary["command"], summary["wall_s"], summary["resumed"] = argv, summary["sim"]["wall_s"], True
     return summary
 
 
+class Reusable:
+    """Finished simulator runs of other benches' output directories (``--reuse DIR``), each read once: a
+    planned run not finished in ``--out`` takes one of them that is the same run (:func:`same_run`: the same
+    command wherever it wrote) instead of running again -- the heterogeneity bench's 117x runs are the open
+    division's, under other names.
+
+    Raises:
+        ConfigError: for a directory without ``runs/``.
+    """
+
+    def __init__(self, dirs):
+        self.runs = []   # (run directory, canonical command, virtual seconds trained, stopped at the target)
+        for d in dirs:
+            if not os.path.isdir(os.path.join(d, "runs")):
+                raise ConfigError("--reuse %s: no runs/ directory there" % d)
+            for path in sorted(glob.glob(os.path.join(d, "runs", "*", "summary.json"))):
+                with open(path) as f:
+                    summary = json.load(f)
+                sim = summary.get("sim") or {}
+                if sim.get("command"):
+                    self.runs.append((os.path.dirname(path), _canonical(sim["command"]),
+                                      summary.get("train_time_s"), sim.get("stopped_at_target_s") is not None))
+
+    def take(self, spec, run_dir):
+        """Copy the first run that is ``spec``'s (its JSON files: summary, confirmation, workers) into
+        ``run_dir``; returns its summary as :func:`finished_run` gives it (``reused_from``: where it was),
+        or None."""
+        if spec.engine != "sim":
+            return None
+        wanted = _canonical(spec.launch_argv(run_dir))
+        for path, done, ended_at, reached in self.runs:
+            if same_run(done, wanted, ended_at, reached):
+                os.makedirs(run_dir, exist_ok=True)
+                for name in glob.glob(os.path.join(path, "*.json")):
+                    shutil.copy2(name, run_dir)
+                summary = finished_run(spec, run_dir)
+                if summary is not None:
+                    summary["reused_from"] = path
+                return summary
+        return None
+
+
+def _canonical(argv):
+    return [str(a) for a in runner.canonical(without_checkpoint_flags(argv))]
+
+
 def stamp_provenance(run_dir, summary, spec):
     """Record in a run just finished where it was made: the commit, date and machine that finished it (a run
     resumed from a checkpoint may have started on others), its command and seed, in its ``summary.json``
     (and in ``summary``); nothing where the run wrote no summary file."""
-    from .provenance import provenance
     path = os.path.join(run_dir, "summary.json")
     if not os.path.exists(path):
         return
@@ -357,7 +404,8 @@ def stamp_provenance(run_dir, summary, spec):
     write_json(path, written)
 
 
-def execute(keys, spec_for, out, run=run_with_bar, jobs=1, resume=False, confirm_fn=None, name=run_name):
+def execute(keys, spec_for, out, run=run_with_bar, jobs=1, resume=False, confirm_fn=None, name=run_name,
+            reuse=None):
     """Run every key once; returns ``(records, failures)``, both keyed by RunKey.
 
     Args:
@@ -369,6 +417,7 @@ def execute(keys, spec_for, out, run=run_with_bar, jobs=1, resume=False, confirm
         confirm_fn: ``(run_dir, summary) -> confirmation record`` (:func:`bench.confirm.ensure`),
             run after each run on its slot; the record goes into the summary as ``confirmation``.
         name: ``key -> run name`` (its directory under ``out/runs``; default :func:`run_name`).
+        reuse: a :class:`Reusable`: a run not finished in ``out`` takes the same run from there.
 
     Raises:
         ValueError: if ``jobs`` < 1.
@@ -389,6 +438,8 @@ def execute(keys, spec_for, out, run=run_with_bar, jobs=1, resume=False, confirm
                 row = free_rows.pop()
             try:
                 summary = finished_run(spec, run_dir) if resume else None
+                if summary is None and reuse is not None:
+                    summary = reuse.take(spec, run_dir)
                 if summary is None:
                     summary = run(spec, run_dir, name(key).ljust(width), row, False)
                     stamp_provenance(run_dir, summary, spec)
@@ -432,7 +483,8 @@ class SuiteResult:
 
 def run_suite(experiments, preset, profile, out, models=None, modes=None, budget=None, seed=None,
               command=None, measure=calibrate.measure, run=run_with_bar, log=print, engine=None, jobs=1,
-              wall_s=None, resume=False, only=None, seeds=None, confirm_fn=None, checkpoint_every_min=0):
+              wall_s=None, resume=False, only=None, seeds=None, confirm_fn=None, checkpoint_every_min=0,
+              reuse=()):
     """Calibrate, run the union of the experiments' runs, write JSON, report and figures.
 
     ``seeds`` (or one ``seed``) replaces the preset's seeds for every model.
@@ -446,6 +498,7 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
     those a checkpoint kept (``checkpoint_every_min``: wall minutes between a simulator run's
     checkpoints, 0: none; see docs/bench.md).
     ``only``: run names to keep from the plan (a rebuild keeps the runs the original bench made).
+    ``reuse``: other benches' output directories whose finished runs a planned run may be (:class:`Reusable`).
     """
     from . import plots, report
 
@@ -510,7 +563,7 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
     records, failures = execute(
         keys, lambda k: job_spec(k, preset, profile, calibration[k.model], budget_of(k), engine=engine,
                                  checkpoint_every_min=checkpoint_every_min, resume=resume), out,
-        run=run, jobs=jobs, resume=resume, confirm_fn=confirm_fn)
+        run=run, jobs=jobs, resume=resume, confirm_fn=confirm_fn, reuse=Reusable(reuse) if reuse else None)
     used_seeds = sorted({k.seed for k in keys})
 
     common = {"engine": engine, "jobs": jobs, "suite_wall_s": wall_s or round(time.monotonic() - started, 1),

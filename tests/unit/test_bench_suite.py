@@ -1,6 +1,7 @@
 """The paper-reproduction bench without processes: profiles, calibration arithmetic,
 planning, failure handling, derived numbers, and the whole pipeline on
 synthetic job summaries (JSON keys, report, figures)."""
+import dataclasses
 import json
 import os
 
@@ -530,3 +531,42 @@ def test_a_finished_run_records_its_provenance_and_a_kept_one_is_left_as_it_was(
     records, _ = suite.execute([key], lambda k: spec, out, run=finished, resume=True, name=lambda k: "run")
     assert records[key][0]["resumed"] and "provenance" not in json.load(open(os.path.join(out, "runs", "run",
                                                                                         "summary.json")))
+
+
+def test_the_heterogeneity_benchs_117x_runs_are_the_open_divisions_and_reuse_takes_them(tmp_path):
+    """Both benches run the open division's preset on the paper's profile, on one snapshot grid: the
+    heterogeneity bench's 117x run of a variant at a rate is the same run as the open division's of that mode
+    and rate, under another name, so ``--reuse`` copies it instead of running it again."""
+    from bench import heterogeneity as het
+
+    preset = presets.get("paper-sim-open")
+    record = het.model_record(preset, "resnet18_v1")
+    budget = preset.budget_for("resnet18_v1")
+    pairs = {("paper", "esync"), ("standalone", presets.STANDALONE), ("fast-only", presets.FAST_SYNC),
+             ("async", "async"), ("dcasgd", "dcasgd"), ("adsp", "adsp")}
+    for variant, mode in pairs:
+        het_spec = het.job_spec(het.RunKey("resnet18_v1", 117, variant, "iid", 1, 0.03), preset)
+        open_spec = suite.job_spec(suite.RunKey("resnet18_v1", mode, "iid", 1, 0.03), preset,
+                                   profiles.load(preset.profile), record, budget, engine="sim")
+        assert suite._canonical(het_spec.launch_argv("a")) == suite._canonical(open_spec.launch_argv("b")), variant
+    assert open_spec.eval_interval == pytest.approx(0.5 * record["base_iteration_s"])
+
+    other = tmp_path / "het" / "runs" / "resnet18_v1-117x-paper-iid-lr0.03"
+    other.mkdir(parents=True)
+    spec = het.job_spec(het.RunKey("resnet18_v1", 117, "paper", "iid", 0, 0.03), preset)
+    summary = {"final_accuracy": 0.9, "time_to_target_s": 12.0, "train_time_s": budget, "curve": [[0.0, 0.1]],
+               "sim": {"wall_s": 9.0, "command": ["python", "-m", "mxhet.sim"] + spec.launch_argv(str(other))[3:]}}
+    (other / "summary.json").write_text(json.dumps(summary))
+    (other / "confirmation.json").write_text("{}")
+    key = suite.RunKey("resnet18_v1", "esync", "iid", 0, 0.03)   # the open division's run of it, its own name
+    wanted = suite.job_spec(key, preset, profiles.load(preset.profile), record, budget, engine="sim")
+    records, failures = suite.execute(
+        [key], lambda k: wanted, str(tmp_path / "open"), resume=True,
+        run=lambda *a: pytest.fail("ran a run that another bench has"), reuse=suite.Reusable([str(tmp_path / "het")]))
+    assert not failures and records[key][0]["reused_from"] == str(other)
+    assert sorted(os.listdir(tmp_path / "open" / "runs" / "resnet18_v1-esync-iid-lr0.03")) == [
+        "confirmation.json", "summary.json"]
+    different = dataclasses.replace(wanted, seed=5)
+    assert suite.Reusable([str(tmp_path / "het")]).take(different, str(tmp_path / "x")) is None
+    with pytest.raises(ConfigError, match="no runs/ directory"):
+        suite.Reusable([str(tmp_path / "nowhere")])
