@@ -32,9 +32,10 @@ from . import nodelay as nodelay_bench
 from . import preduce as preduce_bench
 from . import gcada as gcada_bench
 from . import faults as faults_bench
+from .confirm import recorded as recorded_confirmation
 from .metrics import run_record
 from .provenance import provenance
-from .runner import JobFailed, JobSpec, machine_info, run_with_bar as _with_bar
+from .runner import JobFailed, JobSpec, machine_info, not_run, run_with_bar as _with_bar
 
 
 def _floats(text):
@@ -246,15 +247,13 @@ def run_paper_experiment(args):
         if args.report_only and (args.engine or preset.engine) != "sim":
             raise ConfigError("--report-only reports simulator runs (the cluster's are never kept); "
                               "use --engine sim or a simulator preset")
-        from .confirm import recorded
-        from .runner import not_run
         started = time.time()
         result = suite.run_suite(experiments, preset, profile, out, models=model_list, modes=mode_list,
                                  budget=args.time_budget, seed=args.seed, seeds=seed_list,
                                  command=["mxhet-bench"] + args.argv,
                                  engine=args.engine, jobs=args.jobs, resume=args.resume or args.report_only,
                                  checkpoint_every_min=args.checkpoint_every_min, reuse=args.reuse,
-                                 **(dict(run=not_run, confirm_fn=recorded) if args.report_only else {}))
+                                 **(dict(run=not_run, confirm_fn=recorded_confirmation) if args.report_only else {}))
     except ConfigError as exc:
         print("mxhet-bench: error: %s" % exc, file=sys.stderr)
         return 2

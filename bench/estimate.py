@@ -48,8 +48,8 @@ def iterations_per_s(mode, slowdowns, base):
 
 def snapshot_count(preset, slowdowns, rate, budget, base):
     """Snapshots of the global model a run takes on the preset's grid: every ``eval_slowest_share`` of the
-    slowest iteration (``eval_base_share`` of the fastest) or ``eval_growth`` of the time so far, whichever is longer, but not before
-    ``eval_min_iterations`` real iterations since the last one."""
+    slowest iteration (``eval_base_share`` of the fastest) or ``eval_growth`` of the time so far, whichever is
+    longer, but not before ``eval_min_iterations`` real iterations since the last one."""
     t, n = 0.0, 1                                   # the first snapshot at 0
     floor = preset.eval_interval(budget, base * max(slowdowns), base * min(slowdowns))
     gate = preset.eval_min_iterations / rate if rate > 0 else 0.0

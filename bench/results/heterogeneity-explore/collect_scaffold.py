@@ -6,7 +6,8 @@ sys.path.insert(0, '/work/main')
 from bench.provenance import provenance
 OUT = '/work/main/bench/results/heterogeneity-explore'
 VARIANTS = {'sync': ('Sync over all four devices', 'main at 6213fec'),
-            'sclm': ('lm + MXHET_SCAFFOLD=1 (option II, every device corrects)', '6213fec + patches/scaffold-prototype.diff'),
+            'sclm': ('lm + MXHET_SCAFFOLD=1 (option II, every device corrects)',
+                     '6213fec + patches/scaffold-prototype.diff'),
             'sc': ('dl8 + MXHET_SCAFFOLD=1', '6213fec + patches/scaffold-prototype.diff'),
             'scAlm': ('lm + MXHET_SCAFFOLD=1A (the one-step late devices do not correct; their control variate is '
                       'their gradient)', '6213fec + patches/scaffold-prototype.diff'),
