@@ -91,6 +91,9 @@ def curves(result, path):
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8, loc="lower right")
+        elif not groups:   # a bench committed part-way: say so rather than leave an empty frame
+            ax.text(0.5, 0.5, "not measured yet", transform=ax.transAxes, ha="center", va="center",
+                    color="gray")
     axes[0].set_ylabel("test accuracy")
     return _save(fig, path)
 

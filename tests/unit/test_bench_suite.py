@@ -570,3 +570,15 @@ def test_the_heterogeneity_benchs_117x_runs_are_the_open_divisions_and_reuse_tak
     assert suite.Reusable([str(tmp_path / "het")]).take(different, str(tmp_path / "x")) is None
     with pytest.raises(ConfigError, match="no runs/ directory"):
         suite.Reusable([str(tmp_path / "nowhere")])
+
+
+def test_figure_3_says_a_panel_is_not_measured_yet_instead_of_leaving_it_empty(tmp_path, monkeypatch):
+    from bench import plots
+
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or path)
+    runs = [{"mode": "esync", "dist": "iid", "curve": [[0.0, 0.1], [10.0, 0.8]]}]
+    plots.curves({"runs": runs, "target_accuracy": 0.8, "figure_model": "resnet18_v1", "engine": "sim"},
+                 str(tmp_path / "fig3.png"))
+    iid, non_iid = figures[0].axes
+    assert [t.get_text() for t in non_iid.texts] == ["not measured yet"] and not iid.texts
