@@ -28,7 +28,7 @@ from .jobplan import (DEFAULT_KILL_GRACE_S, DEFAULT_POLL_INTERVAL_S, DEFAULT_SER
                    DEFAULT_STATE_SERVER_RESTARTS, DEFAULT_WORKER_GRACE_S, EXIT_FAILED, EXIT_OK, EXIT_SIGINT,
                    EXIT_SIGTERM, EXIT_TIMEOUT, JOB_FILE_FORMAT, LOCAL_HOST, OUTPUT_DRAIN_S, REMOTE_PID_MARK,
                    STDERR_TAIL_LINES, WORKER, with_env)
-from .codes import PROGRESS_LATE, PROGRESS_STARTED, SPARE
+from .codes import PROGRESS_LATE, PROGRESS_STARTED, SCHEDULER, SERVER, SPARE
 from .watch import (DEFAULT_HANG_GRACE_S, DEFAULT_LATE_GRACE_S, DEFAULT_ORPHAN_GRACE_S, DEFAULT_START_GRACE_S,
                     JobWatch, Observation, describe_exit, exit_cause)
 
@@ -675,11 +675,14 @@ class Supervisor:
         for child in self.children:
             child.popen.poll()
         running_workers = [c for c in self.children if c.spec.role == WORKER and c.popen.returncode is None]
+        # rule 2: whether a worker still runs after the scheduler or a server has exited 0 depends on its CPU use
+        service_gone = any(c.spec.role in (SCHEDULER, SERVER) and c.popen.returncode == 0 for c in self.children)
         observations = []
         for child in self.children:
             running_worker = child.spec.role == WORKER and child.popen.returncode is None
             progress = self._progress_of(child) if running_worker else None
-            needs_cpu = running_worker and (child.exception or len(running_workers) == 1 or progress == "trainer")
+            needs_cpu = running_worker and (child.exception or len(running_workers) == 1 or progress == "trainer"
+                                            or service_gone)
             observations.append(Observation(
                 name=child.spec.name, role=child.spec.role, returncode=child.popen.returncode,
                 last_output=child.last_output, exception=child.exception,

@@ -17,7 +17,9 @@ Rules, in order:
    again instead while restarts are left, and no longer matters once every
    worker is done);
 2. the scheduler or a server that exited 0 while workers run fails the job
-   unless the workers follow within ``worker_grace`` s;
+   unless the workers follow within ``worker_grace`` s of their last CPU use
+   (a worker past PS-LITE's final barrier may still be tearing MXNet down on
+   a loaded machine), and within ``EARLY_EXIT_BUSY_CAP_S`` s in all;
 3. a *stuck* worker fails the job: one whose output ends in an uncaught Python
    exception and that has neither written nor used CPU for ``hang_grace`` s
    (MXNet 1.9.1 keeps such a worker alive in PS-LITE's exit barrier, and a
@@ -88,6 +90,8 @@ DEFAULT_START_GRACE_S = 120.0
 #: worker has exited, to register and leave by itself (the State Server answers it ``over``) before it
 #: is ended (rule 6): one that computes is still starting up; one idle this long waits for peers.
 DEFAULT_LATE_GRACE_S = 5.0
+#: Seconds a worker still using CPU may run on after the scheduler or a server exited 0 (rule 2).
+EARLY_EXIT_BUSY_CAP_S = 60.0
 #: CPU seconds below which a process counts as idle over a grace period.
 IDLE_CPU_S = 0.05
 
@@ -357,15 +361,30 @@ class JobWatch:
 
     def _early_service_exit(self, observations, workers, now):
         # PS-LITE's final barrier or the State Server's goodbyes may let a
-        # service stop a moment before the last worker: the workers get a grace.
+        # service stop a moment before the last worker, which then tears down
+        # MXNet (seconds of CPU on a loaded machine): a worker gets the grace
+        # from when it last used CPU, up to EARLY_EXIT_BUSY_CAP_S in all.
         stopped = [i for i, o in enumerate(observations)
                    if o.role in (SCHEDULER, SERVER) and o.returncode == 0]
         if stopped and self._early is None:
-            self._early = (stopped[0], now + self.worker_grace)
-        if self._early is not None and now >= self._early[1]:
-            running = ", ".join(observations[i].name for i in workers if observations[i].returncode is None)
-            return [(self._early[0], "exited with code 0 while workers were still running (%s)" % running)]
-        return []
+            self._early = (stopped[0], now)
+        if self._early is None:
+            return []
+        index, since = self._early
+        overdue = []
+        for i in workers:
+            o = observations[i]
+            if o.returncode is not None:
+                continue
+            idle_since = self._idle_since(i, o, now)
+            quiet_since = since if idle_since is None else max(since, idle_since)
+            if now - quiet_since >= self.worker_grace or now - since >= max(EARLY_EXIT_BUSY_CAP_S,
+                                                                             self.worker_grace):
+                overdue.append(o.name)
+        if not overdue:
+            return []
+        running = ", ".join(observations[i].name for i in workers if observations[i].returncode is None)
+        return [(index, "exited with code 0 while workers were still running (%s)" % running)]
 
     def _stuck_workers(self, observations, workers, now):
         found = []

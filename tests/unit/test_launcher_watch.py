@@ -66,6 +66,31 @@ def test_a_service_that_stops_early_gets_the_workers_grace():
     assert d.action == "finish" and "while workers were still running (worker 0, worker 1)" in d.failures[0][1]
 
 
+def test_a_worker_still_using_cpu_after_the_scheduler_stopped_is_tearing_down_not_hung():
+    """A worker past PS-LITE's final barrier may spend seconds tearing MXNet down on a loaded machine: the
+    grace counts from its last CPU use, up to the cap (CI failed 5 jobs that way with a flat 5 s)."""
+    from mxhet.launcher.watch import EARLY_EXIT_BUSY_CAP_S
+    w = watch(worker_grace=5)
+
+    def poll(now, cpu):
+        return w.decide(job(obs("worker 0", "worker", None, cpu=cpu), obs("worker 1", "worker", 0),
+                            services=(("scheduler", 0), ("server 0", None), ("state-server", None))), now)
+    assert poll(0, 1.0).action == "continue"
+    assert poll(6, 2.0).action == "continue"        # busy: 1 CPU s since the last poll
+    assert poll(10, 2.0).action == "continue"       # idle since 6 s only
+    d = poll(11, 2.0)
+    assert d.action == "finish" and d.failures == ((0, "exited with code 0 while workers were still running "
+                                                       "(worker 0)"),)
+    busy = watch(worker_grace=5)
+    cap = int(EARLY_EXIT_BUSY_CAP_S)
+    for now in range(0, cap, 2):
+        assert busy.decide(job(obs("worker 0", "worker", None, cpu=float(now)), services=(
+            ("scheduler", 0), ("server 0", None), ("state-server", None))), now).action == "continue"
+    d = busy.decide(job(obs("worker 0", "worker", None, cpu=float(cap)), services=(
+        ("scheduler", 0), ("server 0", None), ("state-server", None))), cap)
+    assert d.action == "finish" and "still running (worker 0)" in d.failures[0][1]
+
+
 def test_a_worker_stuck_after_an_uncaught_exception_fails_the_job():
     w = watch(hang_grace=10)
 
