@@ -30,6 +30,11 @@ def launch(launcher_args, command, tmp_path, child_pids, timeout=180):
     return proc
 
 
+ROUNDS_BUDGET = "240"
+"""``--time-budget`` of a job a test ends by ``--max-rounds`` and asserts the count of: mxhet.train's default
+60 s ended a 200-round job at round 194 on a loaded machine (a clean `make test` beside two benches)."""
+
+
 def train_command(metrics_out, *args):
     """``python -m mxhet.train`` on the small CNN; ``args`` come last and override these defaults (argparse
     keeps the last of a repeated option). The final point is scored on 1,000 test images, not all 10,000: a

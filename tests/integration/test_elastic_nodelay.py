@@ -7,7 +7,7 @@ and ends on the same model; a death below ``--min-workers`` fails the job with a
 Three launches (the small CNN, batches of 16: the behaviour is the rule's, not the model's)."""
 import pytest
 
-from .jobs import assert_one_model, elastic_args, kill_job, run_job, state_stats, train_command
+from .jobs import ROUNDS_BUDGET, assert_one_model, elastic_args, kill_job, run_job, state_stats, train_command
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -22,7 +22,8 @@ def test_a_worker_killed_between_its_push_and_its_pull_is_started_again_and_ends
     rounds, round_ = 90, 3
     job = run_job(tmp_path, child_pids, elastic_args("nodelay", 3, 0.3, 250, "--max-restarts", "1",
                                                      *state_stats(tmp_path)),
-                  train_command(tmp_path / "out", "--max-rounds", str(rounds), "--batch-size", "16"), timeout=250,
+                  train_command(tmp_path / "out", "--max-rounds", str(rounds), "--batch-size", "16",
+                                "--time-budget", ROUNDS_BUDGET), timeout=250,
                   env={"MXHET_TEST_KILL_AFTER_PUSH": "1:%d" % round_})
     stderr = job.stderr
     assert job.code == 0, stderr[-4000:]

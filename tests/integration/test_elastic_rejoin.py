@@ -5,7 +5,7 @@ and ends on the same global model as the others."""
 import numpy as np
 import pytest
 
-from .jobs import assert_one_model, assert_round_moved, elastic_args, kill_job, run_job, train_command
+from .jobs import ROUNDS_BUDGET, assert_one_model, assert_round_moved, elastic_args, kill_job, run_job, train_command
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -23,7 +23,8 @@ def test_a_killed_worker_started_again_takes_part_in_later_rounds_and_ends_on_th
     # --heartbeat-timeout 3 (PS-LITE's own is 3 s): the launcher starts a dead worker again after 3 + 2 s, not 5 + 2
     job = kill_job(tmp_path, child_pids,
                    elastic_args("esync", 3, 0.05, 300, "--max-restarts", "1", "--slowdown", "1,1,2"),
-                   train_command(tmp_path / "out", "--max-rounds", str(rounds), "--ack", "delayed"), timeout=280)
+                   train_command(tmp_path / "out", "--max-rounds", str(rounds), "--ack", "delayed",
+                                 "--time-budget", ROUNDS_BUDGET), timeout=280)
     stderr, killed = job.stderr, job.during
     assert job.code == 0, stderr[-4000:]
     record = job.record["worker_restarts"]
@@ -57,7 +58,7 @@ def test_a_localsgd_worker_killed_between_its_push_and_its_pull_is_started_again
     victim_push = tmp_path / "victim-push.npz"
     job = run_job(tmp_path, child_pids, elastic_args("localsgd", 3, 0.05, 300, "--max-restarts", "1"),
                   train_command(tmp_path / "out", "--max-rounds", str(rounds), "--local-steps", "2",
-                                "--dump-rounds", str(dying + 1)), timeout=280,
+                                "--dump-rounds", str(dying + 1), "--time-budget", ROUNDS_BUDGET), timeout=280,
                   env={"MXHET_TEST_KILL_AFTER_PUSH": "1:%d:%s" % (dying, victim_push)})
     assert job.code == 0, job.stderr[-4000:]
     assert "starting it again in its slot" in job.stderr, job.stderr[-3000:]

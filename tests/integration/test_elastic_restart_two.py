@@ -8,7 +8,7 @@ left back for another slot, and the process keeps its own slot (data shard, slow
 It takes part in later rounds and ends on the survivors' model."""
 import pytest
 
-from .jobs import assert_one_model, elastic_args, kill_job, train_command
+from .jobs import ROUNDS_BUDGET, assert_one_model, elastic_args, kill_job, train_command
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -23,7 +23,8 @@ def test_two_workers_killed_at_once_one_restarts_the_other_stays_gone_one_model(
     # at least 0.05 s, the slowest's to 0.1 s: the 250 rounds outlast the kill and the restart (5 s + start-up)
     job = kill_job(tmp_path, child_pids, elastic_args("esync", 4, 0.05, 300, "--slowdown", "1,1,1,2",
                                                       "--max-restarts", "1"),
-                   train_command(tmp_path / "out", "--max-rounds", str(ROUNDS), "--ack", "blocking"), victims=2,
+                   train_command(tmp_path / "out", "--max-rounds", str(ROUNDS), "--ack", "blocking",
+                                 "--time-budget", ROUNDS_BUDGET), victims=2,
                    timeout=280)
     stderr, killed = job.stderr, job.during
     assert job.code == 0, stderr[-4000:]
