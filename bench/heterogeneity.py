@@ -439,8 +439,10 @@ def cells(rows):
     :func:`verdict`. A cell's ``model`` is the label (:func:`label_of`: a GroupNorm model's cell apart from
     its BatchNorm one) and ``norm`` its runs' normalization."""
     out = []
-    keys = {(label_of(r), r.get("norm", "batch"), r["profile"], "iid" if r["variant"] == "standalone" else r["dist"])
-            for r in rows}
+    # a cell is where some variant uses the slow devices: a standalone run serves the non-i.i.d. cells of
+    # its model without making an i.i.d. one of its own
+    keys = {(label_of(r), r.get("norm", "batch"), r["profile"], r["dist"])
+            for r in rows if r["variant"] not in NO_SLOW_DEVICE}
     for model, norm, profile, dist in sorted(keys, key=lambda k: (k[0], k[3], -k[2])):
         variants = {}
         for v in VARIANTS:
