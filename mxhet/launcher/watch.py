@@ -371,20 +371,13 @@ class JobWatch:
         if self._early is None:
             return []
         index, since = self._early
-        overdue = []
-        for i in workers:
-            o = observations[i]
-            if o.returncode is not None:
-                continue
-            idle_since = self._idle_since(i, o, now)
-            quiet_since = since if idle_since is None else max(since, idle_since)
-            if now - quiet_since >= self.worker_grace or now - since >= max(EARLY_EXIT_BUSY_CAP_S,
-                                                                             self.worker_grace):
-                overdue.append(o.name)
-        if not overdue:
+        running = [i for i in workers if observations[i].returncode is None]
+        idle = [self._idle_since(i, observations[i], now) for i in running]   # None: CPU unknown
+        if now - since < max(EARLY_EXIT_BUSY_CAP_S, self.worker_grace) and all(
+                now - (since if t is None else max(since, t)) < self.worker_grace for t in idle):
             return []
-        running = ", ".join(observations[i].name for i in workers if observations[i].returncode is None)
-        return [(index, "exited with code 0 while workers were still running (%s)" % running)]
+        names = ", ".join(observations[i].name for i in running)
+        return [(index, "exited with code 0 while workers were still running (%s)" % names)]
 
     def _stuck_workers(self, observations, workers, now):
         found = []

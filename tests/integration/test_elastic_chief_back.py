@@ -37,7 +37,7 @@ def test_a_chief_started_again_continues_the_jobs_curve_and_times(tmp_path, chil
 
     job = run_job(tmp_path, child_pids, elastic_args("localsgd", 3, 0.05, 300, "--max-restarts", "1"),
                   train_command(out, "--max-rounds", str(rounds), "--local-steps", "2", "--eval-interval", "1.0",
-                                    "--time-budget", ROUNDS_BUDGET),
+                                "--time-budget", ROUNDS_BUDGET),
                   timeout=300, during=kill_the_chief)
     chief, index, before = job.during
     assert job.code == 0, job.stderr[-4000:]
