@@ -17,8 +17,9 @@ Profiles, named by their largest slowdown:
 * ``2``: a mild mix, 2 at 2x beside 2 at 1x (the ``cpu`` profile's shape, so that 10 and 2 differ only in
   the slowdown).
 
-Variants (:data:`VARIANTS`): ESync ``recommended`` (:data:`bench.presets.RECOMMENDED_ARGS`) and ``paper``
-(no options); the alternatives (:data:`ALTERNATIVES`) ``standalone`` (the fastest device alone),
+Variants (:data:`VARIANTS`): ESync ``recommended`` (:data:`bench.presets.RECOMMENDED_ARGS`), ``paper``
+(no options) and ``needed`` (the recommended flags and :data:`bench.presets.NEEDED_ARGS`, a candidate
+for them); the alternatives (:data:`ALTERNATIVES`) ``standalone`` (the fastest device alone),
 ``fast-only`` (Sync over the slowdown-1 devices), ``async``, ``dcasgd``, ``adsp``, ``dylu`` and ``sync``
 (Sync over every device of the profile, each round as long as the slowest device's iteration).
 
@@ -80,12 +81,16 @@ VARIANTS = {
     "adsp": ("adsp", ()),
     "dylu": ("dylu", ()),
     "sync": ("sync", ()),
+    "needed": ("esync", presets.RECOMMENDED_ARGS + presets.NEEDED_ARGS),
 }
 """variant -> (what :func:`bench.suite.job_spec` runs, extra flags of ``python -m mxhet.sim``). The order is
 the report's and the figure's (colours by position): a new variant goes last."""
 ALTERNATIVES = ("standalone", "fast-only", "async", "dcasgd", "adsp", "dylu", "sync")
 """What a user could run instead of ESync; the best of them in a cell is what the recommended ESync must beat."""
-ESYNC_VARIANTS = ("recommended", "paper")
+ESYNC_VARIANTS = ("recommended", "paper", "needed")
+CANDIDATE_VARIANTS = ("needed",)
+"""ESync options measured for the recommended configuration: run only when ``--variants`` names them."""
+DEFAULT_VARIANTS = tuple(v for v in VARIANTS if v not in CANDIDATE_VARIANTS)
 NO_SLOW_DEVICE = ("standalone", "fast-only")
 SNAPSHOT_SHARE = presets.PRESETS[PRESET].eval_base_share
 """Snapshots every this share of a fast device's iteration (or the preset's growth, whichever is longer)."""
@@ -722,7 +727,9 @@ def add_parser(sub):
                    help="comma-separated models (default %(default)s; smallcnn for a smoke run)")
     p.add_argument("--profiles", default="117,10,2", help="of 117, 10, 2: the largest slowdown of the profile "
                                                         "(default %(default)s)")
-    p.add_argument("--variants", default=",".join(VARIANTS), help="of %(default)s (the default: all)")
+    p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                   help="of %s (default %%(default)s: all but the candidates %s)"
+                        % (", ".join(VARIANTS), ", ".join(CANDIDATE_VARIANTS)))
     p.add_argument("--dists", default="iid", help="iid, non-iid or both (default %(default)s)")
     p.add_argument("--norm", choices=sorted(aggregation.NORM_SUFFIX), default="batch",
                    help="every run's normalization layers (group: GroupNorm for BatchNorm, for every variant; the "

@@ -50,6 +50,12 @@ long exchanging the model as computing. Without the memory, on label-sorted data
 devices alone undo what each late delta brought (the previous candidate, without ``--late-memory``). The
 measurements behind the choice: bench/results/heterogeneity-explore. The deadline needs blocking ACKs and
 the plain mean, so the other aggregation options cannot join it."""
+NEEDED_ARGS = ("--wait-needed", "2")
+"""ESync's ``--wait-needed 2`` (mxhet.policy.needed): beside :data:`RECOMMENDED_ARGS`, the rounds also wait
+for a device whose loss on the global model is above twice the lowest device's. A candidate for the
+recommended configuration (the ``needed`` variant of ``mxhet-bench heterogeneity``): on label-sorted data
+the rounds of the fast devices alone undo what the slow devices' late deltas bring, and the memory does not
+stop it (bench/results/heterogeneity-explore)."""
 USER_BASELINES = (STANDALONE, FAST_SYNC, "async", "dcasgd", "adsp", "localsgd")
 """What a user would run instead of ESync on a heterogeneous cluster: the fastest device alone, Sync without
 the stragglers, and the asynchronous and adaptive alternatives."""

@@ -61,6 +61,10 @@ def main(argv=None):
     parser.add_argument("--late-memory", action="store_true",
                         help="ESync, with --round-deadline: the rounds a late device misses add its latest delta "
                              "again, at 1/N (mxhet-launch passes the worker command's)")
+    parser.add_argument("--wait-needed", type=float, default=0.0,
+                        help="ESync, with --round-deadline: the rounds also wait for a device whose training loss "
+                             "on the global model is above R x the lowest device's (0: off; mxhet-launch passes "
+                             "the worker command's)")
     parser.add_argument("--stats-out", default="", help="write per-round statistics (JSON) here on exit")
     args = parser.parse_args(argv)
     if args.num_workers < 1:
@@ -88,7 +92,8 @@ def main(argv=None):
                         adsp_window=args.adsp_window, heartbeat_timeout=args.heartbeat_timeout,
                         keys=args.keys, elastic=args.elastic, min_workers=args.min_workers, rules=rules,
                         until_stopped=args.until_stopped, round_deadline=args.round_deadline,
-                        round_length=args.round_length, late_memory=args.late_memory)
+                        round_length=args.round_length, late_memory=args.late_memory,
+                        wait_needed=args.wait_needed)
     except ValueError as exc:
         parser.error(str(exc))
     except SilentWorker as exc:

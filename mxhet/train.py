@@ -418,9 +418,9 @@ def run(args, config=None):
             parts = [loss_fn(net(xp), yp) for xp, yp in split_batch(x, y, contexts)]
         autograd.backward(parts)
         loss = parts[0] if len(parts) == 1 else mx.nd.concat(*[p.as_in_context(ctx) for p in parts], dim=0)
+        if trainer.mode.uses_loss:  # reading the loss waits for the backward pass: only when it is used
+            trainer.observe_loss(loss.mean().asscalar())   # this batch's, before its step may send it
         trainer.step(args.batch_size)
-        if trainer.mode.uses_loss:  # reading the loss waits for the step: only when it is used
-            trainer.observe_loss(loss.mean().asscalar())
         observer.step(trainer.stats, lambda: loss.mean().asscalar())
         if dumper is not None and not deltas:
             dumper.weights(trainer.stats.rounds - 1, trainer, loss=float(loss.mean().asscalar()))

@@ -178,7 +178,9 @@ class Trainer(gluon.Trainer):
         self.mode.stopping.condition = condition
 
     def observe_loss(self, value):
-        """Tell the mode the latest training loss (ADSP's commit-rate search uses it)."""
+        """Tell the mode the training loss of the batch about to be stepped: call it before
+        :meth:`step` (a number; a one-element NDArray is read). ADSP's commit-rate search and
+        ESync's ``wait_needed`` use it (``mode.uses_loss``); other modes ignore it."""
         self.mode.observe_loss(value)
 
     @property

@@ -235,17 +235,19 @@ class StateClient:
             self._transport.set_heartbeat(m.encode(beat), heartbeat)
         return reply
 
-    def _query(self, round_, k, c, since_finish):
+    def _query(self, round_, k, c, since_finish, loss):
         self.queries += 1
-        return self._message(m.Query, round=round_, k=k, c=float(c), since_finish=float(since_finish))
+        return self._message(m.Query, round=round_, k=k, c=float(c), since_finish=float(since_finish),
+                             loss=m.NO_LOSS if loss is None else float(loss))
 
-    def query(self, round_, k, c, since_finish=0.0):
-        """Blocking QUERY-STATE; returns the reply (``reply.ready`` True = aggregate now)."""
-        return self.request(self._query(round_, k, c, since_finish))
+    def query(self, round_, k, c, since_finish=0.0, loss=None):
+        """Blocking QUERY-STATE; returns the reply (``reply.ready`` True = aggregate now). ``loss``:
+        the training loss on the global model just pulled (``--wait-needed``), or None."""
+        return self.request(self._query(round_, k, c, since_finish, loss))
 
-    def send_query(self, round_, k, c, since_finish=0.0):
+    def send_query(self, round_, k, c, since_finish=0.0, loss=None):
         """Delayed-ACK QUERY-STATE: send and return at once."""
-        self._send(self._query(round_, k, c, since_finish))
+        self._send(self._query(round_, k, c, since_finish, loss))
 
     def send(self, cls, **fields):
         """Send a request of message class ``cls`` and return at once (nodelay's

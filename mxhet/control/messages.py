@@ -21,7 +21,7 @@ from .wire import (MAX_COUNTS, MAX_MESSAGE_BYTES, SUPPORTED_VERSIONS, VERSION,
                    Register, Registered, Reply, Request, encode, record_page)
 from . import wire as _wire
 from .rules import PLUGINS, Clock
-from .state_rule import Query, QueryReply, Reset, ResetReply, query_reply
+from .state_rule import NO_LOSS, Query, QueryReply, Reset, ResetReply, query_reply
 from .adsp import AdspRecord, Commit, CommitReply
 from .nodelay import Merged, Notify, TransferPushed, TransferPushedReply, TransferReply
 from .preduce import GroupedReply, JoinedReply, LeftReply, PushedReply, ReduceJoin, ReduceLeave, ReducePushed, ReduceReady
@@ -55,7 +55,8 @@ def decode(data, allowed=None):
 __all__ = ["MAX_COUNTS", "MAX_MESSAGE_BYTES", "SUPPORTED_VERSIONS", "VERSION",
            "Request", "Reply", "Register", "Registered", "Heartbeat", "Bye", "ByeReply", "RecordRequest", "RecordPage",
            "encode", "decode", "record_page", "REQUEST_TYPES", "REPLY_TYPES", "REPLAYABLE", "ALL_TYPES",
-           "Clock", "Query", "QueryReply", "Reset", "ResetReply", "query_reply", "AdspRecord", "Commit", "CommitReply",
+           "Clock", "NO_LOSS", "Query", "QueryReply", "Reset", "ResetReply", "query_reply", "AdspRecord", "Commit",
+           "CommitReply",
            "Merged", "Notify", "TransferPushed", "TransferPushedReply", "TransferReply", "GroupedReply", "ReduceJoin",
            "ReducePushed", "ReduceReady", "JoinedReply", "LeftReply", "PushedReply", "ReduceLeave",
            "ClaimReply", "GroupBegin", "GroupDone", "GroupSelection", "GroupStepped", "GroupUploaded", "GroupWatch",

@@ -39,6 +39,7 @@ from .nodelay import TransferRule
 from .preduce import PartialReduceController
 from .state_rule import LazyHeap
 from ..policy.deadline import RoundBook, check_deadline, check_round_length, min_local_iters, training_start, waited
+from ..policy.needed import LossBook, check_wait_needed
 
 
 class RulePlugin:
@@ -94,7 +95,7 @@ class ESyncRule(RulePlugin):
     REPLIES = (state_rule.QueryReply, state_rule.ResetReply)
     STATS_KEY = "rounds"
 
-    def __init__(self, host, round_deadline=0.0, round_length=0.0, late_memory=False):
+    def __init__(self, host, round_deadline=0.0, round_length=0.0, late_memory=False, wait_needed=0.0):
         super().__init__(host)
         self.stop_decisions = {}  # round -> stop after this round?
         self.rounds = {}          # round -> {"slowest": rank, "local_iters": {rank: k}}
@@ -106,6 +107,10 @@ class ESyncRule(RulePlugin):
         self.book = RoundBook(memory=late_memory) if self.deadline else None
         # --round-length L: a round lasts about L fast iterations (0: one iteration of the slowest device on time)
         self.round_length = check_round_length(round_length, self.deadline)
+        # --wait-needed R: the rounds also wait for a device whose loss on the global model is above R x the
+        # lowest (mxhet.policy.needed); 0: off
+        need = check_wait_needed(wait_needed, self.deadline)
+        self.losses = LossBook(need) if need else None
         self._late_seq = {}       # late rank -> seq of its deferred READY (released when its round closes)
         self._start = None        # where an unmeasured device's running time counts from (deadline.training_start)
 
@@ -183,8 +188,19 @@ class ESyncRule(RulePlugin):
         table = self.host.table
         records, present = table.records, [r for r in self.host.present if table.is_present(r)]
         start = -math.inf if self._start is None else self._start
-        return waited({r: records[r].capability for r in present}, self.deadline,
-                      {r: now - max(records[r].last_finish, start) for r in present})
+        on_time = waited({r: records[r].capability for r in present}, self.deadline,
+                         {r: now - max(records[r].last_finish, start) for r in present})
+        if self.losses is None:
+            return on_time
+        return on_time | self.losses.needed(present)
+
+    def needed_ranks(self):
+        """Under ``--wait-needed``, the present ranks waited for because the global model serves
+        their data badly (whether on time or not; sorted); None when the rule is off."""
+        if self.losses is None:
+            return None
+        table = self.host.table
+        return sorted(self.losses.needed([r for r in self.host.present if table.is_present(r)]))
 
     def _deadline_query(self, req, now):
         """QUERY-STATE under a deadline. A device the rounds wait for is answered
@@ -200,6 +216,8 @@ class ESyncRule(RulePlugin):
             raise ProtocolError("query for round %d, rank %d is in round %d" % (round_, rank, record.round))
         if self._start is None and req.k == 0:   # the first test batch reported
             self._start = training_start(record.last_finish, now - req.since_finish, req.c)
+        if self.losses is not None and req.loss != state_rule.NO_LOSS:
+            self.losses.observe(rank, req.loss)
         if any(stop and t >= round_ for t, stop in self.stop_decisions.items()):
             # the job stops after a round this device has not passed: it never pushes again
             self.book.forget(rank)
@@ -246,6 +264,8 @@ class ESyncRule(RulePlugin):
         closed = self.book.close(round_, sorted(on_time))
         if first:
             info["late"] = {str(r): s for r, s in sorted(closed.late.items())}
+            if self.losses is not None:   # the members the round waited for as needed (a deferred one is late)
+                info["needed"] = sorted(set(self.needed_ranks()) & on_time)
             for r in closed.late:
                 host.released.append((r, _ready(self._late_seq.pop(r), round_, slowest, closed, r)))
         return _ready(req.seq, round_, slowest, closed, rank)
@@ -264,6 +284,8 @@ class ESyncRule(RulePlugin):
         if self.book is not None:
             self.book.forget(rank)
             self._late_seq.pop(rank, None)
+        if self.losses is not None:
+            self.losses.forget(rank)
 
     def bye(self, rank):
         self.depart(rank, "bye")
@@ -274,10 +296,11 @@ class ESyncRule(RulePlugin):
         return []
 
     def stats(self):
-        # "late" (rank -> rounds missed) only under --round-deadline: the paper's record is unchanged
+        # "late" (rank -> rounds missed) only under --round-deadline, "needed" (ranks) only under
+        # --wait-needed: the paper's record is unchanged
         return [dict({"round": t, "slowest": info["slowest"],
                       "local_iters": {str(r): k for r, k in sorted(info["local_iters"].items())}},
-                     **({"late": info["late"]} if "late" in info else {}))
+                     **{key: info[key] for key in ("late", "needed") if key in info})
                 for t, info in sorted(self.rounds.items())]
 
 

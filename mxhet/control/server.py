@@ -53,6 +53,9 @@ class StateService:
             ``round_deadline``): a round lasts about L fast iterations.
         late_memory: ESync's ``--late-memory`` (needs ``round_deadline``): a
             late device's latest delta is added again to the rounds it misses.
+        wait_needed: ESync's ``--wait-needed`` R (0: off; needs
+            ``round_deadline``): the rounds also wait for a device whose loss
+            on the global model is above R x the lowest (:mod:`mxhet.policy.needed`).
 
     Raises:
         ValueError: for a bad argument or an unknown rule name.
@@ -60,7 +63,8 @@ class StateService:
 
     def __init__(self, num_workers, epsilon=DEFAULT_EPSILON, staleness=2, adsp_period=adsp.DEFAULT_PERIOD,
                  adsp_epoch=adsp.DEFAULT_EPOCH, adsp_window=adsp.DEFAULT_WINDOW_PERIODS, now=0.0, min_workers=1,
-                 rules=rules_mod.ALL_RULES, round_deadline=0.0, round_length=0.0, late_memory=False):
+                 rules=rules_mod.ALL_RULES, round_deadline=0.0, round_length=0.0, late_memory=False,
+                 wait_needed=0.0):
         if not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError("num_workers must be a positive integer, got %r" % (num_workers,))
         if not isinstance(staleness, int) or staleness < 0:
@@ -86,7 +90,8 @@ class StateService:
                    "preduce": dict(min_workers=min_workers),
                    "nodelay": dict(min_workers=min_workers),
                    "gcada": dict(min_workers=min_workers),
-                   "esync": dict(round_deadline=round_deadline, round_length=round_length, late_memory=late_memory),
+                   "esync": dict(round_deadline=round_deadline, round_length=round_length, late_memory=late_memory,
+                                 wait_needed=wait_needed),
                    "adsp": dict(period=adsp_period, epoch=adsp_epoch, window_periods=adsp_window)}
         # loaded in the registry's order whatever order ``rules`` names them in: a goodbye reaches them in that order
         self.plugins = [cls(self, **options.get(name, {})) for name, cls in rules_mod.PLUGINS.items()

@@ -50,6 +50,7 @@ import dataclasses
 import heapq
 import math
 
+from ..errors import ProtocolError
 from . import wire as w
 
 DEFAULT_EPSILON = 0.01
@@ -391,12 +392,24 @@ def _fast_query(d):
     """True when a decoded Query's fields pass :meth:`Query.validate` (checked inline, for the hot
     path); False when they may not, and validate() then decides and says why. Exact types only:
     the values come from the JSON parser (an int ``c``, say, takes the slow path)."""
-    rank, seq, incarnation, round_, k, c, since = (d["rank"], d["seq"], d["incarnation"], d["round"], d["k"],
-                                                   d["c"], d["since_finish"])
+    rank, seq, incarnation, round_, k, c, since, loss = (d["rank"], d["seq"], d["incarnation"], d["round"],
+                                                         d["k"], d["c"], d["since_finish"], d["loss"])
     return (type(rank) is int and rank >= 0 and type(seq) is int and seq >= 0 and type(incarnation) is int
             and 0 <= incarnation < _INCARNATION_LIMIT and type(round_) is int and round_ >= 0
             and type(k) is int and k >= 0 and type(c) is float and 0.0 <= c < math.inf
-            and type(since) is float and 0.0 <= since < math.inf)
+            and type(since) is float and 0.0 <= since < math.inf
+            and type(loss) is float and (loss == NO_LOSS or 0.0 <= loss < math.inf))
+
+
+NO_LOSS = -1.0
+"""A :class:`Query`'s ``loss`` when it carries none."""
+
+
+def check_query_loss(name, value):
+    """A query's loss: a finite number >= 0, or :data:`NO_LOSS`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            value == NO_LOSS or 0 <= value < math.inf):
+        raise ProtocolError("field %r must be a finite number >= 0 or %r (none), got %r" % (name, NO_LOSS, value))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -404,15 +417,22 @@ class Query(w.Request):
     """QUERY-STATE(r, k, c, t_e); the State Server sets t_e = receipt -
     ``since_finish``: the seconds since the iteration ended, plus the part of
     the round trip the worker does not wait for the answer before its next
-    iteration (all of it with delayed ACKs; see the module's docstring)."""
+    iteration (all of it with delayed ACKs; see the module's docstring).
+    ``loss`` (v5): under ``--wait-needed``, the device's training loss on the
+    global model it last pulled, measured on its first batch from it (its
+    first query after the pull carries it; :data:`NO_LOSS` otherwise, and
+    from a v4 or older worker; :mod:`mxhet.policy.needed`)."""
     TYPE = "query"
     REPLY = QueryReply
+    BEFORE_V5 = {"loss": NO_LOSS}
     fast_valid = staticmethod(_fast_query)
     round: int
     k: int
     c: float
     since_finish: float
-    CHECKS = {"round": w.integer(), "k": w.integer(), "c": w.check_seconds, "since_finish": w.check_seconds}
+    loss: float = NO_LOSS
+    CHECKS = {"round": w.integer(), "k": w.integer(), "c": w.check_seconds, "since_finish": w.check_seconds,
+              "loss": check_query_loss}
 
 
 @w.reply_record

@@ -29,15 +29,17 @@ import orjson
 
 from ..errors import ProtocolError
 
-VERSION = 4
+VERSION = 5
 """Written in every message. v2: workers send RESET without waiting for its
 answer, and the answer to a query carries ``stop`` once the job decided to
 stop after the previous round; a v1 worker (which waits for RESET's answer)
 is still served. v3: RESET carries ``since_finish`` (the round trip the worker
 does not wait before its next iteration); a v1 or v2 RESET, without it, is
 read with 0, its old meaning. v4: each rule answers with its own reply record
-(only the fields it answers); the requests are v3's."""
-SUPPORTED_VERSIONS = frozenset((1, 2, 3, 4))
+(only the fields it answers); the requests are v3's. v5: QUERY carries
+``loss`` (ESync's ``--wait-needed``); an older QUERY, without it, is read
+with none."""
+SUPPORTED_VERSIONS = frozenset((1, 2, 3, 4, 5))
 MAX_MESSAGE_BYTES = 16 * 1024
 """Cap enforced on the socket (ZMQ_MAXMSGSIZE) and again when decoding."""
 
@@ -180,13 +182,15 @@ class Request:
     successful answer; a refusal is a generic :class:`Reply`), ``REPLAYABLE``
     (a repeat with the same incarnation and sequence number gets the first
     answer again), ``BEFORE_V3`` (fields a v1 or v2 sender leaves out, with
-    the value that keeps its meaning), ``CHECKS`` (field name -> check, for
+    the value that keeps its meaning), ``BEFORE_V5`` (the same for a v4 or
+    older sender), ``CHECKS`` (field name -> check, for
     the fields the class adds: :func:`check_fields`) and ``fast_valid`` (an
     inline check of the decoded fields for the hottest requests, see :func:`decode`)."""
     TYPE = ""
     REPLY = None          # set below to Reply, the answer that says only ok
     REPLAYABLE = True
     BEFORE_V3 = {}
+    BEFORE_V5 = {}
     CHECKS = {"rank": integer(), "seq": integer(), "incarnation": _check_incarnation}
     fast_valid = None
     rank: int
@@ -406,6 +410,9 @@ def decode(data, allowed):
     names = _FIELDS.get(cls) or fields_of(cls)
     if version < 3 and cls.__dict__.get("BEFORE_V3"):
         for name, value in cls.BEFORE_V3.items():
+            body.setdefault(name, value)
+    if version < 5 and cls.__dict__.get("BEFORE_V5"):
+        for name, value in cls.BEFORE_V5.items():
             body.setdefault(name, value)
     if body.keys() != names:
         missing, unknown = sorted(names - set(body)), sorted(set(body) - names)

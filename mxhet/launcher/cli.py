@@ -289,17 +289,21 @@ def parse_args(argv=None):
         parser.error("--sync: %s" % exc)
     args.kvstore_type = mode.kvstore
     worker_options = _check_worker_mode_options(parser, args.command, args.sync)
-    # ESync's --round-deadline, --round-length and --late-memory are worker options the State Server decides
-    # with (its rounds' members, their lengths, the memories they add)
+    # ESync's --round-deadline, --round-length, --late-memory and --wait-needed are worker options the State
+    # Server decides with (its rounds' members, their lengths, the memories they add)
     args.round_deadline = worker_options.get("round_deadline") or None
     args.round_length = worker_options.get("round_length") or None
     args.late_memory = bool(worker_options.get("late_memory"))
+    args.wait_needed = worker_options.get("wait_needed") or None
     if args.round_length and not args.round_deadline:
         parser.error("worker command: esync: round_length (--round-length) %r needs round_deadline "
                      "(--round-deadline) > 0" % (args.round_length,))
     if args.late_memory and not args.round_deadline:
         parser.error("worker command: esync: late_memory (--late-memory) needs round_deadline "
                      "(--round-deadline) > 0")
+    if args.wait_needed and not args.round_deadline:
+        parser.error("worker command: esync: wait_needed (--wait-needed) %r needs round_deadline "
+                     "(--round-deadline) > 0" % (args.wait_needed,))
     # Every distributed job gets a State Server: the algorithm's control plane
     # for esync, ssp and adsp, and for every mode the watch on silent workers
     # (heartbeats) and the check that all workers train the same model.

@@ -440,7 +440,7 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
                 # Server, which tells it the job is over (the launcher ends the State Server at the job's end)
                 argv += ["--until-stopped"]
         for option in ("staleness", "adsp_period", "adsp_epoch", "adsp_window", "heartbeat_timeout",
-                       "state_stats", "round_deadline", "round_length"):
+                       "state_stats", "round_deadline", "round_length", "wait_needed"):
             value = getattr(args, option, None)
             if value is not None:
                 flag = "--stats-out" if option == "state_stats" else "--" + option.replace("_", "-")

@@ -57,6 +57,8 @@ Optimizer state at a round boundary: kept by default (momentum or Adam moments
 carry on, as if the local optimizer ran continuously on the replica); with
 ``reset_optimizer_state=True`` it starts afresh every round.
 """
+import math
+
 import mxnet as mx
 
 from kvstore_ext import keys as ps_keys
@@ -67,6 +69,7 @@ from ..dataplane.weighting import DeltaWeighting
 from ..gluon_private import trainer_params
 from ..policy import aggregation as agg
 from ..policy import specs
+from ..policy.needed import check_loss
 from ..protocol import Session, programs
 from ..protocol.effects import (AggregateDeltas, AwaitAnswer, Iterate, Iterated, Listen, ResetOptimizer,
                                 JOB_OVER, RoundTrip, SendReset, StateQuery)
@@ -98,6 +101,9 @@ class ESync(RoundMembers, ProgramMode):
                               "cluster, got %r" % (self.opts["round_deadline"], self.opts["outer_optimizer"]))
         if self.opts["round_deadline"]:
             self.stats.deadline_pushes = []   # [round, share] of every delta this worker pushed
+        # --wait-needed: the first batch from each global model reports its loss (Trainer.observe_loss)
+        self.uses_loss = bool(self.opts["wait_needed"])
+        self._batch_loss = None   # what the loop observed since the last step, for the pending Iterate
         self.delayed = self.opts["ack"] == "delayed"
         self.weighting = DeltaWeighting(self.opts["aggregation"])
         self.outer = None   # the servers' outer momentum, mirrored (outer_optimizer="nesterov")
@@ -164,7 +170,26 @@ class ESync(RoundMembers, ProgramMode):
                 self.stats.test_batch_s = capability
         self._compute_end = compute_end
         self._take(self.client.poll())   # the job's stop may have come meanwhile (RESET's answer)
-        self._advance(Iterated(capability))
+        self._advance(Iterated(capability, loss=self._read_loss(effect)))
+
+    def observe_loss(self, value):
+        super().observe_loss(value)
+        self._batch_loss = value
+
+    def _read_loss(self, effect):
+        """The pending Iterate's batch loss when it asks for one (``--wait-needed``), else None;
+        the loop must have observed it since the last step."""
+        loss, self._batch_loss = self._batch_loss, None
+        if effect is None or not effect.read_loss:
+            return None
+        if loss is None:
+            raise ConfigError("esync --wait-needed reads the training loss of the first batch from each global "
+                              "model: call trainer.observe_loss(loss) before every trainer.step() (python -m "
+                              "mxhet.train does)")
+        loss = float(loss.asscalar() if hasattr(loss, "asscalar") else loss)
+        if not math.isfinite(loss):   # the non-finite guard deals with the model; no measure this time
+            return None
+        return check_loss(loss)
 
     def _advance(self, result):
         self._step_batch = self._batch_size
@@ -233,10 +258,12 @@ class ESync(RoundMembers, ProgramMode):
             since_finish = t0 - self._compute_end + effect.ahead
             reply = None
             if effect.blocking:
-                reply = self.client.query(effect.round, effect.k, effect.c, since_finish=since_finish)
+                reply = self.client.query(effect.round, effect.k, effect.c, since_finish=since_finish,
+                                          loss=effect.loss)
             else:
                 self._answered = False
-                self.client.send_query(effect.round, effect.k, effect.c, since_finish=since_finish)
+                self.client.send_query(effect.round, effect.k, effect.c, since_finish=since_finish,
+                                       loss=effect.loss)
                 self._take(self.client.poll())   # an answer already in is taken at once
             if self.client.stop_decided:
                 self.answers.stop()

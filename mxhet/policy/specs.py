@@ -76,7 +76,12 @@ ESYNC = register_spec(ModeSpec(
              Option("late_memory", False, "with round_deadline: every round a late device misses adds its latest "
                                           "delta again at 1/N, the members keeping their shares (MIFA's memory; "
                                           "see mxhet.policy.deadline)",
-                    switch=True))))
+                    switch=True),
+             Option("wait_needed", 0.0, "R, with round_deadline: the rounds also wait for a device whose training "
+                                        "loss on the global model it pulled is, smoothed, above R x the lowest "
+                                        "device's (0: off; see mxhet.policy.needed). The training loop reports the "
+                                        "loss with Trainer.observe_loss before each step (mxhet.train does)",
+                    check=OffOrAtLeast(1)))))
 
 SYNC = register_spec(ModeSpec(
     "sync", "dist_sync", "synchronous SGD: gradients averaged every step; everyone waits for the slowest"))

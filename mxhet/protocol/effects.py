@@ -316,20 +316,25 @@ class Iterate(Compute):
     reported nor timed by the profile: on the cluster MXNet's first iteration
     (lazy initialisation, memory allocation; no emulated slowdown added), in
     the simulator, whose iteration times have no warm-up, nothing (no virtual
-    time, no batch).
+    time, no batch). ``read_loss``: report the batch's training loss, taken
+    before the iteration's own step (simulator: computed; cluster: what the
+    training loop gave ``Trainer.observe_loss`` before ``step``).
 
     Returns: :class:`Iterated`.
     """
     test: bool = False
     abortable: bool = False
     warmup: bool = False
+    read_loss: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
 class Iterated:
-    """What an :class:`Iterate` came to: its compute time (seconds) and whether it was abandoned."""
+    """What an :class:`Iterate` came to: its compute time (seconds), whether it was abandoned,
+    and (``read_loss``) the batch's training loss, else None."""
     duration: float
     aborted: bool = False
+    loss: object = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -348,7 +353,8 @@ class StateQuery:
     the round trip the worker does not wait before its next iteration) plus
     the time since the iteration ended (0 in the simulator, where nothing
     runs in between). ``blocking``: wait for the answer (Algorithm 1); else
-    it comes later to the :class:`Listen`-ed answers.
+    it comes later to the :class:`Listen`-ed answers. ``loss``: the training
+    loss on the global model last pulled (``--wait-needed``), or None.
 
     Returns: the answer (a :class:`mxhet.control.state_rule.QueryReply`) if blocking, else None.
     """
@@ -357,6 +363,7 @@ class StateQuery:
     c: float
     ahead: float
     blocking: bool
+    loss: object = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -432,8 +439,8 @@ class MeasuredCompute(Compute):
 
     Returns: a :class:`Measured`. The loss is the latest the worker knows:
     in the simulator this iteration's; on the cluster the last one the
-    script passed to ``Trainer.observe_loss`` (``mxhet.train`` does so after
-    ``step()``, so the previous iteration's); None before the first.
+    script passed to ``Trainer.observe_loss`` (``mxhet.train`` does so before
+    ``step()``, so this iteration's); None before the first.
     """
 
 

@@ -176,7 +176,7 @@ def check_esync(opts):
 
     Raises:
         ConfigError: naming the bad ``global_lr``, ``ack`` or aggregation option, or
-            ``round_length`` or ``late_memory`` without ``round_deadline``.
+            ``round_length``, ``late_memory`` or ``wait_needed`` without ``round_deadline``.
     """
     specs.ESYNC.check(opts)
     if opts.get("round_length") and not opts.get("round_deadline"):
@@ -184,6 +184,9 @@ def check_esync(opts):
                           % (opts["round_length"],))
     if opts.get("late_memory") and not opts.get("round_deadline"):
         raise ConfigError("esync: late_memory (--late-memory) needs round_deadline (--round-deadline) > 0")
+    if opts.get("wait_needed") and not opts.get("round_deadline"):
+        raise ConfigError("esync: wait_needed (--wait-needed) %r needs round_deadline (--round-deadline) > 0"
+                          % (opts["wait_needed"],))
     if opts.get("round_deadline"):
         # A late device's READY waits for its round to close (a deferred answer): only a blocking
         # query waits for it. Its share replaces the mean's 1/m; the count weightings would need
@@ -196,8 +199,9 @@ def check_esync(opts):
                               % (opts["aggregation"],))
 
 
-def _esync_query(answers, stats, duration, delayed, iteration=True):
-    """QUERY-STATE for the policy's round and k with c = ``duration`` + the round trip."""
+def _esync_query(answers, stats, duration, delayed, iteration=True, loss=None):
+    """QUERY-STATE for the policy's round and k with c = ``duration`` + the round trip (and
+    ``loss``, the training loss on the global model last pulled, when not None)."""
     policy = answers.policy
     rtt = yield RoundTrip()
     # The device the State Server last named slowest is READY as soon as its
@@ -216,7 +220,7 @@ def _esync_query(answers, stats, duration, delayed, iteration=True):
     # that much ahead of t_e + c (mxhet.control.state_rule).
     ahead = max(0.0, rtt - wait) if delayed else 0.0
     t0 = yield Now()
-    reply = yield StateQuery(policy.round, policy.k, duration + rtt, ahead, blocking=not delayed)
+    reply = yield StateQuery(policy.round, policy.k, duration + rtt, ahead, blocking=not delayed, loss=loss)
     if delayed:
         if wait > 0:
             yield AwaitAnswer(wait)
@@ -242,8 +246,11 @@ def esync(opts, stats):
     with the worker's stop wish. The job's stop decision comes back with
     RESET's or the next query's answer: the worker stops at once, the
     iterations since the round last aggregated dropped. ``opts["max_local_steps"]``
-    K caps a round (:class:`ESyncPolicy`). Keeps the per-round statistics
-    (``round_*``), ``rounds``, ``local_iters`` and the query waits.
+    K caps a round (:class:`ESyncPolicy`). Under ``opts["wait_needed"]`` the
+    first iteration from each global model (the initial one, then each pulled)
+    reads its batch's loss, and the query after it carries it
+    (:mod:`mxhet.policy.needed`). Keeps the per-round statistics (``round_*``),
+    ``rounds``, ``local_iters`` and the query waits.
     """
     check_esync(opts)
     delayed = opts["ack"] == "delayed"
@@ -260,13 +267,17 @@ def esync(opts, stats):
     test = yield Iterate(test=True)
     policy.test_batch_done()
     yield from _esync_query(answers, stats, test.duration, delayed, iteration=False)
+    # --wait-needed: the replica is the global model until its first step from it (the test batch's is dropped)
+    need = bool(opts.get("wait_needed"))
+    fresh = need
     while True:
-        done = yield Iterate(local_step=True, abortable=delayed)
+        done = yield Iterate(local_step=True, abortable=delayed, read_loss=fresh)
         if answers.stop_decided:
             return
         if not done.aborted:
             policy.completed()
-            yield from _esync_query(answers, stats, done.duration, delayed)
+            yield from _esync_query(answers, stats, done.duration, delayed, loss=done.loss if fresh else None)
+            fresh = False
             if answers.stop_decided:
                 return
             if policy.after_query() is not Action.AGGREGATE:
@@ -284,6 +295,7 @@ def esync(opts, stats):
             return
         if opts["reset_optimizer_state"]:
             yield ResetOptimizer()
+        fresh = need
         _, k, slowest = policy.aggregated()
         stats.local_iters.append(k)
         stats.rounds = policy.round

@@ -161,7 +161,8 @@ def record(sim):
 def _deadline_record(sim):
     """Under ``--round-deadline``, the State Server's round book-keeping a replay must rebuild: the
     late deltas due in a round not closed yet (rank -> round), the deferred READYs, the last round
-    closed, and every push so far (its log hashed); None without a deadline."""
+    closed, every push so far (its log hashed) and, under ``--wait-needed``, the ranks' smoothed
+    losses; None without a deadline."""
     rule = sim.service.rule("esync")
     if rule is None or rule.book is None:
         return None
@@ -173,6 +174,8 @@ def _deadline_record(sim):
     if book.memory:   # --late-memory (only then: an older checkpoint's record has no such keys)
         record["remembered"] = {str(r): v for r, v in book.remembered().items()}
         record["memory_log"] = hashlib.sha256(json.dumps(sim.memory_log).encode()).hexdigest()
+    if rule.losses is not None:   # --wait-needed: each rank's smoothed loss, rebuilt from the logged losses
+        record["losses"] = {str(r): repr(v) for r, v in sorted(rule.losses.average.items())}
     return record
 
 

@@ -351,6 +351,10 @@ def run(args):
         summary["sim"]["deadline_pushes"] = [list(p) for p in sim.deadline_log]
     if job.mode_options.get("late_memory"):   # --late-memory: every memory push and keeper's pull
         summary["sim"]["memory_log"] = [list(p) for p in sim.memory_log]
+    if job.mode_options.get("wait_needed"):   # --wait-needed: the slots each round also waited for, as needed
+        slot_of = {dev.rank: dev.slot for dev in devices}
+        summary["sim"]["needed_rounds"] = [[r["round"], sorted(slot_of[int(x)] for x in r["needed"])]
+                                           for r in sim.service.rule("esync").stats() if r.get("needed")]
     if job.mode == "adsp":   # the commit-rate search as it ran, times in virtual seconds of the run
         scheduler = sim.service.adsp
         summary["adsp_search"] = scheduler.search_record(origin=scheduler.start) if scheduler is not None else None

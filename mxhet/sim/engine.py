@@ -271,6 +271,8 @@ class Simulation:
             kwargs["round_length"] = job.mode_options["round_length"]
         if job.mode_options.get("late_memory"):
             kwargs["late_memory"] = True
+        if job.mode_options.get("wait_needed"):
+            kwargs["wait_needed"] = job.mode_options["wait_needed"]
         rules = tuple(self.spec.state_rules)
         if getattr(job, "leaves", None) and "membership" not in rules:   # --events: its record, and the joins (as the launcher's)
             rules += ("membership",)

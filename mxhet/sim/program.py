@@ -556,6 +556,9 @@ def _iterate(sim, dev, effect):
     if effect.test:   # its batch is taken from the stream, as the cluster's first step() takes one
         dev.stats.test_batch_s = duration
         dev.skip_batch()
+    elif effect.read_loss:
+        dev.compute(local_step=effect.local_step, read_loss=True)
+        return Iterated(duration, loss=dev.last_loss)
     else:
         dev.compute(local_step=effect.local_step)
     return Iterated(duration)
@@ -563,7 +566,8 @@ def _iterate(sim, dev, effect):
 
 def _state_query(sim, dev, effect):
     request = dev.message(m.Query, round=effect.round, k=effect.k, c=float(effect.c),
-                          since_finish=float(effect.ahead))
+                          since_finish=float(effect.ahead),
+                          loss=m.NO_LOSS if effect.loss is None else float(effect.loss))
     dev.stats.state_queries += 1
     t0 = sim.env.now
     reply = None

@@ -47,7 +47,7 @@ def _fake_confirm(run_dir, summary):   # every candidate holds on the whole test
 
 
 def test_runs_without_slow_devices_run_once_for_every_profile_they_serve():
-    planned = het.plan(["resnet18_v1"], [117, 10, 2], list(het.VARIANTS), ["iid", "non-iid"], [0])
+    planned = het.plan(["resnet18_v1"], [117, 10, 2], list(het.DEFAULT_VARIANTS), ["iid", "non-iid"], [0])
     assert planned["resnet18_v1-standalone-iid"][1] == [117, 10, 2]       # one device, all the data
     assert "resnet18_v1-standalone-non-iid" not in planned
     assert planned["resnet18_v1-fast-only4-iid"][1] == [117]              # the paper's 4 fast devices
@@ -61,7 +61,7 @@ def test_runs_without_slow_devices_run_once_for_every_profile_they_serve():
 
 def test_each_variant_s_command_and_one_snapshot_grid():
     preset = presets.get(het.PRESET)
-    planned = het.plan(["resnet18_v1"], [117, 10, 2], list(het.VARIANTS), ["iid"], [0])
+    planned = het.plan(["resnet18_v1"], [117, 10, 2], list(het.DEFAULT_VARIANTS), ["iid"], [0])
     specs = {name: het.job_spec(key, preset, checkpoint_every_min=10) for name, (key, _) in planned.items()}
     assert {s.eval_interval for s in specs.values()} == {0.5 * preset.iteration_s["resnet18_v1"]}
     assert {s.time_budget for s in specs.values()} == {preset.budget_for("resnet18_v1")}
@@ -102,7 +102,7 @@ def test_whole_bench_on_fake_runs_writes_fields_best_alternative_verdict_report_
         return _summary(spec, name)
 
     out = str(tmp_path / "het")
-    doc = het.run_bench(["resnet18_v1"], [117, 2], list(het.VARIANTS), ["iid"], [0, 1, 2], out, seeds_best=True,
+    doc = het.run_bench(["resnet18_v1"], [117, 2], list(het.DEFAULT_VARIANTS), ["iid"], [0, 1, 2], out, seeds_best=True,
                         budget=BUDGET, sweep=None, command=["mxhet-bench", "heterogeneity"], run=fake_run,
                         confirm_fn=_fake_confirm, log=lambda *_: None)
     # seed 0 of everything (standalone once for both profiles), then seeds 1 and 2 of recommended and the
@@ -115,7 +115,7 @@ def test_whole_bench_on_fake_runs_writes_fields_best_alternative_verdict_report_
     assert saved["recommended_args"] == list(presets.RECOMMENDED_ARGS)
     assert saved["provenance"]["seeds"] == [0, 1, 2] and saved["provenance"]["date"]
     assert {r["profile"] for r in saved["runs"]} == {117, 2}
-    assert {r["variant"] for r in saved["runs"]} == set(het.VARIANTS)
+    assert {r["variant"] for r in saved["runs"]} == set(het.DEFAULT_VARIANTS)
     assert all(r["confirmation"] is not None for r in saved["runs"])
     standalone = [r for r in saved["runs"] if r["run"] == "resnet18_v1-standalone-iid"]
     assert sorted(r["profile"] for r in standalone) == [2, 117] and standalone[0]["shared_by"] == [2, 117]
@@ -301,7 +301,7 @@ def test_run_names_get_a_suffix_only_at_a_rate_other_than_the_default():
 def test_lrs_sweep_the_first_seed_and_run_the_others_at_each_cell_s_best_rate(tmp_path):
     ran = []
     out = str(tmp_path / "het")
-    doc = het.run_bench(["resnet18_v1"], [117, 2], list(het.VARIANTS), ["iid"], [0, 1], out, budget=BUDGET,
+    doc = het.run_bench(["resnet18_v1"], [117, 2], list(het.DEFAULT_VARIANTS), ["iid"], [0, 1], out, budget=BUDGET,
                         sweep=None, run=_lr_run(ran), confirm_fn=_fake_confirm, lrs=[0.01, 0.03, 0.1],
                         log=lambda *_: None)
     first = [n for n in ran if "seed" not in n]
@@ -427,9 +427,9 @@ def test_group_norm_runs_are_named_by_the_gn_label_and_train_with_norm_group():
     from mxhet.sim import cli as sim_cli
 
     preset = presets.get(het.PRESET)
-    batch = het.plan(["resnet18_v1"], [117, 10], list(het.VARIANTS), ["non-iid"], [0, 1])
-    group = het.plan(["resnet18_v1"], [117, 10], list(het.VARIANTS), ["non-iid"], [0, 1], norm="group")
-    assert list(batch) == list(het.plan(["resnet18_v1"], [117, 10], list(het.VARIANTS), ["non-iid"], [0, 1],
+    batch = het.plan(["resnet18_v1"], [117, 10], list(het.DEFAULT_VARIANTS), ["non-iid"], [0, 1])
+    group = het.plan(["resnet18_v1"], [117, 10], list(het.DEFAULT_VARIANTS), ["non-iid"], [0, 1], norm="group")
+    assert list(batch) == list(het.plan(["resnet18_v1"], [117, 10], list(het.DEFAULT_VARIANTS), ["non-iid"], [0, 1],
                                         norm="batch"))
     assert "resnet18_v1-117x-recommended-non-iid" in batch and "resnet18_v1-standalone-iid-seed1" in batch
     assert list(group) == [name.replace("resnet18_v1-", "resnet18_v1_gn-", 1) for name in batch]
@@ -574,7 +574,7 @@ def test_sync_runs_are_named_by_profile_and_split_and_serve_their_own_profile_on
     assert het.run_name(key._replace(profile=10, dist="iid", lr=0.03, seed=1)) == (
         "resnet18_v1-10x-sync-iid-lr0.03-seed1")
     assert het.run_name(key._replace(norm="group")) == "resnet18_v1_gn-117x-sync-non-iid"
-    planned = het.plan(["resnet18_v1"], [117, 10, 2], list(het.VARIANTS), ["non-iid"], [0])
+    planned = het.plan(["resnet18_v1"], [117, 10, 2], list(het.DEFAULT_VARIANTS), ["non-iid"], [0])
     assert {name: profs for name, (_, profs) in planned.items() if "-sync-" in name} == {
         "resnet18_v1-117x-sync-non-iid": [117], "resnet18_v1-10x-sync-non-iid": [10],
         "resnet18_v1-2x-sync-non-iid": [2]}
@@ -582,9 +582,9 @@ def test_sync_runs_are_named_by_profile_and_split_and_serve_their_own_profile_on
 
 def test_adding_sync_leaves_the_other_variants_runs_names_and_order_as_they_were():
     old = ["recommended", "paper", "standalone", "fast-only", "async", "dcasgd", "adsp", "dylu"]
-    assert list(het.VARIANTS) == old + ["sync"]          # last: the report's rows and the figure's colours keep
+    assert list(het.DEFAULT_VARIANTS) == old + ["sync"]          # last: the report's rows and the figure's colours keep
     assert het.ALTERNATIVES == ("standalone", "fast-only", "async", "dcasgd", "adsp", "dylu", "sync")
-    planned = het.plan(["resnet18_v1"], [117, 10], list(het.VARIANTS), ["iid"], [0])
+    planned = het.plan(["resnet18_v1"], [117, 10], list(het.DEFAULT_VARIANTS), ["iid"], [0])
     assert list(planned) == [
         "resnet18_v1-117x-recommended-iid", "resnet18_v1-117x-paper-iid", "resnet18_v1-standalone-iid",
         "resnet18_v1-fast-only4-iid", "resnet18_v1-117x-async-iid", "resnet18_v1-117x-dcasgd-iid",
@@ -642,3 +642,18 @@ def test_dry_run_lists_the_sync_runs_by_default_at_the_slowest_device_s_pace(tmp
     for p, devices in ((117, 6), (10, 4), (2, 4)):     # one iteration per device a round of the slowest's length
         line = lines["resnet18_v1-%dx-sync-iid" % p]
         assert int(line.split()[3]) == pytest.approx(devices * fast / p, abs=1) and line.endswith("CPU min")
+
+
+# needed: the recommended flags and --wait-needed 2, a candidate run only when named
+
+def test_the_needed_variant_is_the_recommended_esync_with_wait_needed_run_only_when_named():
+    preset = presets.get(het.PRESET)
+    assert list(het.VARIANTS)[-1] == "needed" and "needed" not in het.DEFAULT_VARIANTS   # last: colours keep
+    assert "needed" in het.ESYNC_VARIANTS and "needed" not in het.ALTERNATIVES
+    key = het.RunKey("resnet18_v1", 10, "needed", "non-iid", 1, lr=0.03, norm="group")
+    assert het.run_name(key) == "resnet18_v1_gn-10x-needed-non-iid-lr0.03-seed1"
+    spec, recommended = het.job_spec(key, preset), het.job_spec(key._replace(variant="recommended"), preset)
+    assert spec.mode == "esync"
+    assert tuple(spec.extra_train_args) == tuple(recommended.extra_train_args) + ("--wait-needed", "2")
+    parser = het.add_parser(__import__("argparse").ArgumentParser().add_subparsers(dest="experiment"))
+    assert parser.parse_args([]).variants.split(",") == list(het.DEFAULT_VARIANTS)

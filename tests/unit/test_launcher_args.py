@@ -258,6 +258,17 @@ def test_the_worker_commands_late_memory_reaches_the_state_server_and_needs_the_
     assert "--late-memory" in capsys.readouterr().err
 
 
+def test_the_worker_commands_wait_needed_reaches_the_state_server_and_needs_the_deadline(capsys):
+    train = ["python", "-m", "mxhet.train", "--round-deadline", "4", "--wait-needed", "2"]
+    argv = plan_of("-n", "2", "-s", "1", "--sync", "esync", command=train).by_role("state-server")[0].argv
+    assert argv[argv.index("--wait-needed") + 1] == "2.0"
+    argv = plan_of("-n", "2", "-s", "1", "--sync", "esync", command=train[:-2]).by_role("state-server")[0].argv
+    assert "--wait-needed" not in argv   # off: the State Server's command is the deadline's
+    with pytest.raises(SystemExit):
+        plan_of("-n", "2", "-s", "1", "--sync", "esync", command=["python", "-m", "mxhet.train", "--wait-needed", "2"])
+    assert "wait_needed" in capsys.readouterr().err
+
+
 def test_esync_port_and_epsilon_options():
     plan = plan_of("-n", "2", "--sync", "esync", "--state-server-port", "5555", "--epsilon", "0.25",
                    "--root-port", "7000")

@@ -16,7 +16,7 @@ BAD = {"global_lr": "0", "state_timeout": "-1", "outer_lr": "0", "outer_momentum
        "lamda": "-0.5", "local_steps": "0", "staleness": "0", "group_size": "1", "alpha": "1.0",
        "frozen_window": "-1", "groups": "0", "max_delay": "0", "c": "0", "step_size": "0", "beta1": "1",
        "beta2": "1.5", "nesterov_period": "-1", "round_deadline": "0.5",
-       "round_length": "0.5"}
+       "round_length": "0.5", "wait_needed": "0.5"}
 
 
 def _options():

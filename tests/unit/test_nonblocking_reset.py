@@ -45,7 +45,7 @@ def test_version_1_requests_are_still_served_and_others_refused():
     assert svc.handle(m.decode(raw, m.REQUEST_TYPES), 1.0, sender=0).stop
     with pytest.raises(ProtocolError, match="version"):
         m.decode(raw.replace(b'"v":1', b'"v":9'), m.REQUEST_TYPES)
-    assert orjson.loads(m.encode(m.Bye(rank=0, seq=1)))["v"] == m.VERSION == 4
+    assert orjson.loads(m.encode(m.Bye(rank=0, seq=1)))["v"] == m.VERSION == 5
 
 
 def test_send_reset_returns_at_once_and_its_answer_is_taken_by_poll():

@@ -195,11 +195,11 @@ class _ScriptedClient:
         self._seq += 1
         return _esync_answer(self.m.Query(rank=self.rank, seq=self._seq, round=round_, k=k, c=0.0, since_finish=0.0))
 
-    def query(self, round_, k, c, since_finish=0.0):
+    def query(self, round_, k, c, since_finish=0.0, loss=None):
         self.replies += 1
         return self._query(round_, k)
 
-    def send_query(self, round_, k, c, since_finish=0.0):
+    def send_query(self, round_, k, c, since_finish=0.0, loss=None):
         self._flight.append([0, self._query(round_, k)])
 
     def poll(self, timeout=0.0):

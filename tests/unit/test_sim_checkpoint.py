@@ -284,3 +284,25 @@ def test_a_late_memory_run_resumes_with_the_servers_memory_and_the_keepers_copie
     assert resumed["sim"]["memory_log"] == whole["sim"]["memory_log"]
     # a memory was pulled after the resume too (a round after the last one closed before the stop)
     assert [e for e in whole["sim"]["memory_log"] if e[2] == "pull" and e[1] > closed[0]]
+
+
+def test_a_wait_needed_run_resumes_with_each_devices_smoothed_loss(tmp_path):
+    """``--wait-needed``: the replay feeds the logged losses back into the queries, so the State Server's
+    smoothed losses (in the checkpoint's record) and the rounds that wait for a needed device after the
+    resume are an uninterrupted run's."""
+    argv = _job("esync", "--round-deadline", "2", "--wait-needed", "1.5", "--dist", "non-iid",
+                "--stop-at-target", "--target-accuracy", "0.99")
+    saved = []
+
+    def stopped(path):
+        deadline = pickle.loads(path.read_bytes())["record"]["deadline"]
+        saved.append((deadline["losses"], deadline["closed"]))
+
+    whole, resumed = _check_resumed(tmp_path, argv, 1.5, stopped)
+    [(losses, closed)] = saved
+    assert sorted(losses) == ["0", "1", "2"]   # every device had reported a loss by the stop
+    needed = whole["sim"]["needed_rounds"]
+    assert resumed["sim"]["needed_rounds"] == needed
+    # rounds before and after the stop waited for slot 2 (the slow one on label-sorted data)
+    assert any(r <= closed and 2 in slots for r, slots in needed)
+    assert any(r > closed and 2 in slots for r, slots in needed)
