@@ -35,6 +35,7 @@ from . import faults as faults_bench
 from .confirm import recorded as recorded_confirmation
 from .metrics import run_record
 from .provenance import provenance
+from . import runner
 from .runner import JobFailed, JobSpec, machine_info, not_run, run_with_bar as _with_bar
 
 
@@ -540,7 +541,7 @@ def run_control_plane(args):
 def _terminate(signum, frame):
     # SystemExit unwinds through run_job, which ends the running launcher (its
     # own session: a signal to the bench does not reach it).
-    raise SystemExit(128 + signum)
+    runner.interrupt(SystemExit(128 + signum))
 
 
 def run_validate_sim(args):

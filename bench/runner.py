@@ -113,6 +113,21 @@ STOP = threading.Event()
 running on other threads end their processes and raise :class:`Interrupted`,
 and jobs not started yet never start."""
 
+_SIGNALLED = []   # the interruption a signal handler raised (interrupt), until run_each has acted on it
+
+
+def interrupt(exc):
+    """Raise ``exc`` from a signal handler, and keep it for :func:`run_each`.
+
+    Python runs a handler in the main thread wherever it happens to be, also
+    inside an object's ``__del__`` (MXNet's handles free themselves there),
+    where an exception is printed and dropped: the bench went on as if no
+    signal had come. :func:`run_each` raises a kept interruption at its next
+    poll, so the bench stops within a second either way.
+    """
+    _SIGNALLED.append(exc)
+    raise exc
+
 
 def canonical(argv):
     """A run's command without the interpreter, ``-m module`` and ``--metrics-out DIR``: equal for two runs
@@ -171,8 +186,11 @@ def run_each(items, fn, jobs):
                                                     return_when=concurrent.futures.FIRST_EXCEPTION)
             for future in done:
                 future.result()   # the first failure goes up now, as pool.map would raise it
+            if _SIGNALLED:   # an interruption a finalizer swallowed (interrupt)
+                raise _SIGNALLED[0]
         return [future.result() for future in futures]
     except BaseException:
+        _SIGNALLED.clear()
         STOP.set()
         pool.shutdown(wait=True, cancel_futures=True)
         # an interruption inside submit, between a thread's start and the pool recording it, leaves that

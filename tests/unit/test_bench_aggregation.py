@@ -91,8 +91,8 @@ def test_a_stopped_aggregation_bench_ends_its_running_jobs_and_starts_no_other(t
     class Stopped(Exception):
         pass
 
-    def on_signal(signum, frame):
-        raise Stopped("signal %d" % signum)
+    def on_signal(signum, frame):   # as the bench's own SIGTERM handler
+        runner.interrupt(Stopped("signal %d" % signum))
 
     def fake_run_job(spec, out_dir, progress=None):
         if runner.STOP.is_set():               # as run_job: a job not started when the bench stops never starts
