@@ -390,6 +390,38 @@ def _canonical(argv):
     return [str(a) for a in runner.canonical(without_checkpoint_flags(argv))]
 
 
+def recorded_runs(out, spec_for, keys, confirmed):
+    """The runs of ``keys`` whose directory under ``out/runs`` holds no summary but which an earlier
+    invocation recorded in an experiment JSON of ``out`` (``table1.json``, ...) with the command ``spec_for``
+    gives now: ``{key: (record, file name)}``. A bench's run directories are its own; its committed
+    experiment JSON is what a fresh clone has of a run whose directory was not committed, and a re-render
+    must not drop it, nor a resumed bench run it again. ``confirmed``: keep only records that carry their
+    confirmation on the whole test set."""
+    recorded = {}
+    for name in EXPERIMENTS + (SWEEP,):
+        path = os.path.join(out, "%s.json" % name)
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            for rec in json.load(f).get("runs", []):
+                if rec.get("key"):
+                    recorded.setdefault(rec["key"], (rec, os.path.basename(path)))
+    kept = {}
+    for key in keys:
+        run_dir = os.path.join(out, "runs", run_name(key))
+        found = recorded.get(run_name(key))
+        if found is None or os.path.exists(os.path.join(run_dir, "summary.json")):
+            continue
+        rec, source = found
+        if confirmed and not rec.get("confirmation"):
+            continue
+        spec = spec_for(key)
+        if spec.engine == "sim" and same_run(_canonical(rec.get("command") or []),
+                                             _canonical(spec.launch_argv(run_dir)), rec.get("train_time_s")):
+            kept[key] = (dict(rec, resumed=True, kept_from=source), source)
+    return kept
+
+
 def stamp_provenance(run_dir, summary, spec):
     """Record in a run just finished where it was made: the commit, date and machine that finished it (a run
     resumed from a checkpoint may have started on others), its command and seed, in its ``summary.json``
@@ -560,14 +592,22 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
 
     def budget_of(key):
         return fixed_budget or preset.budget_of(key.model, key.mode)
+
+    def spec_for(k):
+        return job_spec(k, preset, profile, calibration[k.model], budget_of(k), engine=engine,
+                        checkpoint_every_min=checkpoint_every_min, resume=resume)
+    kept = recorded_runs(out, spec_for, keys, bool(confirm_fn)) if resume else {}
+    if kept:
+        log("%d run(s) kept from the experiment JSON of an earlier invocation (their run directories are not "
+            "in %s): %s" % (len(kept), out, ", ".join(run_name(k) for k in keys if k in kept)))
     records, failures = execute(
-        keys, lambda k: job_spec(k, preset, profile, calibration[k.model], budget_of(k), engine=engine,
-                                 checkpoint_every_min=checkpoint_every_min, resume=resume), out,
+        [k for k in keys if k not in kept], spec_for, out,
         run=run, jobs=jobs, resume=resume, confirm_fn=confirm_fn, reuse=Reusable(reuse) if reuse else None)
     used_seeds = sorted({k.seed for k in keys})
 
     common = {"engine": engine, "jobs": jobs, "suite_wall_s": wall_s or round(time.monotonic() - started, 1),
-              "resumed_runs": sorted(run_name(k) for k, (summary, _, _) in records.items() if summary.get("resumed")),
+              "resumed_runs": sorted([run_name(k) for k, (summary, _, _) in records.items() if summary.get("resumed")]
+                                     + [run_name(k) for k in kept]),
               "max_iterations": preset.max_iterations if engine == "sim" else 0, "preset": preset.name,
               "iteration_caps": {m: preset.cap_for(m) for m in sorted(set(models) & set(preset.iteration_caps))}
               if engine == "sim" else {},
@@ -590,6 +630,8 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
             if k in records:
                 summary, spec, run_dir = records[k]
                 runs.append(dict(record_of(summary, k, spec, calibration[k.model], run_dir, out), key=run_name(k)))
+            elif k in kept:
+                runs.append(kept[k][0])
         fails = [{"model": k.model, "mode": k.mode, "dist": k.dist, "run": run_name(k), "error": failures[k]}
                  for k in planned[name] if k in failures]
         result = dict(common, experiment=name, runs=runs, failures=fails)

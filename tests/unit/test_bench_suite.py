@@ -4,6 +4,7 @@ synthetic job summaries (JSON keys, report, figures)."""
 import dataclasses
 import json
 import os
+import shutil
 
 import pytest
 
@@ -501,6 +502,63 @@ def test_report_only_writes_the_table_from_the_finished_runs_and_names_the_other
     assert "Machine (that wrote these results; it ran none of the runs):" in text
     assert cli.main(["table1", "--preset", "cpu", "--report-only", "--out", out]) == 2   # cluster runs are not kept
     assert "--report-only reports simulator runs" in capsys.readouterr().err
+
+
+def test_a_run_whose_directory_is_gone_is_kept_from_the_experiment_json_if_its_command_is_the_same(
+        tmp_path, capsys, monkeypatch):
+    """A fresh clone has the committed table1.json but not every run directory: a re-render keeps those runs'
+    records instead of dropping them, a resumed bench does not run them again, and a record made with
+    another command is not taken for the run asked for."""
+    from bench import confirm
+
+    out = str(tmp_path / "closed")
+
+    def finished(spec, run_dir, desc, position, leave):
+        os.makedirs(run_dir, exist_ok=True)
+        summary = dict(_seeded_summary(spec), sim={"wall_s": 1.0, "command": ["python", "-m", "mxhet.sim"]
+                                                   + spec.launch_argv(run_dir)[3:]})
+        summary["command"] = spec.launch_argv(run_dir)   # as bench.runner's runs record it
+        with open(os.path.join(run_dir, "summary.json"), "w") as f:
+            json.dump(summary, f)
+        return summary
+
+    def confirmed(run_dir, summary):
+        record = confirm.confirm(summary, lambda i: summary["curve"][i][1])
+        confirm._write(os.path.join(run_dir, confirm.FILE), record)
+        return record
+
+    args = dict(models=("resnet18_v1",), modes=("esync", "local"), seeds=(0, 1), confirm_fn=confirmed,
+                log=lambda *_: None)
+    suite.run_suite(("table1",), presets.get("paper-sim"), profiles.load("paper-sim"), out, run=finished, **args)
+    before = json.load(open(os.path.join(out, "table1.json")))
+    shutil.rmtree(os.path.join(out, "runs", "resnet18_v1-esync-iid-seed1"))   # never committed
+    monkeypatch.setattr(suite, "run_with_bar", lambda *a, **k: pytest.fail("--report-only started a run"))
+    assert cli.main(["table1", "--preset", "paper-sim", "--models", "resnet18_v1", "--modes", "esync,local",
+                     "--seeds", "0,1", "--report-only", "--out", out]) == 0
+    table = json.load(open(os.path.join(out, "table1.json")))
+    kept = next(r for r in table["runs"] if r["key"] == "resnet18_v1-esync-iid-seed1")
+    old = next(r for r in before["runs"] if r["key"] == "resnet18_v1-esync-iid-seed1")
+    assert kept["kept_from"] == "table1.json" and kept["time_to_target_s"] == old["time_to_target_s"]
+    assert kept["final_accuracy"] == old["final_accuracy"] and kept["curve"] == old["curve"]
+    assert len(table["runs"]) == 4 and not table["failures"]
+    assert "resnet18_v1-esync-iid-seed1" in table["resumed_runs"]
+    row = next(r for r in table["rows"] if r["model"] == "resnet18_v1")
+    assert row["variants"]["esync"]["time_to_target"]["n"] == 2
+
+    # resumed: runs nothing, the record is kept again (from the file just written)
+    suite.run_suite(("table1",), presets.get("paper-sim"), profiles.load("paper-sim"), out, resume=True,
+                    run=lambda *a: pytest.fail("a kept run ran again"), **args)
+    assert len(json.load(open(os.path.join(out, "table1.json")))["runs"]) == 4
+
+    # another budget is another run: the record is not it, and it is run
+    ran = []
+
+    def rerun(spec, run_dir, *rest):
+        ran.append(os.path.basename(run_dir))
+        return finished(spec, run_dir, *rest)
+    suite.run_suite(("table1",), presets.get("paper-sim"), profiles.load("paper-sim"), out, resume=True,
+                    budget=500.0, run=rerun, **args)
+    assert "resnet18_v1-esync-iid-seed1" in ran
 
 
 def test_a_finished_run_records_its_provenance_and_a_kept_one_is_left_as_it_was(tmp_path):
