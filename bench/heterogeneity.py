@@ -82,13 +82,14 @@ VARIANTS = {
     "dylu": ("dylu", ()),
     "sync": ("sync", ()),
     "needed": ("esync", presets.RECOMMENDED_ARGS + presets.NEEDED_ARGS),
+    "normalized": ("esync", presets.NORMALIZED_ARGS),
 }
 """variant -> (what :func:`bench.suite.job_spec` runs, extra flags of ``python -m mxhet.sim``). The order is
 the report's and the figure's (colours by position): a new variant goes last."""
 ALTERNATIVES = ("standalone", "fast-only", "async", "dcasgd", "adsp", "dylu", "sync")
 """What a user could run instead of ESync; the best of them in a cell is what the recommended ESync must beat."""
-ESYNC_VARIANTS = ("recommended", "paper", "needed")
-CANDIDATE_VARIANTS = ("needed",)
+ESYNC_VARIANTS = ("recommended", "paper", "needed", "normalized")
+CANDIDATE_VARIANTS = ("needed", "normalized")
 """ESync options measured for the recommended configuration: run only when ``--variants`` names them."""
 DEFAULT_VARIANTS = tuple(v for v in VARIANTS if v not in CANDIDATE_VARIANTS)
 NO_SLOW_DEVICE = ("standalone", "fast-only")

@@ -231,7 +231,7 @@ def heterogeneity(doc, path):
             if not points:
                 continue
             color = cmap(i % 10)
-            style = "-" if variant in ("recommended", "paper", "needed") else "--"
+            style = "--" if variant in doc.get("alternatives", ()) else "-"   # ESync solid, the rest dashed
             shown = [(p, s) for p, s in points if s["kind"] in ("measured", "lower_bound")]
             ax.plot([p for p, _ in shown], [s["mean"] for _, s in shown], style, color=color, marker="o",
                     label=variant)

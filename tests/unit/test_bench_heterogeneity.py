@@ -648,7 +648,7 @@ def test_dry_run_lists_the_sync_runs_by_default_at_the_slowest_device_s_pace(tmp
 
 def test_the_needed_variant_is_the_recommended_esync_with_wait_needed_run_only_when_named():
     preset = presets.get(het.PRESET)
-    assert list(het.VARIANTS)[-1] == "needed" and "needed" not in het.DEFAULT_VARIANTS   # last: colours keep
+    assert list(het.VARIANTS)[-2] == "needed" and "needed" not in het.DEFAULT_VARIANTS   # late: colours keep
     assert "needed" in het.ESYNC_VARIANTS and "needed" not in het.ALTERNATIVES
     key = het.RunKey("resnet18_v1", 10, "needed", "non-iid", 1, lr=0.03, norm="group")
     assert het.run_name(key) == "resnet18_v1_gn-10x-needed-non-iid-lr0.03-seed1"
@@ -657,3 +657,14 @@ def test_the_needed_variant_is_the_recommended_esync_with_wait_needed_run_only_w
     assert tuple(spec.extra_train_args) == tuple(recommended.extra_train_args) + ("--wait-needed", "2")
     parser = het.add_parser(__import__("argparse").ArgumentParser().add_subparsers(dest="experiment"))
     assert parser.parse_args([]).variants.split(",") == list(het.DEFAULT_VARIANTS)
+
+
+def test_the_normalized_variant_is_the_papers_esync_with_fednovas_weights_run_only_when_named():
+    preset = presets.get(het.PRESET)
+    assert list(het.VARIANTS)[-1] == "normalized" and "normalized" not in het.DEFAULT_VARIANTS
+    assert "normalized" in het.ESYNC_VARIANTS and "normalized" not in het.ALTERNATIVES
+    key = het.RunKey("resnet18_v1", 10, "normalized", "non-iid", 0, lr=0.03, norm="group")
+    assert het.run_name(key) == "resnet18_v1_gn-10x-normalized-non-iid-lr0.03"
+    spec, paper = het.job_spec(key, preset), het.job_spec(key._replace(variant="paper"), preset)
+    assert spec.mode == "esync"
+    assert tuple(spec.extra_train_args) == tuple(paper.extra_train_args) + ("--aggregation", "normalized")
