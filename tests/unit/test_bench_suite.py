@@ -466,28 +466,33 @@ def test_figure_3_averages_the_seeds_of_a_variant_on_their_common_times():
     assert list(high) == pytest.approx([0.3, 0.5, 0.6, 0.7])
 
 
+def _finished(spec, run_dir, desc=None, position=None, leave=None):
+    """A simulator run as it leaves its directory (its summary, with the command bench.runner records)."""
+    os.makedirs(run_dir, exist_ok=True)
+    summary = dict(_seeded_summary(spec), sim={"wall_s": 1.0, "command": ["python", "-m", "mxhet.sim"]
+                                               + spec.launch_argv(run_dir)[3:]})
+    summary["command"] = spec.launch_argv(run_dir)
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump(summary, f)
+    return summary
+
+
+def _confirmed(run_dir, summary):
+    """Every candidate holds on the whole test set; the record is written beside the run."""
+    from bench import confirm
+    record = confirm.confirm(summary, lambda i: summary["curve"][i][1])
+    confirm._write(os.path.join(run_dir, confirm.FILE), record)
+    return record
+
+
 def test_report_only_writes_the_table_from_the_finished_runs_and_names_the_others(tmp_path, capsys, monkeypatch):
     """A bench that goes on over sessions is committed part-way with ``--report-only``: the finished and
     confirmed runs make the table, the others are listed by their run names (seeds included), none starts."""
     from bench import confirm
 
     out = str(tmp_path / "closed")
-
-    def finished(spec, run_dir, desc, position, leave):   # a simulator run as it leaves its directory
-        os.makedirs(run_dir, exist_ok=True)
-        summary = dict(_seeded_summary(spec), sim={"wall_s": 1.0, "command": ["python", "-m", "mxhet.sim"]
-                                                   + spec.launch_argv(run_dir)[3:]})
-        with open(os.path.join(run_dir, "summary.json"), "w") as f:
-            json.dump(summary, f)
-        return summary
-
-    def confirmed(run_dir, summary):
-        record = confirm.confirm(summary, lambda i: summary["curve"][i][1])
-        confirm._write(os.path.join(run_dir, confirm.FILE), record)
-        return record
-
     suite.run_suite(("table1",), presets.get("paper-sim"), profiles.load("paper-sim"), out, models=("resnet18_v1",),
-                    modes=("esync", "local"), seeds=(0,), run=finished, confirm_fn=confirmed, log=lambda *_: None)
+                    modes=("esync", "local"), seeds=(0,), run=_finished, confirm_fn=_confirmed, log=lambda *_: None)
     os.remove(os.path.join(out, "runs", "resnet18_v1-local-iid", confirm.FILE))   # finished, not confirmed
     monkeypatch.setattr(suite, "run_with_bar", lambda *a, **k: pytest.fail("--report-only started a run"))
     assert cli.main(["table1", "--preset", "paper-sim", "--models", "resnet18_v1", "--modes", "esync,local",
@@ -509,27 +514,10 @@ def test_a_run_whose_directory_is_gone_is_kept_from_the_experiment_json_if_its_c
     """A fresh clone has the committed table1.json but not every run directory: a re-render keeps those runs'
     records instead of dropping them, a resumed bench does not run them again, and a record made with
     another command is not taken for the run asked for."""
-    from bench import confirm
-
     out = str(tmp_path / "closed")
-
-    def finished(spec, run_dir, desc, position, leave):
-        os.makedirs(run_dir, exist_ok=True)
-        summary = dict(_seeded_summary(spec), sim={"wall_s": 1.0, "command": ["python", "-m", "mxhet.sim"]
-                                                   + spec.launch_argv(run_dir)[3:]})
-        summary["command"] = spec.launch_argv(run_dir)   # as bench.runner's runs record it
-        with open(os.path.join(run_dir, "summary.json"), "w") as f:
-            json.dump(summary, f)
-        return summary
-
-    def confirmed(run_dir, summary):
-        record = confirm.confirm(summary, lambda i: summary["curve"][i][1])
-        confirm._write(os.path.join(run_dir, confirm.FILE), record)
-        return record
-
-    args = dict(models=("resnet18_v1",), modes=("esync", "local"), seeds=(0, 1), confirm_fn=confirmed,
+    args = dict(models=("resnet18_v1",), modes=("esync", "local"), seeds=(0, 1), confirm_fn=_confirmed,
                 log=lambda *_: None)
-    suite.run_suite(("table1",), presets.get("paper-sim"), profiles.load("paper-sim"), out, run=finished, **args)
+    suite.run_suite(("table1",), presets.get("paper-sim"), profiles.load("paper-sim"), out, run=_finished, **args)
     before = json.load(open(os.path.join(out, "table1.json")))
     shutil.rmtree(os.path.join(out, "runs", "resnet18_v1-esync-iid-seed1"))   # never committed
     monkeypatch.setattr(suite, "run_with_bar", lambda *a, **k: pytest.fail("--report-only started a run"))
@@ -555,7 +543,7 @@ def test_a_run_whose_directory_is_gone_is_kept_from_the_experiment_json_if_its_c
 
     def rerun(spec, run_dir, *rest):
         ran.append(os.path.basename(run_dir))
-        return finished(spec, run_dir, *rest)
+        return _finished(spec, run_dir, *rest)
     suite.run_suite(("table1",), presets.get("paper-sim"), profiles.load("paper-sim"), out, resume=True,
                     budget=500.0, run=rerun, **args)
     assert "resnet18_v1-esync-iid-seed1" in ran
