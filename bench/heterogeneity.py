@@ -644,7 +644,10 @@ def run_bench(models, profile_keys, variants, dists, seeds, out, seeds_best=Fals
         records, failed = suite.execute(
             keys, lambda k: job_spec(k, preset, budget, checkpoint_every_min, resume), out, run=run, jobs=jobs,
             resume=resume, confirm_fn=confirm_fn, name=run_name, reuse=reusable)
-        failures.extend({"run": run_name(k), "error": e} for k, e in failed.items())
+        # --report-only: a run an earlier invocation recorded (its row is kept by merge) is not unfinished, even
+        # where its directory was never committed
+        recorded = {r["run"] for r in rows} if run is runner.not_run else set()
+        failures.extend({"run": run_name(k), "error": e} for k, e in failed.items() if run_name(k) not in recorded)
         return merge(rows, rows_of(records, served, preset, out, stamp))
 
     def default_lr(model, variant):
