@@ -59,9 +59,9 @@ stop it (bench/results/heterogeneity-explore)."""
 NORMALIZED_ARGS = ("--aggregation", "normalized")
 """The paper's ESync with FedNova's per-step normalisation of the deltas (mxhet.policy.aggregation): every
 device's per-step direction counts equally, so a slow device's one step is not a small share of the mean
-beside the fast devices' many. A candidate for label-skewed data (the ``normalized`` variant of ``mxhet-bench
-heterogeneity``): on the small CNN screen at 10x it scored above every other configuration on label-sorted data
-and below the paper's ESync on i.i.d. data (bench/results/heterogeneity-explore)."""
+beside the fast devices' many. The ``normalized`` variant of ``mxhet-bench heterogeneity`` (run only when
+named): it led the small CNN screen on label-sorted data (bench/results/heterogeneity-explore) but did not reach
+0.80 in 540 s on the bench's label-sorted ResNet-18 cell (bench/results/heterogeneity), so it is no candidate."""
 USER_BASELINES = (STANDALONE, FAST_SYNC, "async", "dcasgd", "adsp", "localsgd")
 """What a user would run instead of ESync on a heterogeneous cluster: the fastest device alone, Sync without
 the stragglers, and the asynchronous and adaptive alternatives."""
