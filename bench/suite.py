@@ -393,7 +393,7 @@ def _canonical(argv):
 def recorded_runs(out, spec_for, keys, confirmed):
     """The runs of ``keys`` whose directory under ``out/runs`` holds no summary but which an earlier
     invocation recorded in an experiment JSON of ``out`` (``table1.json``, ...) with the command ``spec_for``
-    gives now: ``{key: (record, file name)}``. A bench's run directories are its own; its committed
+    gives now: ``{key: record}`` (the record marked ``kept_from``: the file it came from). A bench's run directories are its own; its committed
     experiment JSON is what a fresh clone has of a run whose directory was not committed, and a re-render
     must not drop it, nor a resumed bench run it again. ``confirmed``: keep only records that carry their
     confirmation on the whole test set."""
@@ -418,7 +418,7 @@ def recorded_runs(out, spec_for, keys, confirmed):
         spec = spec_for(key)
         if spec.engine == "sim" and same_run(_canonical(rec.get("command") or []),
                                              _canonical(spec.launch_argv(run_dir)), rec.get("train_time_s")):
-            kept[key] = (dict(rec, resumed=True, kept_from=source), source)
+            kept[key] = dict(rec, resumed=True, kept_from=source)
     return kept
 
 
@@ -631,7 +631,7 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
                 summary, spec, run_dir = records[k]
                 runs.append(dict(record_of(summary, k, spec, calibration[k.model], run_dir, out), key=run_name(k)))
             elif k in kept:
-                runs.append(kept[k][0])
+                runs.append(kept[k])
         fails = [{"model": k.model, "mode": k.mode, "dist": k.dist, "run": run_name(k), "error": failures[k]}
                  for k in planned[name] if k in failures]
         result = dict(common, experiment=name, runs=runs, failures=fails)
