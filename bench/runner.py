@@ -148,7 +148,10 @@ def share_cores(jobs, contexts, env=None):
     fighting over them. Where every device is a CPU, MXNet's ``NaiveEngine`` runs each operator in the
     simulator's own thread instead of a worker thread beside it, which competes with the other jobs
     (two ResNet-18 runs at once took 7% longer with it; the whole paper-sim bench 1%, with
-    bit-identical models). A value the caller set already is kept. Nothing changes for ``jobs`` == 1.
+    bit-identical models). ``OMP_NUM_THREADS`` is always set (a global setting of the caller's would make the
+    jobs oversubscribe the cores); an engine the caller chose is kept. Nothing changes for ``jobs`` == 1, so
+    two benches started side by side at ``--jobs 1`` each take every core: start each with
+    ``OMP_NUM_THREADS=1 MXNET_ENGINE_TYPE=NaiveEngine`` (docs/bench.md).
     """
     env = os.environ if env is None else env
     if jobs <= 1:
