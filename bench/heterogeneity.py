@@ -93,6 +93,9 @@ CANDIDATE_VARIANTS = ("needed", "normalized")
 """ESync options measured for the recommended configuration: run only when ``--variants`` names them."""
 DEFAULT_VARIANTS = tuple(v for v in VARIANTS if v not in CANDIDATE_VARIANTS)
 NO_SLOW_DEVICE = ("standalone", "fast-only")
+NON_IID_RIVALS = ("sync", "async")
+"""Issue 31's goal on label-skewed data: 0.80 ahead of these, which leave each device's data where it is (the best
+alternative of such a cell may be standalone or fast-only, which move the slow devices' data)."""
 SNAPSHOT_SHARE = presets.PRESETS[PRESET].eval_base_share
 """Snapshots every this share of a fast device's iteration (or the preset's growth, whichever is longer)."""
 DEFAULT_SWEEP = os.path.join(ROOT, "bench", "results", PRESET)
@@ -460,11 +463,24 @@ def cells(rows):
                                    best_lr=sweep["best_lr"] if sweep else lrs.pop() if len(lrs) == 1 else None)
         best = best_alternative(rows, model, profile, dist)
         recommended = cell_runs(rows, model, profile, dist, "recommended")
-        out.append({"model": model, "norm": norm, "profile": profile, "dist": dist, "variants": variants,
-                    "best_alternative": best,
-                    "capacity": capacity(recommended, cell_runs(rows, model, profile, dist, "fast-only"), profile),
-                    "verdict": verdict(recommended, cell_runs(rows, model, profile, dist, best) if best else [])})
+        cell = {"model": model, "norm": norm, "profile": profile, "dist": dist, "variants": variants,
+                "best_alternative": best,
+                "capacity": capacity(recommended, cell_runs(rows, model, profile, dist, "fast-only"), profile),
+                "verdict": verdict(recommended, cell_runs(rows, model, profile, dist, best) if best else [])}
+        if dist != "iid":
+            cell["goal"] = {v: verdict(recommended, cell_runs(rows, model, profile, dist, v)) for v in NON_IID_RIVALS}
+        out.append(cell)
     return out
+
+
+def goal_line(cell):
+    """Issue 31's goal for a label-skewed cell, one sentence: the recommended ESync against each of
+    :data:`NON_IID_RIVALS` (the cell's ``goal``), or None for an i.i.d. cell."""
+    if not cell.get("goal"):
+        return None
+    return ("Issue 31's goal on label-skewed data (%.2f ahead of %s, which leave each device's data in place): "
+            % (TARGET, " and ".join("`%s`" % v for v in NON_IID_RIVALS))
+            + "; ".join("against `%s`: %s" % (v, cell["goal"][v]["text"]) for v in NON_IID_RIVALS) + ".")
 
 
 def _interval(summary, fmt):
@@ -565,6 +581,8 @@ def markdown(doc):
                 "%.0f" % (sum(walls) / len(walls)) if walls else "—"))
         lines += ["", "Recommended against the best alternative (%s): %s" % (
             c["best_alternative"] or "none", c["verdict"]["text"]), ""]
+        if goal_line(c):
+            lines += [goal_line(c), ""]
         lines += [_capacity_line(c), ""]
     if doc.get("figure"):
         lines += ["## Time to %.2f against the degree of heterogeneity" % TARGET, "",

@@ -673,3 +673,26 @@ def test_the_normalized_variant_is_the_papers_esync_with_fednovas_weights_run_on
     spec, paper = het.job_spec(key, preset), het.job_spec(key._replace(variant="paper"), preset)
     assert spec.mode == "esync"
     assert tuple(spec.extra_train_args) == tuple(paper.extra_train_args) + ("--aggregation", "normalized")
+
+
+def test_a_label_skewed_cell_says_how_the_recommended_esync_stands_against_sync_and_async(tmp_path):
+    # issue 31's goal on label-skewed data names Sync and Async over the devices that hold the data, not the
+    # cell's best alternative (here fast-only, which moves the slow devices' data)
+    out = str(tmp_path / "het")
+    doc = het.run_bench(["resnet18_v1"], [2], ["recommended", "fast-only", "async", "sync"], ["non-iid", "iid"],
+                        [0], out, budget=BUDGET, sweep=None, run=lambda spec, run_dir, *_: _summary(
+                            spec, os.path.basename(run_dir)), confirm_fn=_fake_confirm, log=lambda *_: None)
+    skewed, iid = (next(c for c in doc["cells"] if c["dist"] == d) for d in ("non-iid", "iid"))
+    assert skewed["best_alternative"] == "fast-only" and "goal" not in iid and het.goal_line(iid) is None
+    # recommended 14 s; Sync 24 s, Async 18 s (TIMES at 2x)
+    assert skewed["goal"]["sync"]["no_later"] is True and skewed["goal"]["async"]["no_later"] is True
+    assert skewed["goal"]["sync"]["speedup"]["value"] == pytest.approx(24.0 / 14.0)
+    assert skewed["goal"]["async"]["speedup"]["value"] == pytest.approx(18.0 / 14.0)
+    text = open(os.path.join(out, "heterogeneity.md")).read()
+    line = het.goal_line(skewed)
+    assert line in text.split("## resnet18_v1, 2x, non-iid")[1].split("## ")[0]
+    assert "against `sync`: **no later**: 1.71×" in line and "against `async`: **no later**: 1.29×" in line
+    assert "Issue 31's goal" not in text.split("## resnet18_v1, 2x, iid")[1].split("## ")[0]
+    # a rival with no run says so rather than passing
+    lone = het.cells([r for r in doc["runs"] if r["variant"] != "async"])
+    assert next(c for c in lone if c["dist"] == "non-iid")["goal"]["async"]["text"] == "no alternative measured"

@@ -176,6 +176,24 @@ def test_the_slow_devices_block_follows_the_heterogeneity_json(tmp_path):
     assert _numbers(text) - allowed <= {"2026", "11", "28"}   # and the date
 
 
+def test_a_label_skewed_cell_says_under_the_table_how_it_stands_against_sync_and_async(tmp_path):
+    doc = _heterogeneity_result()
+    iid = doc["cells"][0]
+    skewed = dict(iid, model="resnet18_v1_gn", dist="non-iid", best_alternative="fast-only",
+                  goal={"sync": {"text": "**later** by 73.9 s: 0.68× as fast"},
+                        "async": {"text": "**later** by 40.4 s: 0.83× as fast"}})
+    doc["cells"].append(skewed)
+    path = tmp_path / readme_table.HET_SOURCE
+    os.makedirs(path.parent)
+    path.write_text(json.dumps(doc))
+    block = readme_table.render_heterogeneity(str(tmp_path))
+    assert ("- resnet18_v1_gn, 10x, non-iid: against Sync over all: **later** by 73.9 s: 0.68× as fast; "
+            "against Async: **later** by 40.4 s: 0.83× as fast") in block.splitlines()
+    assert "- resnet18_v1, 10x, iid" not in block     # an i.i.d. cell has no such goal
+    path.write_text(json.dumps(_heterogeneity_result()))
+    assert "label-skewed" not in readme_table.render_heterogeneity(str(tmp_path))
+
+
 def test_a_loss_says_whether_its_intervals_hold_it_or_a_side_has_one_seed():
     speed = {"value": 0.45, "low": None, "high": None}
     row = {"variants": {"esync": {"final_accuracy": {"n": 1}}, "local": {"final_accuracy": {"n": 3}}}}
