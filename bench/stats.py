@@ -158,6 +158,13 @@ def welch_interval(a, b, confidence=CONFIDENCE):
     return ma - mb - half, ma - mb + half
 
 
+SAME_SNAPSHOT = " (every seed at the same snapshot: the width is the snapshot grid's, not the seeds' agreement)"
+SAME_RATIO = " (no spread: on each side every seed at the same snapshot)"
+"""Said beside an interval of zero width: times to target are snapshot times, so seeds that cross between the same
+two snapshots tie, and the interval says nothing about how close they are (the grid's step is about 10% of the time
+so far)."""
+
+
 def format_interval(summary, fmt="%.0f", unit=""):
     """``mean [low, high]unit`` of a :func:`mean_interval` (or :func:`time_to_target`) summary, as text;
     ``n/m reached`` and ``>`` where runs are censored; "not yet measured" without runs."""
@@ -169,6 +176,8 @@ def format_interval(summary, fmt="%.0f", unit=""):
     text = (fmt % summary["mean"]) + unit
     if summary.get("low") is not None:
         text += " [%s, %s]" % (fmt % summary["low"], fmt % summary["high"])
+        if summary["low"] == summary["high"]:
+            text += SAME_SNAPSHOT if "reached" in summary else " (no spread over seeds)"
     else:
         text += " (n = 1, no interval)"
     if kind == "lower_bound":
@@ -186,4 +195,6 @@ def format_speedup(result):
     text = "%.2f×" % result["value"]
     if result["low"] is not None:
         text += " [%.2f, %.2f]" % (result["low"], result["high"])
+        if result["low"] == result["high"]:
+            text += SAME_RATIO
     return {"measured": "", "lower_bound": "> ", "upper_bound": "< "}[kind] + text

@@ -57,3 +57,17 @@ def test_censored_runs_are_counted_and_make_bounds():
     assert stats.format_speedup(stats.speedup([], [], [1.0], [2.0])) == "not yet measured"
     with pytest.raises(ValueError, match="one training time per run"):
         stats.time_to_target([1.0], [])
+
+
+def test_a_zero_width_interval_says_the_seeds_tied_on_the_snapshot_grid():
+    # the closed division's Sync and ESync ResNet-18 seeds each crossed at one snapshot (2516.4 s, 74.0 s): an
+    # interval of zero width there is the grid's, and the text must not read as agreement to the second
+    tied = stats.time_to_target([2516.4] * 3, [21608.0] * 3)
+    assert tied["low"] == tied["high"] == pytest.approx(2516.4)
+    assert stats.format_interval(tied) == "2516 [2516, 2516]" + stats.SAME_SNAPSHOT
+    ratio = stats.speedup([2516.4] * 3, [21608.0] * 3, [74.0] * 2, [1096.0] * 2)
+    assert stats.format_speedup(ratio) == "34.01× [34.01, 34.01]" + stats.SAME_RATIO
+    assert stats.format_interval(stats.mean_interval([0.9, 0.9])) == "1 [1, 1] (no spread over seeds)"
+    spread = stats.time_to_target([26.0, 38.0, 38.0], [1080.0] * 3)     # the standalone seeds: a real interval
+    assert "snapshot" not in stats.format_interval(spread) and "snapshot" not in stats.format_speedup(
+        stats.speedup([26.0, 38.0, 38.0], [1080.0] * 3, [74.0] * 2, [1096.0] * 2))
