@@ -158,8 +158,8 @@ def welch_interval(a, b, confidence=CONFIDENCE):
     return ma - mb - half, ma - mb + half
 
 
-SAME_SNAPSHOT = " (every seed at the same snapshot: the width is the snapshot grid's, not the seeds' agreement)"
-SAME_RATIO = " (no spread: on each side every seed at the same snapshot)"
+SAME_SNAPSHOT = " (all seeds at one snapshot of the grid)"
+SAME_RATIO = " (each side's seeds at one snapshot of the grid)"
 """Said beside an interval of zero width: times to target are snapshot times, so seeds that cross between the same
 two snapshots tie, and the interval says nothing about how close they are (the grid's step is about 10% of the time
 so far)."""
@@ -176,7 +176,7 @@ def format_interval(summary, fmt="%.0f", unit=""):
     text = (fmt % summary["mean"]) + unit
     if summary.get("low") is not None:
         text += " [%s, %s]" % (fmt % summary["low"], fmt % summary["high"])
-        if summary["low"] == summary["high"]:
+        if math.isclose(summary["low"], summary["high"], rel_tol=1e-9):
             text += SAME_SNAPSHOT if "reached" in summary else " (no spread over seeds)"
     else:
         text += " (n = 1, no interval)"
@@ -195,6 +195,6 @@ def format_speedup(result):
     text = "%.2f×" % result["value"]
     if result["low"] is not None:
         text += " [%.2f, %.2f]" % (result["low"], result["high"])
-        if result["low"] == result["high"]:
+        if math.isclose(result["low"], result["high"], rel_tol=1e-9):
             text += SAME_RATIO
     return {"measured": "", "lower_bound": "> ", "upper_bound": "< "}[kind] + text
