@@ -581,8 +581,9 @@ def markdown(doc):
                 "%.0f" % (sum(walls) / len(walls)) if walls else "—"))
         lines += ["", "Recommended against the best alternative (%s): %s" % (
             c["best_alternative"] or "none", c["verdict"]["text"]), ""]
-        if goal_line(c):
-            lines += [goal_line(c), ""]
+        goal = goal_line(c)
+        if goal:
+            lines += [goal, ""]
         lines += [_capacity_line(c), ""]
     if doc.get("figure"):
         lines += ["## Time to %.2f against the degree of heterogeneity" % TARGET, "",
