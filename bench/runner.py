@@ -141,6 +141,32 @@ def canonical(argv):
     return tuple(args)
 
 
+def usable_cores():
+    """The number of cores this process may run on (its CPU affinity where the system has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def compute_threads(env=None):
+    """The OpenMP threads MXNet computes with in a process started with ``env`` (default ``os.environ``).
+
+    ``MXNET_OMP_MAX_THREADS``, else ``OMP_NUM_THREADS``, else MXNet's default: half of the processors on
+    x86 (at least one), all of them elsewhere. Recorded with every result, because the thread count
+    changes both the speed and the order of floating-point sums.
+    """
+    import platform
+    env = os.environ if env is None else env
+    for name in ("MXNET_OMP_MAX_THREADS", "OMP_NUM_THREADS"):
+        value = env.get(name, "").split(",")[0].strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    cores = usable_cores()
+    x86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+    return max(1, cores // 2) if x86 else cores
+
+
 def share_cores(jobs, contexts, env=None):
     """Set ``env`` (default ``os.environ``, which the jobs inherit) for simulator jobs run ``jobs`` at once.
 
@@ -149,12 +175,17 @@ def share_cores(jobs, contexts, env=None):
     simulator's own thread instead of a worker thread beside it, which competes with the other jobs
     (two ResNet-18 runs at once took 7% longer with it; the whole paper-sim bench 1%, with
     bit-identical models). ``OMP_NUM_THREADS`` is always set (a global setting of the caller's would make the
-    jobs oversubscribe the cores); an engine the caller chose is kept. Nothing changes for ``jobs`` == 1, so
-    two benches started side by side at ``--jobs 1`` each take every core: start each with
-    ``OMP_NUM_THREADS=1 MXNET_ENGINE_TYPE=NaiveEngine`` (docs/bench.md).
+    jobs oversubscribe the cores); an engine the caller chose is kept.
+
+    One job at a time computes on every core this process may use, unless the caller set
+    ``OMP_NUM_THREADS``: left unset, MXNet computes on half of the processors on x86 (it assumes two
+    hyper-threads a core), one thread on a 2-core machine, where two ran a ResNet-18 simulator run 1.6x as
+    fast (docs/bench.md). So two benches started side by side at ``--jobs 1`` each take every core: start
+    each with ``OMP_NUM_THREADS=1 MXNET_ENGINE_TYPE=NaiveEngine``.
     """
     env = os.environ if env is None else env
     if jobs <= 1:
+        env.setdefault("OMP_NUM_THREADS", str(usable_cores()))
         return env
     env["OMP_NUM_THREADS"] = "1"
     if all(str(c).startswith("cpu") for c in contexts):
@@ -337,7 +368,7 @@ def run_with_bar(spec, out_dir, desc, position=None, leave=True, hooks=()):
 
 
 def machine_info(contexts=()):
-    """CPU model, cores, GPUs, Python and MXNet versions, and the contexts used."""
+    """CPU model, cores, MXNet's compute threads, GPUs, Python and MXNet versions, and the contexts used."""
     import platform
 
     import mxnet as mx
@@ -350,5 +381,6 @@ def machine_info(contexts=()):
                     break
     except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "mxnet": mx.__version__,
-            "gpus": mx.context.num_gpus(), "contexts": sorted(set(contexts)), "platform": platform.platform()}
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": compute_threads(), "python": platform.python_version(),
+            "mxnet": mx.__version__, "gpus": mx.context.num_gpus(), "contexts": sorted(set(contexts)),
+            "platform": platform.platform()}

@@ -15,6 +15,20 @@ if _ROOT not in sys.path:
 os.environ.setdefault("MXHET_DATA_CACHE", os.path.join(_ROOT, "runs", "idx-cache"))
 
 
+@pytest.fixture(autouse=True)
+def _thread_settings_stay():
+    """Put back the compute-thread variables a bench run in this process set (bench.runner.share_cores sets
+    them in ``os.environ`` for the jobs it starts), so the processes later tests start get the usual ones."""
+    names = ("OMP_NUM_THREADS", "MXNET_ENGINE_TYPE")
+    saved = {name: os.environ.get(name) for name in names}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 # --- child processes ---------------------------------------------------------
 
 

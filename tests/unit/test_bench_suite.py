@@ -313,12 +313,26 @@ def test_a_stopped_parallel_bench_ends_its_running_jobs_and_starts_no_more(tmp_p
 
 
 def test_runs_that_share_the_cores_compute_on_one_thread_and_on_cpus_without_the_threaded_engine():
-    from bench.runner import share_cores
-    assert share_cores(1, ("cpu",), {}) == {}                   # one run at a time keeps its threads
+    from bench.runner import share_cores, usable_cores
+    # one run at a time computes on every core (MXNet's own default is half of them), or as the caller said
+    assert share_cores(1, ("cpu",), {}) == {"OMP_NUM_THREADS": str(usable_cores())}
+    assert share_cores(1, ("cpu",), {"OMP_NUM_THREADS": "1"}) == {"OMP_NUM_THREADS": "1"}
     assert share_cores(2, ("cpu", "cpu"), {}) == {"OMP_NUM_THREADS": "1", "MXNET_ENGINE_TYPE": "NaiveEngine"}
     assert share_cores(2, ("cpu", "gpu(0)"), {"OMP_NUM_THREADS": "4"}) == {"OMP_NUM_THREADS": "1"}
     mine = {"MXNET_ENGINE_TYPE": "ThreadedEngine"}             # the user's choice stays
     assert share_cores(3, ("cpu",), mine)["MXNET_ENGINE_TYPE"] == "ThreadedEngine"
+
+
+def test_the_threads_recorded_are_those_mxnet_computes_with(monkeypatch):
+    import bench.runner as runner
+    monkeypatch.setattr(runner, "usable_cores", lambda: 8)
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    assert runner.compute_threads({}) == 4                      # MXNet's default on x86: half the processors
+    assert runner.compute_threads({"OMP_NUM_THREADS": "3"}) == 3
+    assert runner.compute_threads({"OMP_NUM_THREADS": "3", "MXNET_OMP_MAX_THREADS": "2"}) == 2
+    monkeypatch.setattr("platform.machine", lambda: "aarch64")
+    assert runner.compute_threads({}) == 8
+    assert runner.compute_threads({"OMP_NUM_THREADS": "junk"}) == 8
 
 
 def test_a_run_that_reached_the_target_before_its_cap_is_the_same_run_under_a_larger_cap(tmp_path):
