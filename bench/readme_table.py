@@ -32,9 +32,9 @@ END = "<!-- end of headline results -->"
 #: division -> the committed Table 1 it is read from (relative to the repository)
 SOURCES = (("closed", "bench/results/paper-sim-closed/table1.json"),
            ("open", "bench/results/paper-sim-open/table1.json"))
-COMMANDS = {"closed": "mxhet-bench all --preset paper-sim --jobs 2 --resume --out bench/results/paper-sim-closed",
-            "open": "mxhet-bench sweep --preset paper-sim-open --jobs 2 --resume --out bench/results/paper-sim-open; "
-                    "mxhet-bench all --preset paper-sim-open --jobs 2 --resume --out bench/results/paper-sim-open"}
+COMMANDS = {"closed": "mxhet-bench all --preset paper-sim --resume --out bench/results/paper-sim-closed",
+            "open": "mxhet-bench sweep --preset paper-sim-open --resume --out bench/results/paper-sim-open; "
+                    "mxhet-bench all --preset paper-sim-open --resume --out bench/results/paper-sim-open"}
 EARLIER = ("bench/results/paper-sim/report.md", "bench/results/report.md")
 DISCUSSION = "bench/results/discussion.md"
 NOT_MEASURED = "not yet measured"
