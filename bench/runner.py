@@ -179,7 +179,7 @@ def share_cores(jobs, contexts, env=None):
 
     One job at a time computes on every core this process may use, unless the caller set
     ``OMP_NUM_THREADS``: left unset, MXNet computes on half of the processors on x86 (it assumes two
-    hyper-threads a core), one thread on a 2-core machine, where two ran a ResNet-18 simulator run 1.6x as
+    hyper-threads a core), one thread on a 2-core machine, where two ran a ResNet-18 simulator run 1.5-1.8x as
     fast (docs/bench.md). So two benches started side by side at ``--jobs 1`` each take every core: start
     each with ``OMP_NUM_THREADS=1 MXNET_ENGINE_TYPE=NaiveEngine``.
     """
