@@ -31,20 +31,13 @@ _K_CONTROLLER = 0  # MXNet's kvstore server command id for "set optimizer"
 
 
 def _import_mxnet_masked(role):
+    from mxhet.mxnet_import import import_mxnet   # (imports mxhet with the process's own role)
     os.environ["DMLC_ROLE"] = "worker"
-    # MXNet imports SciPy, where installed, only to convert SciPy sparse matrices and for its quantization
-    # helpers, neither of which a server uses: hidden during MXNet's import (which then falls back as without
-    # SciPy) it costs each server about 0.45 CPU s less. Imports after this one (an updater's) find SciPy.
-    hide_scipy = "scipy" not in sys.modules
-    if hide_scipy:
-        sys.modules["scipy"] = None
     try:
-        import mxnet  # noqa: F401  (imported with the role masked on purpose)
+        import_mxnet(lean=True)   # with the role masked on purpose (lean: a server runs mxhet's code only)
         from . import updaters  # noqa: F401  (registers the updaters)
     finally:
         os.environ["DMLC_ROLE"] = role
-        if hide_scipy:
-            del sys.modules["scipy"]
 
 
 def _libmxnet_path():

@@ -31,6 +31,9 @@ variables; the rest of the code receives a :class:`WorkerConfig`.
                        link (see :mod:`mxhet.control.auth`); empty = no CURVE
 ``MXHET_STATE_SERVER`` ZeroMQ address of the State Server, e.g. ``tcp://127.0.0.1:5555``
 ``MXHET_DATA_DIR``     Fashion-MNIST directory (default ``/usr/share/datasets/fashion-mnist``)
+``MXHET_MXNET_CACHE``  where mxhet's processes keep MXNet's compiled operator functions
+                       (:mod:`mxhet.mxnet_import`; default ``$XDG_CACHE_HOME/mxhet/mxnet``, else
+                       ``~/.cache/mxhet/mxnet``); ``off`` = keep none (as ``MXHET_DATA_CACHE``)
 ``MXHET_LIVE_DIR``     where the worker rewrites its live feed file for the
                        launcher's ``--dashboard`` (:mod:`mxhet.observe.live`); empty = none
 ``MXHET_PROGRESS_FILE`` where the worker notes for the launcher's hang watch that its
@@ -356,3 +359,16 @@ def data_dir(env=None):
     """The Fashion-MNIST directory: ``MXHET_DATA_DIR`` or the Debian default."""
     env = os.environ if env is None else env
     return env.get("MXHET_DATA_DIR", "") or DEFAULT_DATA_DIR
+
+
+def mxnet_cache_dir(env=None):
+    """Where :mod:`mxhet.mxnet_import` keeps MXNet's compiled operator functions: ``MXHET_MXNET_CACHE``
+    (``off``: nowhere, returned as ""), else ``$XDG_CACHE_HOME/mxhet/mxnet``, else ``~/.cache/mxhet/mxnet``."""
+    env = os.environ if env is None else env
+    chosen = env.get("MXHET_MXNET_CACHE", "")
+    if chosen == "off":
+        return ""
+    if chosen:
+        return chosen
+    base = env.get("XDG_CACHE_HOME", "") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "mxhet", "mxnet")

@@ -26,7 +26,8 @@ def install(kvstore_type):
     """
     if not kvstore_type.startswith("dist_"):
         raise ValueError("kvstore_type must be a dist type such as 'dist_async', got %r" % (kvstore_type,))
-    import mxnet as mx
+    from .mxnet_import import import_mxnet
+    mx = import_mxnet()
     current = mx.kvstore.create
     if getattr(current, "mxhet_alias", None) == kvstore_type:
         return
@@ -57,7 +58,8 @@ def install_for_launched_worker(env=None):
     if setup is not None:
         # A job with spare workers (--max-restarts above 1, only under --elastic): every worker's kvstore
         # reports the job's rank and size, and a spare waits here for a slot (mxhet/spares.py).
-        import mxnet as mx
+        from .mxnet_import import import_mxnet
+        mx = import_mxnet()
         from .spares import install as install_spares
         current = mx.kvstore.create
         # every mode that takes --max-restarts runs dist_async servers under --elastic (nodelay too,

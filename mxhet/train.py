@@ -28,6 +28,7 @@ from .config import worker_config
 from .errors import ConfigError, ProtocolError, StateServerTimeout
 from .evaluation import DEFAULT_BN_BATCHES
 from .gluon_private import trainer_params
+from .mxnet_import import import_mxnet
 from .policy.flags import add_mode_arguments, resolve_args
 
 LOG = logging.getLogger("mxhet.train")
@@ -620,6 +621,7 @@ def main(argv=None):
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     args = build_parser().parse_args(argv)
     try:
+        import_mxnet()   # first, lean: the worker runs mxhet's code only
         run(args)
     except ConfigError as exc:
         print("mxhet.train: error: %s" % exc, file=sys.stderr)
