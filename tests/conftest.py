@@ -1,5 +1,6 @@
 """Shared test setup: make the repository root importable; end leftover children."""
 import json
+import resource
 import os
 import signal
 import sys
@@ -139,3 +140,24 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "extended" in item.keywords:
             item.add_marker(skip)
+
+
+def _cpu_spent():
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Each test's CPU seconds (its process's and every process it started and waited for: the jobs'
+    workers and servers, through their launcher) become its property ``cpu_s``, which ``--junitxml``
+    writes: on 2 cores the suite's length is its CPU time, and a test's wall time says little about
+    that while other tests run beside it."""
+    item.mxhet_cpu_start = _cpu_spent()
+    yield
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    if call.when == "teardown" and hasattr(item, "mxhet_cpu_start"):   # before the report copies the properties
+        item.user_properties.append(("cpu_s", round(_cpu_spent() - item.mxhet_cpu_start, 2)))

@@ -61,28 +61,15 @@ def probe(cache):
     return result["stats"]
 
 
-def stored_path(cache):
-    (name,) = os.listdir(str(cache))
-    return os.path.join(str(cache), name)
-
-
-def test_a_second_import_compiles_nothing_and_gets_its_own_handles(tmp_path):
+def test_a_corrupt_file_is_compiled_afresh_and_replaced_and_the_next_import_compiles_nothing(tmp_path):
+    with open(cache_path(str(tmp_path)), "wb") as f:
+        f.write(b"\xe3not marshal")
     first = probe(tmp_path)
     assert first["loaded"] == 0 and first["misses"] > 2000, first   # MXNet 1.9.1: 2,334 templates
     assert first["saved"] == first["misses"], first   # aliases share a template: hits on a first import
     second = probe(tmp_path)
     assert second == {"hits": first["hits"] + first["misses"], "misses": 0, "loaded": first["saved"],
                       "saved": 0}, (first, second)
-
-
-def test_a_corrupt_file_is_compiled_afresh_and_replaced(tmp_path):
-    probe(tmp_path)
-    path = stored_path(tmp_path)
-    with open(path, "r+b") as f:
-        f.truncate(os.path.getsize(path) // 2)
-    again = probe(tmp_path)
-    assert again["loaded"] == 0 and again["misses"] > 2000 and again["saved"] == again["misses"], again
-    assert probe(tmp_path)["misses"] == 0
 
 
 def test_off_keeps_no_file(tmp_path):
