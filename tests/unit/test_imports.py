@@ -31,9 +31,11 @@ ALLOWED = {
     "dataplane": {"errors", "gluon_private", "policy"},
     "modes": {"control", "dataplane", "errors", "gluon_private", "policy", "protocol"},
     "trainer": {"config", "errors", "modes"},
-    "train": {"config", "errors", "evaluation", "gluon_private", "policy"},
+    "mxnet_import": {"config", "errors"},
+    "train": {"config", "errors", "evaluation", "gluon_private", "mxnet_import", "policy"},
     "launcher": {"config", "control", "errors", "observe", "policy"},
-    "sim": {"config", "control", "dataplane", "errors", "gluon_private", "modes", "policy", "protocol", "train"},
+    "sim": {"config", "control", "dataplane", "errors", "gluon_private", "modes", "mxnet_import", "policy", "protocol",
+            "train"},
     "kvstore_alias": {"errors"},
     "spares": {"errors"},
 }
