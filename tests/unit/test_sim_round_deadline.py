@@ -35,9 +35,23 @@ def _sim(tmp_path, name, model, *argv):
     return cli.run(args)
 
 
+@pytest.fixture(scope="module")
+def deadline_run(tmp_path_factory):
+    """``deadline_run(model)``: the run with ``--round-deadline 4`` alone, made once per model for the tests
+    that read it (a run is deterministic: the same command line gives the same summary)."""
+    runs = {}
+
+    def get(model):
+        if model not in runs:
+            runs[model] = _sim(tmp_path_factory.mktemp(model), "deadline", model, "--round-deadline", "4")
+        return runs[model]
+    return get
+
+
 @pytest.mark.parametrize("model", ["smallcnn", "resnet18_v1"])
-def test_fast_devices_aggregate_many_times_per_slow_iteration_and_the_late_delta_enters_once(tmp_path, model):
-    out = _sim(tmp_path, "deadline", model, "--round-deadline", "4")
+def test_fast_devices_aggregate_many_times_per_slow_iteration_and_the_late_delta_enters_once(tmp_path, model,
+                                                                                             deadline_run):
+    out = deadline_run(model)
     workers = {w["slot"]: w for w in out["workers"]}
     slow, fast = workers[2], workers[0]
     assert len({w["final_model_sha256"] for w in workers.values()}) == 1   # one model at the end
@@ -109,7 +123,7 @@ def test_a_round_length_needs_the_deadline(tmp_path):
 
 
 @pytest.mark.parametrize("model", ["smallcnn", "resnet18_v1"])
-def test_the_late_memory_adds_each_late_delta_to_the_rounds_its_device_misses(tmp_path, model):
+def test_the_late_memory_adds_each_late_delta_to_the_rounds_its_device_misses(tmp_path, model, deadline_run):
     """``--late-memory``: each late delta is pushed to the slow device's memory keys; the keeper (slot 0,
     the lowest rank on time) pulls each one once, before the first round without the slow device, and the
     job ends on another model than without the memory (the same rounds and pushes: only the arithmetic and
@@ -132,7 +146,7 @@ def test_the_late_memory_adds_each_late_delta_to_the_rounds_its_device_misses(tm
     assert len({w["final_model_sha256"] for w in workers.values()}) == 1
     assert [workers[s]["late_memory"] for s in (0, 1, 2)] == [
         {"pushes": 0, "pulls": len(needed)}, {"pushes": 0, "pulls": 0}, {"pushes": len(late), "pulls": 0}]
-    plain = _sim(tmp_path, "plain", model, "--round-deadline", "4")
+    plain = deadline_run(model)
     assert "memory_log" not in plain["sim"] and "late_memory" not in plain["workers"][0]
     assert plain["workers"][0]["final_model_sha256"] != workers[0]["final_model_sha256"]
 
