@@ -371,4 +371,6 @@ def mxnet_cache_dir(env=None):
     if chosen:
         return chosen
     base = env.get("XDG_CACHE_HOME", "") or os.path.join(os.path.expanduser("~"), ".cache")
+    if not os.path.isabs(base):   # no home directory ("~" left as it is): not a folder of the working directory
+        return ""
     return os.path.join(base, "mxhet", "mxnet")

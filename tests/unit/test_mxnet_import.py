@@ -118,6 +118,7 @@ def test_the_file_is_named_for_the_installation_and_the_bytecode_version(tmp_pat
     ({"MXHET_MXNET_CACHE": "off", "XDG_CACHE_HOME": "/x"}, ""),
     ({"MXHET_MXNET_CACHE": "/c"}, "/c"),
     ({"XDG_CACHE_HOME": "/x"}, os.path.join("/x", "mxhet", "mxnet")),
+    ({"XDG_CACHE_HOME": "relative/cache"}, ""),
 ])
 def test_where_the_file_is_kept(env, expected):
     assert config.mxnet_cache_dir(env) == expected
