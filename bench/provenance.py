@@ -40,14 +40,24 @@ def memory_bytes():
     return None
 
 
-def provenance(command=None, seeds=(), contexts=(), now=None):
+def provenance(command=None, seeds=(), contexts=(), now=None, code=None):
     """The provenance record: ``commit``, ``dirty``, ``date`` (UTC, ISO 8601), ``machine`` (CPU model,
     cores, memory, GPUs, Python and MXNet versions; no hostname), ``command`` (the full command line,
-    default ``sys.argv``) and ``seeds``."""
+    default ``sys.argv``) and ``seeds``.
+
+    ``code``: the ``(commit, dirty)`` of the checkout when the process that made the numbers loaded its
+    code (:func:`git_state` then); default the checkout now. A run takes hours and the checkout may move on
+    meanwhile: the record names the code that ran, and ``written_on`` the checkout it was written from
+    where that differs."""
     from .runner import machine_info
-    commit, dirty = git_state()
+    commit, dirty = git_state() if code is None else code
     now = now or datetime.datetime.now(datetime.timezone.utc)
-    return {"commit": commit, "dirty": dirty, "date": now.replace(microsecond=0).isoformat(),
-            "machine": dict(machine_info(contexts), memory_bytes=memory_bytes()),
-            "command": [str(a) for a in (command if command is not None else sys.argv)],
-            "seeds": sorted({int(s) for s in seeds})}
+    record = {"commit": commit, "dirty": dirty, "date": now.replace(microsecond=0).isoformat(),
+              "machine": dict(machine_info(contexts), memory_bytes=memory_bytes()),
+              "command": [str(a) for a in (command if command is not None else sys.argv)],
+              "seeds": sorted({int(s) for s in seeds})}
+    if code is not None:
+        current = git_state()
+        if current != tuple(code):
+            record["written_on"] = {"commit": current[0], "dirty": current[1]}
+    return record

@@ -24,6 +24,7 @@ from mxhet.sim.checkpoint import MODES as CHECKPOINT_MODES, without_checkpoint_f
 
 from . import calibrate, presets, runner
 from .metrics import run_record
+from . import provenance as provenance_module
 from .provenance import provenance
 from .runner import JobFailed, JobSpec, machine_info, run_with_bar
 
@@ -422,16 +423,17 @@ def recorded_runs(out, spec_for, keys, confirmed):
     return kept
 
 
-def stamp_provenance(run_dir, summary, spec):
-    """Record in a run just finished where it was made: the commit, date and machine that finished it (a run
-    resumed from a checkpoint may have started on others), its command and seed, in its ``summary.json``
-    (and in ``summary``); nothing where the run wrote no summary file."""
+def stamp_provenance(run_dir, summary, spec, code=None):
+    """Record in a run just finished where it was made: ``code``, the commit its process started on (see
+    :func:`bench.provenance.provenance`; a run resumed from a checkpoint may have made its earlier part on
+    others), the date and machine that finished it, its command and seed, in its ``summary.json`` (and in
+    ``summary``); nothing where the run wrote no summary file."""
     path = os.path.join(run_dir, "summary.json")
     if not os.path.exists(path):
         return
     with open(path) as f:
         written = json.load(f)
-    record = provenance(command=spec.launch_argv(run_dir), seeds=[spec.seed], contexts=spec.contexts)
+    record = provenance(command=spec.launch_argv(run_dir), seeds=[spec.seed], contexts=spec.contexts, code=code)
     summary["provenance"] = written["provenance"] = record
     write_json(path, written)
 
@@ -473,8 +475,9 @@ def execute(keys, spec_for, out, run=run_with_bar, jobs=1, resume=False, confirm
                 if summary is None and reuse is not None:
                     summary = reuse.take(spec, run_dir)
                 if summary is None:
+                    code = provenance_module.git_state()   # what the run's process loads as it starts
                     summary = run(spec, run_dir, name(key).ljust(width), row, False)
-                    stamp_provenance(run_dir, summary, spec)
+                    stamp_provenance(run_dir, summary, spec, code)
                 if confirm_fn is not None:
                     summary["confirmation"] = confirm_fn(run_dir, summary)
                 with lock:
@@ -535,6 +538,7 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
     from . import plots, report
 
     started = time.monotonic()
+    code = provenance_module.git_state()   # the code this bench process runs (the checkout may move on)
     if seeds is None and seed is not None:
         seeds = (seed,)
     if preset.lr_sweep and SWEEP not in experiments:
@@ -615,7 +619,7 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
               "eval_min_iterations": preset.eval_min_iterations if engine == "sim" else 0,
               "fixed_iterations": sorted(preset.iteration_s) if engine == "sim" else [],
               "command": list(command or sys.argv), "machine": machine_info(profile.contexts),
-              "provenance": provenance(command or sys.argv, used_seeds, profile.contexts),
+              "provenance": provenance(command or sys.argv, used_seeds, profile.contexts, code=code),
               "division": preset.division, "seeds": used_seeds, "confirmed": bool(confirm_fn),
               "mode_lrs": dict(preset.mode_lrs), "lrs": {m: preset.lrs.get(m) for m in sorted(calibration)},
               "mode_time_budgets_s": {} if fixed_budget else

@@ -593,6 +593,36 @@ def test_a_finished_run_records_its_provenance_and_a_kept_one_is_left_as_it_was(
                                                                                         "summary.json")))
 
 
+def test_a_run_records_the_commit_its_process_started_on_and_the_one_it_was_written_on(tmp_path, monkeypatch):
+    """A run lasts hours and the checkout may move on meanwhile: the provenance names the code the run's
+    process loaded, and ``written_on`` the checkout the record was written from, where they differ."""
+    from bench import provenance as prov_module
+    from bench.runner import JobSpec
+
+    checkout = {"state": ("a" * 40, False)}
+    monkeypatch.setattr(prov_module, "git_state", lambda root=None: checkout["state"])
+    spec = JobSpec(mode="esync", slowdowns=(10, 1), engine="sim", seed=0)
+
+    def finished(spec_, run_dir, desc, position, leave):
+        os.makedirs(run_dir, exist_ok=True)
+        with open(os.path.join(run_dir, "summary.json"), "w") as f:
+            json.dump({"final_accuracy": 0.8, "time_to_target_s": None}, f)
+        checkout["state"] = next_state   # a commit while the run computes
+        return {"final_accuracy": 0.8, "time_to_target_s": None}
+
+    for index, next_state in enumerate([("b" * 40, False), ("b" * 40, False)]):
+        key = suite.RunKey("resnet18_v1", "esync", "iid", index)
+        records, failures = suite.execute([key], lambda k: spec, str(tmp_path), run=finished,
+                                          name=lambda k: "run%d" % index)
+        assert not failures
+        prov = json.load(open(os.path.join(str(tmp_path), "runs", "run%d" % index, "summary.json")))["provenance"]
+        if index == 0:   # started on a..., written from b...
+            assert prov["commit"] == "a" * 40 and prov["written_on"] == {"commit": "b" * 40, "dirty": False}
+        else:            # started and written on b...
+            assert prov["commit"] == "b" * 40 and "written_on" not in prov
+        assert records[key][0]["provenance"] == prov
+
+
 def test_the_heterogeneity_benchs_117x_runs_are_the_open_divisions_and_reuse_takes_them(tmp_path):
     """Both benches run the open division's preset on the paper's profile, on one snapshot grid: the
     heterogeneity bench's 117x run of a variant at a rate is the same run as the open division's of that mode
