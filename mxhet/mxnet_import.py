@@ -195,7 +195,7 @@ def runs_lean_program(argv=None):
         word = argv[index]
         if word == "-m":
             return argv[index + 1] in LEAN_PROGRAMS
-        if word in ("-c",) or not word.startswith("-"):   # a command or a script: no module
+        if word == "-c" or not word.startswith("-"):   # a command or a script: no module
             return False
         index += 2 if word in ("-X", "-W") else 1   # the options whose value is the next word
     return False
@@ -207,11 +207,11 @@ def import_mxnet(cache_dir=None, lean=None):
     with the entries this import used, only where something was compiled afresh.
 
     ``lean`` (None: :func:`runs_lean_program`), for processes that run mxhet's own code only (its worker
-    program, the servers, the simulator): MXNet imports
-    SciPy only to convert SciPy sparse matrices and for its quantization helpers, and distutils for version
-    comparisons. Lean hides SciPy during the import (MXNet falls back as where SciPy is not installed) and
-    gives MXNet the standard library's distutils, not the copy setuptools puts in its place (which imports
-    setuptools): together about 1 CPU s less. Imports after this one find SciPy as usual.
+    program, the servers, the simulator): MXNet imports SciPy only to convert SciPy sparse matrices and
+    for its quantization helpers, and distutils for version comparisons. Lean hides SciPy during the
+    import (MXNet falls back as where SciPy is not installed) and gives MXNet the standard library's
+    distutils, not the copy setuptools puts in its place (which imports setuptools): together about
+    0.5-1 CPU s less (``bench/results/startup/import.json``). Imports after this one find SciPy as usual.
 
     Returns:
         the ``mxnet`` module.
