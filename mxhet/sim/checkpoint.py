@@ -261,6 +261,20 @@ class Checkpointer:
             return []
         return list(self.state.get("resumed_at_s", [])) + [self.state["virtual_s"]]
 
+    @property
+    def segments(self):
+        """Each session's part of the run, oldest first: ``from_s``, the virtual second it started from, and
+        ``commit``, the code its process ran (the header's: where the process started). A checkpoint written
+        before these were kept knows only its last writer's commit; the earlier sessions' are None."""
+        current = {"from_s": 0.0, "commit": self.header.get("commit")}
+        if self.state is None:
+            return [current]
+        earlier = self.state.get("segments")
+        if earlier is None:
+            earlier = [{"from_s": s, "commit": None} for s in [0.0] + list(self.state.get("resumed_at_s", []))]
+            earlier[-1]["commit"] = self.state["header"].get("commit")
+        return [dict(s) for s in earlier] + [dict(current, from_s=self.state["virtual_s"])]
+
     def wall_s(self):
         """Wall seconds of the run, this session's and the earlier sessions' (up to their checkpoint)."""
         return (self.state["wall_s"] if self.state else 0.0) + self.clock() - self.started
@@ -420,7 +434,7 @@ class Checkpointer:
             "record": record(sim), "checks": [list(c) for c in sim.checks],
             "losses": [list(dev.loss_log) for dev in sim.devices],
             "wall_s": self.wall_s(), "cpu_s": self.cpu_s(),
-            "resumed_at_s": self.resumed_at_s,
+            "resumed_at_s": self.resumed_at_s, "segments": self.segments,
             "devices": [{"params": _numpy(dev.weights()), "global": _numpy(dev.global_copy),
                          "trainer": self._trainer_states(dev.trainer), "batches": dev.batches.state_dict()}
                         for dev in sim.devices],

@@ -346,7 +346,7 @@ def run(args):
                       "command": ["python", "-m", "mxhet.sim"] + checkpoint.without_checkpoint_flags(args.argv)}
     if ckpt is not None:   # how the run was kept; the command above is the same with or without
         summary["sim"]["checkpoint"] = {"every_min": args.checkpoint_every_min, "resumed_at_s": ckpt.resumed_at_s,
-                                        "commit": ckpt.header["commit"]}
+                                        "commit": ckpt.header["commit"], "segments": ckpt.segments}
     if job.mode_options.get("round_deadline"):   # --round-deadline: every push's (slot, round, share)
         summary["sim"]["deadline_pushes"] = [list(p) for p in sim.deadline_log]
     if job.mode_options.get("late_memory"):   # --late-memory: every memory push and keeper's pull

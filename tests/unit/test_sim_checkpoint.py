@@ -69,6 +69,9 @@ def _check_resumed(tmp_path, argv, at, stopped=None):
         stopped(tmp_path / "cut" / "checkpoint" / checkpoint.FILE)
     resumed = _run(tmp_path / "cut", list(argv) + ["--checkpoint-every-min", "10", "--resume"])
     assert resumed["sim"]["checkpoint"]["resumed_at_s"] == [stop.virtual_s]
+    here = checkpoint.code_commit()
+    assert resumed["sim"]["checkpoint"]["segments"] == [{"from_s": 0.0, "commit": here},
+                                                        {"from_s": stop.virtual_s, "commit": here}]
     assert _digests(resumed) == _digests(whole) and len(set(_digests(whole).values())) == 1
     assert resumed["curve"] == whole["curve"] and len(whole["curve"]) >= 3
     assert _comparable(resumed) == _comparable(whole)
@@ -200,10 +203,40 @@ def test_a_checkpoint_the_replay_does_not_reach_is_refused(saved, tmp_path):
         _run(out, _job("esync") + ["--checkpoint-every-min", "10", "--resume"])
 
 
+def test_each_sessions_commit_is_recorded_with_where_it_took_over(saved, tmp_path):
+    """A run made in three sessions on three commits names each with the virtual second it started from;
+    a checkpoint from before segments were kept gives its last writer's commit and None before."""
+    out = _copy(saved, tmp_path)
+    path = out / "checkpoint" / checkpoint.FILE
+    state = pickle.loads(path.read_bytes())
+    at = state["virtual_s"]
+    state["header"]["commit"] = "a" * 40        # the second session ran other code and saved at ``at``
+    state["resumed_at_s"] = [0.5]
+    state["segments"] = [{"from_s": 0.0, "commit": "b" * 40}, {"from_s": 0.5, "commit": "a" * 40}]
+    path.write_bytes(pickle.dumps(state))
+    argv = _job("esync") + ["--checkpoint-every-min", "10", "--resume"]
+    resumed = _run(out, argv)
+    here = checkpoint.code_commit()
+    assert resumed["sim"]["checkpoint"]["segments"] == [
+        {"from_s": 0.0, "commit": "b" * 40}, {"from_s": 0.5, "commit": "a" * 40}, {"from_s": at, "commit": here}]
+    assert resumed["sim"]["checkpoint"]["resumed_at_s"] == [0.5, at]
+    older = _copy(saved, tmp_path / "older")
+    path = older / "checkpoint" / checkpoint.FILE
+    state = pickle.loads(path.read_bytes())
+    state["header"]["commit"] = "a" * 40
+    state["resumed_at_s"] = [0.5]
+    del state["segments"]
+    path.write_bytes(pickle.dumps(state))
+    resumed = _run(older, argv)
+    assert resumed["sim"]["checkpoint"]["segments"] == [
+        {"from_s": 0.0, "commit": None}, {"from_s": 0.5, "commit": "a" * 40}, {"from_s": at, "commit": here}]
+
+
 def test_a_run_without_resume_starts_afresh(saved, tmp_path):
     out = _copy(saved, tmp_path)
     fresh = _run(out, _job("esync") + ["--checkpoint-every-min", "10"])
     assert fresh["sim"]["checkpoint"]["resumed_at_s"] == []
+    assert fresh["sim"]["checkpoint"]["segments"] == [{"from_s": 0.0, "commit": checkpoint.code_commit()}]
 
 
 @pytest.mark.parametrize("argv, message", [
