@@ -94,7 +94,7 @@ def _certainty(row, loss):
         variants = row.get("variants", {})
         one_seed = any(variants.get(v, {}).get("final_accuracy", {}).get("n", 0) < 2
                        for v in ("esync", loss["variant"]))
-    return ", no interval (a side has one seed)" if one_seed else ", within the 95% intervals"
+    return ", no interval (a side has one seed)" if one_seed else ", within the 95% interval"
 
 
 def _losses(results):
@@ -114,8 +114,11 @@ def _losses(results):
                     text = "%s: %s reaches the target sooner (ESync's speedup over it %s)" % (
                         name, what, stats.format_speedup(x["speedup"]))
                 else:
-                    text = "%s: %s ends more accurate (%.3f against ESync's %.3f)" % (
-                        name, what, x["other"], x["esync"])
+                    low, high = x.get("difference") or (None, None)
+                    text = "%s: %s ends more accurate (%.3f against ESync's %.3f%s)" % (
+                        name, what, x["other"], x["esync"],
+                        "; ESync minus it %+.3f [%+.3f, %+.3f]" % (x["esync"] - x["other"], low, high)
+                        if low is not None else "")
                 found.append(text + _certainty(row, x))
         if found:
             text = "; ".join(found)
@@ -125,6 +128,29 @@ def _losses(results):
             text = "ESync loses to no variant measured"
         lines.append("- %s division: %s." % (division.capitalize(), text))
     return lines
+
+
+def _claims_line(root, closed):
+    """One line counting the verdicts on the paper's claims (bench.claims) in the closed division, read from
+    its committed JSONs beside ``table1.json``; nothing before that division is committed."""
+    if closed is None:
+        return []
+    from . import claims
+    directory = os.path.join(root, os.path.dirname(SOURCES[0][1]))
+    results = {"table1": closed}
+    for name in ("curves", "throughput", "compute-ratio"):
+        path = os.path.join(directory, name + ".json")
+        if os.path.exists(path):
+            with open(path) as f:
+                results[name] = json.load(f)
+    judged = claims.paper_claims(results)
+    if not judged:
+        return []
+    counts = ", ".join("%d %s" % (n, v) for v in claims.VERDICTS
+                       for n in [sum(c["verdict"] == v for c in judged)] if n)
+    report = os.path.join(os.path.dirname(SOURCES[0][1]), "report.md")
+    return ["", "The paper's own claims at its settings (closed division), each judged by its 95%% interval: %s; "
+                "which, with the numbers: [%s](%s#the-papers-claims-at-its-own-settings)." % (counts, report, report)]
 
 
 def _seeds(result):
@@ -167,7 +193,7 @@ def render(root="."):
                 division.capitalize(), _seeds(result), " ".join(a for a in result["command"] if a),
                 os.path.join(os.path.dirname(path), "report.md"), os.path.join(os.path.dirname(path),
                                                                                 "report.md")))
-    notes += ["", "Where ESync loses:", ""] + _losses(results) + [
+    notes += ["", "Where ESync loses:", ""] + _losses(results) + _claims_line(root, results["closed"]) + [
         "", "Earlier single-seed results (lr 0.1, crossings on 1,000 test images, no baselines beyond Sync), "
         "kept for the record: %s; what differs from the paper, and why: [%s](%s)."
         % (", ".join("[%s](%s)" % (p, p) for p in EARLIER), DISCUSSION, DISCUSSION)]

@@ -203,8 +203,8 @@ def test_a_loss_says_whether_its_intervals_hold_it_or_a_side_has_one_seed():
     assert readme_table._certainty(row, accuracy_loss) == ", no interval (a side has one seed)"
     three = {"variants": {v: {"final_accuracy": {"n": 3}} for v in ("esync", "local")}}
     assert readme_table._certainty(three, dict(time_loss, speedup=dict(speed, low=0.3, high=1.2))) == \
-        ", within the 95% intervals"
-    assert readme_table._certainty(three, accuracy_loss) == ", within the 95% intervals"
+        ", within the 95% interval"
+    assert readme_table._certainty(three, accuracy_loss) == ", within the 95% interval"
     assert readme_table._certainty(three, dict(accuracy_loss, significant=True)) == ""
 
 
