@@ -21,6 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 sys.path.insert(0, ROOT)
 
 from bench.provenance import provenance  # noqa: E402
+from bench.suite import write_json  # noqa: E402
 
 # the paper-sim profiles and per-model settings (bench/presets.py), for a few virtual seconds each
 JOBS = {
@@ -95,9 +96,7 @@ def main(argv=None):
               "before": before, "provenance": provenance(command=command), "repeats": args.repeats,
               "load_average_1min_at_end": round(os.getloadavg()[0], 2), "rows": rows}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
-        f.write("\n")
+    write_json(args.out, result)
     print("wrote", args.out)
 
 
