@@ -170,6 +170,9 @@ def make_servers_class():
             keys = range(len(self.weights)) if keys is None else keys
             return [buf(self.weights[k].asnumpy()) for k in keys]
 
+        def pulled(self, keys):
+            return self.snapshot(keys)
+
     return LinearServers
 
 

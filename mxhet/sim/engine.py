@@ -200,6 +200,10 @@ class Servers:
         if not self.replaying:
             self._apply(key, value, self.weights[key])
 
+    def pulled(self, keys):
+        """What a pull of ``keys`` reads now, for a reader that copies it at once (no snapshot taken)."""
+        return [self.weights[k] for k in keys]
+
     def snapshot(self, keys=None):
         keys = range(len(self.weights)) if keys is None else keys
         if self.replaying:
@@ -441,7 +445,7 @@ class Simulation:
         yield self.env.timeout(transfer)
         for key, value in zip(keys, values):
             self.servers.apply(key, value)
-        self.take_global(dev, [self.servers.weights[k] for k in keys], keys)
+        self.take_global(dev, self.servers.pulled(keys), keys)
         yield self.env.timeout(transfer)
         dev.stats.bytes_pushed += size
         dev.stats.bytes_pulled += size
