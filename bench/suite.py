@@ -533,7 +533,8 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
     those a checkpoint kept (``checkpoint_every_min``: wall minutes between a simulator run's
     checkpoints, 0: none; see docs/bench.md).
     ``only``: run names to keep from the plan (a rebuild keeps the runs the original bench made).
-    ``reuse``: other benches' output directories whose finished runs a planned run may be (:class:`Reusable`).
+    ``reuse``: other benches' output directories whose finished runs a planned run may be (:class:`Reusable`),
+    or whose experiment JSONs record it (:func:`recorded_runs`: a run directory not committed there).
     """
     from . import plots, report
 
@@ -601,6 +602,11 @@ def run_suite(experiments, preset, profile, out, models=None, modes=None, budget
         return job_spec(k, preset, profile, calibration[k.model], budget_of(k), engine=engine,
                         checkpoint_every_min=checkpoint_every_min, resume=resume)
     kept = recorded_runs(out, spec_for, keys, bool(confirm_fn)) if resume else {}
+    for directory in reuse:   # a reused bench's runs that it keeps only in its experiment JSON
+        rest = [k for k in keys if k not in kept
+                and not os.path.exists(os.path.join(out, "runs", run_name(k), "summary.json"))]
+        kept.update({k: dict(rec, kept_from=os.path.join(directory, rec["kept_from"]))
+                     for k, rec in recorded_runs(directory, spec_for, rest, bool(confirm_fn)).items()})
     if kept:
         log("%d run(s) kept from the experiment JSON of an earlier invocation (their run directories are not "
             "in %s): %s" % (len(kept), out, ", ".join(run_name(k) for k in keys if k in kept)))

@@ -547,6 +547,15 @@ def test_a_run_whose_directory_is_gone_is_kept_from_the_experiment_json_if_its_c
     row = next(r for r in table["rows"] if r["model"] == "resnet18_v1")
     assert row["variants"]["esync"]["time_to_target"]["n"] == 2
 
+    # another bench reusing this one (--reuse) takes the record too, and the other runs from their directories
+    reused = str(tmp_path / "curves")
+    suite.run_suite(("table1",), presets.get("paper-sim"), profiles.load("paper-sim"), reused, resume=True,
+                    reuse=(out,), run=lambda *a: pytest.fail("ran a run the reused bench has"), **args)
+    table = json.load(open(os.path.join(reused, "table1.json")))
+    kept = next(r for r in table["runs"] if r["key"] == "resnet18_v1-esync-iid-seed1")
+    assert kept["kept_from"] == os.path.join(out, "table1.json") and kept["curve"] == old["curve"]
+    assert len(table["runs"]) == 4 and not table["failures"]
+
     # resumed: runs nothing, the record is kept again (from the file just written)
     suite.run_suite(("table1",), presets.get("paper-sim"), profiles.load("paper-sim"), out, resume=True,
                     run=lambda *a: pytest.fail("a kept run ran again"), **args)
