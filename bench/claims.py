@@ -7,18 +7,13 @@ interval settles it, is not settled where the interval spans the line (or a side
 yet measured where the invocation ran the experiment but not the runs the claim needs. A claim whose
 experiment the invocation did not run is left out.
 """
-from . import presets, stats
+from . import presets, report, stats
 
 HOLDS, FAILS, OPEN, MISSING = "holds", "does not hold", "not settled", "not yet measured"
 VERDICTS = (HOLDS, FAILS, OPEN, MISSING)
 BALANCED = 0.9
 """Figure 5's claim (every device computes nearly all the time under ESync) holds where every device's
 computing-time ratio is at least this."""
-
-
-def _report():
-    from . import report   # (report imports this module to render the section)
-    return report
 
 
 def _faster(sp):
@@ -43,7 +38,6 @@ def _not_slower(sp):
 def _accuracy_gap(runs, model):
     """ESync's final accuracy minus the standalone device's over seeds: ``(mean, low, high, n_esync, n_alone)``
     with Welch's 95% interval (None without runs; low and high None with one seed on a side)."""
-    report = _report()
     mine = [r["final_accuracy"] for r in report._find_all(runs, model, "esync")]
     alone = [r["final_accuracy"] for r in report._find_all(runs, model, "local")]
     if not mine or not alone:
@@ -60,7 +54,6 @@ def _gap_text(gap):
 
 
 def _table1_claims(table1):
-    report = _report()
     claims = []
     for row in table1["rows"]:
         model = row["model"]
@@ -117,7 +110,7 @@ def _curve_claims(curves):
         FAILS if kind in ("measured", "upper_bound") and value < 1 else OPEN)
     return [{"claim": "On non-i.i.d. data ESync reaches %.1f sooner than Sync (§5, Figure 3)"
                       % curves["target_accuracy"],
-             "ours": "%s (one seed, no interval)" % _report().format_speedup(value, kind), "verdict": verdict}]
+             "ours": "%s (one seed, no interval)" % report.format_speedup(value, kind), "verdict": verdict}]
 
 
 def _throughput_claims(throughput):
@@ -140,7 +133,7 @@ def _compute_ratio_claims(result):
     if not esync:
         return [{"claim": claim, "ours": MISSING, "verdict": MISSING}]
     lowest = min(min(r["compute_ratio"]) for r in esync)
-    sync = [r for r in result["runs"] if _report().variant_of(r) == "sync" and r["dist"] == "iid"
+    sync = [r for r in result["runs"] if report.variant_of(r) == "sync" and r["dist"] == "iid"
             and r.get("compute_ratio")]
     ours = "the lowest device's ratio under ESync %.2f" % lowest
     if sync:

@@ -413,7 +413,7 @@ def markdown(results, out_dir):
                   _table1(results["table1"]), ""]
         if os.path.exists(os.path.join(out_dir, "table1.png")):
             lines += ["![Table 1](table1.png)", ""]
-    from . import claims   # (claims reads this module's helpers)
+    from . import claims   # (here, not at the top: claims imports this module)
     lines += claims.markdown(claims.paper_claims(results))
     if "curves" in results:
         r = results["curves"]
