@@ -2,8 +2,10 @@
 
 With ``--preset`` (repeatable) it predicts a whole bench before it runs
 (:func:`predict`: every planned run at its budget, from per-model costs
-measured once, ``--costs``); otherwise it estimates a finished bench from its
-runs, as follows.
+measured once, ``--costs``), and with ``--measured DIR`` calibrates that
+prediction by the runs already finished in DIR (:func:`calibrate`: what they
+took, and the rest at their rates); otherwise it estimates a finished bench
+from its runs, as follows.
 
 A simulated run's cost is its real work: every device's iterations (a forward
 and backward pass and the local optimizer step each, plus the simulated
@@ -96,7 +98,8 @@ def predict(preset, costs, jobs, models=None, seeds=None, profile=None):
                  "confirm_s": (CANDIDATES * CONFIRM_SNAPSHOTS * cost["snapshot_cpu_s"]) if preset.confirm else 0.0,
                  "fixed_s": cost["fixed_cpu_s"]}
         rows.append(dict(parts, run=suite.run_name(key), model=key.model, variant=key.mode, budget_s=budget,
-                         iterations=iterations, snapshots=snapshots, cost_s=sum(parts.values()), predicted=True))
+                         lr=spec.lr, iterations=iterations, snapshots=snapshots, cost_s=sum(parts.values()),
+                         predicted=True))
     total = sum(r["cost_s"] for r in rows)
     span, slots = makespan([r["cost_s"] for r in rows], jobs)
     per_model = {}
@@ -107,7 +110,135 @@ def predict(preset, costs, jobs, models=None, seeds=None, profile=None):
             "seeds": sorted({s for m in models for s in (seeds or preset.seeds_for(m))})}
 
 
-def predict_report(results, command, costs_from):
+def _budget_of(summary):
+    """The ``--time-budget`` of a simulator run's command (None where it has none)."""
+    command = list(summary.get("sim", {}).get("command") or ())
+    if "--time-budget" not in command[:-1]:
+        return None
+    try:
+        return float(command[command.index("--time-budget") + 1])
+    except ValueError:
+        return None
+
+
+def finished_runs(dirs):
+    """``{run name: [summary, ...]}`` of the finished simulator runs under each of ``dirs``/runs (a name may be
+    in several: a closed and an open division name their runs alike; :func:`calibrate` tells them apart)."""
+    found = {}
+    for out in dirs:
+        for name, summary in load_runs(out).items():
+            if "wall_s" in summary.get("sim", {}):
+                found.setdefault(name, []).append(summary)
+    return found
+
+
+def _measured_for(row, summaries):
+    """The summary of ``row``'s run among ``summaries``: the same learning rate and budget."""
+    for summary in summaries:
+        budget = _budget_of(summary)
+        if (summary.get("lr") is not None and abs(float(summary["lr"]) - row["lr"]) <= 1e-12 * max(1.0, row["lr"])
+                and budget is not None and abs(budget - row["budget_s"]) < 1e-6 * max(1.0, budget)):
+            return summary
+    return None
+
+
+def calibrate(results, finished):
+    """What the finished runs of :func:`predict` ``results`` (one per preset) took, and the rest at their rates.
+
+    A planned run is finished where ``finished`` (:func:`finished_runs`) holds a run of its name, learning
+    rate and budget: its simulator's wall seconds (every session's, when resumed; confirmations on all test
+    images are not in them) are ``measured_wall_s``. Each remaining run's ``calibrated_wall_s`` is its
+    predicted cost times the ratio of measured wall time to predicted cost (without confirmations) over the
+    finished runs of its model and variant, else of its model, else of every finished run, in any of the
+    presets (the ratio does not depend on a run's budget or learning rate): the prediction counts CPU seconds
+    of one run on an idle machine, the bench's runs take wall time on the machine as it is used. Each result
+    gains these row fields and ``calibration``; without a finished run anywhere the remaining runs have no
+    calibrated time (None).
+    """
+    done = []
+    for result in results:
+        for row in result["runs"]:
+            summary = _measured_for(row, finished.get(row["run"], ()))
+            if summary is not None:
+                row["measured_wall_s"] = float(summary["sim"]["wall_s"])
+                row["measured_cpu_s"] = float(summary["sim"].get("cpu_s", 0.0))
+                done.append(row)
+
+    def ratio(rows):
+        predicted = sum(r["cost_s"] - r["confirm_s"] for r in rows)
+        return sum(r["measured_wall_s"] for r in rows) / predicted if predicted > 0 else None
+
+    pairs, models = {}, {}
+    for row in done:
+        pairs.setdefault((row["model"], row["variant"]), []).append(row)
+        models.setdefault(row["model"], []).append(row)
+    overall = ratio(done) if done else None
+    factors = {"%s %s" % pair: ratio(rows) for pair, rows in sorted(pairs.items())}
+    for result in results:
+        mine = [r for r in result["runs"] if "measured_wall_s" in r]
+        remaining = [r for r in result["runs"] if "measured_wall_s" not in r]
+        for row in remaining:
+            pair = (row["model"], row["variant"])
+            if pair in pairs:
+                factor, source = ratio(pairs[pair]), "%s %s" % pair
+            elif row["model"] in models:
+                factor, source = ratio(models[row["model"]]), row["model"]
+            else:
+                factor, source = overall, "every finished run"
+            row["calibrated_wall_s"] = row["cost_s"] * factor if factor is not None else None
+            row["factor_from"] = source if factor is not None else None
+        left = [r["calibrated_wall_s"] for r in remaining]
+        result["calibration"] = {
+            "finished": len(mine), "remaining": len(remaining),
+            "finished_wall_s": sum(r["measured_wall_s"] for r in mine),
+            "finished_predicted_s": sum(r["cost_s"] - r["confirm_s"] for r in mine),
+            "factor": ratio(mine) if mine else None, "factor_all": overall, "factors": factors,
+            "remaining_wall_s": None if None in left else sum(left)}
+    return results
+
+
+def calibration_report(result, dirs):
+    """Markdown: what ``result``'s finished runs took and what the rest should take at the finished runs' rates."""
+    cal = result["calibration"]
+    where = ", ".join("`%s`" % d for d in dirs)
+    lines = ["### As the runs have gone on this machine", ""]
+    if cal["remaining_wall_s"] is None:
+        return lines + ["No planned run has finished in %s: nothing to calibrate by." % where, ""]
+    rate = ("At the rate of the finished runs of the same model and variant (else of the same model, else of "
+            "all, in every preset here), the remaining %d take about **%.1f h** one at a time."
+            % (cal["remaining"], cal["remaining_wall_s"] / 3600.0))
+    if cal["finished"]:
+        lines += ["%d of the %d runs have finished in %s: **%.1f h** of wall time (each run alone on both "
+                  "cores, beside whatever else the machine did; confirmations on all test images not included), "
+                  "%.2fx their prediction (CPU seconds on an idle machine). %s" % (
+                      cal["finished"], cal["finished"] + cal["remaining"], where, cal["finished_wall_s"] / 3600.0,
+                      cal["factor"], rate), ""]
+    else:
+        lines += ["None of its runs has finished in %s. %s" % (where, rate), ""]
+    lines += ["| model | finished | wall time (h) | remaining | at the measured rates (h) |", "|---|---|---|---|---|"]
+    for model in sorted({r["model"] for r in result["runs"]}):
+        rows = [r for r in result["runs"] if r["model"] == model]
+        done = [r for r in rows if "measured_wall_s" in r]
+        left = [r for r in rows if "measured_wall_s" not in r]
+        lines.append("| %s | %d | %.1f | %d | %.1f |" % (model, len(done), sum(r["measured_wall_s"] for r in done)
+                                                         / 3600.0, len(left),
+                                                         sum(r["calibrated_wall_s"] for r in left) / 3600.0))
+    lines.append("")
+    if not cal["finished"]:
+        return lines
+    lines += ["Cores busy (a run's CPU time over its wall time) says how much of the machine a run had: the "
+              "fewer, the more it shared the cores with other work.", "",
+              "| finished run | predicted (CPU min) | CPU (min) | wall (min) | cores busy | wall over predicted |",
+              "|---|---|---|---|---|---|"]
+    lines += ["| %s | %.0f | %.0f | %.0f | %.2f | %.2f |" % (
+        r["run"], (r["cost_s"] - r["confirm_s"]) / 60.0, r["measured_cpu_s"] / 60.0, r["measured_wall_s"] / 60.0,
+        r["measured_cpu_s"] / r["measured_wall_s"] if r["measured_wall_s"] > 0 else 0.0,
+        r["measured_wall_s"] / (r["cost_s"] - r["confirm_s"])) for r in result["runs"] if "measured_wall_s" in r]
+    lines.append("")
+    return lines
+
+
+def predict_report(results, command, costs_from, measured_dirs=()):
     """Markdown for :func:`predict` results of one or more presets."""
     lines = ["# What the full simulator bench costs on this 2-core machine (a prediction)", "",
              "Command: `%s`" % command, "",
@@ -137,9 +268,15 @@ def predict_report(results, command, costs_from):
                                                        r["cost_s"] / 60.0)
                   for r in sorted(result["runs"], key=lambda r: -r["cost_s"])]
         lines.append("")
+        if "calibration" in result:
+            lines += calibration_report(result, measured_dirs)
     if len(results) > 1:
         lines += ["All presets, one bench after the other, `--jobs %d`: **%.1f h**." % (results[0]["jobs"],
                                                                                     grand / 3600.0), ""]
+        left = [r["calibration"]["remaining_wall_s"] for r in results if "calibration" in r]
+        if left and None not in left:
+            lines += ["What remains of all presets at the finished runs' rates, one run at a time: **%.1f h**."
+                      % (sum(left) / 3600.0), ""]
     return "\n".join(lines)
 
 
@@ -302,6 +439,9 @@ def main_predict(args, argv):
     from .provenance import provenance
     if not args.costs:
         raise SystemExit("python -m bench.estimate: --preset needs --costs (an estimate.json with measured costs)")
+    missing = [d for d in args.measured or () if not os.path.isdir(d)]
+    if missing:
+        raise SystemExit("python -m bench.estimate: --measured %s: no such directory" % missing[0])
     with open(args.costs) as f:
         costs = json.load(f)["costs"]
     seeds = tuple(int(x) for x in args.seeds.split(",")) if args.seeds else None
@@ -309,14 +449,16 @@ def main_predict(args, argv):
         results = [predict(presets.get(name), costs, args.jobs, seeds=seeds) for name in args.preset]
     except (ValueError, ConfigError) as exc:
         raise SystemExit("python -m bench.estimate: %s" % exc)
+    if args.measured:
+        calibrate(results, finished_runs(args.measured))
     command = "mxhet-bench estimate " + " ".join(argv)
     os.makedirs(args.out, exist_ok=True)
-    doc = {"command": command, "costs_from": args.costs, "presets": results,
+    doc = {"command": command, "costs_from": args.costs, "measured": list(args.measured or ()), "presets": results,
            "total_makespan_s": sum(r["makespan_s"] for r in results),
            "provenance": provenance(["mxhet-bench", "estimate"] + list(argv), seeds=seeds or ())}
     with open(os.path.join(args.out, "estimate.json"), "w") as f:
         json.dump(doc, f, indent=1)
-    text = predict_report(results, command, args.costs)
+    text = predict_report(results, command, args.costs, args.measured or ())
     with open(os.path.join(args.out, "estimate.md"), "w") as f:
         f.write(text)
     print(text)
@@ -333,6 +475,9 @@ def main(argv=None):
                         "per-model costs in --costs instead of estimating a finished bench")
     p.add_argument("--seeds", default=None, help="with --preset: every model's seeds (default: the preset's)")
     p.add_argument("--jobs", type=int, default=2, help="runs at once (default %(default)s)")
+    p.add_argument("--measured", action="append", default=None, metavar="DIR",
+                   help="with --preset: a bench output directory (repeatable) whose finished runs say what the "
+                        "planned runs take on this machine: the prediction is calibrated by them")
     p.add_argument("--caps", default="30,90", help="the two compute caps of the measuring runs (default %(default)s)")
     p.add_argument("--costs", default="", help="take the per-model costs from this earlier estimate.json "
                                                "instead of measuring them (models it lacks are measured)")
@@ -341,6 +486,8 @@ def main(argv=None):
         raise SystemExit("python -m bench.estimate: --jobs must be >= 1, got %d" % args.jobs)
     if args.preset:
         return main_predict(args, argv)
+    if args.measured:
+        raise SystemExit("python -m bench.estimate: --measured calibrates a prediction: give --preset")
     runs = load_runs(args.out)
     if not runs:
         raise SystemExit("python -m bench.estimate: no finished runs under %s/runs" % args.out)

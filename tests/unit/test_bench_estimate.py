@@ -139,3 +139,58 @@ def test_a_whole_division_is_predicted_at_its_budgets_before_it_runs():
     assert {"resnet18_v1-esync-iid-lr0.01", "resnet18_v1-sync-fast-iid-lr0.1"} <= open_runs   # the sweep's
     with pytest.raises(ValueError, match="alexnet"):
         estimate.predict(preset, {"resnet18_v1": cost}, 2, models=("alexnet",))
+
+
+def _row(run, model, variant, cost_s, lr=0.001, budget_s=100.0, confirm_s=10.0):
+    return {"run": run, "model": model, "variant": variant, "cost_s": cost_s, "confirm_s": confirm_s, "lr": lr,
+            "budget_s": budget_s}
+
+
+def _finished(wall_s, cpu_s, lr=0.001, budget_s=100.0):
+    return {"lr": lr, "sim": {"wall_s": wall_s, "cpu_s": cpu_s,
+                              "command": ["python", "-m", "mxhet.sim", "--time-budget", "%g" % budget_s]}}
+
+
+def test_finished_runs_calibrate_the_rest_by_model_and_variant_then_model_then_all():
+    rows = [_row("a-esync", "a", "esync", 110), _row("a-esync-seed1", "a", "esync", 110),
+            _row("a-sync", "a", "sync", 60), _row("b-esync", "b", "esync", 210)]
+    finished = {"a-esync": [_finished(300.0, 150.0, lr=0.1),          # the open division's run of that name
+                            _finished(200.0, 150.0)],
+                "a-sync-seed1": [_finished(999.0, 1.0)]}              # no such planned run
+    result, = estimate.calibrate([{"runs": rows}], finished)
+    by = {r["run"]: r for r in result["runs"]}
+    assert by["a-esync"]["measured_wall_s"] == 200.0 and by["a-esync"]["measured_cpu_s"] == 150.0
+    # the ratio leaves out the confirmations: 200 s of wall for 110 - 10 predicted
+    assert by["a-esync-seed1"]["calibrated_wall_s"] == pytest.approx(110 * 2.0)
+    assert by["a-esync-seed1"]["factor_from"] == "a esync"
+    assert by["a-sync"]["calibrated_wall_s"] == pytest.approx(60 * 2.0) and by["a-sync"]["factor_from"] == "a"
+    assert by["b-esync"]["factor_from"] == "every finished run"
+    cal = result["calibration"]
+    assert cal["finished"] == 1 and cal["remaining"] == 3 and cal["factor"] == pytest.approx(2.0)
+    assert cal["remaining_wall_s"] == pytest.approx((110 + 60 + 210) * 2.0)
+    assert cal["factors"] == {"a esync": pytest.approx(2.0)}
+    # another budget is another run; a preset without a finished run of its own takes the others' rates
+    other, = estimate.calibrate([{"runs": [_row("a-esync", "a", "esync", 110, budget_s=50.0)]}], finished)
+    assert other["calibration"]["finished"] == 0 and other["calibration"]["remaining_wall_s"] is None
+    assert "nothing to calibrate by" in "\n".join(estimate.calibration_report(other, ["d"]))
+    closed, opened = estimate.calibrate([{"runs": [_row("a-esync", "a", "esync", 110)]},
+                                         {"runs": [_row("a-esync", "a", "esync", 60, lr=0.1, budget_s=50.0)]}],
+                                        finished)
+    assert opened["calibration"]["finished"] == 0 and opened["runs"][0]["factor_from"] == "a esync"
+    assert opened["calibration"]["remaining_wall_s"] == pytest.approx(60 * 2.0)
+    assert "None of its runs has finished" in "\n".join(estimate.calibration_report(opened, ["d"]))
+    text = "\n".join(estimate.calibration_report(result, ["d"]))
+    assert "1 of the 4 runs have finished" in text and "| a-esync | 2 | 2 | 3 | 0.75 | 2.00 |" in text   # minutes
+
+
+def test_measured_directories_are_read_and_checked(tmp_path, capsys):
+    run = tmp_path / "runs" / "a-esync"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps(_finished(200.0, 150.0)))
+    (tmp_path / "runs" / "unfinished").mkdir()
+    assert estimate.finished_runs([str(tmp_path)]) == {"a-esync": [_finished(200.0, 150.0)]}
+    with pytest.raises(SystemExit, match="give --preset"):
+        estimate.main(["--out", str(tmp_path), "--measured", str(tmp_path)])
+    with pytest.raises(SystemExit, match="no such directory"):
+        estimate.main(["--out", str(tmp_path / "o"), "--preset", "paper-sim", "--costs", __file__,
+                       "--measured", str(tmp_path / "missing")])
