@@ -164,9 +164,9 @@ def calibrate(results, finished):
                 row["measured_cpu_s"] = float(summary["sim"].get("cpu_s", 0.0))
                 done.append(row)
 
-    def ratio(rows):
+    def ratio(rows, measured="measured_wall_s"):
         predicted = sum(r["cost_s"] - r["confirm_s"] for r in rows)
-        return sum(r["measured_wall_s"] for r in rows) / predicted if predicted > 0 else None
+        return sum(r[measured] for r in rows) / predicted if predicted > 0 else None
 
     pairs, models = {}, {}
     for row in done:
@@ -179,21 +179,21 @@ def calibrate(results, finished):
         remaining = [r for r in result["runs"] if "measured_wall_s" not in r]
         for row in remaining:
             pair = (row["model"], row["variant"])
-            if pair in pairs:
-                factor, source = ratio(pairs[pair]), "%s %s" % pair
-            elif row["model"] in models:
-                factor, source = ratio(models[row["model"]]), row["model"]
-            else:
-                factor, source = overall, "every finished run"
+            like = pairs.get(pair) or models.get(row["model"]) or done
+            source = "%s %s" % pair if pair in pairs else row["model"] if row["model"] in models else "every finished run"
+            factor, cpu_factor = (ratio(like), ratio(like, "measured_cpu_s")) if like else (None, None)
             row["calibrated_wall_s"] = row["cost_s"] * factor if factor is not None else None
+            row["calibrated_cpu_s"] = row["cost_s"] * cpu_factor if cpu_factor is not None else None
             row["factor_from"] = source if factor is not None else None
         left = [r["calibrated_wall_s"] for r in remaining]
+        left_cpu = [r["calibrated_cpu_s"] for r in remaining]
         result["calibration"] = {
             "finished": len(mine), "remaining": len(remaining),
             "finished_wall_s": sum(r["measured_wall_s"] for r in mine),
             "finished_predicted_s": sum(r["cost_s"] - r["confirm_s"] for r in mine),
             "factor": ratio(mine) if mine else None, "factor_all": overall, "factors": factors,
-            "remaining_wall_s": None if None in left else sum(left)}
+            "remaining_wall_s": None if None in left else sum(left),
+            "remaining_cpu_s": None if None in left_cpu else sum(left_cpu)}
     return results
 
 
@@ -205,8 +205,11 @@ def calibration_report(result, dirs):
     if cal["remaining_wall_s"] is None:
         return lines + ["No planned run has finished in %s: nothing to calibrate by." % where, ""]
     rate = ("At the rate of the finished runs of the same model and variant (else of the same model, else of "
-            "all, in every preset here), the remaining %d take about **%.1f h** one at a time."
-            % (cal["remaining"], cal["remaining_wall_s"] / 3600.0))
+            "all, in every preset here), the remaining %d take about **%.1f h** one at a time, and %.1f CPU "
+            "hours: about the wall time they would take one at a time on a machine doing nothing else, where a "
+            "run keeps about one core busy%s."
+            % (cal["remaining"], cal["remaining_wall_s"] / 3600.0, cal["remaining_cpu_s"] / 3600.0,
+               " (the cores-busy column below)" if cal["finished"] else ""))
     if cal["finished"]:
         lines += ["%d of the %d runs have finished in %s: **%.1f h** of wall time (each run alone on both "
                   "cores, beside whatever else the machine did; confirmations on all test images not included), "
@@ -274,9 +277,10 @@ def predict_report(results, command, costs_from, measured_dirs=()):
         lines += ["All presets, one bench after the other, `--jobs %d`: **%.1f h**." % (results[0]["jobs"],
                                                                                     grand / 3600.0), ""]
         left = [r["calibration"]["remaining_wall_s"] for r in results if "calibration" in r]
+        left_cpu = [r["calibration"]["remaining_cpu_s"] for r in results if "calibration" in r]
         if left and None not in left:
-            lines += ["What remains of all presets at the finished runs' rates, one run at a time: **%.1f h**."
-                      % (sum(left) / 3600.0), ""]
+            lines += ["What remains of all presets at the finished runs' rates, one run at a time: **%.1f h** "
+                      "(%.1f CPU hours)." % (sum(left) / 3600.0, sum(left_cpu) / 3600.0), ""]
     return "\n".join(lines)
 
 

@@ -168,6 +168,7 @@ def test_finished_runs_calibrate_the_rest_by_model_and_variant_then_model_then_a
     cal = result["calibration"]
     assert cal["finished"] == 1 and cal["remaining"] == 3 and cal["factor"] == pytest.approx(2.0)
     assert cal["remaining_wall_s"] == pytest.approx((110 + 60 + 210) * 2.0)
+    assert cal["remaining_cpu_s"] == pytest.approx((110 + 60 + 210) * 1.5)     # 150 CPU s for 100 predicted
     assert cal["factors"] == {"a esync": pytest.approx(2.0)}
     # another budget is another run; a preset without a finished run of its own takes the others' rates
     other, = estimate.calibrate([{"runs": [_row("a-esync", "a", "esync", 110, budget_s=50.0)]}], finished)
