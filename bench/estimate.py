@@ -197,6 +197,17 @@ def calibrate(results, finished):
     return results
 
 
+def calibrated_totals(results):
+    """Over every preset of :func:`calibrate`'d ``results``: runs finished and remaining, and what the remaining
+    take in hours of wall and of CPU at the finished runs' rates (None: not calibrated)."""
+    cals = [r.get("calibration") for r in results]
+    if not cals or any(c is None or c["remaining_wall_s"] is None for c in cals):
+        return None
+    return {"finished": sum(c["finished"] for c in cals), "remaining": sum(c["remaining"] for c in cals),
+            "remaining_wall_h": round(sum(c["remaining_wall_s"] for c in cals) / 3600.0, 1),
+            "remaining_cpu_h": round(sum(c["remaining_cpu_s"] for c in cals) / 3600.0, 1)}
+
+
 def calibration_report(result, dirs):
     """Markdown: what ``result``'s finished runs took and what the rest should take at the finished runs' rates."""
     cal = result["calibration"]
@@ -276,11 +287,10 @@ def predict_report(results, command, costs_from, measured_dirs=()):
     if len(results) > 1:
         lines += ["All presets, one bench after the other, `--jobs %d`: **%.1f h**." % (results[0]["jobs"],
                                                                                     grand / 3600.0), ""]
-        left = [r["calibration"]["remaining_wall_s"] for r in results if "calibration" in r]
-        left_cpu = [r["calibration"]["remaining_cpu_s"] for r in results if "calibration" in r]
-        if left and None not in left:
+        totals = calibrated_totals(results)
+        if totals:
             lines += ["What remains of all presets at the finished runs' rates, one run at a time: **%.1f h** "
-                      "(%.1f CPU hours)." % (sum(left) / 3600.0, sum(left_cpu) / 3600.0), ""]
+                      "(%.1f CPU hours)." % (totals["remaining_wall_h"], totals["remaining_cpu_h"]), ""]
     return "\n".join(lines)
 
 
@@ -458,7 +468,7 @@ def main_predict(args, argv):
     command = "mxhet-bench estimate " + " ".join(argv)
     os.makedirs(args.out, exist_ok=True)
     doc = {"command": command, "costs_from": args.costs, "measured": list(args.measured or ()), "presets": results,
-           "total_makespan_s": sum(r["makespan_s"] for r in results),
+           "total_makespan_s": sum(r["makespan_s"] for r in results), "calibrated": calibrated_totals(results),
            "provenance": provenance(["mxhet-bench", "estimate"] + list(argv), seeds=seeds or ())}
     with open(os.path.join(args.out, "estimate.json"), "w") as f:
         json.dump(doc, f, indent=1)

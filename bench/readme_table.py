@@ -153,6 +153,28 @@ def _claims_line(root, closed):
                 "which, with the numbers: [%s](%s#the-papers-claims-at-its-own-settings)." % (counts, report, report)]
 
 
+ESTIMATE = "bench/results/divisions-estimate/estimate.json"
+
+
+def _cost_line(root):
+    """What the divisions' unfinished runs cost at the finished runs' rates (``ESTIMATE``, written by
+    ``mxhet-bench estimate --measured``); none where it is missing or was not calibrated."""
+    path = os.path.join(root, ESTIMATE)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        doc = json.load(f)
+    totals = doc.get("calibrated")
+    if not totals:
+        return []
+    md = os.path.splitext(ESTIMATE)[0] + ".md"
+    return ["", "Why cells are missing: the divisions are long on the 2-core bench machine. %d runs have finished; "
+                "the remaining %d need about %.0f h one at a time at the rate the finished ones ran (%.0f CPU "
+                "hours), and run in the background across sessions: [%s](%s)." % (
+                    totals["finished"], totals["remaining"], totals["remaining_wall_h"], totals["remaining_cpu_h"],
+                    md, md)]
+
+
 def _seeds(result):
     return ", ".join(map(str, result.get("seeds") or [result.get("seed", 0)]))
 
@@ -193,6 +215,7 @@ def render(root="."):
                 division.capitalize(), _seeds(result), " ".join(a for a in result["command"] if a),
                 os.path.join(os.path.dirname(path), "report.md"), os.path.join(os.path.dirname(path),
                                                                                 "report.md")))
+    notes += _cost_line(root)
     notes += ["", "Where ESync loses:", ""] + _losses(results) + _claims_line(root, results["closed"]) + [
         "", "Earlier single-seed results (lr 0.1, crossings on 1,000 test images, no baselines beyond Sync), "
         "kept for the record: %s; what differs from the paper, and why: [%s](%s)."

@@ -170,6 +170,9 @@ def test_finished_runs_calibrate_the_rest_by_model_and_variant_then_model_then_a
     assert cal["remaining_wall_s"] == pytest.approx((110 + 60 + 210) * 2.0)
     assert cal["remaining_cpu_s"] == pytest.approx((110 + 60 + 210) * 1.5)     # 150 CPU s for 100 predicted
     assert cal["factors"] == {"a esync": pytest.approx(2.0)}
+    assert estimate.calibrated_totals([result]) == {"finished": 1, "remaining": 3, "remaining_wall_h": 0.2,
+                                                     "remaining_cpu_h": 0.2}      # 760 s and 570 s
+    assert estimate.calibrated_totals([{"runs": []}]) is None                       # not calibrated
     # another budget is another run; a preset without a finished run of its own takes the others' rates
     other, = estimate.calibrate([{"runs": [_row("a-esync", "a", "esync", 110, budget_s=50.0)]}], finished)
     assert other["calibration"]["finished"] == 0 and other["calibration"]["remaining_wall_s"] is None

@@ -103,7 +103,7 @@ def test_every_number_in_the_block_comes_from_a_committed_json_or_the_paper(tmp_
     # and the committed block: every number from the committed JSON (or the paper)
     committed = readme_table.render(ROOT)
     allowed = set(SETTINGS) | {"%g" % p["speedup"] for p in presets.PAPER_TABLE1.values()}
-    for _, source in readme_table.SOURCES:
+    for source in [source for _, source in readme_table.SOURCES] + [readme_table.ESTIMATE]:
         if os.path.exists(os.path.join(ROOT, source)):
             with open(os.path.join(ROOT, source)) as f:
                 allowed |= _json_numbers(json.load(f), set())
@@ -236,3 +236,15 @@ def test_relative_links_name_files_inside_the_repository(doc):
 def test_the_readme_links_the_references():
     with open(os.path.join(ROOT, "README.md")) as f:
         assert "(docs/references.md)" in f.read()
+
+
+def test_the_cost_of_the_missing_cells_comes_from_the_calibrated_estimate(tmp_path):
+    assert "Why cells are missing" not in readme_table.render(str(tmp_path))     # no estimate committed
+    path = tmp_path / readme_table.ESTIMATE
+    os.makedirs(path.parent)
+    path.write_text(json.dumps({"presets": [{}], "calibrated": None}))         # not calibrated (no --measured)
+    assert "Why cells are missing" not in readme_table.render(str(tmp_path))
+    path.write_text(json.dumps({"calibrated": {"finished": 10, "remaining": 148, "remaining_wall_h": 301.1,
+                                               "remaining_cpu_h": 252.2}}))
+    line = next(line for line in readme_table.render(str(tmp_path)).splitlines() if "Why cells" in line)
+    assert "10 runs have finished; the remaining 148 need about 301 h" in line and "(252 CPU hours)" in line
