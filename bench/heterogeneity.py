@@ -473,6 +473,55 @@ def cells(rows):
     return out
 
 
+WHY_FILE = "why.json"
+"""In the bench's output directory: ``{"<model> <profile>x <dist>": {"why": text, "evidence": [paths]}}``, written
+by hand from the runs that explain a cell where the recommended ESync loses; the report prints it under the cell."""
+
+
+def load_why(out):
+    """The explanations of ``out``'s :data:`WHY_FILE` (none where there is no file).
+
+    Raises:
+        ValueError: the file is not an object of ``{"why": str, "evidence": [str]}`` entries.
+    """
+    path = os.path.join(out, WHY_FILE)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        why = json.load(f)
+    if not isinstance(why, dict) or not all(
+            isinstance(e, dict) and isinstance(e.get("why"), str) and isinstance(e.get("evidence", []), list)
+            for e in why.values()):
+        raise ValueError("%s: expected {\"<model> <profile>x <dist>\": {\"why\": text, \"evidence\": [paths]}}"
+                         % path)
+    return why
+
+
+def cell_key(cell):
+    """A cell's key in :data:`WHY_FILE`, e.g. ``resnet18_v1_gn 10x non-iid``."""
+    return "%s %dx %s" % (cell["model"], cell["profile"], cell["dist"])
+
+
+def loses(cell):
+    """True where the recommended ESync loses the cell: later than the best alternative (or than a rival of
+    the label-skewed goal), or lower in final accuracy beyond the 95% interval."""
+    verdicts = [cell["verdict"]] + list((cell.get("goal") or {}).values())
+    if any(v["no_later"] is False for v in verdicts):
+        return True
+    return any(v["accuracy_gap_interval"] is not None and v["accuracy_gap_interval"][1] < 0 for v in verdicts)
+
+
+def why_line(cell, why):
+    """The report's sentence on why the recommended ESync loses ``cell`` (None where it does not lose)."""
+    if not loses(cell):
+        return None
+    entry = why.get(cell_key(cell))
+    if entry is None:
+        return "Why it loses: not yet analysed (no entry `%s` in %s)." % (cell_key(cell), WHY_FILE)
+    evidence = ", ".join("[%s](%s)" % (e, os.path.relpath(e, DEFAULT_OUT)) for e in entry.get("evidence", ()))
+    return "Why it loses: %s%s" % (entry["why"], " (the runs: %s)" % evidence if evidence else "")
+
+
 def goal_line(cell):
     """Issue 31's goal for a label-skewed cell, one sentence: the recommended ESync against each of
     :data:`NON_IID_RIVALS` (the cell's ``goal``), or None for an i.i.d. cell."""
@@ -584,6 +633,9 @@ def markdown(doc):
         goal = goal_line(c)
         if goal:
             lines += [goal, ""]
+        why = why_line(c, doc.get("why") or {})
+        if why:
+            lines += [why, ""]
         lines += [_capacity_line(c), ""]
     if doc.get("figure"):
         lines += ["## Time to %.2f against the degree of heterogeneity" % TARGET, "",
@@ -720,6 +772,7 @@ def run_bench(models, profile_keys, variants, dists, seeds, out, seeds_best=Fals
            "batch_size": preset.batch_size, "target_accuracy": TARGET, "snapshot_share": SNAPSHOT_SHARE,
            "runs": rows, "failures": failures}
     doc["cells"] = cells(rows)
+    doc["why"] = load_why(out)
     write(out, doc)
     return doc
 

@@ -171,6 +171,36 @@ def test_verdict_gives_the_final_accuracy_gap_its_interval_over_seeds():
     assert one["accuracy_gap_interval"] is None and "no interval: a side has one seed" in one["text"].split(";")[-1]
 
 
+def test_a_cell_the_recommended_esync_loses_says_why_or_that_it_is_not_yet_analysed(tmp_path):
+    def runs(times, accuracies):
+        return [{"time_to_target_s": t, "train_time_s": 300.0, "final_accuracy": a} for t, a in zip(times, accuracies)]
+
+    base = {"model": "resnet18_v1_gn", "profile": 10, "dist": "non-iid"}
+    wins = dict(base, verdict=het.verdict(runs([10.0, 11.0], [0.9, 0.91]), runs([20.0, 21.0], [0.9, 0.91])))
+    later = dict(base, verdict=het.verdict(runs([30.0, 31.0], [0.9, 0.91]), runs([20.0, 21.0], [0.9, 0.91])))
+    lower = dict(base, verdict=het.verdict(runs([10.0, 11.0, 12.0], [0.80, 0.801, 0.802]),
+                                           runs([20.0, 21.0, 22.0], [0.90, 0.901, 0.902])))
+    goal = dict(wins, goal={"sync": later["verdict"], "async": wins["verdict"]})
+    assert not het.loses(wins) and het.loses(later) and het.loses(lower) and het.loses(goal)
+    assert het.why_line(wins, {}) is None
+    assert het.why_line(later, {}) == ("Why it loses: not yet analysed (no entry `resnet18_v1_gn 10x non-iid` in "
+                                       "why.json).")
+    why = {"resnet18_v1_gn 10x non-iid": {"why": "the slow devices hold half the labels",
+                                          "evidence": ["bench/results/heterogeneity-explore/README.md"]}}
+    assert het.why_line(goal, why) == (
+        "Why it loses: the slow devices hold half the labels (the runs: [bench/results/heterogeneity-explore/"
+        "README.md](../heterogeneity-explore/README.md))")
+    assert het.load_why(str(tmp_path)) == {}
+    (tmp_path / het.WHY_FILE).write_text(json.dumps(why))
+    assert het.load_why(str(tmp_path)) == why
+    (tmp_path / het.WHY_FILE).write_text(json.dumps({"x": "not an entry"}))
+    with pytest.raises(ValueError, match="expected"):
+        het.load_why(str(tmp_path))
+    # the committed explanations are well formed, and name files that exist
+    committed = het.load_why(os.path.join(het.ROOT, het.DEFAULT_OUT))
+    assert all(os.path.exists(os.path.join(het.ROOT, e)) for entry in committed.values() for e in entry["evidence"])
+
+
 def test_the_capacity_bound_is_the_profiles_throughput_over_its_fast_devices_and_the_report_says_how_close():
     assert het.capacity_bound(10) == pytest.approx(2.2 / 2) and het.capacity_bound(2) == pytest.approx(1.5)
     assert het.capacity_bound(117) == pytest.approx((4 + 2 / 117) / 4)
