@@ -126,9 +126,25 @@ def finished_runs(dirs):
     in several: a closed and an open division name their runs alike; :func:`calibrate` tells them apart)."""
     found = {}
     for out in dirs:
-        for name, summary in load_runs(out).items():
+        runs = load_runs(out)
+        for name, summary in runs.items():
             if "wall_s" in summary.get("sim", {}):
                 found.setdefault(name, []).append(summary)
+        # a run whose directory was never kept is only a record of the bench's experiment JSONs: its wall
+        # time and command, not its CPU time
+        for path in sorted(glob.glob(os.path.join(out, "*.json"))):
+            with open(path) as f:
+                try:
+                    records = json.load(f).get("runs")
+                except (ValueError, AttributeError):
+                    continue
+            for record in records if isinstance(records, list) else ():
+                name = os.path.basename(str(record.get("run_dir") or "")) if isinstance(record, dict) else ""
+                if name and name not in runs and record.get("wall_s") is not None and record.get("command"):
+                    summary = {"lr": record.get("lr"), "sim": {"wall_s": record["wall_s"], "cpu_s": None,
+                                                               "command": record["command"]}}
+                    if summary not in found.get(name, []):
+                        found.setdefault(name, []).append(summary)
     return found
 
 
@@ -161,10 +177,12 @@ def calibrate(results, finished):
             summary = _measured_for(row, finished.get(row["run"], ()))
             if summary is not None:
                 row["measured_wall_s"] = float(summary["sim"]["wall_s"])
-                row["measured_cpu_s"] = float(summary["sim"].get("cpu_s", 0.0))
+                cpu = summary["sim"].get("cpu_s")
+                row["measured_cpu_s"] = float(cpu) if cpu is not None else None
                 done.append(row)
 
     def ratio(rows, measured="measured_wall_s"):
+        rows = [r for r in rows if r[measured] is not None]     # a run known from a record has no CPU time
         predicted = sum(r["cost_s"] - r["confirm_s"] for r in rows)
         return sum(r[measured] for r in rows) / predicted if predicted > 0 else None
 
@@ -179,12 +197,17 @@ def calibrate(results, finished):
         remaining = [r for r in result["runs"] if "measured_wall_s" not in r]
         for row in remaining:
             pair = (row["model"], row["variant"])
-            like = pairs.get(pair) or models.get(row["model"]) or done
-            source = "%s %s" % pair if pair in pairs else row["model"] if row["model"] in models else "every finished run"
-            factor, cpu_factor = (ratio(like), ratio(like, "measured_cpu_s")) if like else (None, None)
+            # the finished runs of its model and variant, else of its model, else all (each measure apart: a
+            # run known from a record has a wall time, not a CPU time)
+            tiers = [(pairs.get(pair), "%s %s" % pair), (models.get(row["model"]), row["model"]),
+                     (done, "every finished run")]
+            factor, source = next(((ratio(rows), name) for rows, name in tiers
+                                   if rows and ratio(rows) is not None), (None, None))
+            cpu_factor = next((ratio(rows, "measured_cpu_s") for rows, _ in tiers
+                               if rows and ratio(rows, "measured_cpu_s") is not None), None)
             row["calibrated_wall_s"] = row["cost_s"] * factor if factor is not None else None
             row["calibrated_cpu_s"] = row["cost_s"] * cpu_factor if cpu_factor is not None else None
-            row["factor_from"] = source if factor is not None else None
+            row["factor_from"] = source
         left = [r["calibrated_wall_s"] for r in remaining]
         left_cpu = [r["calibrated_cpu_s"] for r in remaining]
         result["calibration"] = {
@@ -222,8 +245,9 @@ def calibration_report(result, dirs):
             % (cal["remaining"], cal["remaining_wall_s"] / 3600.0, cal["remaining_cpu_s"] / 3600.0,
                " (the cores-busy column below)" if cal["finished"] else ""))
     if cal["finished"]:
-        lines += ["%d of the %d runs have finished in %s: **%.1f h** of wall time (each run alone on both "
-                  "cores, beside whatever else the machine did; confirmations on all test images not included), "
+        lines += ["%d of the %d runs have finished in %s: **%.1f h** of wall time (the machine as it was used: "
+                  "a run alone on both cores or beside other runs and tests; confirmations on all test images not "
+                  "included), "
                   "%.2fx their prediction (CPU seconds on an idle machine). %s" % (
                       cal["finished"], cal["finished"] + cal["remaining"], where, cal["finished_wall_s"] / 3600.0,
                       cal["factor"], rate), ""]
@@ -244,9 +268,12 @@ def calibration_report(result, dirs):
               "fewer, the more it shared the cores with other work.", "",
               "| finished run | predicted (CPU min) | CPU (min) | wall (min) | cores busy | wall over predicted |",
               "|---|---|---|---|---|---|"]
-    lines += ["| %s | %.0f | %.0f | %.0f | %.2f | %.2f |" % (
-        r["run"], (r["cost_s"] - r["confirm_s"]) / 60.0, r["measured_cpu_s"] / 60.0, r["measured_wall_s"] / 60.0,
-        r["measured_cpu_s"] / r["measured_wall_s"] if r["measured_wall_s"] > 0 else 0.0,
+    lines += ["| %s | %.0f | %s | %.0f | %s | %.2f |" % (
+        r["run"], (r["cost_s"] - r["confirm_s"]) / 60.0,
+        "%.0f" % (r["measured_cpu_s"] / 60.0) if r["measured_cpu_s"] is not None else "— (a record only)",
+        r["measured_wall_s"] / 60.0,
+        "%.2f" % (r["measured_cpu_s"] / r["measured_wall_s"]) if r["measured_cpu_s"] is not None
+        and r["measured_wall_s"] > 0 else "—",
         r["measured_wall_s"] / (r["cost_s"] - r["confirm_s"])) for r in result["runs"] if "measured_wall_s" in r]
     lines.append("")
     return lines

@@ -169,9 +169,10 @@ def _cost_line(root):
         return []
     md = os.path.splitext(ESTIMATE)[0] + ".md"
     return ["", "Why cells are missing: the divisions are long on the 2-core bench machine. %d runs have finished; "
-                "the remaining %d need about %.0f h one at a time at the rate the finished ones ran (%.0f CPU "
-                "hours), and run in the background across sessions: [%s](%s)." % (
-                    totals["finished"], totals["remaining"], totals["remaining_wall_h"], totals["remaining_cpu_h"],
+                "the remaining %d need about %.0f CPU hours at the finished runs' rates (about as many hours one "
+                "at a time on a machine doing nothing else; %.0f h at the pace the finished ones had beside other "
+                "work), and run in the background across sessions: [%s](%s)." % (
+                    totals["finished"], totals["remaining"], totals["remaining_cpu_h"], totals["remaining_wall_h"],
                     md, md)]
 
 

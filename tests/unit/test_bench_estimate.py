@@ -192,7 +192,21 @@ def test_measured_directories_are_read_and_checked(tmp_path, capsys):
     run.mkdir(parents=True)
     (run / "summary.json").write_text(json.dumps(_finished(200.0, 150.0)))
     (tmp_path / "runs" / "unfinished").mkdir()
-    assert estimate.finished_runs([str(tmp_path)]) == {"a-esync": [_finished(200.0, 150.0)]}
+    # a run kept only as a record of an experiment JSON: its wall time and command, no CPU time
+    record = {"run_dir": "/elsewhere/runs/a-sync", "lr": 0.001, "wall_s": 50.0,
+              "command": ["python", "-m", "mxhet.sim", "--time-budget", "100"]}
+    (tmp_path / "table1.json").write_text(json.dumps({"runs": [record, {"run_dir": "x", "wall_s": None}]}))
+    (tmp_path / "other.json").write_text("[1, 2]")
+    found = estimate.finished_runs([str(tmp_path)])
+    assert found == {"a-esync": [_finished(200.0, 150.0)],
+                     "a-sync": [{"lr": 0.001, "sim": {"wall_s": 50.0, "cpu_s": None, "command": record["command"]}}]}
+    result, = estimate.calibrate([{"runs": [_row("a-esync", "a", "esync", 110), _row("a-sync", "a", "sync", 60),
+                                            _row("a-sync-seed1", "a", "sync", 60)]}], found)
+    by = {r["run"]: r for r in result["runs"]}
+    assert by["a-sync"]["measured_wall_s"] == 50.0 and by["a-sync"]["measured_cpu_s"] is None
+    assert by["a-sync-seed1"]["calibrated_wall_s"] == pytest.approx(60 * 1.0)   # 50 s for 60 - 10
+    assert by["a-sync-seed1"]["calibrated_cpu_s"] == pytest.approx(60 * 1.5)    # no CPU of its own: the model's
+    assert "| a-sync | 1 | — (a record only) | 1 | — | 1.00 |" in "\n".join(estimate.calibration_report(result, ["d"]))
     with pytest.raises(SystemExit, match="give --preset"):
         estimate.main(["--out", str(tmp_path), "--measured", str(tmp_path)])
     with pytest.raises(SystemExit, match="no such directory"):

@@ -247,4 +247,4 @@ def test_the_cost_of_the_missing_cells_comes_from_the_calibrated_estimate(tmp_pa
     path.write_text(json.dumps({"calibrated": {"finished": 10, "remaining": 148, "remaining_wall_h": 301.1,
                                                "remaining_cpu_h": 252.2}}))
     line = next(line for line in readme_table.render(str(tmp_path)).splitlines() if "Why cells" in line)
-    assert "10 runs have finished; the remaining 148 need about 301 h" in line and "(252 CPU hours)" in line
+    assert "10 runs have finished; the remaining 148 need about 252 CPU hours" in line and "; 301 h at" in line
