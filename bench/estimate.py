@@ -215,6 +215,7 @@ def calibrate(results, finished):
             "finished_wall_s": sum(r["measured_wall_s"] for r in mine),
             "finished_predicted_s": sum(r["cost_s"] - r["confirm_s"] for r in mine),
             "factor": ratio(mine) if mine else None, "factor_all": overall, "factors": factors,
+            "cpu_factor_all": ratio(done, "measured_cpu_s") if done else None,
             "remaining_wall_s": None if None in left else sum(left),
             "remaining_cpu_s": None if None in left_cpu else sum(left_cpu)}
     return results
@@ -229,6 +230,23 @@ def calibrated_totals(results):
     return {"finished": sum(c["finished"] for c in cals), "remaining": sum(c["remaining"] for c in cals),
             "remaining_wall_h": round(sum(c["remaining_wall_s"] for c in cals) / 3600.0, 1),
             "remaining_cpu_h": round(sum(c["remaining_cpu_s"] for c in cals) / 3600.0, 1)}
+
+
+CALIBRATED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "bench", "results", "divisions-estimate", "estimate.json")
+"""The committed calibrated prediction (``mxhet-bench estimate --measured``) other benches' predictions scale by."""
+
+
+def cpu_rate(path=None):
+    """The CPU time the divisions' finished runs took over their prediction (:func:`calibrate`'s
+    ``cpu_factor_all``) in the estimate at ``path`` (default :data:`CALIBRATED`); None where there is none."""
+    try:
+        with open(path or CALIBRATED) as f:
+            presets = json.load(f).get("presets") or []
+    except (OSError, ValueError, AttributeError):
+        return None
+    rates = [p.get("calibration", {}).get("cpu_factor_all") for p in presets if isinstance(p, dict)]
+    return next((r for r in rates if r), None)
 
 
 def calibration_report(result, dirs):

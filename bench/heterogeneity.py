@@ -878,6 +878,10 @@ def dry_run(planned, preset, costs_path, budget, jobs):
           % (len(planned), total / 3600, span / 3600, jobs,
              "; GroupNorm runs at the BatchNorm model's costs, an underestimate (docs/bench.md)" if any(
                  key.norm != "batch" for key, _ in planned.values()) else ""))
+    rate = estimate.cpu_rate()
+    if rate:
+        print("at the CPU rate of the divisions' finished runs (%.2fx their prediction, %s): about %.1f CPU h"
+              % (rate, os.path.relpath(estimate.CALIBRATED, ROOT), total * rate / 3600))
 
 
 def run(args):

@@ -495,6 +495,22 @@ def test_dry_run_lists_the_gn_runs(capsys):
     assert names == ["resnet18_v1_gn-10x-recommended-non-iid", "resnet18_v1_gn-standalone-iid"]
 
 
+def test_dry_run_scales_its_prediction_by_the_divisions_measured_cpu_rate(capsys, tmp_path, monkeypatch):
+    from bench import estimate
+    calibrated = tmp_path / "estimate.json"
+    calibrated.write_text(json.dumps({"presets": [{"calibration": {"cpu_factor_all": 2.0}}, {}]}))
+    monkeypatch.setattr(estimate, "CALIBRATED", str(calibrated))
+    assert estimate.cpu_rate() == 2.0 and estimate.cpu_rate(str(tmp_path / "missing.json")) is None
+    parser = het.add_parser(__import__("argparse").ArgumentParser().add_subparsers(dest="experiment"))
+    args = parser.parse_args(["--models", "resnet18_v1", "--profiles", "10", "--variants", "recommended",
+                              "--seeds", "0", "--sweep", "none", "--dry-run"])
+    assert het.run(args) == 0
+    out = capsys.readouterr().out
+    idle = float(out.split(" CPU h on an idle machine")[0].split()[-1])
+    scaled = float(out.split("their prediction, ")[1].split("about ")[1].split(" CPU h")[0])
+    assert scaled == pytest.approx(2 * idle, abs=0.15) and "(2.00x their prediction" in out   # each printed to 0.1 h
+
+
 def _norm_run(ran):
     """_time's runs; with --norm group, fast-only never reaches the target (so the best alternative of a _gn
     cell differs from its BatchNorm cell's)."""
