@@ -506,9 +506,9 @@ def loses(cell):
     """True where the recommended ESync loses the cell: later than the best alternative (or than a rival of
     the label-skewed goal), or lower in final accuracy beyond the 95% interval."""
     verdicts = [cell["verdict"]] + list((cell.get("goal") or {}).values())
-    if any(v["no_later"] is False for v in verdicts):
+    if any(v.get("no_later") is False for v in verdicts):
         return True
-    return any(v["accuracy_gap_interval"] is not None and v["accuracy_gap_interval"][1] < 0 for v in verdicts)
+    return any(v.get("accuracy_gap_interval") is not None and v["accuracy_gap_interval"][1] < 0 for v in verdicts)
 
 
 def why_line(cell, why):

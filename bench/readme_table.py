@@ -276,6 +276,15 @@ def render_heterogeneity(root="."):
         lines += ["", "On label-skewed data issue 31 asks for %.2f ahead of Sync and Async over the devices "
                   "where the data lies (the alternatives above that run without the slow devices assume their "
                   "data can move):" % target, ""] + skewed
+    from .heterogeneity import cell_key, loses
+    lost = [c for c in doc["cells"] if c["variants"].get("recommended") and loses(c)]
+    if lost:
+        explained = [cell_key(c) for c in lost if cell_key(c) in (doc.get("why") or {})]
+        lines += ["", "Where the recommended configuration loses (%s), [the report](%s) says why%s." % (
+            ", ".join(cell_key(c) for c in lost), HET_REPORT,
+            ", from the runs that show it" if len(explained) == len(lost) else
+            " for %s; the other%s not yet analysed" % (", ".join(explained) or "none",
+                                                       "s are" if len(lost) - len(explained) > 1 else " is"))]
     goal = [(m + ("_gn" if norm == "group" else ""), p, dist)
             for models, profiles, dist, norm in HET_GOAL for m in models for p in profiles]
     missing = [k for k in goal if k not in measured]
