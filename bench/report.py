@@ -326,8 +326,13 @@ def _accuracy(summary):
 def _losses(row):
     if not row["esync_loses_to"]:
         return "nowhere measured"
-    return "; ".join("%s on %s%s" % (VARIANT_NAMES.get(x["variant"], x["variant"]), x["on"],
-                                      "" if x["significant"] else " (within the 95% interval)")
+    def certainty(x):
+        if x["significant"]:
+            return ""
+        high = x["speedup"]["high"] if "speedup" in x else (x.get("difference") or [None, None])[1]
+        return " (no interval: a side has one seed)" if high is None else " (within the 95% interval)"
+
+    return "; ".join("%s on %s%s" % (VARIANT_NAMES.get(x["variant"], x["variant"]), x["on"], certainty(x))
                      for x in row["esync_loses_to"])
 
 

@@ -440,6 +440,25 @@ def test_closed_division_runs_every_variant_on_every_seed_and_reports_intervals(
     assert "Division: **closed**" in text and "Provenance: commit" in text
 
 
+def test_a_loss_says_whether_the_interval_holds_it_or_a_side_has_one_seed():
+    from bench import report
+
+    def sp(value, high):
+        return {"value": value, "low": None if high is None else value / 2, "high": high, "kind": "measured"}
+
+    row = {"esync_loses_to": [
+        {"variant": "local", "on": "time to target", "speedup": sp(0.45, 0.78), "significant": True},
+        {"variant": "sync-fast", "on": "time to target", "speedup": sp(0.9, 1.2), "significant": False},
+        {"variant": "async", "on": "time to target", "speedup": sp(0.27, None), "significant": False},
+        {"variant": "async", "on": "final accuracy", "difference": [None, None], "significant": False},
+        {"variant": "local", "on": "final accuracy", "difference": [-0.02, 0.01], "significant": False}]}
+    assert report._losses(row) == (
+        "standalone (fastest device) on time to target; Sync, fast devices only on time to target (within the 95% "
+        "interval); Async on time to target (no interval: a side has one seed); Async on final accuracy (no "
+        "interval: a side has one seed); standalone (fastest device) on final accuracy (within the 95% interval)")
+    assert report._losses({"esync_loses_to": []}) == "nowhere measured"
+
+
 def test_open_division_takes_each_variants_best_learning_rate_from_its_sweep(tmp_path):
     from bench import confirm
 
