@@ -279,12 +279,18 @@ def render_heterogeneity(root="."):
     from .heterogeneity import cell_key, loses
     lost = [c for c in doc["cells"] if c["variants"].get("recommended") and loses(c)]
     if lost:
-        explained = [cell_key(c) for c in lost if cell_key(c) in (doc.get("why") or {})]
-        lines += ["", "Where the recommended configuration loses (%s), [the report](%s) says why%s." % (
-            ", ".join(cell_key(c) for c in lost), HET_REPORT,
-            ", from the runs that show it" if len(explained) == len(lost) else
-            " for %s; the other%s not yet analysed" % (", ".join(explained) or "none",
-                                                       "s are" if len(lost) - len(explained) > 1 else " is"))]
+        why = doc.get("why") or {}
+        explained = [cell_key(c) for c in lost if cell_key(c) in why]
+        unexplained = [cell_key(c) for c in lost if cell_key(c) not in why]
+        where = "Where the recommended configuration loses (%s), " % ", ".join(cell_key(c) for c in lost)
+        if not unexplained:
+            text = "[the report](%s) says why, from the runs that show it." % HET_REPORT
+        elif not explained:
+            text = "why is not yet analysed ([the report](%s))." % HET_REPORT
+        else:
+            text = "[the report](%s) says why for %s; not yet analysed for %s." % (
+                HET_REPORT, ", ".join(explained), ", ".join(unexplained))
+        lines += ["", where + text]
     goal = [(m + ("_gn" if norm == "group" else ""), p, dist)
             for models, profiles, dist, norm in HET_GOAL for m in models for p in profiles]
     missing = [k for k in goal if k not in measured]

@@ -194,8 +194,8 @@ def test_a_label_skewed_cell_says_under_the_table_how_it_stands_against_sync_and
     skewed["goal"]["sync"]["no_later"] = False
     path.write_text(json.dumps(doc))
     block = readme_table.render_heterogeneity(str(tmp_path))
-    assert ("Where the recommended configuration loses (resnet18_v1_gn 10x non-iid), [the report](%s) says why for "
-            "none; the other is not yet analysed." % readme_table.HET_REPORT) in block
+    assert ("Where the recommended configuration loses (resnet18_v1_gn 10x non-iid), why is not yet analysed "
+            "([the report](%s))." % readme_table.HET_REPORT) in block
     doc["why"] = {"resnet18_v1_gn 10x non-iid": {"why": "half the labels", "evidence": []}}
     path.write_text(json.dumps(doc))
     assert "says why, from the runs that show it." in readme_table.render_heterogeneity(str(tmp_path))
