@@ -199,6 +199,11 @@ def test_a_label_skewed_cell_says_under_the_table_how_it_stands_against_sync_and
     doc["why"] = {"resnet18_v1_gn 10x non-iid": {"why": "half the labels", "evidence": []}}
     path.write_text(json.dumps(doc))
     assert "says why, from the runs that show it." in readme_table.render_heterogeneity(str(tmp_path))
+    doc["cells"].append(dict(skewed, model="alexnet"))
+    path.write_text(json.dumps(doc))
+    assert ("Where the recommended configuration loses (resnet18_v1_gn 10x non-iid, alexnet 10x non-iid), [the "
+            "report](%s) says why for resnet18_v1_gn 10x non-iid; not yet analysed for alexnet 10x non-iid."
+            % readme_table.HET_REPORT) in readme_table.render_heterogeneity(str(tmp_path))
     path.write_text(json.dumps(_heterogeneity_result()))
     assert "label-skewed" not in readme_table.render_heterogeneity(str(tmp_path))
 
