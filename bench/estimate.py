@@ -124,6 +124,7 @@ def _budget_of(summary):
 def finished_runs(dirs):
     """``{run name: [summary, ...]}`` of the finished simulator runs under each of ``dirs``/runs (a name may be
     in several: a closed and an open division name their runs alike; :func:`calibrate` tells them apart)."""
+    from .suite import experiment_records
     found = {}
     for out in dirs:
         runs = load_runs(out)
@@ -132,19 +133,10 @@ def finished_runs(dirs):
                 found.setdefault(name, []).append(summary)
         # a run whose directory was never kept is only a record of the bench's experiment JSONs: its wall
         # time and command, not its CPU time
-        for path in sorted(glob.glob(os.path.join(out, "*.json"))):
-            with open(path) as f:
-                try:
-                    records = json.load(f).get("runs")
-                except (ValueError, AttributeError):
-                    continue
-            for record in records if isinstance(records, list) else ():
-                name = os.path.basename(str(record.get("run_dir") or "")) if isinstance(record, dict) else ""
-                if name and name not in runs and record.get("wall_s") is not None and record.get("command"):
-                    summary = {"lr": record.get("lr"), "sim": {"wall_s": record["wall_s"], "cpu_s": None,
-                                                               "command": record["command"]}}
-                    if summary not in found.get(name, []):
-                        found.setdefault(name, []).append(summary)
+        for name, (record, _) in experiment_records(out).items():
+            if name not in runs and record.get("wall_s") is not None and record.get("command"):
+                found.setdefault(name, []).append({"lr": record.get("lr"), "sim": {
+                    "wall_s": record["wall_s"], "cpu_s": None, "command": record["command"]}})
     return found
 
 

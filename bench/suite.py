@@ -391,13 +391,9 @@ def _canonical(argv):
     return [str(a) for a in runner.canonical(without_checkpoint_flags(argv))]
 
 
-def recorded_runs(out, spec_for, keys, confirmed):
-    """The runs of ``keys`` whose directory under ``out/runs`` holds no summary but which an earlier
-    invocation recorded in an experiment JSON of ``out`` (``table1.json``, ...) with the command ``spec_for``
-    gives now: ``{key: record}`` (the record marked ``kept_from``: the file it came from). A bench's run directories are its own; its committed
-    experiment JSON is what a fresh clone has of a run whose directory was not committed, and a re-render
-    must not drop it, nor a resumed bench run it again. ``confirmed``: keep only records that carry their
-    confirmation on the whole test set."""
+def experiment_records(out):
+    """``{run name: (record, file name)}``: every run the experiment JSONs of ``out`` (``table1.json``, ...)
+    record, from the first file that does where several do."""
     recorded = {}
     for name in EXPERIMENTS + (SWEEP,):
         path = os.path.join(out, "%s.json" % name)
@@ -407,6 +403,17 @@ def recorded_runs(out, spec_for, keys, confirmed):
             for rec in json.load(f).get("runs", []):
                 if rec.get("key"):
                     recorded.setdefault(rec["key"], (rec, os.path.basename(path)))
+    return recorded
+
+
+def recorded_runs(out, spec_for, keys, confirmed):
+    """The runs of ``keys`` whose directory under ``out/runs`` holds no summary but which an earlier
+    invocation recorded in an experiment JSON of ``out`` (``table1.json``, ...) with the command ``spec_for``
+    gives now: ``{key: record}`` (the record marked ``kept_from``: the file it came from). A bench's run directories are its own; its committed
+    experiment JSON is what a fresh clone has of a run whose directory was not committed, and a re-render
+    must not drop it, nor a resumed bench run it again. ``confirmed``: keep only records that carry their
+    confirmation on the whole test set."""
+    recorded = experiment_records(out)
     kept = {}
     for key in keys:
         run_dir = os.path.join(out, "runs", run_name(key))

@@ -193,10 +193,10 @@ def test_measured_directories_are_read_and_checked(tmp_path, capsys):
     (run / "summary.json").write_text(json.dumps(_finished(200.0, 150.0)))
     (tmp_path / "runs" / "unfinished").mkdir()
     # a run kept only as a record of an experiment JSON: its wall time and command, no CPU time
-    record = {"run_dir": "/elsewhere/runs/a-sync", "lr": 0.001, "wall_s": 50.0,
+    record = {"key": "a-sync", "lr": 0.001, "wall_s": 50.0,
               "command": ["python", "-m", "mxhet.sim", "--time-budget", "100"]}
-    (tmp_path / "table1.json").write_text(json.dumps({"runs": [record, {"run_dir": "x", "wall_s": None}]}))
-    (tmp_path / "other.json").write_text("[1, 2]")
+    (tmp_path / "table1.json").write_text(json.dumps({"runs": [record, {"key": "x", "wall_s": None}]}))
+    (tmp_path / "curves.json").write_text(json.dumps({"runs": [record]}))        # one run in two experiments
     found = estimate.finished_runs([str(tmp_path)])
     assert found == {"a-esync": [_finished(200.0, 150.0)],
                      "a-sync": [{"lr": 0.001, "sim": {"wall_s": 50.0, "cpu_s": None, "command": record["command"]}}]}
