@@ -103,7 +103,7 @@ def _losses(results):
     for division, _ in SOURCES:
         result = results[division]
         if result is None:
-            lines.append("- %s division: %s." % (division.capitalize(), NOT_MEASURED))
+            lines.append("%s division: %s." % (division.capitalize(), NOT_MEASURED))
             continue
         found = []
         for row in result["rows"]:
@@ -126,7 +126,7 @@ def _losses(results):
             text = "%s (no ESync run is in yet)" % NOT_MEASURED   # nothing to lose or win
         else:
             text = "ESync loses to no variant measured"
-        lines.append("- %s division: %s." % (division.capitalize(), text))
+        lines.append("%s division: %s." % (division.capitalize(), text))
     return lines
 
 
@@ -149,7 +149,7 @@ def _claims_line(root, closed):
     counts = ", ".join("%d %s" % (n, v) for v in claims.VERDICTS
                        for n in [sum(c["verdict"] == v for c in judged)] if n)
     report = os.path.join(os.path.dirname(SOURCES[0][1]), "report.md")
-    return ["", "The paper's own claims at its settings (closed division), each judged by its 95%% interval: %s; "
+    return ["The paper's own claims at its settings (closed division), each judged by its 95%% interval: %s; "
                 "which, with the numbers: [%s](%s#the-papers-claims-at-its-own-settings)." % (counts, report, report)]
 
 
@@ -168,7 +168,7 @@ def _cost_line(root):
     if not totals:
         return []
     md = os.path.splitext(ESTIMATE)[0] + ".md"
-    return ["", "Why cells are missing: the divisions are long on the 2-core bench machine. %d runs have finished; "
+    return ["Why cells are missing: the divisions are long on the 2-core bench machine. %d runs have finished; "
                 "the remaining %d need about %.0f CPU hours at the finished runs' rates (about as many hours one "
                 "at a time on a machine doing nothing else; %.0f h at the pace the finished ones had beside other "
                 "work), and run in the background across sessions: [%s](%s)." % (
@@ -197,30 +197,33 @@ def render(root="."):
         paper = presets.PAPER_TABLE1[model]
         rows.append("| %s | %g× | %s |" % (paper["name"], paper["speedup"], " | ".join(
             _cells(results["closed"], model) + _cells(results["open"], model))))
-    notes = [
+    # each paragraph on one line: the README is a front door of about 100 lines
+    about = (
         "ESync's speedup in time to %.1f test accuracy on Fashion-MNIST in the simulator (the paper's profile: "
         "6 devices, 2 of them 117x slower, virtual seconds): the ratio of geometric mean times over seeds "
         "with its 95%% interval; a time counts only when the snapshot reaches %.1f on all 10,000 test "
         "images (`> x`: a slower variant did not reach it on every seed, so x is a lower bound; `< x`: ESync "
         "did not). The best alternative is whichever other variant (the fastest device alone, Sync over "
-        "the fast devices only, Async, DC-ASGD, ADSP, local SGD, Sync) reached it soonest." % (target, target),
+        "the fast devices only, Async, DC-ASGD, ADSP, local SGD, Sync) reached it soonest. "
         "Closed division: the paper's hyperparameters (lr 0.001, batch 64, plain SGD); open division: each "
-        "variant at its best learning rate from a committed sweep. See [docs/bench.md](docs/bench.md).",
-    ]
+        "variant at its best learning rate from a committed sweep. See [docs/bench.md](docs/bench.md)."
+        % (target, target))
+    divisions = []
     for division, path in SOURCES:
         result = results[division]
         if result is None:
-            notes.append("%s division: %s (`%s`)." % (division.capitalize(), NOT_MEASURED, COMMANDS[division]))
+            divisions.append("%s division: %s (`%s`)." % (division.capitalize(), NOT_MEASURED, COMMANDS[division]))
         else:
-            notes.append("%s division: seeds %s, `%s`; every run: [%s](%s)." % (
+            divisions.append("%s division: seeds %s, `%s`; every run: [%s](%s)." % (
                 division.capitalize(), _seeds(result), " ".join(a for a in result["command"] if a),
                 os.path.join(os.path.dirname(path), "report.md"), os.path.join(os.path.dirname(path),
                                                                                 "report.md")))
-    notes += _cost_line(root)
-    notes += ["", "Where ESync loses:", ""] + _losses(results) + _claims_line(root, results["closed"]) + [
-        "", "Earlier single-seed results (lr 0.1, crossings on 1,000 test images, no baselines beyond Sync), "
-        "kept for the record: %s; what differs from the paper, and why: [%s](%s)."
-        % (", ".join("[%s](%s)" % (p, p) for p in EARLIER), DISCUSSION, DISCUSSION)]
+    notes = [about, "", " ".join(divisions + _cost_line(root)), "",
+             " ".join(["Where ESync loses."] + _losses(results)), "",
+             " ".join(_claims_line(root, results["closed"]) + [
+                 "Earlier single-seed results (lr 0.1, crossings on 1,000 test images, no baselines beyond Sync), "
+                 "kept for the record: %s; what differs from the paper, and why: [%s](%s)."
+                 % (", ".join("[%s](%s)" % (p, p) for p in EARLIER), DISCUSSION, DISCUSSION)])]
     return "\n".join([BEGIN, ""] + rows + [""] + notes + ["", END])
 
 
@@ -269,13 +272,13 @@ def render_heterogeneity(root="."):
             stats.format_interval(alt["time_to_target"], "%.1f") if alt else "—",
             stats.format_interval(alt["final_accuracy"], "%.3f") if alt else "—",
             c["verdict"]["text"].replace("|", "/")))
-    skewed = ["- %s, %dx, %s: against %s" % (c["model"], c["profile"], c["dist"], "; against ".join(
+    skewed = ["%s, %dx, %s: against %s." % (c["model"], c["profile"], c["dist"], "; against ".join(
         "%s: %s" % (HET_NAMES.get(v, v), c["goal"][v]["text"]) for v in c["goal"]))
         for c in doc["cells"] if c.get("goal") and c["variants"].get("recommended")]
     if skewed:
-        lines += ["", "On label-skewed data issue 31 asks for %.2f ahead of Sync and Async over the devices "
-                  "where the data lies (the alternatives above that run without the slow devices assume their "
-                  "data can move):" % target, ""] + skewed
+        lines += ["", " ".join(["On label-skewed data issue 31 asks for %.2f ahead of Sync and Async over the "
+                                "devices where the data lies (the alternatives above that run without the slow "
+                                "devices assume their data can move)." % target] + skewed)]
     from .heterogeneity import cell_key, loses
     lost = [c for c in doc["cells"] if c["variants"].get("recommended") and loses(c)]
     if lost:
@@ -290,12 +293,14 @@ def render_heterogeneity(root="."):
         else:
             text = "[the report](%s) says why for %s; not yet analysed for %s." % (
                 HET_REPORT, ", ".join(explained), ", ".join(unexplained))
-        lines += ["", where + text]
+        lost_line = where + text + " "
+    else:
+        lost_line = ""
     goal = [(m + ("_gn" if norm == "group" else ""), p, dist)
             for models, profiles, dist, norm in HET_GOAL for m in models for p in profiles]
     missing = [k for k in goal if k not in measured]
     prov = doc["provenance"]
-    lines += ["", "A verdict of one seed on either side has no interval and settles nothing. Every run and the "
+    lines += ["", lost_line + "A verdict of one seed on either side has no interval and settles nothing. Every run and the "
               "learning-rate sweeps: [%s](%s) (commit `%s`, %s)." % (HET_REPORT, HET_REPORT,
                                                                     (prov["commit"] or "unknown")[:7],
                                                                     prov["date"][:10])
