@@ -164,7 +164,10 @@ class ESyncAggregate(ESyncAverage):
     delta. ``outer="none"``: ``w += a``. ``outer="nesterov"`` (DiLoCo): the
     pseudo-gradient ``g = -a`` drives Nesterov momentum kept here, one buffer
     per key: ``m = μ·m + g``, ``w -= lr·(g + μ·m)``. Keys in ``plain_keys``
-    (BatchNorm running statistics) always take ``w += a``.
+    (BatchNorm running statistics) always take the plain mean ``w += sum/p``,
+    without ε: ε is a step size of the optimisation, and statistics moved ε > 1
+    times their mean change can leave the model with a negative running
+    variance.
 
     Args:
         num_workers: p.
@@ -234,10 +237,17 @@ class ESyncAggregate(ESyncAverage):
     @property
     def elementwise(self):
         """Flat buckets only without an outer optimizer: its momentum is one
-        buffer per parameter key (checkpointed by key)."""
+        buffer per parameter key (checkpointed by key). The plain keys' own
+        rule (ε ≠ 1) does not forbid them: this rule runs only on the
+        simulator's servers, key by key (their buckets are the wire's cost,
+        as the cluster's, whose members scale their own pushes for
+        :class:`MemberSum` to add)."""
         return self.outer == "none"
 
     def apply(self, index, weight, grad, state):
+        if index in self.plain_keys:
+            weight[:] += grad * (1.0 / self.num_workers)
+            return
         if state is None:
             weight[:] += grad * (self.epsilon / self.num_workers)
             return

@@ -317,7 +317,8 @@ class ESync(RoundMembers, ProgramMode):
         the weights sum to one over the members present); with the Nesterov outer
         optimizer ``lr·((1+μ)·a_i − μ²·v/m)``, v the outer momentum every member
         follows alike (:class:`~mxhet.modes.esync_outer.OuterMomentumMirror`: with no
-        state on the servers it is the momentum itself). BatchNorm statistics take ``ε·Δ_i/m``.
+        state on the servers it is the momentum itself). BatchNorm statistics take ``Δ_i/m``, their
+        mean, whatever ε (:class:`~kvstore_ext.updaters.ESyncAggregate`'s plain keys).
         """
         if effect.members:
             return self._deadline_round(effect)
@@ -349,7 +350,9 @@ class ESync(RoundMembers, ProgramMode):
             before = [g.asnumpy() for g in self.wbufs]
             pushed = [d.asnumpy() for d in self._sends]
         for i, (d, moves) in enumerate(zip(self._sends, trainable)):
-            if not moves or outer is None:
+            if not moves:
+                d *= 1.0 / members
+            elif outer is None:
                 d *= epsilon / members
             else:
                 d *= outer.lr * (1.0 + outer.momentum) * epsilon / members
@@ -367,7 +370,7 @@ class ESync(RoundMembers, ProgramMode):
         them, :meth:`mxhet.control.membership.RoundRendezvous.name`). The servers add every push, so
         each member pushes ``ε·share·Δ`` (its share from the READY, the shares summing to one):
         ``w += ε·Σ share_i·Δ_i``, as the simulator's servers apply
-        (:func:`mxhet.sim.program._deadline_aggregate`). BatchNorm statistics alike. A late member
+        (:func:`mxhet.sim.program._deadline_aggregate`); BatchNorm statistics without ε. A late member
         continues from the round's result. Returns the clock readings (start, pushed, end), or
         JOB_OVER when the round comes after the job's agreed stop (nothing pushed)."""
         t0 = self.clock()
@@ -397,9 +400,9 @@ class ESync(RoundMembers, ProgramMode):
             pushed = [d.asnumpy() for d in self._sends]
             if effect.memory:
                 extra["memory"] = [p - o for p, o in zip(pushed, own)]
-        scale = self.opts["global_lr"] / effect.members
-        for d in self._sends:
-            d *= scale
+        scale, plain = self.opts["global_lr"] / effect.members, 1.0 / effect.members
+        for d, p in zip(self._sends, trainer_params(self.trainer)):
+            d *= scale if p.grad_req != "null" else plain
         t2, t4 = self._push_done_pull(effect.round, members, weights, t0, t1)
         if self.opts["late_memory"]:
             self._rounds_over.add(effect.round)

@@ -26,9 +26,12 @@ worker ends holding the same one. Learning on the small CNN: every mode in
 ``test_modes_learn.py``, and gcada/cada at their own defaults in
 ``test_mode_contract.py``.
 """
+import os
+
+import numpy as np
 import pytest
 
-from mxhet.models import MODEL_NAMES, min_input_size
+from mxhet.models import MODEL_NAMES, get_model, min_input_size
 
 from .jobs import launch, load_summary, train_command
 
@@ -42,6 +45,7 @@ RESNET18_BN_LAYERS = 20
 ZOO = [name for name in MODEL_NAMES if name not in ("smallcnn", "linear")]   # the ESync paper's networks
 TINY = {name: max(8, min_input_size(name)) for name in ZOO}
 EVAL = ("--eval-interval", "1000", "--eval-samples", "100", "--final-eval-samples", "300", "--bn-batches", "2")
+GLOBAL_LR = 2.0   # ResNet-18's ESync runs: a server step that is not the mean, which statistics must not take
 
 
 def _run(tmp_path, child_pids, launcher_args, model, *train_args):
@@ -99,15 +103,56 @@ def test_each_batchnorm_path_on_resnet18(tmp_path, child_pids, mode, rounds, lea
 def test_every_paper_model_through_esync_with_delayed_acks(tmp_path, child_pids, model):
     # the slow device's READY comes one round trip (2 x 20 ms) into its next
     # iteration of at least 6 x 0.1 s: that iteration is aborted every round
+    global_lr = ("--global-lr", str(GLOBAL_LR), "--dump-rounds", "2") if model == "resnet18_v1" else ()
     summary = _run(tmp_path, child_pids, ["-n", "2", "--sync", "esync", "--slowdown", "1,6", "--base-iter", "0.1",
                                           "--net-delay-ms", "20"],
-                   model, "--ack", "delayed", "--max-rounds", "2", "--time-budget", "120")
+                   model, "--ack", "delayed", "--max-rounds", "2", "--time-budget", "120", *global_lr)
     _check_contract(summary, "esync", model, 2)
+    if global_lr:
+        _check_statistics_take_their_mean(tmp_path / "out", model, rounds=2, slots=(0, 1))
     assert summary["ack"] == "delayed"
     assert all(w["rounds"] == 2 for w in summary["workers"])
     assert sum(w["aborted"] for w in summary["workers"]) >= 1
     ev = summary["evaluation"]
     assert ev["batchnorm"] == ("none in model" if model == "alexnet" else "precise")
+
+
+def _check_statistics_take_their_mean(out, model, rounds, slots):
+    """Each dumped round moved the global model by ε times the mean of what its members pushed (the dumps
+    hold each member's push before ε), and its BatchNorm running statistics by that mean alone: ε is a
+    step size of the weights, and statistics moved ε times their change may turn a variance negative.
+    The members of a round are the slots that dumped it; slot 0 is on time in every round."""
+    net = get_model(model, classes=10, input_size=TINY[model])
+    net.initialize()
+    import mxnet as mx
+    net(mx.nd.zeros((1, 1, TINY[model], TINY[model])))
+    statistics = [p.grad_req == "null" for p in sorted(net.collect_params().values(), key=lambda p: p.name)]
+    assert sum(statistics) == 2 * RESNET18_BN_LAYERS
+    moved = 0
+    for r in range(rounds):
+        paths = [os.path.join(str(out), "dump", "slot%d_round%d.npz" % (s, r)) for s in slots]
+        dumps = [np.load(path) for path in paths if os.path.exists(path)]
+        assert os.path.exists(paths[0]) and len([f for f in dumps[0].files if f.startswith("after_")]) == len(statistics)
+        for i, plain in enumerate(statistics):
+            pushed = np.mean([d["delta_%d" % i] for d in dumps], axis=0)
+            np.testing.assert_allclose(dumps[0]["after_%d" % i],
+                                       dumps[0]["before_%d" % i] + (1.0 if plain else GLOBAL_LR) * pushed,
+                                       rtol=1e-4, atol=1e-6, err_msg="key %d, round %d" % (i, r))
+            moved += plain and np.abs(pushed).max() > 1e-3
+    assert moved, "no statistic moved: the two rules were not told apart"
+
+
+def test_esync_round_deadline_with_a_global_lr_on_resnet18(tmp_path, child_pids):
+    """The round deadline's pushes (each member's share of the round, late ones included) on a model with
+    BatchNorm: the weights take ε times the round's combined delta, the statistics the combined delta."""
+    summary = _run(tmp_path, child_pids, ["-n", "3", "--sync", "esync", "--slowdown", "1,1,3", "--base-iter", "0.05"],
+                   "resnet18_v1", "--round-deadline", "2", "--global-lr", str(GLOBAL_LR), "--max-rounds", "4",
+                   "--dump-rounds", "4", "--time-budget", "120")
+    _check_contract(summary, "esync", "resnet18_v1", 3)
+    slow = {r: share for w in summary["workers"] if w["slot"] == 2 for r, share in w["deadline_pushes"]}
+    fast = {r: share for w in summary["workers"] if w["slot"] == 0 for r, share in w["deadline_pushes"]}
+    assert any(share < fast[r] for r, share in slow.items()), (slow, fast)   # a late delta entered a dumped round
+    _check_statistics_take_their_mean(tmp_path / "out", "resnet18_v1", rounds=4, slots=(0, 1, 2))
 
 
 def test_group_norm_on_the_real_cluster(tmp_path, child_pids):

@@ -130,6 +130,22 @@ def test_outer_optimizer_leaves_plain_keys_and_control_keys_alone():
     assert keys.is_control_key(keys.ESYNC_COUNT_KEY)
 
 
+def test_a_global_lr_moves_the_weights_and_leaves_batchnorm_statistics_at_their_mean():
+    """ε scales the step of the weights only: a running variance that shrinks by 0.6 on average, moved
+    ε = 4 times that, would be negative. The simulator's servers apply this rule to every key; with
+    ε = 1 (the paper's ESync) statistics and weights take the same arithmetic, bit for bit."""
+    var, pushed = np.ones(3, dtype="f"), [np.full(3, -1.2, dtype="f")]   # two workers' deltas, summed
+    for outer in ("none", "nesterov"):
+        upd = ESyncAggregate(2, 4.0, outer, 0.7, 0.9, plain_keys=[1])
+        np.testing.assert_allclose(_server(upd, 1, var, pushed)[-1], var - 0.6)   # the mean delta
+    np.testing.assert_allclose(_server(ESyncAggregate(2, 4.0, plain_keys=[1]), 0, var, pushed)[-1], var - 2.4)
+    rng = np.random.RandomState(6)
+    w, rounds = rng.randn(5).astype("f"), [rng.randn(5).astype("f") for _ in range(3)]
+    paper = ESyncAggregate(3, 1.0, plain_keys=[1])
+    for a, b in zip(_server(paper, 1, w, rounds), _server(paper, 0, w, rounds)):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_initial_momentum_resumes_where_the_servers_left_off():
     rng = np.random.RandomState(5)
     w0 = rng.randn(4).astype("f")
