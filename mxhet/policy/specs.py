@@ -39,8 +39,8 @@ DEFAULT_STATE_TIMEOUT = 60.0
 _STATE_TIMEOUT = Option("state_timeout", DEFAULT_STATE_TIMEOUT,
                         "seconds to wait for a State Server answer (resends included) before failing",
                         check=positive())
-_GLOBAL_LR = Option("global_lr", 1.0, "esync: ε of Algorithm 1, w += ε·mean(Δ) (BatchNorm statistics: their mean); adsp: W += (ε/M)·Δ per commit",
-                    check=positive())
+_GLOBAL_LR = Option("global_lr", 1.0, "esync: ε of Algorithm 1, w += ε·mean(Δ) (BatchNorm statistics: their mean); "
+                    "adsp: W += (ε/M)·Δ per commit", check=positive())
 
 ESYNC = register_spec(ModeSpec(
     "esync", "dist_async",   # the round rendezvous on dist_async (mxhet.modes.rounds): a worker may leave

@@ -132,7 +132,8 @@ def _check_statistics_take_their_mean(out, model, rounds, slots):
     for r in range(rounds):
         paths = [os.path.join(str(out), "dump", "slot%d_round%d.npz" % (s, r)) for s in slots]
         dumps = [np.load(path) for path in paths if os.path.exists(path)]
-        assert os.path.exists(paths[0]) and len([f for f in dumps[0].files if f.startswith("after_")]) == len(statistics)
+        assert os.path.exists(paths[0])
+        assert len([f for f in dumps[0].files if f.startswith("after_")]) == len(statistics)
         for i, plain in enumerate(statistics):
             pushed = np.mean([d["delta_%d" % i] for d in dumps], axis=0)
             np.testing.assert_allclose(dumps[0]["after_%d" % i],
