@@ -202,11 +202,13 @@ def run_each(items, fn, jobs):
     When the calling thread is interrupted (SIGTERM's SystemExit, Ctrl-C), the
     items running on other threads are told to end (:data:`STOP`: a simulator
     job ends its process) and those not started never start; then the
-    interruption goes on up.
+    interruption goes on up. :data:`STOP` is cleared first, whatever ``jobs``: it
+    belongs to one run, and a process that runs the bench again (a test
+    session, a notebook) must not find an earlier interruption's.
     """
+    STOP.clear()
     if jobs == 1:
         return [fn(item) for item in items]
-    STOP.clear()
     prefix = "run-each-%d" % next(_POOLS)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix=prefix)
     try:

@@ -725,3 +725,20 @@ def test_an_interruption_a_finalizer_swallowed_still_stops_the_parallel_bench():
     with pytest.raises(Stopped):
         runner.run_each([0, 1], fn, 2)
     assert runner.STOP.is_set() and not runner._SIGNALLED
+
+
+def test_a_run_after_an_interrupted_one_starts_its_jobs_one_at_a_time_too():
+    """An interrupted parallel run leaves STOP set for its threads; the next run in the same process, with
+    one job at a time, must still start its jobs (a test of the heterogeneity bench once found every job
+    'not started' after the test above had run in its process)."""
+    from bench import runner
+
+    runner.STOP.set()
+
+    def fn(item):
+        if runner.STOP.is_set():   # as run_job refuses to start a job
+            raise runner.Interrupted("not started")
+        return item
+
+    assert runner.run_each([1, 2], fn, 1) == [1, 2]
+
