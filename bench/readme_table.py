@@ -97,6 +97,14 @@ def _certainty(row, loss):
     return ", no interval (a side has one seed)" if one_seed else ", within the 95% interval"
 
 
+def _digits_apart(a, b, at_least=3, at_most=5):
+    """Decimals enough to print two accuracies apart (0.8771 against 0.8768, not 0.877 against 0.877)."""
+    digits = at_least
+    while digits < at_most and "%.*f" % (digits, a) == "%.*f" % (digits, b):
+        digits += 1
+    return digits
+
+
 def _losses(results):
     """"Where ESync loses" lines, from every division's Table 1."""
     lines = []
@@ -115,9 +123,11 @@ def _losses(results):
                         name, what, stats.format_speedup(x["speedup"]))
                 else:
                     low, high = x.get("difference") or (None, None)
-                    text = "%s: %s ends more accurate (%.3f against ESync's %.3f%s)" % (
-                        name, what, x["other"], x["esync"],
-                        "; ESync minus it %+.3f [%+.3f, %+.3f]" % (x["esync"] - x["other"], low, high)
+                    digits = _digits_apart(x["other"], x["esync"])
+                    text = "%s: %s ends more accurate (%.*f against ESync's %.*f%s)" % (
+                        name, what, digits, x["other"], digits, x["esync"],
+                        "; ESync minus it %+.*f [%+.*f, %+.*f]" % (
+                            digits, x["esync"] - x["other"], digits, low, digits, high)
                         if low is not None else "")
                 found.append(text + _certainty(row, x))
         if found:

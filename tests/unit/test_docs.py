@@ -222,6 +222,12 @@ def test_a_loss_says_whether_its_intervals_hold_it_or_a_side_has_one_seed():
     assert readme_table._certainty(three, dict(accuracy_loss, significant=True)) == ""
 
 
+def test_two_accuracies_print_with_the_decimals_that_tell_them_apart():
+    assert readme_table._digits_apart(0.8812, 0.8771) == 3
+    assert readme_table._digits_apart(0.87712, 0.87681) == 4
+    assert readme_table._digits_apart(0.877, 0.877) == 5   # equal: no more than 5 decimals
+
+
 def test_a_readme_without_the_block_is_an_error(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# no table here\n")
