@@ -6,17 +6,22 @@ sys.path.insert(0, '/work/main')
 from bench.provenance import provenance
 OUT = '/work/main/bench/results/heterogeneity-explore'
 CLOSED = '/work/main/bench/results/paper-sim-closed/runs'
-VARIANTS = {'rec': '--round-deadline 8 --round-length 8 --late-memory',
-            'rec-g4': '--round-deadline 8 --round-length 8 --late-memory --global-lr 4'}
+REC = '--round-deadline 8 --round-length 8 --late-memory'
+OLD = 'main at fc4a5d2 (the simulator of 339dd2b)'
+# 2bed2e5's simulator takes the mean of BatchNorm statistics whatever --global-lr (1771dfa); training never reads
+# them and every score recomputes them, so rec-g4's run would be the same on it
+NEW = 'main at 46058b0 (the simulator of 2bed2e5)'
+VARIANTS = {'rec': (REC, OLD), 'rec-g4': (REC + ' --global-lr 4', OLD),
+            'rec-g2': (REC + ' --global-lr 2', NEW), 'rec-g3': (REC + ' --global-lr 3', NEW)}
 rows = []
-for name, flags in VARIANTS.items():
+for name, (flags, code) in VARIANTS.items():
     base = '/work/runs/x001/' + name
     s, c = json.load(open(base + '/summary.json')), json.load(open(base + '/confirmation.json'))
     rows.append({'run': name, 'flags': flags, 'curve': s['curve'], 'confirmed_time_to_target_s': c['time_to_target_s'],
                  'candidates': c['candidates'], 'final_accuracy': s['final_accuracy'],
                  'iterations': {w['slot']: w['iterations'] for w in s['workers']},
                  'rounds': s['workers'][-1]['rounds'], 'wall_s': s['sim']['wall_s'], 'cpu_s': s['sim']['cpu_s'],
-                 'code': 'main at fc4a5d2 (the simulator of 339dd2b)',
+                 'code': code,
                  'command': ['python' if a.endswith('python') else a for a in s['sim']['command']]})
 for name in ('resnet18_v1-esync-iid', 'resnet18_v1-async-iid', 'resnet18_v1-dcasgd-iid', 'resnet18_v1-local-iid'):
     s = json.load(open(os.path.join(CLOSED, name, 'summary.json')))
