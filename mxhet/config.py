@@ -355,6 +355,20 @@ def spare_setup(env=None):
                       spare_file=env.get("MXHET_SPARE_FILE", ""))
 
 
+OMP_WAIT_POLICY = "PASSIVE"
+"""OpenMP's wait policy for the MXNet processes mxhet starts (``OMP_WAIT_POLICY`` where the environment sets
+none). MXNet's libgomp otherwise spins between parallel regions: on a core shared with another busy process
+a spinning thread holds the core its partner needs, and a one-worker small-CNN job on two threads ran 17x
+slower beside one CPU-bound process; passive waiting costs nothing measurable on idle cores
+(bench/results/omp-wait)."""
+
+
+def omp_wait_policy(env=None):
+    """``OMP_WAIT_POLICY`` for a process mxhet starts: the environment's, else :data:`OMP_WAIT_POLICY`."""
+    env = os.environ if env is None else env
+    return env.get("OMP_WAIT_POLICY", "") or OMP_WAIT_POLICY
+
+
 def data_dir(env=None):
     """The Fashion-MNIST directory: ``MXHET_DATA_DIR`` or the Debian default."""
     env = os.environ if env is None else env

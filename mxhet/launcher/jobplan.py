@@ -12,6 +12,7 @@ import shlex
 import sysconfig
 from typing import Optional
 
+from ..config import omp_wait_policy
 from ..errors import ConfigError
 from .codes import (EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_STATE_SERVER_SILENT_WORKER,  # noqa: F401
                     EXIT_TIMEOUT, EXIT_USAGE, SCHEDULER, SERVER, SPARE, STATE_SERVER, WORKER)
@@ -350,7 +351,9 @@ def build_plan(args, *, free_port=find_free_port, cpu_count=None, environ=None, 
     dist = args.kvstore_type is not None
     num_servers = args.num_servers if dist else 0
 
-    base = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": _child_pythonpath(environ)}
+    # every process that loads MXNet waits passively in OpenMP unless told otherwise (mxhet.config.OMP_WAIT_POLICY)
+    base = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": _child_pythonpath(environ),
+            "OMP_WAIT_POLICY": omp_wait_policy(environ)}
     # MXNet's --env NAME: pass this launcher's value to every process (they
     # inherit it anyway when local); over ssh also SSH_DEFAULT_ENV, when set.
     passed = {}

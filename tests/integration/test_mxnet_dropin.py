@@ -43,7 +43,7 @@ PROGRAM = textwrap.dedent('''
     with open(os.path.join(sys.argv[2], "rank%%d.json" %% kv.rank), "w") as f:
         json.dump({"small": out[3].asnumpy().tolist(), "big_min": float(out[9].min().asscalar()),
                    "big_max": float(out[9].max().asscalar()), "env": os.environ.get("MY_SETTING"),
-                   "omp": os.environ.get("OMP_NUM_THREADS")}, f)
+                   "omp": os.environ.get("OMP_NUM_THREADS"), "wait": os.environ.get("OMP_WAIT_POLICY")}, f)
 ''') % {"lr": LR, "momentum": MOMENTUM, "wd": WD, "steps": STEPS}
 
 STUCK = textwrap.dedent('''
@@ -76,6 +76,7 @@ def _run(tmp_path, child_pids, program, *argv, timeout=200):
     job_file = tmp_path / "job.json"
     cmd = [sys.executable, os.path.join(ROOT, "tools", "launch.py"), "--job-file", str(job_file), *argv]
     env = dict(os.environ, PYTHONPATH=ROOT, MY_SETTING="from-the-launcher", OMP_NUM_THREADS="3")
+    env.pop("OMP_WAIT_POLICY", None)   # the launcher's default applies
     try:
         return subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=timeout)
     finally:
@@ -96,6 +97,7 @@ def test_plain_mxnet_program_runs_unchanged_with_mxnets_result(tmp_path, child_p
         assert got["big_min"] == pytest.approx(want, rel=1e-5) and got["big_max"] == pytest.approx(want, rel=1e-5)
         assert got["env"] == "set-for-workers"   # --env-worker
         assert got["omp"] == str(max(1, (os.cpu_count() or 1) // 2))  # workers: CPUs / workers per host
+        assert got["wait"] == "PASSIVE"   # a spinning OpenMP thread would hold a core a busy neighbour needs
     record = json.loads((tmp_path / "job.json").read_text())
     assert record["status"] == "succeeded"
     # A plain worker needs no State Server; the job ends when its workers are done.

@@ -1,7 +1,7 @@
 """The worker configuration read from the launcher's environment."""
 import pytest
 
-from mxhet.config import parse_context, parse_slowdown_schedule, worker_config
+from mxhet.config import omp_wait_policy, parse_context, parse_slowdown_schedule, worker_config
 from mxhet.errors import ConfigError
 
 
@@ -56,3 +56,9 @@ def test_mx_context_refuses_a_gpu_that_is_missing_or_cannot_run_a_kernel(monkeyp
     monkeypatch.setattr(mx.nd, "ones", no_kernel)
     with pytest.raises(ConfigError, match=r"cannot run a kernel on gpu\(0\): CUDA: no kernel image .*8\.6"):
         mx_context("gpu(0)")
+
+
+def test_openmp_waits_passively_unless_the_environment_chooses():
+    assert omp_wait_policy({}) == "PASSIVE"
+    assert omp_wait_policy({"OMP_WAIT_POLICY": ""}) == "PASSIVE"
+    assert omp_wait_policy({"OMP_WAIT_POLICY": "ACTIVE"}) == "ACTIVE"

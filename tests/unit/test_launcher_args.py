@@ -181,6 +181,19 @@ def test_worker_environment_round_trips_through_worker_config():
     assert [(w.context, w.slowdown) for w in workers] == [("cpu", 1.0), ("cpu", 1.0), ("gpu(0)", 20.0)]
 
 
+def test_every_mxnet_process_waits_passively_in_openmp_unless_the_environment_or_an_option_says_otherwise():
+    """A spinning OpenMP thread holds a core a busy neighbour needs (bench/results/omp-wait): the launcher's
+    processes wait passively by default; the launcher's own environment, then --env-worker/--env-server, decide."""
+    options = ("-n", "2", "-s", "1", "--sync", "sync")
+    by_default = plan_of(*options)
+    assert {p.env["OMP_WAIT_POLICY"] for p in by_default.processes} == {"PASSIVE"}
+    assert {p.env["OMP_WAIT_POLICY"] for p in plan_of(*options, environ={"OMP_WAIT_POLICY": "active"})
+            .processes} == {"active"}
+    chosen = plan_of(*options, "--env-worker", "OMP_WAIT_POLICY:ACTIVE", "--env-server", "OMP_WAIT_POLICY:ACTIVE")
+    assert [p.env["OMP_WAIT_POLICY"] for p in chosen.by_role("worker")] == ["ACTIVE", "ACTIVE"]
+    assert [p.env["OMP_WAIT_POLICY"] for p in chosen.by_role("server")] == ["ACTIVE"]
+
+
 def test_omp_threads_option_and_lower_bound():
     assert {w.env["OMP_NUM_THREADS"] for w in plan_of("-n", "2", "--sync", "sync", "--omp-threads", "3")
             .by_role("worker")} == {"3"}
