@@ -358,9 +358,9 @@ def spare_setup(env=None):
 OMP_WAIT_POLICY = "PASSIVE"
 """OpenMP's wait policy for the MXNet processes mxhet starts (``OMP_WAIT_POLICY`` where the environment sets
 none). MXNet's libgomp otherwise spins between parallel regions: on a core shared with another busy process
-a spinning thread holds the core its partner needs, and a one-worker small-CNN job on two threads ran 17x
-slower beside one CPU-bound process; passive waiting costs nothing measurable on idle cores
-(bench/results/omp-wait)."""
+a spinning thread holds the core its partner needs. A one-worker small-CNN job on two threads made 6x as many
+iterations waiting passively beside one CPU-bound process, and 16% fewer on idle cores; ResNet-18 in the
+simulator ran as fast either way (bench/results/omp-wait). mxhet is for shared machines: it takes the first."""
 
 
 def omp_wait_policy(env=None):
