@@ -67,6 +67,8 @@ def test_every_experiment_and_run_has_the_documented_keys(smoke):
             n = 1 if run["mode"] == "local" else 3
             assert len(run["compute_ratio"]) == len(run["local_iters_mean"]) == n
             assert run["curve"] and run["curve"][-1][1] == pytest.approx(run["final_accuracy"], abs=1e-4)
+            if run["mode"] == "local":   # snapshots during training (every 1 s of 3 s), not only the start and end
+                assert len(run["curve"]) >= 3, run["curve"]
     assert {r["mode"] for r in results["throughput"]["runs"]} == {"sync", "async", "esync"}
     assert {(r["mode"], r["dist"]) for r in results["curves"]["runs"]} == {
         ("sync", "iid"), ("esync", "iid"), ("local", "iid"), ("sync", "non-iid"), ("esync", "non-iid")}
