@@ -105,39 +105,51 @@ def _digits_apart(a, b, at_least=3, at_most=5):
     return digits
 
 
-def _losses(results):
-    """"Where ESync loses" lines, from every division's Table 1."""
-    lines = []
+LOSS_HEADER = ("| Division | Model | Loses to | Reaches %.1f sooner: ESync's speedup over it | Ends more accurate: "
+               "ESync's final accuracy against its |", "|---|---|---|---|---|")
+"""The "Where ESync loses" table (the target's %-field): a row per division, model and variant that beats
+ESync on either count."""
+
+
+def _losses(results, target):
+    """"Where ESync loses", from every division's Table 1: table rows (division, model, the variant, the time
+    and the accuracy it wins on, each with how sure it is), and a line for each division with none."""
+    rows, lines = [], []
     for division, _ in SOURCES:
         result = results[division]
         if result is None:
             lines.append("%s division: %s." % (division.capitalize(), NOT_MEASURED))
             continue
-        found = []
+        found = 0
         for row in result["rows"]:
+            by_variant = {}
             for x in row.get("esync_loses_to", []):
-                name = (row["paper"] or {}).get("name", row["model"])
-                what = VARIANT_NAMES.get(x["variant"], x["variant"])
-                if x["on"] == "time to target":
-                    text = "%s: %s reaches the target sooner (ESync's speedup over it %s)" % (
-                        name, what, stats.format_speedup(x["speedup"]))
-                else:
+                by_variant.setdefault(x["variant"], {})[x["on"]] = x
+            name = (row["paper"] or {}).get("name", row["model"])
+            for variant, on in by_variant.items():
+                cells = ["no", "no"]
+                x = on.get("time to target")
+                if x is not None:
+                    cells[0] = stats.format_speedup(x["speedup"]) + _certainty(row, x)
+                x = on.get("final accuracy")
+                if x is not None:
                     low, high = x.get("difference") or (None, None)
                     digits = _digits_apart(x["other"], x["esync"])
-                    text = "%s: %s ends more accurate (%.*f against ESync's %.*f%s)" % (
-                        name, what, digits, x["other"], digits, x["esync"],
-                        "; ESync minus it %+.*f [%+.*f, %+.*f]" % (
-                            digits, x["esync"] - x["other"], digits, low, digits, high)
-                        if low is not None else "")
-                found.append(text + _certainty(row, x))
-        if found:
-            text = "; ".join(found)
-        elif not any("esync" in row.get("variants", {}) for row in result["rows"]):
-            text = "%s (no ESync run is in yet)" % NOT_MEASURED   # nothing to lose or win
-        else:
-            text = "ESync loses to no variant measured"
-        lines.append("%s division: %s." % (division.capitalize(), text))
-    return lines
+                    cells[1] = "%.*f against %.*f%s%s" % (
+                        digits, x["esync"], digits, x["other"],
+                        " (difference %+.*f [%+.*f, %+.*f])" % (digits, x["esync"] - x["other"], digits, low,
+                                                                digits, high) if low is not None else "",
+                        _certainty(row, x))
+                rows.append("| %s | %s | %s | %s | %s |" % (
+                    division.capitalize(), name, VARIANT_NAMES.get(variant, variant), cells[0], cells[1]))
+                found += 1
+        if not found:
+            if not any("esync" in row.get("variants", {}) for row in result["rows"]):
+                text = "%s (no ESync run is in yet)" % NOT_MEASURED   # nothing to lose or win
+            else:
+                text = "ESync loses to no variant measured"
+            lines.append("%s division: %s." % (division.capitalize(), text))
+    return ([LOSS_HEADER[0] % target, LOSS_HEADER[1]] + rows if rows else []), lines
 
 
 def _claims_line(root, closed):
@@ -228,8 +240,12 @@ def render(root="."):
                 division.capitalize(), _seeds(result), " ".join(a for a in result["command"] if a),
                 os.path.join(os.path.dirname(path), "report.md"), os.path.join(os.path.dirname(path),
                                                                                 "report.md")))
-    notes = [about, "", " ".join(divisions + _cost_line(root)), "",
-             " ".join(["Where ESync loses."] + _losses(results)), "",
+    loss_rows, loss_lines = _losses(results, target)
+    if loss_rows:
+        losses = ["Where ESync loses:", ""] + loss_rows + ([""] + [" ".join(loss_lines)] if loss_lines else [])
+    else:
+        losses = [" ".join(["Where ESync loses."] + loss_lines)]
+    notes = [about, "", " ".join(divisions + _cost_line(root)), ""] + losses + ["",
              " ".join(_claims_line(root, results["closed"]) + [
                  "Earlier single-seed results (lr 0.1, crossings on 1,000 test images, no baselines beyond Sync), "
                  "kept for the record: %s; what differs from the paper, and why: [%s](%s)."
