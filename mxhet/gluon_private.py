@@ -46,3 +46,29 @@ def block_children(block):
     """A block's child blocks, name -> block, in order."""
     return block._children
 
+
+
+def conv_options(block):
+    """A Gluon convolution layer's operator arguments (kernel, stride, dilate, pad, num_group, layout, ...)."""
+    return dict(block._kwargs)
+
+
+def center_tap_forward(conv):
+    """Make ``conv`` (a ``Conv2D`` with an odd kernel, "same" padding, stride 1, no dilation, seeing 1 x 1
+    inputs) compute as a 1 x 1 convolution with its kernel's center taps: on a one-pixel input every
+    other tap meets only the zero padding, so the output and every gradient are the same up to
+    floating-point rounding (the other taps' gradients are exactly zero either way), while oneDNN's
+    1 x 1 kernels avoid the slow gemm path its 3 x 3 weight gradient takes there. The weight keeps
+    its shape and name (checkpoints, kvstore keys and optimizers see no change)."""
+    kwargs = dict(conv._kwargs)
+    (ph, pw) = kwargs["pad"]
+    kwargs.update(kernel=(1, 1), pad=(0, 0))
+    op_name, act = conv._op_name, conv.act
+
+    def hybrid_forward(F, x, weight, bias=None):
+        center = F.slice(weight, begin=(None, None, ph, pw), end=(None, None, ph + 1, pw + 1))
+        args = (x, center) if bias is None else (x, center, bias)
+        out = getattr(F, op_name)(*args, name="fwd", **kwargs)
+        return act(out) if act is not None else out
+
+    conv.hybrid_forward = hybrid_forward

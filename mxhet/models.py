@@ -18,7 +18,7 @@ import collections
 from mxnet.gluon import nn
 
 from .errors import ConfigError
-from .gluon_private import block_children
+from .gluon_private import block_children, center_tap_forward, conv_options
 
 MODEL_NAMES = ("smallcnn", "alexnet", "resnet18_v1", "resnet50_v1", "resnet50_v2",
                "mobilenet1.0", "inceptionv3", "linear")
@@ -166,4 +166,45 @@ def get_model(name, classes=10, input_size=None, norm="batch"):
         if input_size < spec.min_size:
             raise ConfigError("%s needs input_size >= %d, got %d"
                               % (name, spec.min_size, input_size))
-    return spec.build(classes, norm=norm) if spec.has_batchnorm else spec.build(classes)
+    net = spec.build(classes, norm=norm) if spec.has_batchnorm else spec.build(classes)
+    if input_size is not None:
+        for conv in one_pixel_convs(net, input_size):
+            center_tap_forward(conv)
+    return net
+
+
+def _blocks(block):
+    yield block
+    for child in block_children(block).values():
+        yield from _blocks(child)
+
+
+def one_pixel_convs(net, input_size):
+    """The ``Conv2D`` layers of ``net`` that see a 1 x 1 input when it takes (b, 1, S, S) batches with
+    S = ``input_size`` and whose kernel there reduces to its center tap: odd kernel, padding of half
+    the kernel, stride and dilation 1 (their output is 1 x 1 too). The zoo ResNets have three to
+    nine of them at 32 pixels (the last stage's 3 x 3 convolutions), where oneDNN's weight gradient
+    takes a slow path (:func:`~mxhet.gluon_private.center_tap_forward`). Found by symbolic shape
+    inference, which needs no initialized parameters."""
+    import mxnet as mx
+    convs = {}
+    for block in _blocks(net):
+        if isinstance(block, nn.Conv2D):
+            options = conv_options(block)
+            if (options["layout"] == "NCHW" and tuple(options["stride"]) == (1, 1)
+                    and tuple(options["dilate"]) == (1, 1)
+                    and all(k % 2 == 1 and p == k // 2 for k, p in zip(options["kernel"], options["pad"]))
+                    and tuple(options["kernel"]) != (1, 1)):
+                convs[block.name + "_fwd_output"] = block
+    if not convs:
+        return []
+    internals = net(mx.sym.var("data")).get_internals()
+    arg_shapes, shapes, _ = internals.infer_shape_partial(data=(1, 1, input_size, input_size))
+    shape_of = dict(zip(internals.list_outputs(), shapes))
+    arg_shape_of = dict(zip(internals.list_arguments(), arg_shapes))
+    found = [conv for name, conv in convs.items() if tuple(shape_of.get(name) or ())[2:] == (1, 1)]
+    for conv in found:
+        # the center tap's slice hides the weight's input channels from Gluon's deferred shape inference
+        # (MobileNet's depthwise layers leave them to it): give them now
+        conv.weight.shape = tuple(arg_shape_of[conv.weight.name])
+    return found

@@ -135,3 +135,40 @@ def test_group_norm_is_refused_for_a_model_without_batchnorm(name):
         models.get_model(name, norm="group")
     with pytest.raises(ConfigError, match="unknown norm 'layer'"):
         models.get_model("resnet18_v1", norm="layer")
+
+
+def _loss_and_grads(net, x, y):
+    with autograd.record():
+        loss = gluon.loss.SoftmaxCrossEntropyLoss()(net(x), y)
+    loss.backward()
+    return loss.asnumpy(), {name.split("_", 1)[1]: p.grad().asnumpy()
+                            for name, p in net.collect_params().items() if p.grad_req != "null"}
+
+
+@pytest.mark.parametrize("name,size,expected", [
+    ("resnet18_v1", 32, ["stage4_conv1", "stage4_conv3", "stage4_conv4"]),   # the last stage's 3x3, stride 1
+    ("resnet18_v1", 64, []),                                                 # 2 x 2 there: nothing to change
+    ("mobilenet1.0", 32, ["conv25"]),                                        # a depthwise 3x3 (deferred shape)
+])
+def test_convolutions_on_one_pixel_compute_as_before_through_their_center_taps(name, size, expected):
+    stock = models.get_model(name)   # no input size: every layer as the zoo builds it
+    net = models.get_model(name, input_size=size)
+    assert [c.name.split("_", 1)[1] for c in models.one_pixel_convs(models.get_model(name), size)] == expected
+    x = mx.nd.random.uniform(shape=(8, 1, size, size), ctx=mx.cpu())
+    y = mx.nd.array([i % 10 for i in range(8)])
+    net.initialize(mx.init.Xavier())
+    stock.initialize(mx.init.Xavier())
+    net(x), stock(x)
+    for (k, p), (k_stock, p_stock) in zip(net.collect_params().items(), stock.collect_params().items()):
+        assert k.split("_", 1)[1] == k_stock.split("_", 1)[1] and p.shape == p_stock.shape   # names, shapes kept
+        p_stock.set_data(p.data())
+    net.hybridize(static_alloc=True, static_shape=True)   # as the simulator's replicas run
+    loss, grads = _loss_and_grads(net, x, y)
+    stock_loss, stock_grads = _loss_and_grads(stock, x, y)
+    np.testing.assert_allclose(loss, stock_loss, rtol=1e-5, atol=1e-6)
+    scale = max(np.abs(g).max() for g in stock_grads.values())
+    for key, grad in grads.items():   # equal up to rounding, against the network's gradient scale
+        np.testing.assert_allclose(grad, stock_grads[key], rtol=0, atol=1e-5 * scale, err_msg=key)
+    for conv in expected:   # the taps that meet only padding get exactly no gradient, as before
+        grad = grads[conv + "_weight"]
+        assert np.count_nonzero(grad[:, :, 1, 1]) > 0 and np.count_nonzero(grad) == np.count_nonzero(grad[:, :, 1, 1])
