@@ -53,6 +53,12 @@ def conv_options(block):
     return dict(block._kwargs)
 
 
+def forget_symbol(param):
+    """Drop a Gluon parameter's cached symbol variable, which keeps the shape the parameter had when a
+    symbolic pass first made it (a hybridized network builds its graph from these variables)."""
+    param._var = None
+
+
 def center_tap_forward(conv):
     """Make ``conv`` (a ``Conv2D`` with an odd kernel, "same" padding, stride 1, no dilation, seeing 1 x 1
     inputs) compute as a 1 x 1 convolution with its kernel's center taps: on a one-pixel input every

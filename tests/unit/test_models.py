@@ -158,11 +158,11 @@ def test_convolutions_on_one_pixel_compute_as_before_through_their_center_taps(n
     y = mx.nd.array([i % 10 for i in range(8)])
     net.initialize(mx.init.Xavier())
     stock.initialize(mx.init.Xavier())
+    net.hybridize(static_alloc=True, static_shape=True)   # before its first pass, as the simulator's replicas
     net(x), stock(x)
     for (k, p), (k_stock, p_stock) in zip(net.collect_params().items(), stock.collect_params().items()):
         assert k.split("_", 1)[1] == k_stock.split("_", 1)[1] and p.shape == p_stock.shape   # names, shapes kept
         p_stock.set_data(p.data())
-    net.hybridize(static_alloc=True, static_shape=True)   # as the simulator's replicas run
     loss, grads = _loss_and_grads(net, x, y)
     stock_loss, stock_grads = _loss_and_grads(stock, x, y)
     np.testing.assert_allclose(loss, stock_loss, rtol=1e-5, atol=1e-6)
