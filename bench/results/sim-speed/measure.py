@@ -35,6 +35,14 @@ JOBS = {
         "-n", "6", "--sync", "dcasgd", "--slowdown", "117,117,1,1,1,1", "--base-iter", "0.115", "--model",
         "resnet18_v1", "--input-size", "32", "--time-budget", "2"],
 }
+# one fast device alone (--sync local), about 40 iterations of each model the paper trains at 32 pixels: what one
+# replica's training costs, where 1f5f1cb changed the convolutions that see one pixel (AlexNet, at 64 pixels,
+# has none: the control)
+for _model, _iteration_s in (("resnet18_v1", 0.115), ("resnet50_v1", 0.302), ("resnet50_v2", 0.311),
+                             ("mobilenet1.0", 0.103), ("alexnet", 0.148)):
+    JOBS["%s alone (1 device)" % _model] = [
+        "-n", "1", "--sync", "local", "--slowdown", "1", "--base-iter", "%g" % _iteration_s, "--model", _model,
+        "--input-size", "64" if _model == "alexnet" else "32", "--time-budget", "%g" % (40 * _iteration_s)]
 COMMON = ["--contexts", "cpu", "--batch-size", "64", "--lr", "0.001", "--seed", "0", "--eval-interval", "1000",
           "--eval-samples", "100", "--final-eval-samples", "100", "--bn-batches", "2", "--no-progress"]
 
@@ -59,6 +67,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", required=True, help="the git revision to compare this checkout with")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", default=None, help="comma-separated words: run the jobs whose name has one of "
+                        "them (default: every job)")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "measure.json"))
     args = parser.parse_args(argv)
     before = subprocess.run(["git", "rev-parse", args.before], cwd=ROOT, capture_output=True, text=True,
@@ -68,7 +78,10 @@ def main(argv=None):
     subprocess.run(["git", "worktree", "add", "--detach", tree, before], cwd=ROOT, check=True, capture_output=True)
     rows = []
     try:
+        words = args.only.split(",") if args.only else None
         for name, job in JOBS.items():
+            if words and not any(w in name for w in words):
+                continue
             samples = {"before": [], "after": []}
             seen = {"before": set(), "after": set()}
             work = {}
