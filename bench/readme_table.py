@@ -242,7 +242,9 @@ def render(root="."):
                                                                                 "report.md")))
     loss_rows, loss_lines = _losses(results, target)
     if loss_rows:
-        losses = ["Where ESync loses:", ""] + loss_rows + ([""] + [" ".join(loss_lines)] if loss_lines else [])
+        others = "; ".join(line.rstrip(".") for line in loss_lines)   # divisions with nothing to tabulate
+        losses = ["Where ESync loses%s:" % (" (%s%s)" % (others[0].lower(), others[1:]) if others else ""),
+                  ""] + loss_rows
     else:
         losses = [" ".join(["Where ESync loses."] + loss_lines)]
     notes = [about, "", " ".join(divisions + _cost_line(root)), ""] + losses + ["",
