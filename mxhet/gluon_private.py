@@ -47,7 +47,6 @@ def block_children(block):
     return block._children
 
 
-
 def conv_options(block):
     """A Gluon convolution layer's operator arguments (kernel, stride, dilate, pad, num_group, layout, ...)."""
     return dict(block._kwargs)

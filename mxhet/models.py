@@ -171,7 +171,12 @@ def get_model(name, classes=10, input_size=None, norm="batch"):
                               % (name, spec.min_size, input_size))
     net = spec.build(classes, norm=norm) if spec.has_batchnorm else spec.build(classes)
     if input_size is not None:
-        for conv in one_pixel_convs(net, input_size):
+        for conv, weight_shape in one_pixel_convs(net, input_size):
+            # the center tap's slice hides the weight's input channels from Gluon's deferred shape inference
+            # (MobileNet's depthwise layers leave them to it): give them now, and drop the symbol variable
+            # the search made while the shape lacked them
+            conv.weight.shape = weight_shape
+            forget_symbol(conv.weight)
             center_tap_forward(conv)
     return net
 
@@ -185,10 +190,10 @@ def _blocks(block):
 def one_pixel_convs(net, input_size):
     """The ``Conv2D`` layers of ``net`` that see a 1 x 1 input when it takes (b, 1, S, S) batches with
     S = ``input_size`` and whose kernel there reduces to its center tap: odd kernel, padding of half
-    the kernel, stride and dilation 1 (their output is 1 x 1 too). The zoo ResNets have three to
-    nine of them at 32 pixels (the last stage's 3 x 3 convolutions), where oneDNN's weight gradient
-    takes a slow path (:func:`~mxhet.gluon_private.center_tap_forward`). Found by symbolic shape
-    inference, which needs no initialized parameters."""
+    the kernel, stride and dilation 1 (their output is 1 x 1 too): at 32 pixels the zoo ResNets' last
+    stage has two or three such 3 x 3 layers and MobileNet one, where oneDNN's weight gradient takes a
+    slow path (:func:`~mxhet.gluon_private.center_tap_forward`). Found by symbolic shape inference,
+    which needs no initialized parameters. Returns ``[(layer, its weight's inferred shape)]``."""
     import mxnet as mx
     convs = {}
     for block in _blocks(net):
@@ -205,10 +210,5 @@ def one_pixel_convs(net, input_size):
     arg_shapes, shapes, _ = internals.infer_shape_partial(data=(1, 1, input_size, input_size))
     shape_of = dict(zip(internals.list_outputs(), shapes))
     arg_shape_of = dict(zip(internals.list_arguments(), arg_shapes))
-    found = [conv for name, conv in convs.items() if tuple(shape_of.get(name) or ())[2:] == (1, 1)]
-    for conv in found:
-        # the center tap's slice hides the weight's input channels from Gluon's deferred shape inference
-        # (MobileNet's depthwise layers leave them to it): give them now
-        conv.weight.shape = tuple(arg_shape_of[conv.weight.name])
-        forget_symbol(conv.weight)   # its variable, made above, holds the shape without them
-    return found
+    return [(conv, tuple(arg_shape_of[conv.weight.name])) for name, conv in convs.items()
+            if tuple(shape_of.get(name) or ())[2:] == (1, 1)]

@@ -153,7 +153,7 @@ def _loss_and_grads(net, x, y):
 def test_convolutions_on_one_pixel_compute_as_before_through_their_center_taps(name, size, expected):
     stock = models.get_model(name)   # no input size: every layer as the zoo builds it
     net = models.get_model(name, input_size=size)
-    assert [c.name.split("_", 1)[1] for c in models.one_pixel_convs(models.get_model(name), size)] == expected
+    assert [c.name.split("_", 1)[1] for c, _ in models.one_pixel_convs(models.get_model(name), size)] == expected
     x = mx.nd.random.uniform(shape=(8, 1, size, size), ctx=mx.cpu())
     y = mx.nd.array([i % 10 for i in range(8)])
     net.initialize(mx.init.Xavier())
