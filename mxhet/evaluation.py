@@ -22,7 +22,7 @@ built once per job and never trained, not on a training replica.
 import numpy as np
 
 from .errors import ConfigError
-from .gluon_private import block_children, block_option
+from .gluon_private import block_option, blocks
 
 DEFAULT_BN_BATCHES = 10
 """Training batches over which the BatchNorm statistics are recomputed."""
@@ -90,15 +90,7 @@ def load_snapshot(net, snapshot):
 def batchnorm_layers(net):
     """Every BatchNorm block of ``net`` that updates running statistics in training, in order."""
     from mxnet.gluon import nn  # MXNet is imported only when needed: the flag defaults above are read without it
-    found = []
-
-    def visit(block):
-        if isinstance(block, nn.BatchNorm) and not block_option(block, "use_global_stats", False):
-            found.append(block)
-        for child in block_children(block).values():
-            visit(child)
-    visit(net)
-    return found
+    return [b for b in blocks(net) if isinstance(b, nn.BatchNorm) and not block_option(b, "use_global_stats", False)]
 
 
 def calibration_batches(images, labels, count, batch_size, input_size, ctx=None, seed=BN_SEED):

@@ -47,6 +47,13 @@ def block_children(block):
     return block._children
 
 
+def blocks(block):
+    """``block`` and every block under it, depth first, in order."""
+    yield block
+    for child in block._children.values():
+        yield from blocks(child)
+
+
 def conv_options(block):
     """A Gluon convolution layer's operator arguments (kernel, stride, dilate, pad, num_group, layout, ...)."""
     return dict(block._kwargs)

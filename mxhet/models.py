@@ -21,7 +21,7 @@ import collections
 from mxnet.gluon import nn
 
 from .errors import ConfigError
-from .gluon_private import block_children, center_tap_forward, conv_options, forget_symbol
+from .gluon_private import block_children, blocks, center_tap_forward, conv_options, forget_symbol
 
 MODEL_NAMES = ("smallcnn", "alexnet", "resnet18_v1", "resnet50_v1", "resnet50_v2",
                "mobilenet1.0", "inceptionv3", "linear")
@@ -181,12 +181,6 @@ def get_model(name, classes=10, input_size=None, norm="batch"):
     return net
 
 
-def _blocks(block):
-    yield block
-    for child in block_children(block).values():
-        yield from _blocks(child)
-
-
 def one_pixel_convs(net, input_size):
     """The ``Conv2D`` layers of ``net`` that see a 1 x 1 input when it takes (b, 1, S, S) batches with
     S = ``input_size`` and whose kernel there reduces to its center tap: odd kernel, padding of half
@@ -196,7 +190,7 @@ def one_pixel_convs(net, input_size):
     which needs no initialized parameters. Returns ``[(layer, its weight's inferred shape)]``."""
     import mxnet as mx
     convs = {}
-    for block in _blocks(net):
+    for block in blocks(net):
         if isinstance(block, nn.Conv2D):
             options = conv_options(block)
             if (options["layout"] == "NCHW" and tuple(options["stride"]) == (1, 1)

@@ -582,10 +582,8 @@ def build_devices(job, model, input_size, images, labels, dist, optimizer, optim
 
 def _has_dropout(block):
     """True if ``block`` or one of its descendants is a Dropout layer (draws from MXNet's random stream)."""
-    from ..gluon_private import block_children
-    if isinstance(block, gluon.nn.Dropout):
-        return True
-    return any(_has_dropout(child) for child in block_children(block).values())
+    from ..gluon_private import blocks
+    return any(isinstance(b, gluon.nn.Dropout) for b in blocks(block))
 
 
 def model_digest(arrays):
