@@ -36,6 +36,7 @@ from .confirm import recorded as recorded_confirmation
 from .metrics import run_record
 from .provenance import provenance
 from . import runner
+from .experiment import comma_list
 from .runner import JobFailed, JobSpec, machine_info, not_run, run_with_bar as _with_bar
 
 
@@ -207,14 +208,6 @@ def build_parser():
 EXPERIMENT_NAMES = ("table1", "curves", "throughput", "compute-ratio", "all", "sweep")
 
 
-def _names(text, known, what):
-    names = [x.strip() for x in text.split(",") if x.strip()]
-    if not names:
-        raise ConfigError("--%s is empty" % what)
-    unknown = [x for x in names if x not in known]
-    if unknown:
-        raise ConfigError("unknown %s %s; known: %s" % (what, ", ".join(unknown), ", ".join(known)))
-    return tuple(dict.fromkeys(names))
 
 
 def run_paper_experiment(args):
@@ -225,8 +218,8 @@ def run_paper_experiment(args):
     try:
         preset = presets.get(args.preset)
         profile = profiles.load(args.profile or preset.profile)
-        model_list = _names(args.models, MODEL_NAMES, "models") if args.models else None
-        mode_list = (_names(args.modes, tuple(mode_names()) + presets.VARIANTS[1:], "modes")
+        model_list = tuple(comma_list(args.models, "models", MODEL_NAMES)) if args.models else None
+        mode_list = (tuple(comma_list(args.modes, "modes", tuple(mode_names()) + presets.VARIANTS[1:]))
                      if args.modes else None)
         seed_list = _ints(args.seeds, "seeds") if args.seeds else None
         if args.seeds is not None and not seed_list:
@@ -550,10 +543,10 @@ def run_validate_sim(args):
 
     from . import validate
     try:
-        modes = _names(args.modes, tuple(mode_names()), "modes")
-        _names(args.model, MODEL_NAMES, "models")
+        modes = tuple(comma_list(args.modes, "modes", tuple(mode_names())))
+        comma_list(args.model, "model", MODEL_NAMES)
         cases = {c.name: c for c in validate.default_cases(args.time_budget)}
-        chosen = [cases[n] for n in _names(args.cases, tuple(cases), "cases")]
+        chosen = [cases[n] for n in comma_list(args.cases, "cases", tuple(cases))]
         if not args.time_budget > 0 or not args.base_iter > 0:
             raise ConfigError("--time-budget and --base-iter must be > 0 seconds")
     except ConfigError as exc:
@@ -571,7 +564,7 @@ def run_rescore(args):
 
     from . import rescore
     try:
-        models = _names(args.models, MODEL_NAMES, "models") if args.models else None
+        models = tuple(comma_list(args.models, "models", MODEL_NAMES)) if args.models else None
         result = rescore.rescore(args.out, models=models, log=tqdm.write, score=not args.rebuild_only)
     except ConfigError as exc:
         print("mxhet-bench: error: %s" % exc, file=sys.stderr)

@@ -6,7 +6,8 @@ run (``OUT/runs/LABEL``), goes on past a failed run and hands every finished
 summary to the experiment's own ``analyse``. With ``resume`` it reuses runs
 that already finished, so an interrupted grid goes on where it stopped, and
 ``resume="only"`` rebuilds a report from finished runs without running
-anything. :func:`failures_block` is the report's "Failed runs" section.
+anything. :func:`failures_block` is the report's "Failed runs" section;
+:func:`comma_list` reads every experiment's comma-separated flags.
 """
 import json
 import os
@@ -19,6 +20,30 @@ from mxhet.errors import ConfigError
 from .runner import JobFailed, run_with_bar
 
 RESUME = ("off", "on", "only")
+
+
+def comma_list(text, flag, known=None, parse=str):
+    """The comma-separated values of ``--flag``, each read by ``parse``, in order and without repeats.
+
+    ``known``: the values allowed (after ``parse``; a ``range`` for numbers), or None for any.
+
+    Raises:
+        ConfigError: naming the flag and what is wrong: nothing given, a value ``parse`` cannot read, values
+        not in ``known`` (with those that are).
+    """
+    items = [x.strip() for x in str(text).split(",") if x.strip()]
+    if not items:
+        raise ConfigError("--%s: nothing given" % flag)
+    try:
+        values = [parse(x) for x in items]
+    except ValueError:
+        raise ConfigError("--%s: cannot read %r (comma-separated %s values)" % (flag, text, parse.__name__)) from None
+    unknown = [x for x, v in zip(items, values) if known is not None and v not in known]
+    if unknown:
+        allowed = ("integers from %d to %d" % (known.start, known.stop - 1) if isinstance(known, range)
+                   else ", ".join(map(str, known)))
+        raise ConfigError("--%s: unknown %s; known: %s" % (flag, ", ".join(unknown), allowed))
+    return list(dict.fromkeys(values))
 
 
 def run_dir(out, label):

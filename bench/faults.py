@@ -38,7 +38,7 @@ from tqdm import tqdm
 from mxhet.errors import ConfigError
 
 from . import confirm, profiles, stats
-from .experiment import RESUME, failures_block, load_finished, run_dir
+from .experiment import RESUME, comma_list, failures_block, load_finished, run_dir
 from .provenance import provenance
 from .runner import JobFailed, JobSpec, machine_info, run_with_bar
 
@@ -92,12 +92,6 @@ def add_parser(sub):
     return p
 
 
-def _choices(text, known, what):
-    values = [v.strip() for v in str(text).split(",") if v.strip()]
-    bad = [v for v in values if v not in known]
-    if not values or bad:
-        raise ConfigError("--%s: unknown %s; known: %s" % (what, ", ".join(bad) or "(none given)", ", ".join(known)))
-    return values
 
 
 def fault_times(budget, kill_at, restart_at):
@@ -232,9 +226,9 @@ def check(args):
     Raises:
         ConfigError: naming the bad value.
     """
-    engines = _choices(args.engines, ENGINES, "engines")
+    engines = comma_list(args.engines, "engines", ENGINES)
     engines = [e for e in ENGINES if e in engines]
-    scenarios = _choices(args.scenarios, SCENARIOS, "scenarios")
+    scenarios = comma_list(args.scenarios, "scenarios", SCENARIOS)
     if args.mode not in ELASTIC_BENCH_MODES:
         raise ConfigError("--mode must be an elastic mode (%s), got %r" % (", ".join(ELASTIC_BENCH_MODES), args.mode))
     if "classic" in scenarios and args.mode == "async":

@@ -59,6 +59,7 @@ import time
 from mxhet.errors import ConfigError
 
 from . import aggregation, presets, profiles, report, runner, stats
+from .experiment import comma_list
 from .confirm import recorded as recorded_confirmation   # (--report-only)
 from .provenance import ROOT, provenance
 from .runner import not_run   # (--report-only)
@@ -777,22 +778,6 @@ def run_bench(models, profile_keys, variants, dists, seeds, out, seeds_best=Fals
     return doc
 
 
-def _split(text, parse, known, what):
-    """The comma-separated values of ``--what``, each parsed and in ``known`` (a text for the message where
-    ``known`` is a range).
-
-    Raises:
-        ConfigError: naming the flag and the bad text.
-    """
-    names = [x.strip() for x in text.split(",") if x.strip()]
-    try:
-        values = [parse(x) for x in names]
-    except ValueError:
-        values = None
-    if not values or any(v not in known for v in values):
-        allowed = "integers >= 0" if isinstance(known, range) else ", ".join(map(str, known))
-        raise ConfigError("--%s %r: a comma-separated list of %s" % (what, text, allowed))
-    return list(dict.fromkeys(values))
 
 
 def add_parser(sub):
@@ -886,11 +871,11 @@ def dry_run(planned, preset, costs_path, budget, jobs):
 
 def run(args):
     preset = presets.get(PRESET)
-    models = _split(args.models, str, known_models(preset), "models")
-    profile_keys = _split(args.profiles, int, tuple(PROFILES), "profiles")
-    variants = _split(args.variants, str, tuple(VARIANTS), "variants")
-    dists = _split(args.dists, str, ("iid", "non-iid"), "dists")
-    seeds = _split(args.seeds, int, range(0, 2 ** 31), "seeds")
+    models = comma_list(args.models, "models", known_models(preset))
+    profile_keys = comma_list(args.profiles, "profiles", tuple(PROFILES), int)
+    variants = comma_list(args.variants, "variants", tuple(VARIANTS))
+    dists = comma_list(args.dists, "dists", ("iid", "non-iid"))
+    seeds = comma_list(args.seeds, "seeds", range(0, 2 ** 31), int)
     if args.jobs < 1 or (args.budget is not None and not args.budget > 0) or not args.checkpoint_every_min >= 0:
         raise ConfigError("--jobs must be >= 1, --budget > 0 and --checkpoint-every-min >= 0; got %r, %r and %r"
                           % (args.jobs, args.budget, args.checkpoint_every_min))

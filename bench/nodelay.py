@@ -22,7 +22,7 @@ import time
 from mxhet.errors import ConfigError
 
 from . import profiles
-from .experiment import failures_block, run_jobs
+from .experiment import comma_list, failures_block, run_jobs
 from .metrics import run_record
 from .provenance import provenance
 from .runner import JobSpec, machine_info
@@ -62,12 +62,6 @@ def add_parser(sub):
     return p
 
 
-def _choices(text, known, what):
-    values = [v.strip() for v in str(text).split(",") if v.strip()]
-    bad = [v for v in values if v not in known]
-    if not values or bad:
-        raise ConfigError("--%s: unknown %s; known: %s" % (what, ", ".join(bad) or "(none given)", ", ".join(known)))
-    return values
 
 
 def plan(args):
@@ -77,8 +71,8 @@ def plan(args):
         ConfigError: for a bad part, engine, tau, mode or profile.
     """
     from mxhet.modes import mode_names
-    parts = _choices(args.parts, PARTS, "parts")
-    engines = _choices(args.engines, ENGINES, "engines")
+    parts = comma_list(args.parts, "parts", PARTS)
+    engines = comma_list(args.engines, "engines", ENGINES)
     try:
         taus = [int(t) for t in str(args.taus).split(",")]
     except ValueError:
@@ -87,7 +81,7 @@ def plan(args):
         raise ConfigError("--taus must be positive integers, got %r" % args.taus)
     if args.workers < 1 or not args.delay_ms >= 0 or not args.base_iter > 0:
         raise ConfigError("--workers must be >= 1, --delay-ms >= 0 and --base-iter > 0")
-    modes = _choices(args.modes, mode_names(), "modes")
+    modes = comma_list(args.modes, "modes", mode_names())
     profile = profiles.load(args.profile)
     common = dict(model=args.model, lr=args.lr, target_accuracy=args.target_accuracy, seed=args.seed)
     runs = []

@@ -27,7 +27,7 @@ import time
 
 from mxhet.errors import ConfigError
 
-from .experiment import RESUME, failures_block, run_dir, run_jobs
+from .experiment import RESUME, comma_list, failures_block, run_dir, run_jobs
 from .metrics import run_record
 from .provenance import provenance
 from .runner import JobSpec, machine_info
@@ -76,14 +76,6 @@ def add_parser(sub):
     return p
 
 
-def _list(text, what, convert=str):
-    try:
-        values = [convert(v.strip()) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        raise ConfigError("--%s: cannot read %r" % (what, text)) from None
-    if not values:
-        raise ConfigError("--%s: nothing given" % what)
-    return values
 
 
 def slowdowns(n, level):
@@ -99,7 +91,7 @@ def slowdowns(n, level):
 
 def _group_sizes(text, n):
     sizes = []
-    for v in _list(text, "group-sizes"):
+    for v in comma_list(text, "group-sizes"):
         p = n if v == "N" else int(v) if v.isdigit() else None
         if p is None or p < 2:
             raise ConfigError("--group-sizes: %r is neither N nor an integer >= 2" % v)
@@ -124,14 +116,10 @@ def plan(args):
         ConfigError: for a bad engine, mode, count, level or P.
     """
     from mxhet.modes import mode_names
-    engines = _list(args.engines, "engines")
-    bad = [e for e in engines if e not in ENGINES]
-    weights = _list(args.weights, "weights")
-    baselines = [] if str(args.baselines).strip() in ("", "none") else _list(args.baselines, "baselines")
-    unknown = [m for m in baselines if m not in mode_names()] + [w for w in weights
-                                                                  if w not in ("constant", "dynamic")]
-    if bad or unknown:
-        raise ConfigError("unknown engine(s) %s / mode(s) or weights %s" % (bad, unknown))
+    engines = comma_list(args.engines, "engines", ENGINES)
+    weights = comma_list(args.weights, "weights", ("constant", "dynamic"))
+    baselines = ([] if str(args.baselines).strip() in ("", "none")
+                 else comma_list(args.baselines, "baselines", mode_names()))
     if not args.base_iter > 0 or not args.budget > 0 or not args.cluster_budget > 0:
         raise ConfigError("--base-iter, --budget and --cluster-budget must be > 0")
     common = dict(model=args.model, lr=args.lr, target_accuracy=args.target_accuracy, seed=args.seed)
@@ -148,8 +136,8 @@ def plan(args):
 
     if "sim" in engines:
         sim_args = ("--stop-at-target", "--max-iterations", str(args.max_iterations), "--jitter", "%g" % args.jitter)
-        for n in _list(args.workers, "workers", int):
-            for level in _list(args.levels, "levels", int):
+        for n in comma_list(args.workers, "workers", parse=int):
+            for level in comma_list(args.levels, "levels", parse=int):
                 slowdowns(n, level)
                 for mode in baselines:
                     add("sim", n, level, _variant(mode, args=args), args.budget, sim_args, args.eval_interval)
@@ -162,7 +150,7 @@ def plan(args):
     if "cluster" in engines:
         n, level = args.cluster_workers, args.cluster_level
         slowdowns(n, level)
-        for item in _list(args.cluster_runs, "cluster-runs"):
+        for item in comma_list(args.cluster_runs, "cluster-runs"):
             parts = item.split(":")
             if parts[0] == "preduce":
                 if len(parts) != 3 or not parts[1].isdigit() or not 2 <= int(parts[1]) <= n:

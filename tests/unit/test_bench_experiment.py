@@ -64,3 +64,16 @@ def test_resume_reuses_finished_runs_and_only_runs_nothing(tmp_path, monkeypatch
 def test_bad_resume_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="maybe"):
         experiment.run_jobs([], str(tmp_path), _analyse, resume="maybe")
+
+
+def test_comma_list_reads_in_order_without_repeats_and_names_the_flag_in_every_error():
+    assert experiment.comma_list(" b, a,,b ", "modes", ("a", "b")) == ["b", "a"]
+    assert experiment.comma_list("3,1,3", "seeds", range(0, 10), int) == [3, 1]
+    for text, known, parse, message in (
+            (" , ", None, str, "--flag: nothing given"),
+            ("1,x", None, int, "--flag: cannot read '1,x'"),
+            ("a,c,d", ("a", "b"), str, "--flag: unknown c, d; known: a, b"),
+            ("2,12", range(0, 10), int, "--flag: unknown 12; known: integers from 0 to 9")):
+        with pytest.raises(ConfigError) as info:
+            experiment.comma_list(text, "flag", known, parse)
+        assert str(info.value).startswith(message), str(info.value)

@@ -120,9 +120,9 @@ def test_modes_option_replaces_each_experiments_modes():
 
 def test_cli_refuses_unknown_models_and_modes(capsys):
     assert cli.main(["table1", "--preset", "smoke", "--models", "vgg99"]) == 2
-    assert "unknown models vgg99" in capsys.readouterr().err
+    assert "--models: unknown vgg99" in capsys.readouterr().err
     assert cli.main(["curves", "--preset", "smoke", "--modes", "esync,turbo"]) == 2
-    assert "unknown modes turbo" in capsys.readouterr().err
+    assert "--modes: unknown turbo" in capsys.readouterr().err
 
 
 def test_a_profile_naming_missing_gpus_is_refused_before_any_run(tmp_path):

@@ -154,4 +154,4 @@ def test_paper_sim_runs_inception_only_when_asked(tmp_path):
 
 def test_validate_sim_cli_refuses_bad_input(capsys):
     assert cli.main(["validate-sim", "--cases", "lab"]) == 2
-    assert "unknown cases lab" in capsys.readouterr().err
+    assert "--cases: unknown lab" in capsys.readouterr().err
