@@ -267,6 +267,15 @@ class SyncMode:
         self.close()
         return True
 
+    def finish_and_close(self):
+        """:meth:`leave_at_exit` of a worker that still serves the others until the end, or that leaves
+        on the State Server's finish barrier (``--elastic``): :meth:`finish` unless done, then close.
+        Returns True."""
+        if self._ready and self.kv is not None and not self._finished:
+            self.finish()
+        self.close()
+        return True
+
     def on_leave(self):
         """What a worker leaving alone tells the others beside the State Server (:meth:`leave_alone`)."""
 

@@ -314,10 +314,7 @@ class GCADA(ElasticEnd, PreludeProgramMode):
         if self._elastic():
             # the end runs on the State Server's finish, which also tells the coordinator this worker left
             # (a group so retired keeps its last gradient on the servers, as a group whose members died)
-            if self._ready and self.kv is not None and not self._finished:
-                self.finish()
-            self.close()
-            return True
+            return self.finish_and_close()
         return self.leave_alone()
 
     def leave_state_server(self):

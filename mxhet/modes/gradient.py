@@ -151,10 +151,7 @@ class Sync(ProgramMode, _GradientMode):
     def leave_at_exit(self):
         """A worker whose script ended its loop (or never called :meth:`finish`) serves
         the others' rounds, takes the final model and closes."""
-        if self._ready and self.kv is not None and not self._finished:
-            self.finish()
-        self.close()
-        return True
+        return self.finish_and_close()
 
     def _serve_departed(self):
         """Push zeros (and no stop ballot) every round until the training workers
@@ -305,12 +302,7 @@ class Async(ElasticEnd, ProgramMode, _GradientMode):
         leaves alone (:meth:`SyncMode.leave_alone`). Nobody waits for it
         meanwhile (ssp's gate counts only the workers still training).
         Under ``--elastic`` it finishes on the State Server's rendezvous instead."""
-        if self._elastic():
-            if self._ready and self.kv is not None and not self._finished:
-                self.finish()
-            self.close()
-            return True
-        return self.leave_alone()
+        return self.finish_and_close() if self._elastic() else self.leave_alone()
 
     # -- mxhet-launch --elastic: nobody waits for another's push, so a death releases no round; only the
     # end waits for every worker (the last pushes before the final pull, the summary's worker files), and

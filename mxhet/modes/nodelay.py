@@ -484,10 +484,7 @@ class NoDelay(PreludeProgramMode):
 
     def leave_at_exit(self):
         """A worker whose script ended its loop serves the others' rounds, takes the final model and closes."""
-        if self._ready and self.kv is not None and not self._finished:
-            self.finish()
-        self.close()
-        return True
+        return self.finish_and_close()
 
     def finish(self):
         if self._ready and self.kv is not None and not self.stopped and self.courier is not None:

@@ -192,12 +192,7 @@ class PartialReduce(ElasticEnd, PreludeProgramMode):
         fewer than P are live, the groups are of all the workers left), and
         its model, that of its last group, still counts in the final average
         of all N."""
-        if self._elastic():
-            if self._ready and self.kv is not None and not self._finished:
-                self.finish()
-            self.close()
-            return True
-        return self.leave_alone()
+        return self.finish_and_close() if self._elastic() else self.leave_alone()
 
     def finish(self):
         """The job's output, Algorithm 2's last line: every worker pushes x_i/N to
