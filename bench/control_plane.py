@@ -634,6 +634,7 @@ def run_experiment(configs, out, baseline="", profile_registered=(), profile_dur
                                                    count)))
     finally:
         shutil.rmtree(keys, ignore_errors=True)
+    from .experiment import write_outputs
     from .provenance import provenance
     from .runner import machine_info
     result = {"experiment": "control-plane", "command": command or ["mxhet-bench", "control-plane"],
@@ -644,10 +645,7 @@ def run_experiment(configs, out, baseline="", profile_registered=(), profile_dur
               "elapsed_s": round(time.time() - started, 1), "runs": runs, "profiles": profiles,
               "breakdown": breakdowns,
               "failures": failures}
-    with open(os.path.join(out, "control-plane.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    with open(os.path.join(out, "control-plane.md"), "w") as f:
-        f.write(format_report(result))
+    write_outputs(out, "control-plane", result, format_report(result))
     return result
 
 

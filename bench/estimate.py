@@ -567,13 +567,11 @@ def main(argv=None):
     command = "python -m bench.estimate " + " ".join(argv)
     result.update(command=command, caps=caps,
                   eval_samples=next(iter(runs.values())).get("eval_samples", "its"))
+    from .experiment import write_outputs
     from .provenance import provenance
     result["provenance"] = provenance(["python", "-m", "bench.estimate"] + list(argv))
-    with open(os.path.join(args.out, "estimate.json"), "w") as f:
-        json.dump(result, f, indent=1)
     text = report(result, command)
-    with open(os.path.join(args.out, "estimate.md"), "w") as f:
-        f.write(text)
+    write_outputs(args.out, "estimate", result, text)
     print(text)
     return 0
 

@@ -7,7 +7,8 @@ summary to the experiment's own ``analyse``. With ``resume`` it reuses runs
 that already finished, so an interrupted grid goes on where it stopped, and
 ``resume="only"`` rebuilds a report from finished runs without running
 anything. :func:`failures_block` is the report's "Failed runs" section;
-:func:`comma_list` reads every experiment's comma-separated flags.
+:func:`comma_list` reads every experiment's comma-separated flags, :func:`write_outputs` writes
+its JSON and report.
 """
 import json
 import os
@@ -44,6 +45,18 @@ def comma_list(text, flag, known=None, parse=str):
                    else ", ".join(map(str, known)))
         raise ConfigError("--%s: unknown %s; known: %s" % (flag, ", ".join(unknown), allowed))
     return list(dict.fromkeys(values))
+
+
+def write_outputs(out, name, result, report=None):
+    """``out/NAME.json`` (``result``, whole or not at all: an interrupted write keeps the one before) and,
+    given the report's text, ``out/NAME.md``."""
+    path = os.path.join(out, name + ".json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(path + ".tmp", path)
+    if report is not None:
+        with open(os.path.join(out, name + ".md"), "w") as f:
+            f.write(report)
 
 
 def run_dir(out, label):

@@ -34,6 +34,7 @@ import time
 
 import numpy as np
 
+from .experiment import write_outputs
 from .provenance import provenance
 from .runner import JobFailed, JobSpec, machine_info, run_with_bar
 
@@ -293,10 +294,7 @@ def run(args):
 
 
 def _write(out, result):
-    with open(os.path.join(out, "gcada.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    with open(os.path.join(out, "gcada.md"), "w") as f:
-        f.write(report(result))
+    write_outputs(out, "gcada", result, report(result))
 
 
 def main(argv=None):

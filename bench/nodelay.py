@@ -14,7 +14,6 @@ delay" at small scale, on the simulator and on the real cluster.
 Each run is one :class:`bench.runner.JobSpec`; the results go to
 ``OUT/nodelay.json`` and ``OUT/nodelay.md``.
 """
-import json
 import os
 import sys
 import time
@@ -22,7 +21,7 @@ import time
 from mxhet.errors import ConfigError
 
 from . import profiles
-from .experiment import comma_list, failures_block, run_jobs
+from .experiment import comma_list, failures_block, run_jobs, write_outputs
 from .metrics import run_record
 from .provenance import provenance
 from .runner import JobSpec, machine_info
@@ -187,10 +186,7 @@ def run(args):
                                                          "profile", "staleness", "local_steps", "base_iter", "model",
                                                          "lr", "target_accuracy", "seed")},
               "runs": rows, "failures": failures, "started_unix": started, "wall_s": time.time() - started}
-    with open(os.path.join(args.out, "nodelay.json"), "w") as f:
-        json.dump(result, f, indent=1)
     report = format_report(result)
-    with open(os.path.join(args.out, "nodelay.md"), "w") as f:
-        f.write(report)
+    write_outputs(args.out, "nodelay", result, report)
     print(report)
     return 1 if failures else 0

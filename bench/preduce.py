@@ -27,7 +27,7 @@ import time
 
 from mxhet.errors import ConfigError
 
-from .experiment import RESUME, comma_list, failures_block, run_dir, run_jobs
+from .experiment import RESUME, comma_list, failures_block, run_dir, run_jobs, write_outputs
 from .metrics import run_record
 from .provenance import provenance
 from .runner import JobSpec, machine_info
@@ -308,11 +308,8 @@ def run(args):
                                                          "local_steps", "alpha", "model", "lr",
                                                          "target_accuracy", "seed")},
               "runs": rows, "failures": failures, "started_unix": started, "wall_s": time.time() - started}
-    with open(os.path.join(args.out, "preduce.json"), "w") as f:
-        json.dump(result, f, indent=1)
     report = format_report(result)
-    with open(os.path.join(args.out, "preduce.md"), "w") as f:
-        f.write(report)
+    write_outputs(args.out, "preduce", result, report)
     if rows:
         plot(result, os.path.join(args.out, "preduce.png"))
     print(report)
