@@ -208,8 +208,6 @@ def build_parser():
 EXPERIMENT_NAMES = ("table1", "curves", "throughput", "compute-ratio", "all", "sweep")
 
 
-
-
 def run_paper_experiment(args):
     from mxhet.models import MODEL_NAMES
     from mxhet.modes import mode_names

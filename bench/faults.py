@@ -92,8 +92,6 @@ def add_parser(sub):
     return p
 
 
-
-
 def fault_times(budget, kill_at, restart_at):
     """``{"kill_s", "restart_s", "restart_delay_s"}``: seconds of training at which the fault strikes and the
     device is back, and the launcher's ``--restart-delay`` between them.

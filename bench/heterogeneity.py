@@ -59,8 +59,8 @@ import time
 from mxhet.errors import ConfigError
 
 from . import aggregation, presets, profiles, report, runner, stats
-from .experiment import comma_list
 from .confirm import recorded as recorded_confirmation   # (--report-only)
+from .experiment import comma_list
 from .provenance import ROOT, provenance
 from .runner import not_run   # (--report-only)
 
@@ -776,8 +776,6 @@ def run_bench(models, profile_keys, variants, dists, seeds, out, seeds_best=Fals
     doc["why"] = load_why(out)
     write(out, doc)
     return doc
-
-
 
 
 def add_parser(sub):

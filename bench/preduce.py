@@ -76,8 +76,6 @@ def add_parser(sub):
     return p
 
 
-
-
 def slowdowns(n, level):
     """HL of the N workers share one device: the last HL at slowdown HL (HL = 1: all at 1).
 

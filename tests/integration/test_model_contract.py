@@ -131,12 +131,15 @@ def _check_statistics_take_their_mean(out, model, rounds, slots):
     net(mx.nd.zeros((1, 1, TINY[model], TINY[model])))
     statistics = [p.grad_req == "null" for p in sorted(net.collect_params().values(), key=lambda p: p.name)]
     assert sum(statistics) == 2 * RESNET18_BN_LAYERS
+
+    def dump(slot, r):
+        return os.path.join(str(out), "dump", "slot%d_round%d.npz" % (slot, r))
+
     moved = 0
     for r in range(rounds):
-        paths = [os.path.join(str(out), "dump", "slot%d_round%d.npz" % (s, r)) for s in slots]
-        dumps = [np.load(path) for path in paths if os.path.exists(path)]
-        anchor = next((np.load(path) for s, path in zip(slots, paths) if os.path.exists(path) and (
-            r == 0 or os.path.exists(os.path.join(str(out), "dump", "slot%d_round%d.npz" % (s, r - 1))))), None)
+        members = [s for s in slots if os.path.exists(dump(s, r))]
+        dumps = [np.load(dump(s, r)) for s in members]
+        anchor = next((d for s, d in zip(members, dumps) if r == 0 or os.path.exists(dump(s, r - 1))), None)
         assert anchor is not None, "no member of round %d took part in the round before" % r
         assert len([f for f in anchor.files if f.startswith("after_")]) == len(statistics)
         for i, plain in enumerate(statistics):
