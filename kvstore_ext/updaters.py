@@ -124,9 +124,11 @@ class DelayCompensatedSGD(mx.optimizer.DCASGD):
     0.9}`` crashed the servers at their first update), and it writes each of
     the rule's eleven element-wise passes into three scratch arrays per
     parameter instead of allocating a new array for each: at async's push rate
-    the update is most of a DC-ASGD job's CPU time, and this takes about a
-    third less of it. The operators and their order are MXNet's, so the
-    weights are bit-identical to its class's (momentum 0, where it runs).
+    the update is a large part of a DC-ASGD job's CPU time (a short ResNet-18 run at
+    117x, start-up included, now takes 0.925 of its CPU time:
+    bench/results/sim-speed/dcasgd-scratch.json). The operators and their
+    order are MXNet's, so the weights are bit-identical to its class's
+    (momentum 0, where it runs).
     The scratch arrays are not pickled: servers and checkpoints get the
     optimizer and its states, ``(m or None, w_prev)``, as before.
     """
