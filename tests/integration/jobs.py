@@ -81,9 +81,11 @@ def start(tmp_path, launcher_args, command, env=None):
     """
     job_file = tmp_path / "job.json"
     err = open(tmp_path / "launcher.err", "w")
+    # PYTHONFAULTHANDLER: a process sent SIGABRT prints every thread's stack first (run_job's hang report)
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "tools", "launch.py"), "--job-file", str(job_file),
                              *launcher_args, "--", *command], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
-                            env=dict(os.environ, PYTHONPATH=ROOT, **(env or {})), start_new_session=True)
+                            env=dict(os.environ, PYTHONPATH=ROOT, PYTHONFAULTHANDLER="1", **(env or {})),
+                            start_new_session=True)
     return proc, job_file, err
 
 
@@ -129,12 +131,34 @@ def run_job(tmp_path, child_pids, launcher_args, command, timeout, env=None, dur
         wait_for(job_file, proc)
         child_pids.add_job_file(job_file)
         done = during(proc, job_file) if during else None
-        code = proc.wait(timeout=timeout)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(hang_report(tmp_path, job_file, timeout)) from None
     finally:
         err.close()
         if job_file.exists():
             child_pids.add_job_file(job_file)
     return Job(tmp_path, code, done, out=out)
+
+
+def hang_report(tmp_path, job_file, timeout, settle_s=3.0):
+    """What a job that did not end in ``timeout`` s was doing: every process of the job file still alive is
+    sent SIGABRT, on which Python's fault handler (:func:`start` sets ``PYTHONFAULTHANDLER``) prints every
+    thread's stack to the launcher's stderr; returns a message with that stderr's tail. The processes then
+    die; the ``child_pids`` fixture ends the launcher."""
+    for process in json.loads(job_file.read_text()).get("processes", []):
+        if process.get("exit_code") is not None:   # ended (its pid may be another process's by now)
+            continue
+        try:
+            os.kill(process["pid"], signal.SIGABRT)
+        except (OSError, KeyError):
+            pass
+    time.sleep(settle_s)
+    lines = (tmp_path / "launcher.err").read_text().splitlines(True)
+    text = "".join(line for line in lines if "Extension modules:" not in line)   # (each a 3 kB list)
+    return "the job did not end in %g s; its processes' stacks (SIGABRT) at the end of the launcher's stderr:\n%s" % (
+        timeout, text[-12000:])
 
 
 class Job:
