@@ -455,10 +455,15 @@ class NodelayRule(RulePlugin):
         self.rule = None
         self._waiting = {}   # rank -> seq of its deferred Notify or TransferPushed (answered with the job's failure)
 
-    def _rule(self):
+    def _rule(self, leaving=None):
+        """The rule, made at the first request over the ranks that have not left -- or at a departure
+        (``leaving``) before any request, with that rank in it, so that it leaves the rule: a death in
+        the others' start-up counts against ``min_workers`` too."""
         if self.rule is None:
-            self.rule = TransferRule(set(range(self.host.num_workers)) - self.host.left,
-                                     min_workers=min(self.min_workers, self.host.num_workers))
+            ranks = set(range(self.host.num_workers)) - self.host.left
+            if leaving is not None:
+                ranks.add(leaving)
+            self.rule = TransferRule(ranks, min_workers=min(self.min_workers, self.host.num_workers))
         return self.rule
 
     def handle(self, req, now):
@@ -501,9 +506,8 @@ class NodelayRule(RulePlugin):
         return own
 
     def bye(self, rank):
-        if self.rule is not None:
-            self._waiting.pop(rank, None)
-            self._release(self.rule.leave(rank))
+        self._waiting.pop(rank, None)
+        self._release(self._rule(leaving=rank).leave(rank))
         return False
 
     def depart(self, rank, cause):
@@ -668,6 +672,10 @@ class PartialReduceRule(RulePlugin):
         self._model_slot.pop(rank, None)
         self._waiting.pop(rank, None)
         ctl = self.controller
+        if ctl is None and self.failed is None and self.host.num_workers - len(self.dead) < self.min_workers:
+            # found dead before any REDUCE_JOIN (in the others' start-up): every request is refused
+            self.failed = ("worker rank %d %s; %d worker(s) still train, fewer than the job's minimum of %d"
+                           % (rank, cause, self.host.num_workers - len(self.dead), self.min_workers))
         if ctl is None or self.failed is not None:
             return
         was_live = rank in ctl.live

@@ -479,3 +479,25 @@ def test_fake_cluster_keeps_conservation_staleness_and_fifo(tau, n, seed):
     if tau == 1:
         assert all(len(v) == n for v in rounds.values())
         assert all(w.policy.max_s == 1 for w in workers)
+
+
+def test_a_death_before_the_first_announcement_still_counts_against_min_workers():
+    """The rule is made at the first transfer request; a worker found dead before any (a kill in the others'
+    start-up, clean51's hang) was forgotten, so the two survivors trained on below --min-workers 3."""
+    service = StateService(3, rules=("nodelay",), min_workers=3)
+    for r in range(3):
+        assert service.handle(m.Register(rank=r, seq=1, slot=r), 0.0, sender=r).ok
+    service.depart(1, "died (silent for over 3 s)")
+    refused = service.handle(m.Notify(rank=0, seq=2, round=0, pending=1, want_stop=False), 0.1, sender=0)
+    assert not refused.ok and "rank 1 left at transfer round 0: 2 worker(s) still train" in refused.error
+    assert service.stats()["nodelay"]["departures"] == [{"rank": 1, "round": 0}]
+
+
+def test_a_death_before_the_first_announcement_above_min_workers_leaves_the_rule():
+    service = StateService(3, rules=("nodelay",), min_workers=2)
+    for r in range(3):
+        assert service.handle(m.Register(rank=r, seq=1, slot=r), 0.0, sender=r).ok
+    service.depart(2, "died (silent for over 3 s)")
+    assert service.handle(m.Notify(rank=0, seq=2, round=0, pending=1, want_stop=False), 0.1, sender=0) is None
+    asked = service.handle(m.Notify(rank=1, seq=2, round=0, pending=1, want_stop=False), 0.1, sender=1)
+    assert asked.ready and asked.members == 2

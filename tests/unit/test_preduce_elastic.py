@@ -288,3 +288,16 @@ def test_a_rank_dead_before_the_controller_exists_is_never_waited_for():
     assert w0.send(m.ReduceJoin, **JOIN, spare_slots=2).ok
     alone = w0.send(m.ReduceReady, k=1, want_stop=False)   # a group of the one live worker, at once
     assert alone.ok and alone.round == 0 and alone.target == 1
+
+
+def test_a_death_before_any_reduce_join_still_counts_against_min_workers():
+    """The controller is made at the first REDUCE_JOIN; a worker found dead before it (in the others'
+    start-up) was grouped out but never counted, so the survivors went on below --min-workers."""
+    service = StateService(3, rules=("preduce", "membership"), min_workers=3)
+    workers = [Worker(service, r) for r in range(3)]
+    for w in workers:
+        assert w.send(m.Register, slot=w.rank).ok
+    service.depart(2, "died (silent for over 3 s)")
+    joined = workers[0].send(m.ReduceJoin, **JOIN, spare_slots=3)
+    assert not joined.ok and joined.code == "too_few_workers"
+    assert "worker rank 2 died (silent for over 3 s); 2 worker(s) still train" in joined.error
