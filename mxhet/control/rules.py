@@ -454,16 +454,18 @@ class NodelayRule(RulePlugin):
         self.min_workers = min_workers
         self.rule = None
         self._waiting = {}   # rank -> seq of its deferred Notify or TransferPushed (answered with the job's failure)
+        self._gone_early = set()   # ranks that left before the rule was made
 
-    def _rule(self, leaving=None):
-        """The rule, made at the first request over the ranks that have not left -- or at a departure
-        (``leaving``) before any request, with that rank in it, so that it leaves the rule: a death in
-        the others' start-up counts against ``min_workers`` too."""
+    def _rule(self):
+        """The rule, made at the first request (only a nodelay job sends one) over every rank; those
+        that left before it and are still gone then leave it, so a death in the others' start-up counts
+        against ``min_workers`` too (the request is then refused)."""
         if self.rule is None:
-            ranks = set(range(self.host.num_workers)) - self.host.left
-            if leaving is not None:
-                ranks.add(leaving)
-            self.rule = TransferRule(ranks, min_workers=min(self.min_workers, self.host.num_workers))
+            gone = self._gone_early & self.host.left
+            self.rule = TransferRule(set(range(self.host.num_workers)) - (self.host.left - gone),
+                                     min_workers=min(self.min_workers, self.host.num_workers))
+            for rank in sorted(gone):
+                self._release(self.rule.leave(rank))
         return self.rule
 
     def handle(self, req, now):
@@ -506,8 +508,11 @@ class NodelayRule(RulePlugin):
         return own
 
     def bye(self, rank):
-        self._waiting.pop(rank, None)
-        self._release(self._rule(leaving=rank).leave(rank))
+        if self.rule is None:
+            self._gone_early.add(rank)
+        else:
+            self._waiting.pop(rank, None)
+            self._release(self.rule.leave(rank))
         return False
 
     def depart(self, rank, cause):
@@ -556,6 +561,7 @@ class PartialReduceRule(RulePlugin):
         self.dead = set()    # ranks found dead and not back
         self.finals = set()  # ranks whose final model is on the parameter keys (ReduceLeave final)
         self._model_slot = {}   # rank back after its death -> slot of its starting model
+        self._dead_cause = {}   # rank found dead before the first REDUCE_JOIN -> why
 
     def handle(self, req, now):
         self.host.registered(req.rank)
@@ -580,6 +586,12 @@ class PartialReduceRule(RulePlugin):
             self._settings, self._waiting = settings, {}
             for rank in sorted(self.dead):   # died before any REDUCE_JOIN (in its start-up): never grouped
                 self.controller.depart(rank)
+            if self.dead and len(self.controller.live) < self.min_workers:   # ... and counted
+                rank = max(self.dead)
+                self.failed = ("worker rank %d %s; %d worker(s) still train, fewer than the job's minimum of %d"
+                               % (rank, self._dead_cause.get(rank, "died"), len(self.controller.live),
+                                  self.min_workers))
+                return w.Reply(seq=req.seq, ok=False, error=self.failed, code="too_few_workers")
         elif settings != self._settings:
             raise ProtocolError("rank %d joins Partial Reduce with %s, the job has %s"
                                 % (req.rank, settings, self._settings))
@@ -672,11 +684,10 @@ class PartialReduceRule(RulePlugin):
         self._model_slot.pop(rank, None)
         self._waiting.pop(rank, None)
         ctl = self.controller
-        if ctl is None and self.failed is None and self.host.num_workers - len(self.dead) < self.min_workers:
-            # found dead before any REDUCE_JOIN (in the others' start-up): every request is refused
-            self.failed = ("worker rank %d %s; %d worker(s) still train, fewer than the job's minimum of %d"
-                           % (rank, cause, self.host.num_workers - len(self.dead), self.min_workers))
-        if ctl is None or self.failed is not None:
+        if ctl is None:
+            self._dead_cause[rank] = cause
+            return
+        if self.failed is not None:
             return
         was_live = rank in ctl.live
         formed, released = ctl.depart(rank)
